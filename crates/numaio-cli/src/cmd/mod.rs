@@ -1,0 +1,12 @@
+//! One module per subcommand.
+
+pub mod bench;
+pub mod daemon;
+pub mod evict;
+pub mod move_;
+pub mod pin;
+pub mod ps;
+pub mod run;
+pub mod topo;
+pub mod warm;
+pub mod where_;

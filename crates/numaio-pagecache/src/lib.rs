@@ -1,0 +1,1 @@
+//! Page-cache locality (issue 3). Placeholder until the crate is written.

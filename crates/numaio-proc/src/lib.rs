@@ -1,0 +1,1 @@
+//! Process locality (issue 4). Placeholder until the crate is written.

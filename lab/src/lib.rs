@@ -1,0 +1,1 @@
+//! The NUMA lab. Placeholder.
