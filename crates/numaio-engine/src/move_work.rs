@@ -1,0 +1,685 @@
+//! Moving work to the data (issue 6).
+//!
+//! Before a thread touches a buffer on another node, a cache can:
+//! - `none`: just do it (remote access);
+//! - `migrate-thread` (Jericho): restrict the thread to the CPUs of the buffer's node and yield,
+//!   so the scheduler moves it there before the copy; optionally also the parent process;
+//! - `first-reader` (Adams): each block remembers the node of its first reader, and later
+//!   readers from other nodes are moved to that node;
+//! - `forward` (SAFS, tgt): hand the request to a worker thread pinned to the buffer's node and
+//!   wait for the result.
+//!
+//! The decision to move goes through a per-thread [`Hysteresis`] so threads that touch several
+//! nodes do not bounce.
+
+use std::cell::RefCell;
+use std::fmt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use numaio_sys::{CpuSet, Topology};
+use serde::Serialize;
+
+use crate::hysteresis::{Hysteresis, HysteresisConfig};
+
+/// How a cache brings work and data together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MoveWork {
+    #[default]
+    None,
+    MigrateThread,
+    FirstReader,
+    Forward,
+}
+
+impl FromStr for MoveWork {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "none" => Ok(MoveWork::None),
+            "migrate-thread" | "migrate" => Ok(MoveWork::MigrateThread),
+            "first-reader" => Ok(MoveWork::FirstReader),
+            "forward" => Ok(MoveWork::Forward),
+            o => Err(format!(
+                "invalid move-work mode {o:?} (expected none | migrate-thread | first-reader | forward)"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for MoveWork {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            MoveWork::None => "none",
+            MoveWork::MigrateThread => "migrate-thread",
+            MoveWork::FirstReader => "first-reader",
+            MoveWork::Forward => "forward",
+        })
+    }
+}
+
+/// Maps CPUs to nodes and nodes to their CPU sets, fast enough for every request.
+#[derive(Debug, Clone)]
+pub struct NodeCpus {
+    cpu_node: Vec<u32>,
+    node_cpus: Vec<(u32, CpuSet)>,
+}
+
+impl NodeCpus {
+    pub fn from_topology(topo: &Topology) -> Self {
+        let max_cpu = topo
+            .nodes
+            .iter()
+            .flat_map(|n| n.cpus.iter().copied())
+            .max()
+            .unwrap_or(0);
+        let mut cpu_node = vec![u32::MAX; max_cpu as usize + 1];
+        let mut node_cpus = Vec::new();
+        for n in &topo.nodes {
+            for &c in &n.cpus {
+                cpu_node[c as usize] = n.id;
+            }
+            if !n.cpus.is_empty() {
+                node_cpus.push((n.id, CpuSet::from_ids(&n.cpus)));
+            }
+        }
+        Self {
+            cpu_node,
+            node_cpus,
+        }
+    }
+
+    /// Node of `cpu` (None for unknown CPUs).
+    pub fn node_of_cpu(&self, cpu: u32) -> Option<u32> {
+        self.cpu_node
+            .get(cpu as usize)
+            .copied()
+            .filter(|&n| n != u32::MAX)
+    }
+
+    /// CPUs of `node` (None for CPU-less or unknown nodes).
+    pub fn cpus_of(&self, node: u32) -> Option<&CpuSet> {
+        self.node_cpus
+            .iter()
+            .find(|(n, _)| *n == node)
+            .map(|(_, c)| c)
+    }
+
+    /// The node the calling thread runs on now (sched_getcpu: vDSO/rseq, no syscall).
+    pub fn current_node(&self) -> Option<u32> {
+        // SAFETY: no arguments; returns -1 on error.
+        let cpu = unsafe { libc::sched_getcpu() };
+        if cpu < 0 {
+            return None;
+        }
+        self.node_of_cpu(cpu as u32)
+    }
+}
+
+/// Error moving a thread.
+#[derive(Debug, thiserror::Error)]
+pub enum MoveError {
+    #[error("node {0} has no CPUs: cannot move a thread there")]
+    NoCpus(u32),
+    #[error("moving the thread to node {node}: {source}")]
+    Affinity {
+        node: u32,
+        #[source]
+        source: numaio_sys::SysError,
+    },
+    #[error(
+        "forwarding to node {0}: no worker on that node (forwarder shut down or node has no CPUs)"
+    )]
+    NoWorker(u32),
+    #[error("forwarded request on node {0} panicked")]
+    Panicked(u32),
+}
+
+/// Restricts the calling thread to `node`'s CPUs and yields, so it resumes there (Jericho).
+/// With `parent`, the parent process is restricted too, unless it is pid 1 or not ours
+/// (errors on the parent are ignored: moving it is best effort).
+pub fn migrate_current_thread(cpus: &NodeCpus, node: u32, parent: bool) -> Result<(), MoveError> {
+    let set = cpus.cpus_of(node).ok_or(MoveError::NoCpus(node))?;
+    numaio_sys::set_affinity(0, set).map_err(|source| MoveError::Affinity { node, source })?;
+    // sched_setaffinity already migrates a thread off a disallowed CPU; the yield makes sure
+    // the thread resumes from the target runqueue before it touches the buffer.
+    // SAFETY: no arguments.
+    unsafe { libc::sched_yield() };
+    if parent {
+        // SAFETY: no arguments.
+        let ppid = unsafe { libc::getppid() };
+        if ppid > 1 {
+            let _ = numaio_sys::set_affinity(ppid, set);
+        }
+    }
+    Ok(())
+}
+
+/// A block's first reader (Adams): stores a node id once; `u32::MAX` = none yet. Embed in a
+/// buffer header, or use [`FirstReaderMap`].
+#[derive(Debug)]
+pub struct FirstReader(AtomicU32);
+
+impl Default for FirstReader {
+    fn default() -> Self {
+        Self(AtomicU32::new(u32::MAX))
+    }
+}
+
+impl FirstReader {
+    /// Records `node` if there is no first reader yet; returns the first reader's node.
+    pub fn claim(&self, node: u32) -> u32 {
+        match self
+            .0
+            .compare_exchange(u32::MAX, node, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => node,
+            Err(prev) => prev,
+        }
+    }
+
+    pub fn get(&self) -> Option<u32> {
+        let v = self.0.load(Ordering::Acquire);
+        (v != u32::MAX).then_some(v)
+    }
+
+    pub fn reset(&self) {
+        self.0.store(u32::MAX, Ordering::Release);
+    }
+}
+
+/// First readers of blocks keyed by `(file, block)`, for caches whose buffer headers carry no
+/// [`FirstReader`]. Bounded: when full, the oldest shard content is dropped (a forgotten block
+/// simply gets a new first reader).
+#[derive(Debug)]
+pub struct FirstReaderMap {
+    shards: Vec<Mutex<std::collections::HashMap<(u64, u64), u32>>>,
+    per_shard_max: usize,
+}
+
+impl FirstReaderMap {
+    pub fn new(capacity: usize) -> Self {
+        let n = 64;
+        Self {
+            shards: (0..n).map(|_| Mutex::new(Default::default())).collect(),
+            per_shard_max: (capacity / n).max(16),
+        }
+    }
+
+    pub fn claim(&self, file: u64, block: u64, node: u32) -> u32 {
+        let h = (file.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ block) as usize;
+        let mut m = self.shards[h % self.shards.len()]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if m.len() >= self.per_shard_max && !m.contains_key(&(file, block)) {
+            m.clear();
+        }
+        *m.entry((file, block)).or_insert(node)
+    }
+
+    pub fn forget(&self, file: u64, block: u64) {
+        let h = (file.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ block) as usize;
+        self.shards[h % self.shards.len()]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&(file, block));
+    }
+}
+
+type Job = Box<dyn FnOnce() + Send + 'static>;
+
+struct NodeQueue {
+    node: u32,
+    tx: SyncSender<Job>,
+}
+
+/// Per-node worker threads that run requests on the data's node (SAFS / tgt forwarding).
+/// Queues are bounded: a full queue makes the caller wait (backpressure), never grow.
+pub struct Forwarder {
+    queues: Vec<NodeQueue>,
+    handles: Vec<JoinHandle<()>>,
+    forwarded: AtomicU64,
+}
+
+impl fmt::Debug for Forwarder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Forwarder")
+            .field(
+                "nodes",
+                &self.queues.iter().map(|q| q.node).collect::<Vec<_>>(),
+            )
+            .field("workers", &self.handles.len())
+            .finish()
+    }
+}
+
+impl Forwarder {
+    /// Starts `workers_per_node` workers on each node in `nodes` that has CPUs, each pinned to
+    /// its node's CPUs, with a shared queue of `queue_depth` requests per node.
+    pub fn new(
+        cpus: &NodeCpus,
+        nodes: &[u32],
+        workers_per_node: usize,
+        queue_depth: usize,
+    ) -> std::io::Result<Self> {
+        let mut queues = Vec::new();
+        let mut handles = Vec::new();
+        for &node in nodes {
+            let Some(set) = cpus.cpus_of(node).cloned() else {
+                continue;
+            };
+            let (tx, rx) = sync_channel::<Job>(queue_depth.max(1));
+            let rx = Arc::new(Mutex::new(rx));
+            for w in 0..workers_per_node.max(1) {
+                let rx: Arc<Mutex<Receiver<Job>>> = rx.clone();
+                let set = set.clone();
+                let h = std::thread::Builder::new()
+                    .name(format!("numaio-fwd{node}.{w}"))
+                    .spawn(move || {
+                        // A worker that cannot be pinned still works, just not locally; the
+                        // accounting will show it.
+                        let _ = numaio_sys::set_affinity(0, &set);
+                        loop {
+                            let job = {
+                                let g = rx.lock().unwrap_or_else(|e| e.into_inner());
+                                g.recv()
+                            };
+                            match job {
+                                Ok(j) => j(),
+                                Err(_) => break,
+                            }
+                        }
+                    })?;
+                handles.push(h);
+            }
+            queues.push(NodeQueue { node, tx });
+        }
+        Ok(Self {
+            queues,
+            handles,
+            forwarded: AtomicU64::new(0),
+        })
+    }
+
+    pub fn nodes(&self) -> Vec<u32> {
+        self.queues.iter().map(|q| q.node).collect()
+    }
+
+    pub fn forwarded(&self) -> u64 {
+        self.forwarded.load(Ordering::Relaxed)
+    }
+
+    /// Runs `f` on a worker of `node` and returns its result. Blocks until `f` has finished
+    /// (or was dropped unrun), which is what makes borrowing from the caller's stack sound.
+    pub fn run_on<F, R>(&self, node: u32, f: F) -> Result<R, MoveError>
+    where
+        F: FnOnce() -> R + Send,
+        R: Send,
+    {
+        let q = self
+            .queues
+            .iter()
+            .find(|q| q.node == node)
+            .ok_or(MoveError::NoWorker(node))?;
+        let (rtx, rrx) = sync_channel::<std::thread::Result<R>>(1);
+        let job = move || {
+            let r = catch_unwind(AssertUnwindSafe(f));
+            let _ = rtx.send(r);
+        };
+        let job: Box<dyn FnOnce() + Send + '_> = Box::new(job);
+        // SAFETY: we erase the lifetime of `job` to hand it to a 'static worker. This is sound
+        // because this function does not return until the job has run or been dropped: the
+        // receive below only returns once `rtx` (owned by the job) has sent or been dropped.
+        // No path returns early after a successful send to the queue.
+        let job: Job = unsafe { std::mem::transmute::<Box<dyn FnOnce() + Send + '_>, Job>(job) };
+        if q.tx.send(job).is_err() {
+            // The job came back inside the error and was dropped with it: nothing borrowed
+            // is referenced any more.
+            return Err(MoveError::NoWorker(node));
+        }
+        self.forwarded.fetch_add(1, Ordering::Relaxed);
+        match rrx.recv() {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(_)) => Err(MoveError::Panicked(node)),
+            Err(_) => Err(MoveError::NoWorker(node)),
+        }
+    }
+}
+
+impl Drop for Forwarder {
+    fn drop(&mut self) {
+        self.queues.clear(); // closes the channels; workers exit after draining
+        for h in self.handles.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+/// What the caller should do about one buffer access.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Touch the buffer here; `local` tells whether the thread is on the buffer's node.
+    Here { local: bool, migrated: bool },
+    /// Run the access through [`Forwarder::run_on`] on this node.
+    Forward(u32),
+}
+
+/// The work-moving policy of one cache, with per-thread hysteresis.
+#[derive(Debug)]
+pub struct Mover {
+    pub mode: MoveWork,
+    pub hysteresis: HysteresisConfig,
+    /// Also restrict the parent process when migrating (Jericho). Default: false.
+    pub move_parent: bool,
+    cpus: NodeCpus,
+    id: u64,
+    migrations: AtomicU64,
+}
+
+thread_local! {
+    static HYST: RefCell<Vec<(u64, Hysteresis)>> = const { RefCell::new(Vec::new()) };
+}
+
+static NEXT_MOVER: AtomicU64 = AtomicU64::new(1);
+
+impl Mover {
+    pub fn new(mode: MoveWork, cpus: NodeCpus, hysteresis: HysteresisConfig) -> Self {
+        Self {
+            mode,
+            hysteresis,
+            move_parent: false,
+            cpus,
+            id: NEXT_MOVER.fetch_add(1, Ordering::Relaxed),
+            migrations: AtomicU64::new(0),
+        }
+    }
+
+    pub fn cpus(&self) -> &NodeCpus {
+        &self.cpus
+    }
+
+    pub fn migrations(&self) -> u64 {
+        self.migrations.load(Ordering::Relaxed)
+    }
+
+    /// The calling thread's node now.
+    pub fn current_node(&self) -> Option<u32> {
+        self.cpus.current_node()
+    }
+
+    /// Decides, before the calling thread touches a buffer on `data_node`, whether it moves,
+    /// forwards or stays. `first_reader` is the block's first-reader cell (first-reader mode).
+    /// Migration errors are not fatal: the access then simply stays remote.
+    pub fn before_access(&self, data_node: u32, first_reader: Option<&FirstReader>) -> Access {
+        let Some(here) = self.current_node() else {
+            return Access::Here {
+                local: false,
+                migrated: false,
+            };
+        };
+        match self.mode {
+            MoveWork::None => Access::Here {
+                local: here == data_node,
+                migrated: false,
+            },
+            MoveWork::Forward => {
+                if here == data_node || self.cpus.cpus_of(data_node).is_none() {
+                    Access::Here {
+                        local: here == data_node,
+                        migrated: false,
+                    }
+                } else {
+                    Access::Forward(data_node)
+                }
+            }
+            MoveWork::MigrateThread | MoveWork::FirstReader => {
+                let target = match (self.mode, first_reader) {
+                    (MoveWork::FirstReader, Some(fr)) => fr.claim(here),
+                    (MoveWork::FirstReader, None) => here,
+                    _ => data_node,
+                };
+                let mut migrated = false;
+                if target != here {
+                    let decision = self.observe(here, target);
+                    if let Some(t) = decision {
+                        if migrate_current_thread(&self.cpus, t, self.move_parent).is_ok() {
+                            self.migrations.fetch_add(1, Ordering::Relaxed);
+                            migrated = true;
+                        }
+                    }
+                } else {
+                    self.observe(here, target);
+                }
+                let now = if migrated {
+                    self.current_node().unwrap_or(here)
+                } else {
+                    here
+                };
+                Access::Here {
+                    local: now == data_node,
+                    migrated,
+                }
+            }
+        }
+    }
+
+    /// Feeds the calling thread's hysteresis; returns the node to move to, if any.
+    pub fn observe(&self, here: u32, target: u32) -> Option<u32> {
+        HYST.with(|h| {
+            let mut h = h.borrow_mut();
+            let i = match h.iter().position(|(id, _)| *id == self.id) {
+                Some(i) => i,
+                None => {
+                    if h.len() > 16 {
+                        h.remove(0);
+                    }
+                    h.push((self.id, Hysteresis::new(self.hysteresis)));
+                    h.len() - 1
+                }
+            };
+            h[i].1.observe(here, target)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host_cpus() -> Vec<u32> {
+        numaio_sys::get_affinity(0).unwrap().to_vec()
+    }
+
+    /// A synthetic two-"node" map over the CPUs we may use (needs 2 CPUs).
+    fn two_nodes() -> Option<NodeCpus> {
+        let cpus = host_cpus();
+        if cpus.len() < 2 {
+            return None;
+        }
+        let spec = format!("n0={}@1G n1={}@1G", cpus[0], cpus[1]);
+        Topology::synthetic(&spec)
+            .ok()
+            .map(|t| NodeCpus::from_topology(&t))
+    }
+
+    #[test]
+    fn parse_move_work() {
+        for m in ["none", "migrate-thread", "first-reader", "forward"] {
+            assert_eq!(m.parse::<MoveWork>().unwrap().to_string(), m);
+        }
+        assert!("bogus".parse::<MoveWork>().is_err());
+    }
+
+    #[test]
+    fn first_reader_claims_once() {
+        let f = FirstReader::default();
+        assert_eq!(f.get(), None);
+        assert_eq!(f.claim(2), 2);
+        assert_eq!(f.claim(3), 2);
+        f.reset();
+        assert_eq!(f.claim(3), 3);
+        let m = FirstReaderMap::new(1024);
+        assert_eq!(m.claim(1, 5, 0), 0);
+        assert_eq!(m.claim(1, 5, 1), 0);
+        m.forget(1, 5);
+        assert_eq!(m.claim(1, 5, 1), 1);
+        // Bounded.
+        let m = FirstReaderMap::new(64);
+        for b in 0..100_000 {
+            m.claim(9, b, 0);
+        }
+        let total: usize = m.shards.iter().map(|s| s.lock().unwrap().len()).sum();
+        assert!(total <= 64 * 64);
+    }
+
+    #[test]
+    fn migrate_moves_the_thread() {
+        let Some(nc) = two_nodes() else {
+            eprintln!("skipped: needs 2 CPUs");
+            return;
+        };
+        std::thread::spawn(move || {
+            for node in [1u32, 0, 1] {
+                migrate_current_thread(&nc, node, false).unwrap();
+                assert_eq!(nc.current_node(), Some(node));
+            }
+            assert!(matches!(
+                migrate_current_thread(&nc, 7, false),
+                Err(MoveError::NoCpus(7))
+            ));
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn mover_migrates_with_hysteresis() {
+        let Some(nc) = two_nodes() else {
+            eprintln!("skipped: needs 2 CPUs");
+            return;
+        };
+        std::thread::spawn(move || {
+            migrate_current_thread(&nc, 0, false).unwrap();
+            let cfg = HysteresisConfig::default();
+            let m = Mover::new(MoveWork::MigrateThread, nc.clone(), cfg);
+            let mut local = 0;
+            for _ in 0..100 {
+                if let Access::Here { local: true, .. } = m.before_access(1, None) {
+                    local += 1;
+                }
+            }
+            assert_eq!(m.migrations(), 1);
+            // K=4 remote accesses, then local.
+            assert_eq!(local, 97);
+            assert_eq!(nc.current_node(), Some(1));
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn first_reader_mode_moves_later_readers() {
+        let Some(nc) = two_nodes() else {
+            eprintln!("skipped: needs 2 CPUs");
+            return;
+        };
+        let fr = Arc::new(FirstReader::default());
+        let nc2 = nc.clone();
+        let fr2 = fr.clone();
+        std::thread::spawn(move || {
+            migrate_current_thread(&nc2, 1, false).unwrap();
+            let m = Mover::new(MoveWork::FirstReader, nc2, HysteresisConfig::jericho());
+            m.before_access(0, Some(&fr2));
+            assert_eq!(m.migrations(), 0, "the first reader is not moved");
+        })
+        .join()
+        .unwrap();
+        assert_eq!(fr.get(), Some(1));
+        std::thread::spawn(move || {
+            migrate_current_thread(&nc, 0, false).unwrap();
+            let m = Mover::new(
+                MoveWork::FirstReader,
+                nc.clone(),
+                HysteresisConfig::jericho(),
+            );
+            m.before_access(0, Some(&fr));
+            assert_eq!(m.migrations(), 1);
+            assert_eq!(nc.current_node(), Some(1));
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn forward_runs_on_the_node_and_borrows() {
+        let Some(nc) = two_nodes() else {
+            eprintln!("skipped: needs 2 CPUs");
+            return;
+        };
+        let f = Forwarder::new(&nc, &[0, 1], 1, 4).unwrap();
+        let src = vec![7u8; 4096];
+        let mut dst = vec![0u8; 4096];
+        for node in [0u32, 1] {
+            let ran_on = f
+                .run_on(node, || {
+                    dst.copy_from_slice(&src);
+                    nc.current_node()
+                })
+                .unwrap();
+            assert_eq!(ran_on, Some(node));
+        }
+        assert_eq!(dst, src);
+        assert_eq!(f.forwarded(), 2);
+        assert!(matches!(f.run_on(5, || ()), Err(MoveError::NoWorker(5))));
+        assert!(matches!(
+            f.run_on(0, || panic!("boom")),
+            Err(MoveError::Panicked(0))
+        ));
+        // Still usable after a panic.
+        assert_eq!(f.run_on(0, || 41 + 1).unwrap(), 42);
+        let m = Mover::new(MoveWork::Forward, nc.clone(), HysteresisConfig::default());
+        std::thread::spawn(move || {
+            migrate_current_thread(&nc, 0, false).unwrap();
+            assert_eq!(m.before_access(1, None), Access::Forward(1));
+            assert_eq!(
+                m.before_access(0, None),
+                Access::Here {
+                    local: true,
+                    migrated: false
+                }
+            );
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn forward_many_concurrent() {
+        let Some(nc) = two_nodes() else {
+            eprintln!("skipped: needs 2 CPUs");
+            return;
+        };
+        let f = Arc::new(Forwarder::new(&nc, &[0, 1], 2, 2).unwrap());
+        let hs: Vec<_> = (0..4)
+            .map(|t| {
+                let f = f.clone();
+                std::thread::spawn(move || {
+                    let mut sum = 0u64;
+                    for i in 0..500u64 {
+                        sum += f.run_on((i % 2) as u32, || i * t).unwrap();
+                    }
+                    sum
+                })
+            })
+            .collect();
+        for (t, h) in hs.into_iter().enumerate() {
+            assert_eq!(h.join().unwrap(), (0..500u64).sum::<u64>() * t as u64);
+        }
+        assert_eq!(f.forwarded(), 2000);
+    }
+}

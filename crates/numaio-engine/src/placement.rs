@@ -1,0 +1,720 @@
+//! Data placement: which slice caches a block (issue 6).
+//!
+//! The policies are the user-space counterparts of the seeds' placements:
+//! - `range`: fixed block ranges per slice (Jericho's JeriCache "home" ranges);
+//! - `directory`: each top-level directory gets a slice, round robin in order of first use (JeriFS);
+//! - `writer-local`: the writing thread's node (Tofalos's NUMA-aware ext4);
+//! - `interleave`: block-granular round robin over all slices (ZonFS "Fair");
+//! - `stripe:K:CHUNK`: a file's CHUNK-sized chunks alternate over K slices (ZonFS striping);
+//! - `fixed:N`: everything in slice N (ZonFS "Single").
+//!
+//! [`PlacementPolicy::slice_for`] is a pure function of the block, the file's home slice and
+//! the calling thread's node. Policies whose answer depends on *who* touched a block first
+//! (`writer-local`) need memory so that later lookups find the block in the same slice: the
+//! [`Placer`] keeps those decisions in a per-file extent map ([`StickyMap`]).
+//!
+//! Backing devices: a file whose device reports a NUMA node (`/sys/dev/block/M:m/device/numa_node`)
+//! or that matches a configured path prefix gets that node's slice as its home, which `range`
+//! and `directory` then use (lesson 5 in ANCHORS.md: align slices with devices).
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::path::{Component, Path, PathBuf};
+use std::str::FromStr;
+use std::sync::{Mutex, RwLock};
+
+use serde::Serialize;
+
+/// Default stripe chunk when `stripe:K` gives none.
+pub const DEFAULT_STRIPE_CHUNK: u64 = 64 * 1024;
+
+/// How blocks are assigned to slices. Parse with `str::parse` from the CLI spelling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PlacementPolicy {
+    /// Fixed ranges of `range_blocks` blocks, assigned to slices round robin. With the file's
+    /// home slice known (device node), the whole file goes there.
+    Range { range_blocks: u64 },
+    /// The file's top-level directory's slice.
+    Directory,
+    /// The slice of the node of the first thread that writes (or, for never-written blocks,
+    /// first reads) the block.
+    WriterLocal,
+    /// Block `b` of a file goes to slice `(b + file) mod n`.
+    Interleave,
+    /// Chunks of `chunk` bytes alternate over `k` consecutive slices starting at the file's
+    /// home slice.
+    Stripe { k: usize, chunk: u64 },
+    /// Always slice `n`.
+    Fixed(usize),
+}
+
+impl Default for PlacementPolicy {
+    fn default() -> Self {
+        PlacementPolicy::Range {
+            range_blocks: 1 << 18,
+        }
+    }
+}
+
+/// Error parsing a placement policy or a device-node rule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid placement policy {input:?}: {why} (expected range[:BLOCKS] | directory | writer-local | interleave | stripe:K[:CHUNK] | fixed:N)")]
+pub struct PlacementParseError {
+    pub input: String,
+    pub why: String,
+}
+
+impl FromStr for PlacementPolicy {
+    type Err = PlacementParseError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = |why: &str| PlacementParseError {
+            input: s.to_string(),
+            why: why.to_string(),
+        };
+        let parts: Vec<&str> = s.trim().split(':').collect();
+        let num = |p: &str, what: &str| -> Result<u64, PlacementParseError> {
+            p.parse::<u64>()
+                .map_err(|_| err(&format!("{what} {p:?} is not a number")))
+        };
+        match parts.as_slice() {
+            ["range"] => Ok(PlacementPolicy::default()),
+            ["range", b] => {
+                let range_blocks = num(b, "range length")?;
+                if range_blocks == 0 {
+                    return Err(err("range length must be > 0"));
+                }
+                Ok(PlacementPolicy::Range { range_blocks })
+            }
+            ["directory"] | ["dir"] => Ok(PlacementPolicy::Directory),
+            ["writer-local"] | ["writer"] => Ok(PlacementPolicy::WriterLocal),
+            ["interleave"] => Ok(PlacementPolicy::Interleave),
+            ["stripe", rest @ ..] if rest.len() == 1 || rest.len() == 2 => {
+                let k = num(rest[0], "stripe width")? as usize;
+                if k == 0 {
+                    return Err(err("stripe width K must be >= 1"));
+                }
+                let chunk = match rest.get(1) {
+                    None => DEFAULT_STRIPE_CHUNK,
+                    Some(c) => numaio_sys::topology::parse_size(c)
+                        .ok_or_else(|| err(&format!("chunk size {c:?} is not a size")))?,
+                };
+                if chunk == 0 {
+                    return Err(err("chunk size must be > 0"));
+                }
+                Ok(PlacementPolicy::Stripe { k, chunk })
+            }
+            ["fixed", n] => Ok(PlacementPolicy::Fixed(num(n, "slice")? as usize)),
+            _ => Err(err("unknown policy")),
+        }
+    }
+}
+
+impl fmt::Display for PlacementPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PlacementPolicy::Range { range_blocks } => write!(f, "range:{range_blocks}"),
+            PlacementPolicy::Directory => f.write_str("directory"),
+            PlacementPolicy::WriterLocal => f.write_str("writer-local"),
+            PlacementPolicy::Interleave => f.write_str("interleave"),
+            PlacementPolicy::Stripe { k, chunk } => write!(f, "stripe:{k}:{chunk}"),
+            PlacementPolicy::Fixed(n) => write!(f, "fixed:{n}"),
+        }
+    }
+}
+
+/// Everything a placement decision may look at.
+#[derive(Debug, Clone, Copy)]
+pub struct BlockCtx {
+    /// Stable id of the file (or device).
+    pub file: u64,
+    /// Block number within the file.
+    pub block: u64,
+    /// Block size in bytes (for `stripe` chunks).
+    pub block_size: u64,
+    /// The file's home slice: its top-level directory's slice, or its device's node's slice.
+    pub home: Option<usize>,
+    /// The node of the thread asking (writer or reader), if known.
+    pub caller_node: Option<u32>,
+}
+
+impl PlacementPolicy {
+    /// Checks the policy against a cache with `nslices` slices.
+    pub fn validate(&self, nslices: usize) -> Result<(), String> {
+        match *self {
+            PlacementPolicy::Fixed(n) if n >= nslices => Err(format!(
+                "fixed:{n} names slice {n}, but the cache has {nslices} slice(s) (0..{})",
+                nslices.saturating_sub(1)
+            )),
+            PlacementPolicy::Stripe { k, .. } if k > nslices => Err(format!(
+                "stripe:{k} needs {k} slices, but the cache has {nslices}"
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// The slice for a block. Pure: the same inputs always give the same slice.
+    /// `slice_of_node` maps a node id to its slice (None: node has no slice).
+    pub fn slice_for(
+        &self,
+        ctx: &BlockCtx,
+        nslices: usize,
+        slice_of_node: impl Fn(u32) -> Option<usize>,
+    ) -> usize {
+        let n = nslices.max(1);
+        let home = ctx.home.map(|h| h % n);
+        match *self {
+            PlacementPolicy::Range { range_blocks } => match home {
+                Some(h) => h,
+                None => ((ctx.block / range_blocks.max(1)) % n as u64) as usize,
+            },
+            PlacementPolicy::Directory => home.unwrap_or((mix(ctx.file) % n as u64) as usize),
+            PlacementPolicy::WriterLocal => ctx
+                .caller_node
+                .and_then(slice_of_node)
+                .map(|s| s % n)
+                .or(home)
+                .unwrap_or(0),
+            PlacementPolicy::Interleave => ((ctx.block.wrapping_add(ctx.file)) % n as u64) as usize,
+            PlacementPolicy::Stripe { k, chunk } => {
+                let base = home.unwrap_or((mix(ctx.file) % n as u64) as usize);
+                let chunk_no = ctx.block.saturating_mul(ctx.block_size.max(1)) / chunk.max(1);
+                (base + (chunk_no % k.clamp(1, n) as u64) as usize) % n
+            }
+            PlacementPolicy::Fixed(s) => s.min(n - 1),
+        }
+    }
+
+    /// Whether the policy's answer depends on the caller, so decisions must be remembered.
+    pub fn is_sticky(&self) -> bool {
+        matches!(self, PlacementPolicy::WriterLocal)
+    }
+}
+
+/// A 64-bit mix so consecutive file ids spread over slices.
+fn mix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Assigns top-level directories (relative to a root) to slices round robin, in the order
+/// they are first seen, as JeriFS does. Files directly in the root go to slice 0's turn too.
+#[derive(Debug, Default)]
+pub struct DirectoryMap {
+    inner: Mutex<HashMap<PathBuf, usize>>,
+}
+
+impl DirectoryMap {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The top-level component of `path` below `root` (or of `path` itself when it is not under
+    /// `root`). A file directly in `root` yields its own name.
+    pub fn top_level(root: &Path, path: &Path) -> PathBuf {
+        let rel = path.strip_prefix(root).unwrap_or(path);
+        rel.components()
+            .find_map(|c| match c {
+                Component::Normal(s) => Some(PathBuf::from(s)),
+                _ => None,
+            })
+            .unwrap_or_default()
+    }
+
+    /// The slice of `path`'s top-level directory; assigns the next slice on first use.
+    pub fn slice_of(&self, root: &Path, path: &Path, nslices: usize) -> usize {
+        let top = Self::top_level(root, path);
+        let mut m = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let next = m.len();
+        *m.entry(top).or_insert(next) % nslices.max(1)
+    }
+
+    /// Assigns a directory explicitly (e.g. from a config file).
+    pub fn assign(&self, top: impl Into<PathBuf>, slice: usize) {
+        let mut m = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        m.insert(top.into(), slice);
+    }
+
+    pub fn assignments(&self) -> BTreeMap<PathBuf, usize> {
+        let m = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        m.iter().map(|(k, v)| (k.clone(), *v)).collect()
+    }
+}
+
+/// Remembered placements, per file, as extents `[start, end) -> slice`, merged when adjacent,
+/// so a thread writing a file sequentially costs one entry.
+#[derive(Debug)]
+pub struct StickyMap {
+    shards: Vec<RwLock<FileExtents>>,
+}
+
+/// file -> (extent start -> (extent end, slice)).
+type FileExtents = HashMap<u64, BTreeMap<u64, (u64, u32)>>;
+
+impl Default for StickyMap {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl StickyMap {
+    const SHARDS: usize = 64;
+
+    pub fn new() -> Self {
+        Self {
+            shards: (0..Self::SHARDS)
+                .map(|_| RwLock::new(HashMap::new()))
+                .collect(),
+        }
+    }
+
+    fn shard(&self, file: u64) -> &RwLock<FileExtents> {
+        &self.shards[(mix(file) % Self::SHARDS as u64) as usize]
+    }
+
+    pub fn get(&self, file: u64, block: u64) -> Option<usize> {
+        let g = self.shard(file).read().unwrap_or_else(|e| e.into_inner());
+        let ext = g.get(&file)?;
+        let (_, &(end, slice)) = ext.range(..=block).next_back()?;
+        (block < end).then_some(slice as usize)
+    }
+
+    /// Records `block -> slice` unless the block already has a slice; returns the block's slice.
+    pub fn get_or_insert(&self, file: u64, block: u64, slice: usize) -> usize {
+        if let Some(s) = self.get(file, block) {
+            return s;
+        }
+        let mut g = self.shard(file).write().unwrap_or_else(|e| e.into_inner());
+        let ext = g.entry(file).or_default();
+        if let Some((_, &(end, s))) = ext.range(..=block).next_back() {
+            if block < end {
+                return s as usize;
+            }
+        }
+        let slice32 = slice as u32;
+        let mut start = block;
+        let mut end = block + 1;
+        // Merge with the extent ending right before, and the one starting right after.
+        if let Some((&s0, &(e0, sl))) = ext.range(..block).next_back() {
+            if e0 == block && sl == slice32 {
+                start = s0;
+            }
+        }
+        if let Some(&(e1, sl)) = ext.get(&(block + 1)) {
+            if sl == slice32 {
+                ext.remove(&(block + 1));
+                end = e1;
+            }
+        }
+        ext.insert(start, (end, slice32));
+        slice
+    }
+
+    /// Forgets the placement of `[first, first+count)` (e.g. when those blocks leave the cache
+    /// or the file is truncated), so the next writer decides afresh.
+    pub fn forget(&self, file: u64, first: u64, count: u64) {
+        let last = first.saturating_add(count);
+        let mut g = self.shard(file).write().unwrap_or_else(|e| e.into_inner());
+        let Some(ext) = g.get_mut(&file) else { return };
+        let overlapping: Vec<(u64, u64, u32)> = ext
+            .range(..last)
+            .filter(|(_, &(e, _))| e > first)
+            .map(|(&s, &(e, sl))| (s, e, sl))
+            .collect();
+        for (s, e, sl) in overlapping {
+            ext.remove(&s);
+            if s < first {
+                ext.insert(s, (first, sl));
+            }
+            if e > last {
+                ext.insert(last, (e, sl));
+            }
+        }
+        if ext.is_empty() {
+            g.remove(&file);
+        }
+    }
+
+    /// Number of extents held (memory use is proportional to it).
+    pub fn extents(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| {
+                s.read()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .values()
+                    .map(|m| m.len())
+                    .sum::<usize>()
+            })
+            .sum()
+    }
+}
+
+/// The NUMA node of the block device holding `path`, from sysfs (`None` when the device
+/// reports none, e.g. -1 or a virtual filesystem).
+pub fn device_node_of(path: &Path) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(path).ok()?.dev();
+    let (maj, min) = (libc::major(dev), libc::minor(dev));
+    let base = PathBuf::from(format!("/sys/dev/block/{maj}:{min}"));
+    // A partition's node is its parent disk's.
+    for cand in [
+        base.join("device/numa_node"),
+        base.join("../device/numa_node"),
+    ] {
+        if let Ok(s) = std::fs::read_to_string(&cand) {
+            if let Ok(n) = s.trim().parse::<i64>() {
+                return (n >= 0).then_some(n as u32);
+            }
+        }
+    }
+    None
+}
+
+/// Maps files to the node of their backing device: explicit path-prefix rules first, then
+/// (if enabled) the device's sysfs `numa_node`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct DeviceNodeMap {
+    /// `(path prefix, node)`; the longest matching prefix wins.
+    pub rules: Vec<(PathBuf, u32)>,
+    /// Look up the device's node in sysfs for files no rule matches.
+    pub use_sysfs: bool,
+}
+
+impl DeviceNodeMap {
+    /// Parses `PREFIX=NODE` rules separated by commas.
+    pub fn parse_rules(s: &str) -> Result<Vec<(PathBuf, u32)>, String> {
+        s.split(',')
+            .filter(|p| !p.trim().is_empty())
+            .map(|p| {
+                let (path, node) = p
+                    .rsplit_once('=')
+                    .ok_or_else(|| format!("device rule {p:?}: expected PATH=NODE"))?;
+                let node = node
+                    .trim()
+                    .parse::<u32>()
+                    .map_err(|_| format!("device rule {p:?}: node {node:?} is not a number"))?;
+                Ok((PathBuf::from(path.trim()), node))
+            })
+            .collect()
+    }
+
+    pub fn node_of(&self, path: &Path) -> Option<u32> {
+        let best = self
+            .rules
+            .iter()
+            .filter(|(p, _)| path.starts_with(p))
+            .max_by_key(|(p, _)| p.as_os_str().len());
+        if let Some((_, n)) = best {
+            return Some(*n);
+        }
+        if self.use_sysfs {
+            device_node_of(path)
+        } else {
+            None
+        }
+    }
+}
+
+/// Placement state for one cache: the policy plus the directory map, the device map and the
+/// remembered (sticky) decisions.
+#[derive(Debug)]
+pub struct Placer {
+    pub policy: PlacementPolicy,
+    /// Node id of each slice (slice i lives on `slice_nodes[i]`).
+    pub slice_nodes: Vec<u32>,
+    /// Directory-policy root: top-level directories are taken relative to it.
+    pub root: Option<PathBuf>,
+    pub devices: DeviceNodeMap,
+    dirs: DirectoryMap,
+    sticky: StickyMap,
+}
+
+impl Placer {
+    pub fn new(policy: PlacementPolicy, slice_nodes: Vec<u32>) -> Result<Self, String> {
+        if slice_nodes.is_empty() {
+            return Err("a cache needs at least one slice".into());
+        }
+        policy.validate(slice_nodes.len())?;
+        Ok(Self {
+            policy,
+            slice_nodes,
+            root: None,
+            devices: DeviceNodeMap::default(),
+            dirs: DirectoryMap::new(),
+            sticky: StickyMap::new(),
+        })
+    }
+
+    pub fn with_root(mut self, root: impl Into<PathBuf>) -> Self {
+        self.root = Some(root.into());
+        self
+    }
+
+    pub fn with_devices(mut self, devices: DeviceNodeMap) -> Self {
+        self.devices = devices;
+        self
+    }
+
+    pub fn nslices(&self) -> usize {
+        self.slice_nodes.len()
+    }
+
+    pub fn slice_of_node(&self, node: u32) -> Option<usize> {
+        self.slice_nodes.iter().position(|&n| n == node)
+    }
+
+    pub fn node_of_slice(&self, slice: usize) -> u32 {
+        self.slice_nodes[slice % self.slice_nodes.len()]
+    }
+
+    /// The home slice of a file, decided when it is opened: its device's node if the device
+    /// map knows it, else (for `directory`, `stripe`) its top-level directory's slice.
+    pub fn home_of(&self, path: &Path) -> Option<usize> {
+        if let Some(s) = self
+            .devices
+            .node_of(path)
+            .and_then(|n| self.slice_of_node(n))
+        {
+            return Some(s);
+        }
+        match self.policy {
+            PlacementPolicy::Directory | PlacementPolicy::Stripe { .. } => {
+                let root = self.root.clone().unwrap_or_else(|| {
+                    path.parent()
+                        .and_then(|p| p.parent())
+                        .unwrap_or(Path::new("/"))
+                        .to_path_buf()
+                });
+                Some(self.dirs.slice_of(&root, path, self.nslices()))
+            }
+            _ => None,
+        }
+    }
+
+    /// The slice for a block; for sticky policies the first decision is remembered.
+    pub fn slice_for(&self, ctx: &BlockCtx) -> usize {
+        let n = self.nslices();
+        if self.policy.is_sticky() {
+            if let Some(s) = self.sticky.get(ctx.file, ctx.block) {
+                return s;
+            }
+            let s = self
+                .policy
+                .slice_for(ctx, n, |node| self.slice_of_node(node));
+            return self.sticky.get_or_insert(ctx.file, ctx.block, s);
+        }
+        self.policy
+            .slice_for(ctx, n, |node| self.slice_of_node(node))
+    }
+
+    /// Drops remembered placements of blocks that left the cache.
+    pub fn forget(&self, file: u64, first: u64, count: u64) {
+        if self.policy.is_sticky() {
+            self.sticky.forget(file, first, count);
+        }
+    }
+
+    pub fn sticky_extents(&self) -> usize {
+        self.sticky.extents()
+    }
+
+    pub fn directories(&self) -> BTreeMap<PathBuf, usize> {
+        self.dirs.assignments()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx(file: u64, block: u64) -> BlockCtx {
+        BlockCtx {
+            file,
+            block,
+            block_size: 4096,
+            home: None,
+            caller_node: None,
+        }
+    }
+
+    #[test]
+    fn parse_and_display_roundtrip() {
+        for s in [
+            "range:1024",
+            "directory",
+            "writer-local",
+            "interleave",
+            "stripe:2:65536",
+            "fixed:3",
+        ] {
+            let p: PlacementPolicy = s.parse().unwrap();
+            assert_eq!(p.to_string(), s);
+        }
+        assert_eq!(
+            "stripe:2:1M".parse::<PlacementPolicy>().unwrap(),
+            PlacementPolicy::Stripe {
+                k: 2,
+                chunk: 1 << 20
+            }
+        );
+        assert_eq!(
+            "stripe:4".parse::<PlacementPolicy>().unwrap(),
+            PlacementPolicy::Stripe {
+                k: 4,
+                chunk: DEFAULT_STRIPE_CHUNK
+            }
+        );
+        for bad in [
+            "",
+            "bogus",
+            "stripe",
+            "stripe:0",
+            "stripe:x",
+            "stripe:2:0",
+            "fixed",
+            "fixed:-1",
+            "range:0",
+        ] {
+            let e = bad.parse::<PlacementPolicy>().unwrap_err();
+            assert!(e.to_string().contains("expected range"), "{e}");
+        }
+    }
+
+    #[test]
+    fn validate_against_slice_count() {
+        assert!(PlacementPolicy::Fixed(3).validate(4).is_ok());
+        assert!(PlacementPolicy::Fixed(4).validate(4).is_err());
+        assert!(PlacementPolicy::Stripe { k: 3, chunk: 4096 }
+            .validate(2)
+            .is_err());
+        assert!(Placer::new(PlacementPolicy::Fixed(2), vec![0, 1]).is_err());
+        assert!(Placer::new(PlacementPolicy::Interleave, vec![]).is_err());
+    }
+
+    #[test]
+    fn range_interleave_fixed() {
+        let r = PlacementPolicy::Range { range_blocks: 10 };
+        let got: Vec<usize> = (0..40)
+            .step_by(10)
+            .map(|b| r.slice_for(&ctx(1, b), 4, |_| None))
+            .collect();
+        assert_eq!(got, vec![0, 1, 2, 3]);
+        assert_eq!(r.slice_for(&ctx(1, 9), 4, |_| None), 0);
+        let i = PlacementPolicy::Interleave;
+        let mut counts = [0; 4];
+        for b in 0..400 {
+            counts[i.slice_for(&ctx(7, b), 4, |_| None)] += 1;
+        }
+        assert_eq!(counts, [100; 4]);
+        for b in 0..50 {
+            assert_eq!(
+                PlacementPolicy::Fixed(2).slice_for(&ctx(b, b), 4, |_| None),
+                2
+            );
+        }
+    }
+
+    #[test]
+    fn stripe_alternates_between_k_slices() {
+        let p = PlacementPolicy::Stripe { k: 2, chunk: 16384 };
+        let mut c = ctx(5, 0);
+        c.home = Some(1);
+        let slices: Vec<usize> = (0..16)
+            .map(|b| {
+                c.block = b;
+                p.slice_for(&c, 4, |_| None)
+            })
+            .collect();
+        // 4 blocks per chunk; chunks alternate 1,2,1,2.
+        assert_eq!(slices, vec![1, 1, 1, 1, 2, 2, 2, 2, 1, 1, 1, 1, 2, 2, 2, 2]);
+        // Wraps around the last slice.
+        c.home = Some(3);
+        c.block = 4;
+        assert_eq!(p.slice_for(&c, 4, |_| None), 0);
+    }
+
+    #[test]
+    fn directory_round_robin_in_first_use_order() {
+        let p = Placer::new(PlacementPolicy::Directory, vec![0, 1, 2, 3])
+            .unwrap()
+            .with_root("/data");
+        let homes: Vec<Option<usize>> = ["d0/f", "d1/f", "d2/x/y", "d3/f", "d4/f", "d1/g"]
+            .iter()
+            .map(|f| p.home_of(&Path::new("/data").join(f)))
+            .collect();
+        assert_eq!(
+            homes,
+            vec![Some(0), Some(1), Some(2), Some(3), Some(0), Some(1)]
+        );
+        let mut c = ctx(9, 12345);
+        c.home = homes[2];
+        assert_eq!(p.slice_for(&c,), 2);
+        assert_eq!(p.directories().len(), 5);
+    }
+
+    #[test]
+    fn writer_local_is_sticky() {
+        let p = Placer::new(PlacementPolicy::WriterLocal, vec![0, 1, 2, 3]).unwrap();
+        for b in 0..100 {
+            let mut c = ctx(1, b);
+            c.caller_node = Some((b / 50) as u32 + 2); // blocks 0..50 by node 2, rest node 3
+            assert_eq!(p.slice_for(&c), (b / 50) as usize + 2);
+        }
+        // A reader on node 0 finds them where they were written.
+        for b in 0..100 {
+            let mut c = ctx(1, b);
+            c.caller_node = Some(0);
+            assert_eq!(p.slice_for(&c), (b / 50) as usize + 2);
+        }
+        assert_eq!(p.sticky_extents(), 2);
+        p.forget(1, 10, 10);
+        assert_eq!(p.sticky_extents(), 3);
+        let mut c = ctx(1, 15);
+        c.caller_node = Some(1);
+        assert_eq!(p.slice_for(&c), 1);
+        c.block = 20;
+        assert_eq!(p.slice_for(&c), 2);
+    }
+
+    #[test]
+    fn sticky_map_merges_and_splits() {
+        let m = StickyMap::new();
+        for b in (0..10).rev() {
+            m.get_or_insert(3, b, 1);
+        }
+        assert_eq!(m.extents(), 1);
+        m.get_or_insert(3, 11, 1);
+        assert_eq!(m.extents(), 2);
+        m.get_or_insert(3, 10, 1);
+        assert_eq!(m.extents(), 1);
+        assert_eq!(m.get(3, 11), Some(1));
+        assert_eq!(m.get(3, 12), None);
+        assert_eq!(m.get_or_insert(3, 5, 0), 1, "first decision wins");
+        m.forget(3, 0, 100);
+        assert_eq!(m.extents(), 0);
+        assert_eq!(m.get(3, 5), None);
+    }
+
+    #[test]
+    fn device_rules() {
+        let rules = DeviceNodeMap::parse_rules("/mnt/a=1, /mnt/a/b=3").unwrap();
+        let d = DeviceNodeMap {
+            rules,
+            use_sysfs: false,
+        };
+        assert_eq!(d.node_of(Path::new("/mnt/a/x")), Some(1));
+        assert_eq!(d.node_of(Path::new("/mnt/a/b/x")), Some(3));
+        assert_eq!(d.node_of(Path::new("/tmp/x")), None);
+        assert!(DeviceNodeMap::parse_rules("/x").is_err());
+        assert!(DeviceNodeMap::parse_rules("/x=y").is_err());
+        let p = Placer::new(PlacementPolicy::Directory, vec![0, 1, 2, 3])
+            .unwrap()
+            .with_devices(d);
+        assert_eq!(p.home_of(Path::new("/mnt/a/b/f")), Some(3));
+        // sysfs lookup on a real path must not fail loudly.
+        let _ = device_node_of(Path::new("/"));
+    }
+}
