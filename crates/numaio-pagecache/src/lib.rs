@@ -1,1 +1,41 @@
-//! Page-cache locality (issue 3). Placeholder until the crate is written.
+//! # numaio-pagecache: page-cache locality for any file
+//!
+//! The kernel caches file data in pages allocated on some NUMA node, and no standard tool
+//! says which. This crate answers *where* a file's cached pages sit, per node, without
+//! reading anything in, and changes it: *warm* a file onto chosen nodes (one node,
+//! page interleave, ZonFS-style stripes, weighted interleave) and verify the result, *move*
+//! resident pages (including page cache that no process maps), and *evict* them.
+//!
+//! Components:
+//! * [`scan`](crate::scan) (internal): the side-effect-free residency scan — windowed
+//!   `mmap`, `mincore`, faulting in only resident pages, batched `move_pages` queries.
+//! * [`residency`]: `where` ([`file_residency`], [`FileResidency`], `--map` cells, totals).
+//! * [`migrate`]: `move` ([`move_file`], [`MoveReport`]).
+//! * [`warm`]: `warm` ([`warm_file`], [`WarmReport`]).
+//! * [`evict`]: `evict` ([`evict_file`], [`EvictReport`]).
+//! * [`target`]: placement targets ([`Target`]) and the node each page should be on.
+//! * [`file`]: read-only opening with clear errors, and directory walking.
+//!
+//! No function here opens a file for writing or changes file contents. `mincore` tells the
+//! truth only for files the caller owns or can write, or for root
+//! ([`FileResidency::mincore_truthful`]).
+
+pub mod error;
+pub mod evict;
+pub mod file;
+pub mod migrate;
+pub mod residency;
+mod scan;
+pub mod target;
+pub mod warm;
+
+pub use error::PagecacheError;
+pub use evict::{evict_file, EvictReport};
+pub use file::{collect_files, mincore_is_truthful, open_regular, OpenFile};
+pub use migrate::{move_file, MoveOptions, MoveReport};
+pub use residency::{
+    file_residency, residency_of, resident_pages_mincore, ByteRange, FileResidency, MapCell,
+    Totals, WhereOptions,
+};
+pub use target::Target;
+pub use warm::{warm_file, Progress, WarmOptions, WarmReport};

@@ -1,0 +1,88 @@
+//! Typed errors. Every variant names the path it concerns and, where there is one, what the
+//! user can do about it.
+
+use std::io;
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PagecacheError {
+    /// The path does not exist.
+    #[error("{}: no such file or directory", .path.display())]
+    NotFound { path: PathBuf },
+    /// The path exists but is not a regular file (FIFO, socket, device, or a directory without `-r`).
+    #[error("{}: is {kind}, not a regular file{hint}", .path.display())]
+    NotRegular {
+        path: PathBuf,
+        kind: &'static str,
+        hint: &'static str,
+    },
+    /// The caller may not read the file or list the directory.
+    #[error("{}: permission denied ({what}); run as a user who can read it, or as root", .path.display())]
+    PermissionDenied { path: PathBuf, what: &'static str },
+    /// Any other I/O error on the path.
+    #[error("{}: {what} failed: {source}", .path.display())]
+    Io {
+        path: PathBuf,
+        what: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    /// A NUMA system call failed while working on the path.
+    #[error("{}: {source}", .path.display())]
+    Sys {
+        path: PathBuf,
+        #[source]
+        source: numaio_sys::SysError,
+    },
+    /// A placement target that cannot be used (bad node, empty list, bad chunk size).
+    #[error("invalid target: {0}")]
+    InvalidTarget(String),
+}
+
+impl PagecacheError {
+    /// The path the error concerns, if any.
+    pub fn path(&self) -> Option<&std::path::Path> {
+        match self {
+            PagecacheError::NotFound { path }
+            | PagecacheError::NotRegular { path, .. }
+            | PagecacheError::PermissionDenied { path, .. }
+            | PagecacheError::Io { path, .. }
+            | PagecacheError::Sys { path, .. } => Some(path),
+            PagecacheError::InvalidTarget(_) => None,
+        }
+    }
+
+    /// A short machine-readable kind for JSON output.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            PagecacheError::NotFound { .. } => "not_found",
+            PagecacheError::NotRegular { .. } => "not_regular",
+            PagecacheError::PermissionDenied { .. } => "permission_denied",
+            PagecacheError::Io { .. } => "io",
+            PagecacheError::Sys { .. } => "system",
+            PagecacheError::InvalidTarget(_) => "invalid_target",
+        }
+    }
+
+    pub(crate) fn io(path: &std::path::Path, what: &'static str, e: io::Error) -> Self {
+        match e.kind() {
+            io::ErrorKind::NotFound => PagecacheError::NotFound { path: path.into() },
+            io::ErrorKind::PermissionDenied => PagecacheError::PermissionDenied {
+                path: path.into(),
+                what,
+            },
+            _ => PagecacheError::Io {
+                path: path.into(),
+                what,
+                source: e,
+            },
+        }
+    }
+
+    pub(crate) fn sys(path: &std::path::Path, e: numaio_sys::SysError) -> Self {
+        PagecacheError::Sys {
+            path: path.into(),
+            source: e,
+        }
+    }
+}

@@ -1,0 +1,201 @@
+//! `where`: how much of a file is cached, and on which nodes, without reading anything in.
+
+use crate::error::PagecacheError;
+use crate::file::{mincore_is_truthful, open_regular, OpenFile};
+use crate::scan::{pages_of, scan};
+use crate::target::Target;
+use numaio_sys::PageStatus;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// What to look at. Default: the whole file, no map.
+#[derive(Debug, Clone, Default)]
+pub struct WhereOptions {
+    /// `(offset, len)` in bytes; widened to whole pages and clipped to the file.
+    pub range: Option<(u64, u64)>,
+    /// Bytes per `--map` cell; `None` = no map.
+    pub map_chunk: Option<u64>,
+}
+
+/// One cell of the residency map: a byte range of the file and where its pages are.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MapCell {
+    pub offset: u64,
+    pub len: u64,
+    pub pages: u64,
+    pub resident_pages: u64,
+    pub nodes: BTreeMap<u32, u64>,
+}
+
+impl MapCell {
+    /// One character for the compact picture: `.` nothing cached, the node's id in base 36
+    /// (`0`-`9`, then `a`-`z`) when every cached page of the cell is on that node, `*` for a
+    /// mix of nodes.
+    pub fn symbol(&self) -> char {
+        if self.resident_pages == 0 {
+            return '.';
+        }
+        if self.nodes.len() != 1 {
+            return '*';
+        }
+        let n = *self.nodes.keys().next().unwrap_or(&0);
+        std::char::from_digit(n, 36).unwrap_or('#')
+    }
+}
+
+/// The byte range examined, after rounding to pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ByteRange {
+    pub offset: u64,
+    pub len: u64,
+}
+
+/// Residency of one file (or of a range of it).
+#[derive(Debug, Clone, Serialize)]
+pub struct FileResidency {
+    pub path: PathBuf,
+    pub size_bytes: u64,
+    /// Pages examined (the whole file, or the range).
+    pub pages: u64,
+    /// Resident pages found: the sum of `nodes` plus `unknown_node_pages`.
+    pub resident_pages: u64,
+    /// Resident pages per node.
+    pub nodes: BTreeMap<u32, u64>,
+    /// Present only with a range.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub range: Option<ByteRange>,
+    pub page_size: u64,
+    /// Pages mincore reported resident that were evicted before their node was read.
+    pub evicted_during_query: u64,
+    /// Pages read back in because they were evicted between mincore and the touch (the
+    /// residual race; see the scan module). Normally 0.
+    pub read_in_during_query: u64,
+    /// Resident pages whose node the kernel would not report (busy, special).
+    pub unknown_node_pages: u64,
+    /// False when mincore cannot see this file's cache for this caller (not root, not the
+    /// owner, no write permission): then residency reads as 0 whatever is cached.
+    pub mincore_truthful: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub map: Option<Vec<MapCell>>,
+}
+
+/// Sums over several files, for the `total` object.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Totals {
+    pub pages: u64,
+    pub resident_pages: u64,
+    pub nodes: BTreeMap<u32, u64>,
+}
+
+impl Totals {
+    pub fn add(&mut self, r: &FileResidency) {
+        self.pages += r.pages;
+        self.resident_pages += r.resident_pages;
+        for (&n, &c) in &r.nodes {
+            *self.nodes.entry(n).or_default() += c;
+        }
+    }
+}
+
+/// Where `path`'s cached pages are. Never reads a non-resident page in.
+pub fn file_residency(path: &Path, opts: &WhereOptions) -> Result<FileResidency, PagecacheError> {
+    let f = open_regular(path)?;
+    residency_of(&f, opts)
+}
+
+/// [`file_residency`] on a file already open.
+pub fn residency_of(f: &OpenFile, opts: &WhereOptions) -> Result<FileResidency, PagecacheError> {
+    Ok(residency_against(f, opts, None)?.0)
+}
+
+/// Residency, plus (with a target) how many resident pages sit on their target node.
+pub(crate) fn residency_against(
+    f: &OpenFile,
+    opts: &WhereOptions,
+    target: Option<&Target>,
+) -> Result<(FileResidency, u64), PagecacheError> {
+    let ps = numaio_sys::page_size() as u64;
+    let total_pages = pages_of(f.size, ps);
+    let (first, end) = match opts.range {
+        None => (0, total_pages),
+        Some((off, len)) => {
+            let first = (off / ps).min(total_pages);
+            let end = off.saturating_add(len).div_ceil(ps).min(total_pages);
+            (first, end.max(first))
+        }
+    };
+    let cell_pages = opts.map_chunk.map(|c| c.div_ceil(ps).max(1));
+    let mut map: Option<Vec<MapCell>> = cell_pages.map(|cp| {
+        let mut cells = Vec::new();
+        let mut p = first;
+        while p < end {
+            let q = (p + cp).min(end);
+            cells.push(MapCell {
+                offset: p * ps,
+                len: ((q * ps).min(f.size)).saturating_sub(p * ps),
+                pages: q - p,
+                resident_pages: 0,
+                nodes: BTreeMap::new(),
+            });
+            p = q;
+        }
+        cells
+    });
+    let mut nodes: BTreeMap<u32, u64> = BTreeMap::new();
+    let (mut evicted, mut unknown, mut on_target) = (0u64, 0u64, 0u64);
+    let stats = scan(f, first, end, true, |b| {
+        for (&page, &st) in b.pages.iter().zip(b.status) {
+            let node = match st {
+                PageStatus::Node(n) => Some(n),
+                PageStatus::NotPresent => {
+                    evicted += 1;
+                    continue;
+                }
+                _ => None,
+            };
+            match node {
+                Some(n) => {
+                    *nodes.entry(n).or_default() += 1;
+                    if target.is_some_and(|t| t.node_for_page(page, ps) == n) {
+                        on_target += 1;
+                    }
+                }
+                None => unknown += 1,
+            }
+            if let (Some(m), Some(cp)) = (map.as_mut(), cell_pages) {
+                let c = &mut m[((page - first) / cp) as usize];
+                c.resident_pages += 1;
+                if let Some(n) = node {
+                    *c.nodes.entry(n).or_default() += 1;
+                }
+            }
+        }
+        Ok(())
+    })?;
+    let resident = nodes.values().sum::<u64>() + unknown;
+    let r = FileResidency {
+        path: f.path.clone(),
+        size_bytes: f.size,
+        pages: end - first,
+        resident_pages: resident,
+        nodes,
+        range: opts.range.map(|_| ByteRange {
+            offset: first * ps,
+            len: ((end * ps).min(f.size)).saturating_sub(first * ps),
+        }),
+        page_size: ps,
+        evicted_during_query: evicted,
+        read_in_during_query: stats.read_in,
+        unknown_node_pages: unknown,
+        mincore_truthful: mincore_is_truthful(f),
+        map,
+    };
+    Ok((r, on_target))
+}
+
+/// Resident pages by mincore alone (touches nothing; no nodes). Cheap.
+pub fn resident_pages_mincore(f: &OpenFile) -> Result<u64, PagecacheError> {
+    let ps = numaio_sys::page_size() as u64;
+    Ok(scan(f, 0, pages_of(f.size, ps), false, |_| Ok(()))?.mincore_resident)
+}

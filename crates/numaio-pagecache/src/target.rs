@@ -1,0 +1,222 @@
+//! Placement targets: which node each page of a file should live on.
+
+use crate::error::PagecacheError;
+use serde::Serialize;
+use std::fmt;
+
+/// Where a file's pages should go.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Target {
+    /// Every page on one node.
+    Node(u32),
+    /// Page `i` on `nodes[i mod K]` (page-by-page round robin).
+    Interleave(Vec<u32>),
+    /// Chunk `i` (of `chunk` bytes) on `nodes[i mod K]` (ZonFS striping).
+    Stripe { nodes: Vec<u32>, chunk: u64 },
+    /// Weighted interleave: in each cycle of `sum(w)` pages, node `n` gets `w` consecutive pages.
+    Weights(Vec<(u32, u32)>),
+}
+
+impl Target {
+    /// The node page `page_index` should be on. Call [`Target::validate`] first: an empty
+    /// node list or zero chunk/weights yield node 0 rather than a panic.
+    pub fn node_for_page(&self, page_index: u64, page_size: u64) -> u32 {
+        match self {
+            Target::Node(n) => *n,
+            Target::Interleave(nodes) => {
+                if nodes.is_empty() {
+                    return 0;
+                }
+                nodes[(page_index % nodes.len() as u64) as usize]
+            }
+            Target::Stripe { nodes, chunk } => {
+                if nodes.is_empty() || *chunk == 0 {
+                    return 0;
+                }
+                let c = page_index.saturating_mul(page_size) / chunk;
+                nodes[(c % nodes.len() as u64) as usize]
+            }
+            Target::Weights(w) => {
+                let total: u64 = w.iter().map(|&(_, w)| w as u64).sum();
+                if total == 0 {
+                    return 0;
+                }
+                let mut r = page_index % total;
+                for &(n, wt) in w {
+                    if r < wt as u64 {
+                        return n;
+                    }
+                    r -= wt as u64;
+                }
+                0
+            }
+        }
+    }
+
+    /// The distinct nodes of the target, in first-use order.
+    pub fn nodes(&self) -> Vec<u32> {
+        let all: Vec<u32> = match self {
+            Target::Node(n) => vec![*n],
+            Target::Interleave(n) | Target::Stripe { nodes: n, .. } => n.clone(),
+            Target::Weights(w) => w.iter().filter(|p| p.1 > 0).map(|p| p.0).collect(),
+        };
+        let mut out = Vec::new();
+        for n in all {
+            if !out.contains(&n) {
+                out.push(n);
+            }
+        }
+        out
+    }
+
+    /// Length in pages of the run of pages with the same target node starting at `page_index`
+    /// (capped at `max`). Lets callers act on runs instead of single pages.
+    pub fn run_len(&self, page_index: u64, page_size: u64, max: u64) -> u64 {
+        match self {
+            Target::Node(_) => max,
+            Target::Stripe { chunk, .. } if *chunk >= page_size => {
+                let pages_per_chunk = chunk / page_size;
+                (pages_per_chunk - page_index % pages_per_chunk).min(max)
+            }
+            _ => {
+                let n = self.node_for_page(page_index, page_size);
+                let mut len = 1;
+                while len < max && self.node_for_page(page_index + len, page_size) == n {
+                    len += 1;
+                }
+                len
+            }
+        }
+    }
+
+    /// Checks the target's shape, and that each node exists and has memory.
+    pub fn validate(&self, page_size: u64) -> Result<(), PagecacheError> {
+        let bad = |s: String| Err(PagecacheError::InvalidTarget(s));
+        match self {
+            Target::Interleave(n) if n.is_empty() => return bad("empty node list".into()),
+            Target::Stripe { nodes, .. } if nodes.is_empty() => {
+                return bad("empty node list".into())
+            }
+            Target::Stripe { chunk, .. } if *chunk == 0 || chunk % page_size != 0 => {
+                return bad(format!(
+                    "stripe chunk {chunk} must be a non-zero multiple of the page size ({page_size})"
+                ))
+            }
+            Target::Weights(w) if w.is_empty() || w.iter().all(|p| p.1 == 0) => {
+                return bad("weights must name at least one node with a weight above 0".into())
+            }
+            _ => {}
+        }
+        let topo = numaio_sys::Topology::detect()
+            .map_err(|e| PagecacheError::InvalidTarget(format!("cannot read topology: {e}")))?;
+        let with_mem: Vec<u32> = topo
+            .nodes
+            .iter()
+            .filter(|n| n.has_memory())
+            .map(|n| n.id)
+            .collect();
+        for n in self.nodes() {
+            if !with_mem.contains(&n) {
+                let list: Vec<String> = with_mem.iter().map(|n| n.to_string()).collect();
+                return bad(format!(
+                    "node {n} does not exist or has no memory (nodes with memory: {}); run `numaio topo`",
+                    list.join(",")
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Parses `N:W,N:W,...` for [`Target::Weights`].
+    pub fn parse_weights(s: &str) -> Result<Target, PagecacheError> {
+        let mut w = Vec::new();
+        for part in s.split(',').filter(|p| !p.trim().is_empty()) {
+            let (n, wt) = part.split_once(':').ok_or_else(|| {
+                PagecacheError::InvalidTarget(format!("weight {part:?} is not NODE:WEIGHT"))
+            })?;
+            let n: u32 = n.trim().parse().map_err(|_| {
+                PagecacheError::InvalidTarget(format!("bad node {n:?} in weights {s:?}"))
+            })?;
+            let wt: u32 = wt.trim().parse().map_err(|_| {
+                PagecacheError::InvalidTarget(format!("bad weight {wt:?} in weights {s:?}"))
+            })?;
+            w.push((n, wt));
+        }
+        if w.is_empty() {
+            return Err(PagecacheError::InvalidTarget(format!(
+                "no weights in {s:?} (expected NODE:WEIGHT,...)"
+            )));
+        }
+        Ok(Target::Weights(w))
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let list = |v: &[u32]| {
+            v.iter()
+                .map(|n| n.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        match self {
+            Target::Node(n) => write!(f, "node {n}"),
+            Target::Interleave(v) => write!(f, "interleave {}", list(v)),
+            Target::Stripe { nodes, chunk } => {
+                write!(f, "stripe {} in {chunk}-byte chunks", list(nodes))
+            }
+            Target::Weights(w) => {
+                let s: Vec<String> = w.iter().map(|(n, w)| format!("{n}:{w}")).collect();
+                write!(f, "weights {}", s.join(","))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_for_page_follows_each_shape() {
+        let ps = 4096;
+        let t = Target::Interleave(vec![0, 2, 3]);
+        let v: Vec<u32> = (0..6).map(|i| t.node_for_page(i, ps)).collect();
+        assert_eq!(v, vec![0, 2, 3, 0, 2, 3]);
+        let t = Target::Stripe {
+            nodes: vec![0, 2],
+            chunk: 1 << 20,
+        };
+        assert_eq!(t.node_for_page(0, ps), 0);
+        assert_eq!(t.node_for_page(255, ps), 0);
+        assert_eq!(t.node_for_page(256, ps), 2);
+        assert_eq!(t.node_for_page(512, ps), 0);
+        assert_eq!(t.run_len(10, ps, 10_000), 246);
+        assert_eq!(t.run_len(10, ps, 5), 5);
+        let t = Target::parse_weights("0:3, 1:1").unwrap();
+        let v: Vec<u32> = (0..8).map(|i| t.node_for_page(i, ps)).collect();
+        assert_eq!(v, vec![0, 0, 0, 1, 0, 0, 0, 1]);
+        assert_eq!(t.run_len(1, ps, 100), 2);
+        assert_eq!(t.nodes(), vec![0, 1]);
+        assert_eq!(Target::Node(3).node_for_page(99, ps), 3);
+    }
+
+    #[test]
+    fn bad_targets_are_rejected() {
+        assert!(Target::parse_weights("0=3").is_err());
+        assert!(Target::parse_weights("x:1").is_err());
+        assert!(Target::parse_weights("").is_err());
+        assert!(Target::Interleave(vec![]).validate(4096).is_err());
+        let e = Target::Stripe {
+            nodes: vec![0],
+            chunk: 1000,
+        }
+        .validate(4096)
+        .unwrap_err();
+        assert!(e.to_string().contains("multiple of the page size"), "{e}");
+        let e = Target::Node(999).validate(4096).unwrap_err();
+        assert!(e.to_string().contains("node 999"), "{e}");
+        assert!(Target::Node(0).validate(4096).is_ok());
+    }
+}
