@@ -1,1 +1,38 @@
-//! Process locality (issue 4). Placeholder until the crate is written.
+//! # numaio-proc: process locality, pinning and the placement daemon
+//!
+//! The page-cache layer (`numaio-pagecache`) knows where a *file's* pages are; this crate
+//! relates *processes* to them. It answers "which nodes do this process's file reads come
+//! from?" and acts on the answer, in user space, for unmodified programs:
+//!
+//! * [`procfs`] parses `/proc/PID/{stat,status,io,numa_maps,maps,fd,fdinfo,cgroup}`.
+//! * [`sample`] samples processes twice and builds a [`sample::ProcessView`] per process:
+//!   nodes its threads ran on, memory per node, I/O rates, open and mapped files with their
+//!   cache per node, and [`locality`]'s estimate of read bytes per node (Tofalos's
+//!   `numa<N>_read_bytes`, estimated because the kernel does not account reads by node).
+//! * [`pin`] moves a process: affinity of every thread to a node, memory with
+//!   `migrate_pages`, most-loaded source first (like numad). [`near`] picks the node for
+//!   `numaio run --near`.
+//! * The daemon is split into a pure decision core — [`policy`] (follow-data, pull-data,
+//!   auto; Adams's I = M − P/F·R) and [`guards`] (Tofalos's CPU-congestion and
+//!   anti-oscillation rules, free memory, caps, include/exclude, pinned processes) — and
+//!   [`daemon`], which samples, decides, acts and logs one JSON line per decision, with
+//!   [`metrics`] for Prometheus. [`config`] reads the TOML file.
+//!
+//! Page-cache operations go through the [`cache::CacheOps`] trait so the decision code is
+//! tested with a fake cache and synthetic topologies.
+
+pub mod cache;
+pub mod error;
+pub mod locality;
+mod pagecache_glue;
+pub mod procfs;
+pub mod sample;
+
+pub use cache::{CacheOps, FileNodes, MoveOutcome, PageCache};
+pub use error::{ProcError, ProcResult};
+pub use sample::{ProcessView, ScanOptions, Scanner};
+pub mod config;
+pub mod guards;
+pub mod near;
+pub mod pin;
+pub mod policy;

@@ -1,0 +1,261 @@
+//! The daemon's configuration: a TOML file (see `dist/numaio.toml`), overridden by CLI flags.
+//! Sizes may be integers (bytes) or strings with K/M/G/T suffixes.
+
+use crate::error::{ProcError, ProcResult};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// Which way to restore locality.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PolicyKind {
+    /// Move the process to its data (Adams, Jericho).
+    FollowData,
+    /// Move the data (page cache) to the process.
+    PullData,
+    /// Choose per process by cost.
+    Auto,
+}
+
+impl std::str::FromStr for PolicyKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "follow-data" => Ok(PolicyKind::FollowData),
+            "pull-data" => Ok(PolicyKind::PullData),
+            "auto" => Ok(PolicyKind::Auto),
+            _ => Err(format!(
+                "unknown policy {s:?}: use follow-data, pull-data or auto"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for PolicyKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PolicyKind::FollowData => "follow-data",
+            PolicyKind::PullData => "pull-data",
+            PolicyKind::Auto => "auto",
+        })
+    }
+}
+
+/// A byte count written as a number or as `"256M"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct Bytes(pub u64);
+
+impl<'de> Deserialize<'de> for Bytes {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            N(u64),
+            S(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::N(n) => Ok(Bytes(n)),
+            Raw::S(s) => numaio_sys::topology::parse_size(&s)
+                .map(Bytes)
+                .ok_or_else(|| serde::de::Error::custom(format!("bad size {s:?} (use e.g. 256M)"))),
+        }
+    }
+}
+
+/// Which processes the daemon may touch. Empty include lists mean "all".
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Filter {
+    pub include_pids: Vec<i32>,
+    pub exclude_pids: Vec<i32>,
+    /// Command names (`comm`); a trailing `*` matches a prefix.
+    pub include_comms: Vec<String>,
+    pub exclude_comms: Vec<String>,
+    /// Cgroup path prefixes (`/system.slice/db.service`).
+    pub include_cgroups: Vec<String>,
+    pub exclude_cgroups: Vec<String>,
+}
+
+/// Parameters of the `auto` policy's cost model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AutoModel {
+    /// M: the best improvement from local reads (Adams: 10–15 % for large files).
+    pub max_gain: f64,
+    /// R: the reduction factor of I = M − P/F·R. Default M, so a process as big as the file
+    /// it reads gains nothing by moving (Adams's 1 GB process reading a 1 GB file).
+    pub reduction: f64,
+    /// Moving the process must promise at least this improvement.
+    pub min_gain: f64,
+    /// Reads smaller than this gained nothing in Adams's measurements (128 KiB).
+    pub large_read_bytes: Bytes,
+    /// Files at least this large gained the most (1 GiB).
+    pub large_file_bytes: Bytes,
+}
+
+impl Default for AutoModel {
+    fn default() -> Self {
+        AutoModel {
+            max_gain: 0.15,
+            reduction: 0.15,
+            min_gain: 0.02,
+            large_read_bytes: Bytes(128 << 10),
+            large_file_bytes: Bytes(1 << 30),
+        }
+    }
+}
+
+/// The daemon's settings. Every field has a default; see `dist/numaio.toml`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub policy: PolicyKind,
+    pub interval_secs: f64,
+    pub dry_run: bool,
+    pub manage_pinned: bool,
+    /// follow-data also migrates the process's memory to the new node (Adams, numad).
+    pub migrate_memory: bool,
+    /// A process is I/O-active if it read at least this many bytes per second.
+    pub min_read_bytes_per_sec: Bytes,
+    /// Act only when the estimated remote share of the reads exceeds this.
+    pub remote_threshold: f64,
+    /// The target node's share of reads must be at least this multiple of the current
+    /// node's (Tofalos's anti-oscillation factor).
+    pub win_factor: f64,
+    /// A process or file moved is not moved again for this long.
+    pub min_residence_secs: f64,
+    pub max_actions_per_interval: usize,
+    pub max_bytes_per_interval: Bytes,
+    /// The target node must keep this much free memory after the move.
+    pub min_free_bytes: Bytes,
+    /// Tofalos's CPU-congestion threshold (fraction of the node's CPUs busy).
+    pub cpu_busy_threshold: f64,
+    pub max_files_per_process: usize,
+    /// `127.0.0.1:PORT` to serve Prometheus metrics; off when absent.
+    pub metrics: Option<String>,
+    /// Also append the JSON decision lines to this file.
+    pub log_file: Option<String>,
+    pub filter: Filter,
+    pub auto: AutoModel,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            policy: PolicyKind::FollowData,
+            interval_secs: 2.0,
+            dry_run: false,
+            manage_pinned: false,
+            migrate_memory: true,
+            min_read_bytes_per_sec: Bytes(1 << 20),
+            remote_threshold: 0.5,
+            win_factor: 2.0,
+            min_residence_secs: 10.0,
+            max_actions_per_interval: 4,
+            max_bytes_per_interval: Bytes(1 << 30),
+            min_free_bytes: Bytes(64 << 20),
+            cpu_busy_threshold: 0.9,
+            max_files_per_process: 64,
+            metrics: None,
+            log_file: None,
+            filter: Filter::default(),
+            auto: AutoModel::default(),
+        }
+    }
+}
+
+impl Config {
+    pub fn from_toml(text: &str, path: &Path) -> ProcResult<Config> {
+        let c: Config = toml::from_str(text).map_err(|e| ProcError::Config {
+            path: path.to_path_buf(),
+            what: e.to_string(),
+        })?;
+        c.validate().map_err(|what| ProcError::Config {
+            path: path.to_path_buf(),
+            what,
+        })?;
+        Ok(c)
+    }
+
+    pub fn load(path: &Path) -> ProcResult<Config> {
+        let text = std::fs::read_to_string(path).map_err(|e| ProcError::Config {
+            path: path.to_path_buf(),
+            what: format!("cannot read: {e}"),
+        })?;
+        Self::from_toml(&text, path)
+    }
+
+    /// Checks ranges; the message names the field.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(self.interval_secs > 0.0 && self.interval_secs <= 3600.0) {
+            return Err(format!(
+                "interval_secs must be in (0, 3600], got {}",
+                self.interval_secs
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.remote_threshold) {
+            return Err("remote_threshold must be between 0 and 1".into());
+        }
+        if self.win_factor < 1.0 {
+            return Err("win_factor must be at least 1".into());
+        }
+        if !(0.0..=1.0).contains(&self.cpu_busy_threshold) {
+            return Err("cpu_busy_threshold must be between 0 and 1".into());
+        }
+        if self.min_residence_secs < 0.0 {
+            return Err("min_residence_secs must not be negative".into());
+        }
+        if let Some(m) = &self.metrics {
+            m.parse::<std::net::SocketAddr>().map_err(|_| {
+                format!("metrics must be ADDRESS:PORT such as 127.0.0.1:9477, got {m:?}")
+            })?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn example_config_parses() {
+        let text = include_str!("../../../dist/numaio.toml");
+        let c = Config::from_toml(text, Path::new("dist/numaio.toml")).unwrap();
+        assert_eq!(c.policy, PolicyKind::Auto);
+        assert_eq!(c.min_free_bytes, Bytes(256 << 20));
+        assert!(c.filter.exclude_comms.iter().any(|s| s == "sshd"));
+    }
+
+    #[test]
+    fn sizes_and_errors() {
+        let p = Path::new("t.toml");
+        let c = Config::from_toml(
+            "max_bytes_per_interval = \"2G\"\nmin_free_bytes = 4096\n",
+            p,
+        )
+        .unwrap();
+        assert_eq!(c.max_bytes_per_interval, Bytes(2 << 30));
+        assert_eq!(c.min_free_bytes, Bytes(4096));
+        assert_eq!(c.policy, PolicyKind::FollowData);
+        let e = Config::from_toml("polcy = \"auto\"\n", p)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("polcy") && e.contains("t.toml"), "{e}");
+        let e = Config::from_toml("interval_secs = 0\n", p)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("interval_secs"), "{e}");
+        let e = Config::from_toml("metrics = \"localhost\"\n", p)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("metrics"), "{e}");
+        assert!(Config::from_toml("min_free_bytes = \"lots\"\n", p).is_err());
+        assert_eq!(
+            "pull-data".parse::<PolicyKind>().unwrap(),
+            PolicyKind::PullData
+        );
+        assert!("x".parse::<PolicyKind>().is_err());
+    }
+}

@@ -1,0 +1,496 @@
+//! Parsers and readers for the `/proc/PID/...` files numaio looks at.
+//!
+//! Parsers are pure functions over text so they are tested with fixtures; the readers wrap
+//! them and turn "the process is gone" (`ENOENT`/`ESRCH`) into [`ProcError::Gone`], because
+//! a process may exit between any two reads and callers treat that as normal.
+
+use crate::error::{ProcError, ProcResult};
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// `PF_KTHREAD` in the `flags` field of `/proc/PID/stat`.
+const PF_KTHREAD: u64 = 0x0020_0000;
+
+/// The fields of `/proc/PID/stat` (or `/proc/PID/task/TID/stat`) numaio uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stat {
+    pub pid: i32,
+    pub comm: String,
+    pub state: char,
+    pub ppid: i32,
+    pub flags: u64,
+    /// User + system time in clock ticks.
+    pub cpu_ticks: u64,
+    pub num_threads: u32,
+    pub start_ticks: u64,
+    /// The CPU the task last ran on.
+    pub processor: u32,
+}
+
+impl Stat {
+    /// Kernel threads are children of kthreadd (pid 2) or carry `PF_KTHREAD`.
+    pub fn is_kernel_thread(&self) -> bool {
+        self.flags & PF_KTHREAD != 0 || self.pid == 2 || self.ppid == 2
+    }
+}
+
+/// Parses one `stat` line. The command name sits in parentheses and may itself contain
+/// spaces and parentheses, so the fields are counted from the *last* `)`.
+pub fn parse_stat(text: &str) -> Option<Stat> {
+    let open = text.find('(')?;
+    let close = text.rfind(')')?;
+    let pid = text[..open].trim().parse().ok()?;
+    let comm = text[open + 1..close].to_string();
+    // Fields after the comm start at field 3 (state).
+    let rest: Vec<&str> = text[close + 1..].split_whitespace().collect();
+    let f = |n: usize| rest.get(n - 3).copied();
+    let num = |n: usize| f(n).and_then(|s| s.parse::<u64>().ok());
+    Some(Stat {
+        pid,
+        comm,
+        state: f(3)?.chars().next()?,
+        ppid: f(4)?.parse().ok()?,
+        flags: num(9)?,
+        cpu_ticks: num(14)? + num(15)?,
+        num_threads: num(20)? as u32,
+        start_ticks: num(22)?,
+        processor: num(39)? as u32,
+    })
+}
+
+/// The fields of `/proc/PID/status` numaio uses.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Status {
+    pub name: String,
+    /// The main thread's affinity (`Cpus_allowed_list`).
+    pub cpus_allowed: Vec<u32>,
+    /// The nodes the process may allocate from (`Mems_allowed_list`).
+    pub mems_allowed: Vec<u32>,
+    pub vm_rss_bytes: u64,
+    pub uid: u32,
+}
+
+pub fn parse_status(text: &str) -> Status {
+    let mut s = Status::default();
+    for line in text.lines() {
+        let Some((k, v)) = line.split_once(':') else {
+            continue;
+        };
+        let v = v.trim();
+        match k {
+            "Name" => s.name = v.to_string(),
+            "Cpus_allowed_list" => {
+                s.cpus_allowed = numaio_sys::cpulist::parse(v).unwrap_or_default()
+            }
+            "Mems_allowed_list" => {
+                s.mems_allowed = numaio_sys::cpulist::parse(v).unwrap_or_default()
+            }
+            "VmRSS" => {
+                s.vm_rss_bytes = v
+                    .split_whitespace()
+                    .next()
+                    .and_then(|n| n.parse::<u64>().ok())
+                    .map_or(0, |kb| kb * 1024)
+            }
+            "Uid" => {
+                s.uid = v
+                    .split_whitespace()
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0)
+            }
+            _ => {}
+        }
+    }
+    s
+}
+
+/// `/proc/PID/io`: bytes through read/write system calls (`rchar`/`wchar`, page-cache hits
+/// included) and bytes that reached storage (`read_bytes`/`write_bytes`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Io {
+    pub rchar: u64,
+    pub wchar: u64,
+    pub syscr: u64,
+    pub syscw: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+}
+
+pub fn parse_io(text: &str) -> Io {
+    let mut io = Io::default();
+    for line in text.lines() {
+        let Some((k, v)) = line.split_once(':') else {
+            continue;
+        };
+        let v: u64 = v.trim().parse().unwrap_or(0);
+        match k {
+            "rchar" => io.rchar = v,
+            "wchar" => io.wchar = v,
+            "syscr" => io.syscr = v,
+            "syscw" => io.syscw = v,
+            "read_bytes" => io.read_bytes = v,
+            "write_bytes" => io.write_bytes = v,
+            _ => {}
+        }
+    }
+    io
+}
+
+/// Bytes of memory per node from `/proc/PID/numa_maps` (`N<node>=<pages>` tokens times the
+/// mapping's `kernelpagesize_kB`).
+pub fn parse_numa_maps(text: &str) -> BTreeMap<u32, u64> {
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        let mut page = 4096u64;
+        let mut counts: Vec<(u32, u64)> = Vec::new();
+        for tok in line.split_whitespace() {
+            if let Some(kb) = tok.strip_prefix("kernelpagesize_kB=") {
+                page = kb.parse::<u64>().map_or(4096, |k| k * 1024);
+            } else if let Some(rest) = tok.strip_prefix('N') {
+                if let Some((n, c)) = rest.split_once('=') {
+                    if let (Ok(n), Ok(c)) = (n.parse::<u32>(), c.parse::<u64>()) {
+                        counts.push((n, c));
+                    }
+                }
+            }
+        }
+        for (n, c) in counts {
+            *out.entry(n).or_insert(0) += c * page;
+        }
+    }
+    out
+}
+
+/// The distinct data files mapped in `/proc/PID/maps`: deleted files are skipped, and so
+/// is any file with an executable mapping (program code and shared libraries are not the
+/// data a process reads, and querying them all would dominate the scan).
+pub fn parse_maps_files(text: &str) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    let mut code: Vec<PathBuf> = Vec::new();
+    for line in text.lines() {
+        // address perms offset dev inode pathname (the path may contain spaces)
+        let mut it = line.splitn(6, ' ');
+        let perms = it.nth(1).unwrap_or("");
+        let inode = it.nth(2).unwrap_or("0");
+        let path = it.next().unwrap_or("").trim_start();
+        if inode == "0" || !path.starts_with('/') || path.ends_with(" (deleted)") {
+            continue;
+        }
+        let p = PathBuf::from(path);
+        if perms.contains('x') {
+            if !code.contains(&p) {
+                code.push(p);
+            }
+        } else if !out.contains(&p) {
+            out.push(p);
+        }
+    }
+    out.retain(|p| !code.contains(p));
+    out
+}
+
+/// The file offset (`pos:`) from `/proc/PID/fdinfo/FD`.
+pub fn parse_fdinfo_pos(text: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("pos:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// The cgroup path of the process (the v2 `0::` line, else the first v1 line's path).
+pub fn parse_cgroup(text: &str) -> String {
+    let mut first = None;
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(id), Some(_), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        if id == "0" {
+            return path.to_string();
+        }
+        first.get_or_insert_with(|| path.to_string());
+    }
+    first.unwrap_or_else(|| "/".into())
+}
+
+fn is_gone(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ESRCH))
+}
+
+/// Reads `/proc/<pid>/<name>`, mapping a vanished process to [`ProcError::Gone`].
+pub fn read_proc(pid: i32, name: &str) -> ProcResult<String> {
+    let path = PathBuf::from(format!("/proc/{pid}/{name}"));
+    std::fs::read_to_string(&path).map_err(|e| classify(pid, path, e))
+}
+
+pub(crate) fn classify(pid: i32, path: PathBuf, e: io::Error) -> ProcError {
+    if is_gone(&e) {
+        ProcError::Gone { pid }
+    } else if e.kind() == io::ErrorKind::PermissionDenied {
+        ProcError::Permission { pid, path }
+    } else {
+        ProcError::Read { path, source: e }
+    }
+}
+
+pub fn read_stat(pid: i32) -> ProcResult<Stat> {
+    let text = read_proc(pid, "stat")?;
+    parse_stat(&text).ok_or_else(|| ProcError::Parse {
+        path: PathBuf::from(format!("/proc/{pid}/stat")),
+        what: "unexpected format".into(),
+    })
+}
+
+pub fn read_status(pid: i32) -> ProcResult<Status> {
+    Ok(parse_status(&read_proc(pid, "status")?))
+}
+
+pub fn read_io(pid: i32) -> ProcResult<Io> {
+    Ok(parse_io(&read_proc(pid, "io")?))
+}
+
+/// All numeric entries of `/proc` (process ids), sorted.
+pub fn list_pids() -> ProcResult<Vec<i32>> {
+    list_numeric(Path::new("/proc"), 0)
+}
+
+/// The thread ids of `pid`.
+pub fn list_tids(pid: i32) -> ProcResult<Vec<i32>> {
+    list_numeric(Path::new(&format!("/proc/{pid}/task")), pid)
+}
+
+fn list_numeric(dir: &Path, pid: i32) -> ProcResult<Vec<i32>> {
+    let rd = std::fs::read_dir(dir).map_err(|e| classify(pid, dir.to_path_buf(), e))?;
+    let mut v: Vec<i32> = rd
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    v.sort_unstable();
+    Ok(v)
+}
+
+/// The CPU each thread of `pid` last ran on (threads that exit meanwhile are skipped).
+pub fn thread_processors(pid: i32) -> ProcResult<Vec<(i32, u32)>> {
+    let mut out = Vec::new();
+    for tid in list_tids(pid)? {
+        if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")) {
+            if let Some(st) = parse_stat(&text) {
+                out.push((tid, st.processor));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// One regular file the process has open through a descriptor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenFd {
+    pub fd: i32,
+    pub path: PathBuf,
+    /// The descriptor's file offset, if readable.
+    pub pos: Option<u64>,
+}
+
+/// The regular files `pid` has open (sockets, pipes, devices and deleted files skipped).
+pub fn open_files(pid: i32) -> ProcResult<Vec<OpenFd>> {
+    let dir = PathBuf::from(format!("/proc/{pid}/fd"));
+    let rd = std::fs::read_dir(&dir).map_err(|e| classify(pid, dir.clone(), e))?;
+    let mut out = Vec::new();
+    for ent in rd.filter_map(|e| e.ok()) {
+        let Some(fd) = ent.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(target) = std::fs::read_link(ent.path()) else {
+            continue;
+        };
+        if !target.is_absolute() || target.to_string_lossy().ends_with(" (deleted)") {
+            continue;
+        }
+        // metadata through the fd link: the open file itself, even if renamed since.
+        match std::fs::metadata(ent.path()) {
+            Ok(m) if m.is_file() => {}
+            _ => continue,
+        }
+        let pos = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}"))
+            .ok()
+            .and_then(|t| parse_fdinfo_pos(&t));
+        out.push(OpenFd {
+            fd,
+            path: target,
+            pos,
+        });
+    }
+    out.sort_by_key(|f| f.fd);
+    Ok(out)
+}
+
+/// The regular files mapped by `pid`.
+pub fn mapped_files(pid: i32) -> ProcResult<Vec<PathBuf>> {
+    Ok(parse_maps_files(&read_proc(pid, "maps")?))
+}
+
+/// Bytes of the process's memory on each node.
+pub fn memory_per_node(pid: i32) -> ProcResult<BTreeMap<u32, u64>> {
+    Ok(parse_numa_maps(&read_proc(pid, "numa_maps")?))
+}
+
+/// The CPUs of the process's cpuset (cgroup v2 `cpuset.cpus.effective`, or v1
+/// `cpuset.cpus`); `None` when it cannot be read, in which case callers use all CPUs.
+pub fn cpuset_cpus(pid: i32) -> Option<Vec<u32>> {
+    let rel = read_proc(pid, "cpuset").ok()?;
+    let rel = rel.trim().trim_start_matches('/');
+    let candidates = [
+        Path::new("/sys/fs/cgroup")
+            .join(rel)
+            .join("cpuset.cpus.effective"),
+        Path::new("/sys/fs/cgroup/cpuset")
+            .join(rel)
+            .join("cpuset.effective_cpus"),
+        Path::new("/sys/fs/cgroup/cpuset")
+            .join(rel)
+            .join("cpuset.cpus"),
+    ];
+    for c in candidates {
+        if let Ok(t) = std::fs::read_to_string(&c) {
+            if let Ok(v) = numaio_sys::cpulist::parse(t.trim()) {
+                if !v.is_empty() {
+                    return Some(v);
+                }
+            }
+        }
+    }
+    None
+}
+
+/// Per-CPU busy and total ticks from `/proc/stat` (`cpuN` lines).
+pub fn parse_proc_stat_cpus(text: &str) -> BTreeMap<u32, (u64, u64)> {
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("cpu") else {
+            continue;
+        };
+        if !rest.starts_with(|c: char| c.is_ascii_digit()) {
+            continue;
+        }
+        let mut it = rest.split_whitespace();
+        let Some(Ok(cpu)) = it.next().map(|s| s.parse::<u32>()) else {
+            continue;
+        };
+        let v: Vec<u64> = it.filter_map(|s| s.parse().ok()).collect();
+        if v.len() < 4 {
+            continue;
+        }
+        let total: u64 = v.iter().take(8).sum();
+        // idle + iowait are not busy.
+        let idle = v[3] + v.get(4).copied().unwrap_or(0);
+        out.insert(cpu, (total.saturating_sub(idle), total));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_with_odd_comm() {
+        let line = "1234 (my (odd) cmd) S 1 1234 1234 0 -1 4194560 100 0 0 0 7 3 0 0 20 0 3 0 555 1000 50 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 5 0 0 0 0 0";
+        let s = parse_stat(line).unwrap();
+        assert_eq!(s.pid, 1234);
+        assert_eq!(s.comm, "my (odd) cmd");
+        assert_eq!(s.state, 'S');
+        assert_eq!(s.ppid, 1);
+        assert_eq!(s.cpu_ticks, 10);
+        assert_eq!(s.num_threads, 3);
+        assert_eq!(s.start_ticks, 555);
+        assert_eq!(s.processor, 5);
+        assert!(!s.is_kernel_thread());
+        let k = "77 (kworker/0:1) I 2 0 0 0 -1 69238880 0 0 0 0 0 0 0 0 20 0 1 0 9 0 0 18446744073709551615 0 0 0 0 0 0 0 2147483647 0 0 0 0 17 0 0 0 0 0 0";
+        assert!(parse_stat(k).unwrap().is_kernel_thread());
+        assert!(parse_stat("garbage").is_none());
+        assert!(parse_stat("1 (x) S 1").is_none());
+    }
+
+    #[test]
+    fn status_fields() {
+        let t = "Name:\tcat\nUid:\t1000\t1000\t1000\t1000\nVmRSS:\t    2048 kB\nCpus_allowed_list:\t0-1,4\nMems_allowed_list:\t0-1\n";
+        let s = parse_status(t);
+        assert_eq!(s.name, "cat");
+        assert_eq!(s.uid, 1000);
+        assert_eq!(s.vm_rss_bytes, 2048 * 1024);
+        assert_eq!(s.cpus_allowed, vec![0, 1, 4]);
+        assert_eq!(s.mems_allowed, vec![0, 1]);
+    }
+
+    #[test]
+    fn io_fields() {
+        let io = parse_io("rchar: 100\nwchar: 5\nsyscr: 3\nsyscw: 1\nread_bytes: 4096\nwrite_bytes: 0\ncancelled_write_bytes: 0\n");
+        assert_eq!(io.rchar, 100);
+        assert_eq!(io.wchar, 5);
+        assert_eq!(io.syscr, 3);
+        assert_eq!(io.read_bytes, 4096);
+    }
+
+    #[test]
+    fn numa_maps_pages_times_pagesize() {
+        let t = "55d0 default file=/usr/bin/cat mapped=5 N0=3 N1=2 kernelpagesize_kB=4\n\
+                 7f00 default anon=10 dirty=10 N1=10 kernelpagesize_kB=4\n\
+                 7e00 default huge anon=1 N0=1 kernelpagesize_kB=2048\n";
+        let m = parse_numa_maps(t);
+        assert_eq!(m[&0], 3 * 4096 + 2 * 1024 * 1024);
+        assert_eq!(m[&1], 12 * 4096);
+    }
+
+    #[test]
+    fn maps_files_distinct_and_regular() {
+        let t = "55d0-55d1 r--p 00000000 08:01 131 /usr/bin/my cat\n\
+                 55d1-55d2 r-xp 00001000 08:01 131 /usr/bin/my cat\n\
+                 7f00-7f01 rw-p 00000000 00:00 0 \n\
+                 7f01-7f02 rw-p 00000000 00:00 0 [heap]\n\
+                 7f02-7f03 r--s 00000000 08:01 99 /data/f (deleted)\n\
+                 7f03-7f04 r--s 00000000 08:01 98 /data/g\n";
+        assert_eq!(parse_maps_files(t), vec![PathBuf::from("/data/g")]);
+        let t2 = "7f03-7f04 r--p 00000000 08:01 98 /data/my file\n";
+        assert_eq!(parse_maps_files(t2), vec![PathBuf::from("/data/my file")]);
+    }
+
+    #[test]
+    fn fdinfo_and_cgroup() {
+        assert_eq!(
+            parse_fdinfo_pos("pos:\t8192\nflags:\t0100000\n"),
+            Some(8192)
+        );
+        assert_eq!(parse_fdinfo_pos("flags: 0"), None);
+        assert_eq!(
+            parse_cgroup("0::/system.slice/x.service\n"),
+            "/system.slice/x.service"
+        );
+        assert_eq!(parse_cgroup("4:cpuset:/a\n3:memory:/b\n"), "/a");
+        assert_eq!(parse_cgroup(""), "/");
+    }
+
+    #[test]
+    fn proc_stat_cpus() {
+        let t = "cpu  10 0 10 80 0 0 0 0 0 0\ncpu0 5 0 5 40 0 0 0 0 0 0\ncpu1 5 0 5 30 10 0 0 0 0 0\nintr 1\n";
+        let m = parse_proc_stat_cpus(t);
+        assert_eq!(m.len(), 2);
+        assert_eq!(m[&0], (10, 50));
+        assert_eq!(m[&1], (10, 50));
+    }
+
+    #[test]
+    fn live_self() {
+        let me = std::process::id() as i32;
+        let st = read_stat(me).unwrap();
+        assert_eq!(st.pid, me);
+        assert!(!st.is_kernel_thread());
+        assert!(!read_status(me).unwrap().cpus_allowed.is_empty());
+        assert!(!thread_processors(me).unwrap().is_empty());
+        let f = tempfile::NamedTempFile::new().unwrap();
+        let files = open_files(me).unwrap();
+        let canon = f.path().canonicalize().unwrap();
+        assert!(files.iter().any(|o| o.path == canon), "{files:?}");
+        assert!(matches!(read_stat(i32::MAX), Err(ProcError::Gone { .. })));
+    }
+}

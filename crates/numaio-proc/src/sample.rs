@@ -1,0 +1,553 @@
+//! Sampling processes and turning two samples into a [`ProcessView`].
+//!
+//! A *light* sample (stat + io) is taken of every candidate process each interval; only the
+//! processes that did I/O get the *deep* look (threads, open files, mappings, numa_maps,
+//! cgroup, cpuset), which is what keeps the daemon cheap with hundreds of processes.
+
+use crate::cache::{CacheOps, FileNodes};
+use crate::error::{ProcError, ProcResult};
+use crate::locality::{self, FileWeight};
+use crate::procfs::{self, Io, OpenFd, Status};
+use numaio_sys::Topology;
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Stat + io of one process at one instant.
+#[derive(Debug, Clone)]
+pub struct LightSample {
+    pub pid: i32,
+    pub ppid: i32,
+    pub comm: String,
+    pub start_ticks: u64,
+    pub kernel_thread: bool,
+    pub cpu_ticks: u64,
+    /// `None` when /proc/PID/io is not readable (another user's process, not root).
+    pub io: Option<Io>,
+    pub at: Instant,
+}
+
+pub fn light(pid: i32) -> ProcResult<LightSample> {
+    let st = procfs::read_stat(pid)?;
+    let io = match procfs::read_io(pid) {
+        Ok(io) => Some(io),
+        Err(ProcError::Gone { pid }) => return Err(ProcError::Gone { pid }),
+        Err(_) => None,
+    };
+    Ok(LightSample {
+        pid,
+        ppid: st.ppid,
+        kernel_thread: st.is_kernel_thread(),
+        comm: st.comm,
+        start_ticks: st.start_ticks,
+        cpu_ticks: st.cpu_ticks,
+        io,
+        at: Instant::now(),
+    })
+}
+
+/// The expensive part of a process's state.
+#[derive(Debug, Clone, Default)]
+pub struct Deep {
+    pub status: Status,
+    /// (tid, last CPU) per thread.
+    pub threads: Vec<(i32, u32)>,
+    pub fds: Vec<OpenFd>,
+    pub mapped: Vec<PathBuf>,
+    pub memory_per_node: BTreeMap<u32, u64>,
+    pub cgroup: String,
+    pub cpuset: Option<Vec<u32>>,
+    /// What could not be read (permission), for the user.
+    pub errors: Vec<String>,
+}
+
+/// Reads the deep state; a vanished process is an error, unreadable parts are noted.
+pub fn deep(pid: i32) -> ProcResult<Deep> {
+    let status = procfs::read_status(pid)?;
+    let mut d = Deep {
+        status,
+        ..Default::default()
+    };
+    let note = |r: ProcError, d: &mut Deep| -> ProcResult<()> {
+        if r.is_gone() {
+            return Err(r);
+        }
+        d.errors.push(r.to_string());
+        Ok(())
+    };
+    match procfs::thread_processors(pid) {
+        Ok(t) => d.threads = t,
+        Err(e) => note(e, &mut d)?,
+    }
+    match procfs::open_files(pid) {
+        Ok(f) => d.fds = f,
+        Err(e) => note(e, &mut d)?,
+    }
+    match procfs::mapped_files(pid) {
+        Ok(m) => d.mapped = m,
+        Err(e) => note(e, &mut d)?,
+    }
+    match procfs::memory_per_node(pid) {
+        Ok(m) => d.memory_per_node = m,
+        Err(e) => note(e, &mut d)?,
+    }
+    d.cgroup = procfs::read_proc(pid, "cgroup")
+        .map(|t| procfs::parse_cgroup(&t))
+        .unwrap_or_else(|_| "/".into());
+    d.cpuset = procfs::cpuset_cpus(pid);
+    Ok(d)
+}
+
+/// One file a process uses, with where its cache is.
+#[derive(Debug, Clone, Serialize)]
+pub struct FileView {
+    pub path: PathBuf,
+    /// `fd`, `map` or `fd+map`.
+    pub via: String,
+    pub size_bytes: u64,
+    pub cached_bytes: u64,
+    /// Cached bytes per node.
+    pub nodes: BTreeMap<u32, u64>,
+    /// How far the descriptors' offsets moved during the interval.
+    pub advanced_bytes: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Everything `numaio ps` shows about one process, and what the daemon decides on.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProcessView {
+    pub pid: i32,
+    /// Start time in clock ticks since boot: with the pid, identifies the process.
+    pub start_ticks: u64,
+    pub comm: String,
+    pub uid: u32,
+    pub cgroup: String,
+    pub threads: usize,
+    /// Threads per node they last ran on.
+    pub thread_nodes: BTreeMap<u32, u32>,
+    /// The node where most threads last ran.
+    pub main_node: Option<u32>,
+    pub cpus_allowed: Vec<u32>,
+    pub mems_allowed: Vec<u32>,
+    pub cpuset_cpus: Vec<u32>,
+    /// The affinity is narrower than the cpuset (someone pinned it).
+    pub pinned: bool,
+    pub memory_per_node: BTreeMap<u32, u64>,
+    pub rss_bytes: u64,
+    pub interval_secs: f64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub read_bytes_per_sec: f64,
+    pub write_bytes_per_sec: f64,
+    /// Bytes per read system call during the interval.
+    pub avg_read_bytes: u64,
+    /// CPU use in percent of one CPU.
+    pub cpu_percent: f64,
+    pub files: Vec<FileView>,
+    /// Estimated share of the interval's reads per node (see `locality`).
+    pub read_distribution: BTreeMap<u32, f64>,
+    /// Estimated share of reads served from the nodes the process runs on.
+    pub locality: Option<f64>,
+    /// Estimated read bytes per node for the interval, `numa<N>_read_bytes` as in Tofalos's
+    /// `/proc/<pid>/numa_io`.
+    pub numa_io: BTreeMap<String, u64>,
+    #[serde(skip)]
+    pub numa_read_bytes: BTreeMap<u32, u64>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<String>,
+}
+
+impl ProcessView {
+    /// Nodes where threads ran.
+    pub fn run_nodes(&self) -> Vec<u32> {
+        self.thread_nodes.keys().copied().collect()
+    }
+}
+
+/// Residency lookups shared by every process in one scan (readers of one file ask once).
+#[derive(Default)]
+pub struct ResidencyMemo {
+    memo: HashMap<PathBuf, Result<FileNodes, String>>,
+    pub queries: usize,
+}
+
+impl ResidencyMemo {
+    pub fn get(&mut self, cache: &dyn CacheOps, path: &Path) -> Result<FileNodes, String> {
+        if let Some(r) = self.memo.get(path) {
+            return r.clone();
+        }
+        self.queries += 1;
+        let r = cache.residency(path).map_err(|e| e.to_string());
+        self.memo.insert(path.to_path_buf(), r.clone());
+        r
+    }
+}
+
+/// Per-process state kept between samples.
+#[derive(Debug, Clone)]
+pub struct Prev {
+    pub light: LightSample,
+    /// File offset per (fd, path) at the previous deep look.
+    pub fd_pos: HashMap<(i32, PathBuf), u64>,
+    /// Whether the previous sample included the deep look (so `fd_pos` is complete).
+    pub deep: bool,
+}
+
+/// Turns the previous and current samples into a view. `max_files` bounds the residency
+/// queries per process.
+#[allow(clippy::too_many_arguments)]
+pub fn build_view(
+    prev: Option<&Prev>,
+    cur: &LightSample,
+    d: &Deep,
+    topo: &Topology,
+    cache: &dyn CacheOps,
+    memo: &mut ResidencyMemo,
+    max_files: usize,
+) -> ProcessView {
+    let (interval, dio, dcpu) = match prev {
+        Some(p) if p.light.start_ticks == cur.start_ticks => {
+            let secs = cur.at.duration_since(p.light.at).as_secs_f64();
+            let dio = match (p.light.io, cur.io) {
+                (Some(a), Some(b)) => Io {
+                    rchar: b.rchar.saturating_sub(a.rchar),
+                    wchar: b.wchar.saturating_sub(a.wchar),
+                    syscr: b.syscr.saturating_sub(a.syscr),
+                    syscw: b.syscw.saturating_sub(a.syscw),
+                    read_bytes: b.read_bytes.saturating_sub(a.read_bytes),
+                    write_bytes: b.write_bytes.saturating_sub(a.write_bytes),
+                },
+                _ => Io::default(),
+            };
+            (secs, dio, cur.cpu_ticks.saturating_sub(p.light.cpu_ticks))
+        }
+        _ => (0.0, Io::default(), 0),
+    };
+    let rate = |b: u64| {
+        if interval > 0.0 {
+            b as f64 / interval
+        } else {
+            0.0
+        }
+    };
+    let mut thread_nodes: BTreeMap<u32, u32> = BTreeMap::new();
+    for &(_, cpu) in &d.threads {
+        if let Some(n) = topo.cpu_to_node(cpu) {
+            *thread_nodes.entry(n).or_insert(0) += 1;
+        }
+    }
+    let main_node = thread_nodes
+        .iter()
+        .max_by_key(|(n, c)| (**c, std::cmp::Reverse(**n)))
+        .map(|(n, _)| *n);
+    let all_cpus: Vec<u32> = topo.nodes.iter().flat_map(|n| n.cpus.clone()).collect();
+    let cpuset = d.cpuset.clone().unwrap_or(all_cpus);
+    let pinned = !d.status.cpus_allowed.is_empty()
+        && d.status.cpus_allowed.len() < cpuset.len()
+        && d.status.cpus_allowed.iter().all(|c| cpuset.contains(c));
+
+    // Files: descriptors first, then mappings, merged by path.
+    let mut files: Vec<FileView> = Vec::new();
+    for fd in &d.fds {
+        // A descriptor opened since a complete previous look advanced from offset 0.
+        let adv = match (prev, fd.pos) {
+            (Some(p), Some(pos)) if p.deep => p
+                .fd_pos
+                .get(&(fd.fd, fd.path.clone()))
+                .map_or(pos, |&old| pos.saturating_sub(old)),
+            _ => 0,
+        };
+        if let Some(f) = files.iter_mut().find(|f| f.path == fd.path) {
+            f.advanced_bytes += adv;
+            continue;
+        }
+        files.push(FileView {
+            path: fd.path.clone(),
+            via: "fd".into(),
+            size_bytes: 0,
+            cached_bytes: 0,
+            nodes: BTreeMap::new(),
+            advanced_bytes: adv,
+            error: None,
+        });
+    }
+    for m in &d.mapped {
+        if let Some(f) = files.iter_mut().find(|f| &f.path == m) {
+            f.via = "fd+map".into();
+        } else {
+            files.push(FileView {
+                path: m.clone(),
+                via: "map".into(),
+                size_bytes: 0,
+                cached_bytes: 0,
+                nodes: BTreeMap::new(),
+                advanced_bytes: 0,
+                error: None,
+            });
+        }
+    }
+    // Query the files being read first, so the cap drops the idle ones.
+    files.sort_by_key(|f| std::cmp::Reverse(f.advanced_bytes));
+    for (i, f) in files.iter_mut().enumerate() {
+        if i >= max_files {
+            f.error = Some(format!("not queried (more than {max_files} files)"));
+            continue;
+        }
+        match memo.get(cache, &f.path) {
+            Ok(r) => {
+                f.size_bytes = r.size_bytes;
+                f.cached_bytes = r.cached_bytes();
+                f.nodes = r.nodes;
+            }
+            Err(e) => f.error = Some(e),
+        }
+    }
+    let weights: Vec<FileWeight<'_>> = files
+        .iter()
+        .map(|f| FileWeight {
+            nodes: Some(&f.nodes),
+            advanced: f.advanced_bytes,
+        })
+        .collect();
+    let dist = locality::read_distribution(&weights);
+    let run_nodes: Vec<u32> = thread_nodes.keys().copied().collect();
+    let locality = locality::local_share(&dist, &run_nodes);
+    let numa_read_bytes = locality::attribute(dio.rchar, &dist);
+    let numa_io = topo
+        .node_ids()
+        .into_iter()
+        .map(|n| {
+            (
+                format!("numa{n}_read_bytes"),
+                numa_read_bytes.get(&n).copied().unwrap_or(0),
+            )
+        })
+        .collect();
+    let tck = clock_ticks_per_sec();
+    ProcessView {
+        pid: cur.pid,
+        start_ticks: cur.start_ticks,
+        comm: cur.comm.clone(),
+        uid: d.status.uid,
+        cgroup: d.cgroup.clone(),
+        threads: d.threads.len(),
+        thread_nodes,
+        main_node,
+        cpus_allowed: d.status.cpus_allowed.clone(),
+        mems_allowed: d.status.mems_allowed.clone(),
+        cpuset_cpus: cpuset,
+        pinned,
+        memory_per_node: d.memory_per_node.clone(),
+        rss_bytes: d.status.vm_rss_bytes,
+        interval_secs: interval,
+        read_bytes: dio.rchar,
+        write_bytes: dio.wchar,
+        read_bytes_per_sec: rate(dio.rchar),
+        write_bytes_per_sec: rate(dio.wchar),
+        avg_read_bytes: dio.rchar.checked_div(dio.syscr).unwrap_or(0),
+        cpu_percent: if interval > 0.0 {
+            dcpu as f64 / tck / interval * 100.0
+        } else {
+            0.0
+        },
+        files,
+        read_distribution: dist,
+        locality,
+        numa_io,
+        numa_read_bytes,
+        errors: d.errors.clone(),
+    }
+}
+
+pub fn clock_ticks_per_sec() -> f64 {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as f64
+    } else {
+        100.0
+    }
+}
+
+/// Options of one scan.
+#[derive(Debug, Clone)]
+pub struct ScanOptions {
+    /// Only these pids (else every process).
+    pub pids: Option<Vec<i32>>,
+    /// A process is I/O-active if it read or wrote at least this many bytes in the interval.
+    pub min_io_bytes: u64,
+    /// Return every scanned process, not only the I/O-active ones.
+    pub all: bool,
+    /// Take the deep look at every process (so the next scan has file offsets for all).
+    pub deep_all: bool,
+    pub max_files: usize,
+}
+
+impl Default for ScanOptions {
+    fn default() -> Self {
+        ScanOptions {
+            pids: None,
+            min_io_bytes: 1,
+            all: false,
+            deep_all: false,
+            max_files: 64,
+        }
+    }
+}
+
+/// What one scan saw.
+#[derive(Debug, Default)]
+pub struct ScanResult {
+    pub views: Vec<ProcessView>,
+    pub scanned: usize,
+    pub gone: usize,
+    pub unreadable: usize,
+    pub residency_queries: usize,
+}
+
+/// Keeps the previous sample of each process so rates and offset movements can be computed.
+#[derive(Default)]
+pub struct Scanner {
+    prev: HashMap<i32, Prev>,
+}
+
+impl Scanner {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Samples processes; returns views of the I/O-active ones (or all, per `opts`).
+    pub fn scan(
+        &mut self,
+        opts: &ScanOptions,
+        topo: &Topology,
+        cache: &dyn CacheOps,
+    ) -> ScanResult {
+        let pids = match &opts.pids {
+            Some(p) => p.clone(),
+            None => procfs::list_pids().unwrap_or_default(),
+        };
+        let me = std::process::id() as i32;
+        let mut res = ScanResult::default();
+        let mut memo = ResidencyMemo::default();
+        let mut next: HashMap<i32, Prev> = HashMap::with_capacity(pids.len());
+        for pid in pids {
+            let cur = match light(pid) {
+                Ok(s) => s,
+                Err(ProcError::Gone { .. }) => {
+                    res.gone += 1;
+                    continue;
+                }
+                Err(_) => {
+                    res.unreadable += 1;
+                    continue;
+                }
+            };
+            res.scanned += 1;
+            if cur.kernel_thread || (opts.pids.is_none() && pid == me) {
+                continue;
+            }
+            let prev = self
+                .prev
+                .get(&pid)
+                .filter(|p| p.light.start_ticks == cur.start_ticks);
+            let active = match (prev.and_then(|p| p.light.io), cur.io) {
+                (Some(a), Some(b)) => {
+                    b.rchar.saturating_sub(a.rchar) + b.wchar.saturating_sub(a.wchar)
+                        >= opts.min_io_bytes.max(1)
+                }
+                _ => false,
+            };
+            let want_view = opts.all || active;
+            let mut fd_pos = HashMap::new();
+            let mut deep_done = false;
+            if want_view || opts.deep_all {
+                match deep(pid) {
+                    Ok(d) => {
+                        deep_done = true;
+                        for f in &d.fds {
+                            if let Some(p) = f.pos {
+                                fd_pos.insert((f.fd, f.path.clone()), p);
+                            }
+                        }
+                        if want_view {
+                            res.views.push(build_view(
+                                prev,
+                                &cur,
+                                &d,
+                                topo,
+                                cache,
+                                &mut memo,
+                                opts.max_files,
+                            ));
+                        }
+                    }
+                    Err(e) if e.is_gone() => {
+                        res.gone += 1;
+                        continue;
+                    }
+                    Err(_) => res.unreadable += 1,
+                }
+            }
+            next.insert(
+                pid,
+                Prev {
+                    light: cur,
+                    fd_pos,
+                    deep: deep_done,
+                },
+            );
+        }
+        res.residency_queries = memo.queries;
+        self.prev = next;
+        res
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::FakeCache;
+    use std::io::Read;
+
+    #[test]
+    fn view_of_self_reading_a_file() {
+        let topo = Topology::detect().unwrap();
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        std::io::Write::write_all(&mut f, &vec![7u8; 1 << 20]).unwrap();
+        let path = f.path().canonicalize().unwrap();
+        let node = topo.nodes[0].id;
+        let cache = FakeCache::with(&[(path.to_str().unwrap(), 1 << 20, &[(node, 1 << 20)])]);
+        let me = std::process::id() as i32;
+        let opts = ScanOptions {
+            pids: Some(vec![me]),
+            all: true,
+            deep_all: true,
+            ..Default::default()
+        };
+        let mut sc = Scanner::new();
+        sc.scan(&opts, &topo, &cache);
+        let mut r = std::fs::File::open(&path).unwrap();
+        let mut buf = vec![0u8; 1 << 20];
+        r.read_exact(&mut buf).unwrap();
+        let res = sc.scan(&opts, &topo, &cache);
+        assert_eq!(res.views.len(), 1);
+        let v = &res.views[0];
+        assert_eq!(v.pid, me);
+        assert!(v.read_bytes >= 1 << 20, "{}", v.read_bytes);
+        let fv = v
+            .files
+            .iter()
+            .find(|x| x.path == path)
+            .expect("file listed");
+        assert_eq!(fv.cached_bytes, 1 << 20);
+        assert_eq!(fv.advanced_bytes, 1 << 20);
+        // Offsets moved only on this file, so all reads are attributed to its node.
+        assert_eq!(v.numa_read_bytes.get(&node).copied(), Some(v.read_bytes));
+        assert_eq!(v.numa_io[&format!("numa{node}_read_bytes")], v.read_bytes);
+        assert!(v.main_node.is_some());
+        assert_eq!(v.locality, Some(1.0));
+    }
+}
