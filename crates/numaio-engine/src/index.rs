@@ -1,0 +1,244 @@
+//! The per-slice hash index from block key to slot, with fine-grained locking.
+//!
+//! Two layouts, chosen by [`IndexKind`] and compared by `benches/index.rs`:
+//! * `Sharded`: a few dozen `RwLock<HashMap>` shards (foyer/quick_cache style);
+//! * `Buckets`: Jericho's layout — one small lock per bucket, about one bucket per two slots,
+//!   each bucket a short inline vector.
+//!
+//! Lookups run under a shared (read) lock and pin the slot *while the lock is held*; removal
+//! runs under the exclusive lock and only succeeds on an unpinned slot, so a pin can never
+//! reach a slot that is being reclaimed.
+
+use crate::policy::{BlockKey, Padded, SlotId};
+use parking_lot::RwLock;
+use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum IndexKind {
+    /// `shards` RwLock<HashMap> shards.
+    Sharded { shards: usize },
+    /// One RwLock per bucket, `slots / 2` buckets (rounded to a power of two).
+    Buckets,
+}
+
+pub trait Index: Send + Sync {
+    /// Finds `key`; if present calls `pin(slot)` under the shared lock and returns the slot.
+    fn lookup(&self, key: &BlockKey, pin: &mut dyn FnMut(SlotId)) -> Option<SlotId>;
+    /// Inserts `key -> slot` unless present; if present, pins the existing slot under the
+    /// lock and returns it as `Err`.
+    fn insert(
+        &self,
+        key: BlockKey,
+        slot: SlotId,
+        pin: &mut dyn FnMut(SlotId),
+    ) -> Result<(), SlotId>;
+    /// Under the exclusive lock: if `key` maps to `slot` and `decide()` is true, removes it.
+    /// Returns `None` if the key does not map to `slot`, else `Some(decide())`.
+    fn remove_if(
+        &self,
+        key: &BlockKey,
+        slot: SlotId,
+        decide: &mut dyn FnMut() -> bool,
+    ) -> Option<bool>;
+    fn len(&self) -> usize;
+}
+
+/// A cheap multiplicative hash for block keys (keys are not attacker controlled).
+#[derive(Default, Clone, Copy)]
+pub struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(v as u64)
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+pub fn key_hash(key: &BlockKey) -> u64 {
+    let h = (key.block ^ ((key.file.0 as u64) << 40)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    h ^ (h >> 29)
+}
+
+type Map = HashMap<BlockKey, SlotId, BuildHasherDefault<KeyHasher>>;
+
+pub fn build(kind: IndexKind, slots: usize) -> Box<dyn Index> {
+    match kind {
+        IndexKind::Sharded { shards } => Box::new(ShardedIndex::new(shards, slots)),
+        IndexKind::Buckets => Box::new(BucketIndex::new(slots)),
+    }
+}
+
+pub struct ShardedIndex {
+    shards: Vec<Padded<RwLock<Map>>>,
+    mask: u64,
+}
+
+impl ShardedIndex {
+    pub fn new(shards: usize, slots: usize) -> Self {
+        let n = shards.max(1).next_power_of_two();
+        let per = slots / n + 1;
+        ShardedIndex {
+            shards: (0..n)
+                .map(|_| {
+                    Padded(RwLock::new(Map::with_capacity_and_hasher(
+                        per,
+                        Default::default(),
+                    )))
+                })
+                .collect(),
+            mask: n as u64 - 1,
+        }
+    }
+    fn shard(&self, key: &BlockKey) -> &RwLock<Map> {
+        &self.shards[((key_hash(key) >> 32) & self.mask) as usize]
+    }
+}
+
+impl Index for ShardedIndex {
+    fn lookup(&self, key: &BlockKey, pin: &mut dyn FnMut(SlotId)) -> Option<SlotId> {
+        let g = self.shard(key).read();
+        let s = *g.get(key)?;
+        pin(s);
+        Some(s)
+    }
+    fn insert(
+        &self,
+        key: BlockKey,
+        slot: SlotId,
+        pin: &mut dyn FnMut(SlotId),
+    ) -> Result<(), SlotId> {
+        let mut g = self.shard(&key).write();
+        if let Some(&s) = g.get(&key) {
+            pin(s);
+            return Err(s);
+        }
+        g.insert(key, slot);
+        Ok(())
+    }
+    fn remove_if(
+        &self,
+        key: &BlockKey,
+        slot: SlotId,
+        decide: &mut dyn FnMut() -> bool,
+    ) -> Option<bool> {
+        let mut g = self.shard(key).write();
+        if g.get(key) != Some(&slot) {
+            return None;
+        }
+        let d = decide();
+        if d {
+            g.remove(key);
+        }
+        Some(d)
+    }
+    fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.read().len()).sum()
+    }
+}
+
+type Bucket = SmallVec<[(BlockKey, SlotId); 3]>;
+
+pub struct BucketIndex {
+    buckets: Vec<RwLock<Bucket>>,
+    mask: u64,
+}
+
+impl BucketIndex {
+    pub fn new(slots: usize) -> Self {
+        let n = (slots / 2).max(1).next_power_of_two();
+        BucketIndex {
+            buckets: (0..n).map(|_| RwLock::new(Bucket::new())).collect(),
+            mask: n as u64 - 1,
+        }
+    }
+    fn bucket(&self, key: &BlockKey) -> &RwLock<Bucket> {
+        &self.buckets[(key_hash(key) & self.mask) as usize]
+    }
+}
+
+impl Index for BucketIndex {
+    fn lookup(&self, key: &BlockKey, pin: &mut dyn FnMut(SlotId)) -> Option<SlotId> {
+        let g = self.bucket(key).read();
+        let s = g.iter().find(|(k, _)| k == key)?.1;
+        pin(s);
+        Some(s)
+    }
+    fn insert(
+        &self,
+        key: BlockKey,
+        slot: SlotId,
+        pin: &mut dyn FnMut(SlotId),
+    ) -> Result<(), SlotId> {
+        let mut g = self.bucket(&key).write();
+        if let Some(&(_, s)) = g.iter().find(|(k, _)| *k == key) {
+            pin(s);
+            return Err(s);
+        }
+        g.push((key, slot));
+        Ok(())
+    }
+    fn remove_if(
+        &self,
+        key: &BlockKey,
+        slot: SlotId,
+        decide: &mut dyn FnMut() -> bool,
+    ) -> Option<bool> {
+        let mut g = self.bucket(key).write();
+        let pos = g.iter().position(|(k, s)| k == key && *s == slot)?;
+        let d = decide();
+        if d {
+            g.swap_remove(pos);
+        }
+        Some(d)
+    }
+    fn len(&self) -> usize {
+        self.buckets.iter().map(|b| b.read().len()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::FileId;
+
+    fn exercise(ix: &dyn Index) {
+        let k = |b| BlockKey {
+            file: FileId(1),
+            block: b,
+        };
+        let mut pins = 0;
+        for b in 0..100 {
+            assert!(ix.insert(k(b), b as u32, &mut |_| pins += 1).is_ok());
+        }
+        assert_eq!(ix.insert(k(5), 99, &mut |_| pins += 1), Err(5));
+        assert_eq!(pins, 1);
+        assert_eq!(ix.lookup(&k(7), &mut |_| pins += 1), Some(7));
+        assert_eq!(ix.lookup(&k(700), &mut |_| pins += 1), None);
+        assert_eq!(pins, 2);
+        assert_eq!(ix.remove_if(&k(7), 8, &mut || true), None);
+        assert_eq!(ix.remove_if(&k(7), 7, &mut || false), Some(false));
+        assert_eq!(ix.remove_if(&k(7), 7, &mut || true), Some(true));
+        assert_eq!(ix.lookup(&k(7), &mut |_| ()), None);
+        assert_eq!(ix.len(), 99);
+    }
+
+    #[test]
+    fn sharded_and_bucket_indexes_agree() {
+        exercise(&ShardedIndex::new(8, 100));
+        exercise(&BucketIndex::new(100));
+        exercise(&BucketIndex::new(1));
+    }
+}

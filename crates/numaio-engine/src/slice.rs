@@ -1,0 +1,353 @@
+//! One cache slice: a node-bound buffer arena cut into block-sized slots, its hash index,
+//! replacement policy, free list, dirty set, I/O queue and evictor state.
+//!
+//! Concurrency summary:
+//! * hit: index read lock (shard/bucket) → pin → policy `on_hit` (never slice-wide);
+//! * miss: take a free slot (free-list mutex; "stalled" on a condvar if empty), insert it
+//!   LOADING into the index, send the read to the slice's I/O worker; others who find the
+//!   block LOADING wait on a striped condvar ("clashed");
+//! * evict: the evictor thread asks the policy for victims and reclaims them under the index
+//!   write lock with one CAS on the slot word (fails if pinned, loading or dirty).
+
+use crate::arena::{Arena, PlacementCheck};
+use crate::backend::IoRequest;
+use crate::index::{self, Index, IndexKind};
+use crate::policy::{BlockKey, FileId, Padded, PolicyKind, ReplacementPolicy, SlotId};
+use crate::slot::{Reclaim, SlotState, DIRTY, ERROR, LOADING};
+use crate::stats::{SliceCounters, SliceStats};
+use crate::worker::{Completion, Msg};
+use parking_lot::{Condvar, Mutex};
+use std::collections::BTreeSet;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::SyncSender;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const WAIT_STRIPES: usize = 64;
+
+pub struct SlotMeta {
+    pub state: SlotState,
+    file: AtomicU32,
+    block: AtomicU64,
+}
+
+impl SlotMeta {
+    pub fn key(&self) -> BlockKey {
+        BlockKey {
+            file: FileId(self.file.load(Ordering::Acquire)),
+            block: self.block.load(Ordering::Acquire),
+        }
+    }
+    fn set_key(&self, k: BlockKey) {
+        self.file.store(k.file.0, Ordering::Release);
+        self.block.store(k.block, Ordering::Release);
+    }
+}
+
+pub struct Slice {
+    pub id: usize,
+    pub node: u32,
+    pub block_size: usize,
+    arena: Arena,
+    pub slots: Vec<SlotMeta>,
+    pub index: Box<dyn Index>,
+    pub policy: Box<dyn ReplacementPolicy>,
+    free: Mutex<Vec<SlotId>>,
+    free_cv: Condvar,
+    free_count: AtomicUsize,
+    pub dirty: Mutex<BTreeSet<BlockKey>>,
+    waits: Vec<Padded<(Mutex<()>, Condvar)>>,
+    evict_flag: Mutex<bool>,
+    evict_cv: Condvar,
+    evict_pending: AtomicBool,
+    pub low: usize,
+    pub high: usize,
+    pub io_tx: SyncSender<Msg>,
+    pub counters: SliceCounters,
+    pub shutdown: AtomicBool,
+}
+
+impl Slice {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        id: usize,
+        node: u32,
+        block_size: usize,
+        nslots: usize,
+        policy: PolicyKind,
+        index_kind: IndexKind,
+        bind: bool,
+        io_tx: SyncSender<Msg>,
+    ) -> io::Result<Slice> {
+        let nslots = nslots.max(1);
+        let arena = Arena::new(nslots * block_size, node, bind)?;
+        let low = (nslots / 64).max(1);
+        let high = (nslots / 32).max(low + 1).min(nslots);
+        Ok(Slice {
+            id,
+            node,
+            block_size,
+            arena,
+            slots: (0..nslots)
+                .map(|_| SlotMeta {
+                    state: SlotState::new_free(),
+                    file: AtomicU32::new(0),
+                    block: AtomicU64::new(0),
+                })
+                .collect(),
+            index: index::build(index_kind, nslots),
+            policy: policy.build(nslots),
+            free: Mutex::new((0..nslots as SlotId).rev().collect()),
+            free_cv: Condvar::new(),
+            free_count: AtomicUsize::new(nslots),
+            dirty: Mutex::new(BTreeSet::new()),
+            waits: (0..WAIT_STRIPES)
+                .map(|_| Padded((Mutex::new(()), Condvar::new())))
+                .collect(),
+            evict_flag: Mutex::new(false),
+            evict_cv: Condvar::new(),
+            evict_pending: AtomicBool::new(false),
+            low,
+            high,
+            io_tx,
+            counters: SliceCounters::default(),
+            shutdown: AtomicBool::new(false),
+        })
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn placement_check(&self) -> &PlacementCheck {
+        &self.arena.check
+    }
+
+    /// The buffer of `slot`.
+    pub fn buf_ptr(&self, slot: SlotId) -> *mut u8 {
+        // SAFETY: slot < nslots, the arena holds nslots * block_size bytes.
+        unsafe { self.arena.ptr().add(slot as usize * self.block_size) }
+    }
+
+    pub fn free_count(&self) -> usize {
+        self.free_count.load(Ordering::Relaxed)
+    }
+
+    /// Looks `key` up and pins it. Returns the slot and its state word after pinning.
+    #[inline]
+    pub fn lookup_pin(&self, key: &BlockKey) -> Option<(SlotId, u64)> {
+        let mut word = 0;
+        let slots = &self.slots;
+        let s = self
+            .index
+            .lookup(key, &mut |s| word = slots[s as usize].state.pin())?;
+        Some((s, word))
+    }
+
+    /// Takes a free slot, waiting for the evictor if there is none ("stalled").
+    pub fn alloc(&self) -> io::Result<SlotId> {
+        let mut free = self.free.lock();
+        let mut stalled_since: Option<Instant> = None;
+        loop {
+            if let Some(s) = free.pop() {
+                self.free_count.store(free.len(), Ordering::Relaxed);
+                let below = free.len() < self.low;
+                drop(free);
+                if below {
+                    self.wake_evictor();
+                }
+                return Ok(s);
+            }
+            if self.shutdown.load(Ordering::Acquire) {
+                return Err(io::Error::other("numaio engine is shutting down"));
+            }
+            let since = *stalled_since.get_or_insert_with(|| {
+                SliceCounters::add(&self.counters.stalled, 1);
+                Instant::now()
+            });
+            if since.elapsed() > Duration::from_secs(60) {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "slice {} stalled for 60 s: every buffer is pinned or dirty and cannot be written back; \
+                         release pinned buffers, check fsync errors, or use a larger cache",
+                        self.id
+                    ),
+                ));
+            }
+            // The evictor frees slots and notifies; the timeout only re-kicks it after a
+            // round that could not make progress (all pinned).
+            self.wake_evictor_locked_free();
+            self.free_cv.wait_for(&mut free, Duration::from_millis(20));
+        }
+    }
+
+    fn wake_evictor_locked_free(&self) {
+        self.evict_pending.store(true, Ordering::Release);
+        *self.evict_flag.lock() = true;
+        self.evict_cv.notify_one();
+    }
+
+    pub fn wake_evictor(&self) {
+        if !self.evict_pending.swap(true, Ordering::AcqRel) {
+            *self.evict_flag.lock() = true;
+            self.evict_cv.notify_one();
+        }
+    }
+
+    /// Evictor side: waits until woken (or `timeout`). Returns false on shutdown.
+    pub fn evictor_wait(&self, timeout: Duration) -> bool {
+        let mut g = self.evict_flag.lock();
+        if !*g && !self.shutdown.load(Ordering::Acquire) {
+            self.evict_cv.wait_for(&mut g, timeout);
+        }
+        *g = false;
+        self.evict_pending.store(false, Ordering::Release);
+        !self.shutdown.load(Ordering::Acquire)
+    }
+
+    pub fn stop(&self) {
+        self.shutdown.store(true, Ordering::Release);
+        *self.evict_flag.lock() = true;
+        self.evict_cv.notify_all();
+        let _g = self.free.lock();
+        self.free_cv.notify_all();
+    }
+
+    /// Returns slots to the free list and wakes stalled requests.
+    pub fn release_free(&self, slots: &[SlotId]) {
+        if slots.is_empty() {
+            return;
+        }
+        let mut free = self.free.lock();
+        free.extend_from_slice(slots);
+        self.free_count.store(free.len(), Ordering::Relaxed);
+        drop(free);
+        self.free_cv.notify_all();
+    }
+
+    /// Claims a free slot for `key` and inserts it LOADING. `Err(existing)` if another thread
+    /// inserted the key first (the existing slot is pinned; ours is returned to the free list).
+    pub fn insert_claimed(&self, slot: SlotId, key: BlockKey) -> Result<(), (SlotId, u64)> {
+        let meta = &self.slots[slot as usize];
+        meta.set_key(key);
+        meta.state.claim_for_load();
+        let mut word = 0;
+        let slots = &self.slots;
+        match self
+            .index
+            .insert(key, slot, &mut |s| word = slots[s as usize].state.pin())
+        {
+            Ok(()) => {
+                self.policy.on_insert(slot, key);
+                Ok(())
+            }
+            Err(existing) => {
+                meta.state.force_free_after_error();
+                meta.state.unpin();
+                self.release_free(&[slot]);
+                Err((existing, word))
+            }
+        }
+    }
+
+    /// Ends a load of `slot` and wakes the requests clashed on it.
+    pub fn finish_load(&self, slot: SlotId, ok: bool) {
+        if !ok {
+            // Unlink first so no new request pins the failed slot; the evictor frees it once
+            // the last pin is gone.
+            let key = self.slots[slot as usize].key();
+            self.index.remove_if(&key, slot, &mut || true);
+        }
+        self.slots[slot as usize].state.finish_load(ok);
+        let (m, cv) = &self.waits[slot as usize % WAIT_STRIPES].0;
+        let _g = m.lock();
+        cv.notify_all();
+    }
+
+    /// Waits while `slot` is LOADING ("clashed"). Returns false if the load failed.
+    pub fn wait_loaded(&self, slot: SlotId) -> bool {
+        let st = &self.slots[slot as usize].state;
+        if st.load() & LOADING != 0 {
+            let (m, cv) = &self.waits[slot as usize % WAIT_STRIPES].0;
+            let mut g = m.lock();
+            while st.load() & LOADING != 0 {
+                cv.wait(&mut g);
+            }
+        }
+        st.load() & ERROR == 0
+    }
+
+    pub fn unpin(&self, slot: SlotId) {
+        self.slots[slot as usize].state.unpin();
+    }
+
+    /// Records a modification of a pinned slot.
+    pub fn mark_dirty(&self, slot: SlotId) {
+        let st = &self.slots[slot as usize].state;
+        if st.mark_dirty_fast() {
+            return;
+        }
+        let mut d = self.dirty.lock();
+        if st.mark_dirty_locked() {
+            d.insert(self.slots[slot as usize].key());
+        }
+    }
+
+    /// Evictor callback: tries to free `slot`.
+    pub fn reclaim(
+        &self,
+        slot: SlotId,
+        freed: &mut Vec<SlotId>,
+        dirty: &mut Vec<BlockKey>,
+    ) -> Reclaim {
+        let meta = &self.slots[slot as usize];
+        let key = meta.key();
+        let mut r = Reclaim::Busy;
+        match self.index.remove_if(&key, slot, &mut || {
+            r = meta.state.try_reclaim();
+            r == Reclaim::Freed
+        }) {
+            Some(_) => {}
+            // Not in the index: a failed load; nobody can pin it any more.
+            None => r = meta.state.try_reclaim(),
+        }
+        match r {
+            Reclaim::Freed => {
+                freed.push(slot);
+                SliceCounters::add(&self.counters.evicted, 1);
+            }
+            Reclaim::Dirty => dirty.push(key),
+            _ => {}
+        }
+        r
+    }
+
+    /// Sends a request to this slice's I/O worker (blocks if the bounded queue is full).
+    pub fn submit(&self, req: IoRequest) -> io::Result<Arc<Completion>> {
+        let c = Completion::new();
+        self.io_tx.send(Msg::Io(req, c.clone())).map_err(|_| {
+            io::Error::other(format!("I/O worker of slice {} has stopped", self.id))
+        })?;
+        Ok(c)
+    }
+
+    pub fn is_dirty(&self, slot: SlotId) -> bool {
+        self.slots[slot as usize].state.load() & DIRTY != 0
+    }
+
+    pub fn stats(&self) -> SliceStats {
+        let mut s = SliceStats {
+            slice: self.id,
+            node: self.node,
+            capacity_blocks: self.capacity(),
+            free_blocks: self.free_count(),
+            dirty_blocks: self.dirty.lock().len(),
+            resident_blocks: self.policy.resident(),
+            ..Default::default()
+        };
+        s.fill(&self.counters);
+        s
+    }
+}

@@ -1,0 +1,166 @@
+//! The io_uring backend: each worker owns a ring; a batch is submitted at once (so concurrent
+//! misses from many threads reach the device together) and reaped with a blocking wait.
+//! Short transfers are resubmitted for the remainder; a read that returns 0 is end of file.
+
+use crate::backend::{advance, Backend, IoKind, IoQueue, IoRequest};
+use io_uring::{opcode, types, IoUring};
+use std::io;
+use std::os::fd::RawFd;
+
+pub struct UringBackend;
+
+impl UringBackend {
+    /// Checks that io_uring works here (it is often disabled in containers).
+    pub fn probe() -> io::Result<()> {
+        IoUring::new(4).map(|_| ())
+    }
+}
+
+struct UringQueue {
+    ring: IoUring,
+    depth: usize,
+}
+
+struct Pending {
+    iov: Vec<libc::iovec>,
+    offset: u64,
+    done: usize,
+    left: usize,
+    result: Option<io::Result<usize>>,
+}
+
+impl UringQueue {
+    fn push(&mut self, idx: usize, kind: IoKind, fd: RawFd, p: &Pending) -> io::Result<()> {
+        let n = p.iov.len().min(1024) as u32;
+        let off = p.offset + p.done as u64;
+        let e = match kind {
+            IoKind::Read => opcode::Readv::new(types::Fd(fd), p.iov.as_ptr(), n)
+                .offset(off)
+                .build(),
+            IoKind::Write => opcode::Writev::new(types::Fd(fd), p.iov.as_ptr(), n)
+                .offset(off)
+                .build(),
+        }
+        .user_data(idx as u64);
+        // SAFETY: the iovec array and the buffers live in `Pending`/the arena until the
+        // completion for `idx` is reaped.
+        unsafe {
+            while self.ring.submission().push(&e).is_err() {
+                self.ring.submit()?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl IoQueue for UringQueue {
+    fn run(&mut self, reqs: &mut [IoRequest]) -> Vec<io::Result<usize>> {
+        let mut pend: Vec<Pending> = reqs
+            .iter()
+            .map(|r| Pending {
+                iov: r.iovecs.clone(),
+                offset: r.offset,
+                done: 0,
+                left: r.len(),
+                result: None,
+            })
+            .collect();
+        let mut inflight = 0usize;
+        let mut next = 0usize;
+        let mut remaining = reqs.len();
+        // Requests that need resubmission after a short transfer.
+        let mut again: Vec<usize> = Vec::new();
+        while remaining > 0 {
+            while inflight < self.depth && (next < reqs.len() || !again.is_empty()) {
+                let i = if let Some(i) = again.pop() {
+                    i
+                } else {
+                    next += 1;
+                    next - 1
+                };
+                if pend[i].left == 0 {
+                    pend[i].result = Some(Ok(0));
+                    remaining -= 1;
+                    continue;
+                }
+                if let Err(e) = self.push(i, reqs[i].kind, reqs[i].fd, &pend[i]) {
+                    pend[i].result = Some(Err(e));
+                    remaining -= 1;
+                    continue;
+                }
+                inflight += 1;
+            }
+            if inflight == 0 {
+                break;
+            }
+            if let Err(e) = self.ring.submit_and_wait(1) {
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                // The ring is unusable: fail what is left.
+                for p in pend.iter_mut().filter(|p| p.result.is_none()) {
+                    p.result = Some(Err(io::Error::new(e.kind(), e.to_string())));
+                }
+                break;
+            }
+            let cqes: Vec<(usize, i32)> = self
+                .ring
+                .completion()
+                .map(|c| (c.user_data() as usize, c.result()))
+                .collect();
+            for (i, res) in cqes {
+                inflight -= 1;
+                let p = &mut pend[i];
+                if res == -libc::EINTR || res == -libc::EAGAIN {
+                    again.push(i);
+                } else if res < 0 {
+                    p.result = Some(Err(io::Error::from_raw_os_error(-res)));
+                    remaining -= 1;
+                } else if res == 0 {
+                    p.result = Some(if reqs[i].kind == IoKind::Read {
+                        Ok(p.done)
+                    } else {
+                        Err(io::Error::new(
+                            io::ErrorKind::WriteZero,
+                            "write returned 0 bytes",
+                        ))
+                    });
+                    remaining -= 1;
+                } else {
+                    let n = res as usize;
+                    p.done += n;
+                    p.left -= n.min(p.left);
+                    if p.left == 0 {
+                        p.result = Some(Ok(p.done));
+                        remaining -= 1;
+                    } else {
+                        advance(&mut p.iov, n);
+                        again.push(i);
+                    }
+                }
+            }
+        }
+        pend.into_iter()
+            .map(|p| {
+                p.result
+                    .unwrap_or_else(|| Err(io::Error::other("request not completed")))
+            })
+            .collect()
+    }
+}
+
+impl Backend for UringBackend {
+    fn name(&self) -> String {
+        "io_uring".into()
+    }
+    fn queue(&self, depth: u32) -> io::Result<Box<dyn IoQueue>> {
+        let depth = depth.clamp(1, 4096);
+        Ok(Box::new(UringQueue {
+            ring: IoUring::new(depth.next_power_of_two())?,
+            depth: depth as usize,
+        }))
+    }
+    fn datasync(&self, fd: RawFd) -> io::Result<()> {
+        crate::backend::PsyncBackend.datasync(fd)
+    }
+}

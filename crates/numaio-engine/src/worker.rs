@@ -1,0 +1,78 @@
+//! The per-slice I/O worker: takes requests from a bounded channel, submits whatever has
+//! queued up as one batch (up to the queue depth), and parks in `recv` when idle — no
+//! spinning (ANCHORS lesson 7). Callers block on a [`Completion`].
+
+use crate::backend::{IoQueue, IoRequest};
+use parking_lot::{Condvar, Mutex};
+use std::io;
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::Arc;
+
+#[derive(Default)]
+pub struct Completion {
+    res: Mutex<Option<io::Result<usize>>>,
+    cv: Condvar,
+}
+
+impl Completion {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Completion::default())
+    }
+    pub fn complete(&self, r: io::Result<usize>) {
+        *self.res.lock() = Some(r);
+        self.cv.notify_all();
+    }
+    pub fn wait(&self) -> io::Result<usize> {
+        let mut g = self.res.lock();
+        loop {
+            if let Some(r) = g.take() {
+                return r;
+            }
+            self.cv.wait(&mut g);
+        }
+    }
+}
+
+pub enum Msg {
+    Io(IoRequest, Arc<Completion>),
+    Stop,
+}
+
+/// Runs until a `Stop` message (or all senders are gone).
+pub fn run(rx: Arc<Mutex<Receiver<Msg>>>, mut queue: Box<dyn IoQueue>, depth: usize) {
+    let mut reqs = Vec::with_capacity(depth);
+    let mut dones = Vec::with_capacity(depth);
+    loop {
+        let mut stop = false;
+        {
+            let rx = rx.lock();
+            match rx.recv() {
+                Ok(Msg::Io(r, c)) => {
+                    reqs.push(r);
+                    dones.push(c);
+                }
+                Ok(Msg::Stop) | Err(_) => stop = true,
+            }
+            while !stop && reqs.len() < depth {
+                match rx.try_recv() {
+                    Ok(Msg::Io(r, c)) => {
+                        reqs.push(r);
+                        dones.push(c);
+                    }
+                    Ok(Msg::Stop) | Err(TryRecvError::Disconnected) => stop = true,
+                    Err(TryRecvError::Empty) => break,
+                }
+            }
+        }
+        if !reqs.is_empty() {
+            let results = queue.run(&mut reqs);
+            for (c, r) in dones.drain(..).zip(results) {
+                c.complete(r);
+            }
+            reqs.clear();
+        }
+        if stop {
+            return;
+        }
+    }
+}
