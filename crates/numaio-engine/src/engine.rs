@@ -375,6 +375,7 @@ impl Engine {
             fell_back: AtomicBool::new(fell_back),
         });
         files.push(entry.clone());
+        inner.placement.file_opened(id, &canon);
         by_path.insert(canon, id);
         Ok(FileHandle {
             inner: inner.clone(),
@@ -387,6 +388,10 @@ impl Engine {
     }
     pub fn slices(&self) -> usize {
         self.inner.slices.len()
+    }
+    /// The NUMA node of each slice.
+    pub fn slice_nodes(&self) -> Vec<u32> {
+        self.inner.slices.iter().map(|s| s.node).collect()
     }
     pub fn backend_name(&self) -> String {
         self.inner.backend.name()

@@ -41,6 +41,9 @@ impl AccessCtx {
 pub trait Placement: Send + Sync {
     fn name(&self) -> String;
     fn slice_for(&self, file: FileId, block: u64, ctx: &AccessCtx) -> usize;
+    /// Called once when the engine first opens `path` as `file` (e.g. to give the file a home
+    /// slice from its directory or device), before any `slice_for` for it.
+    fn file_opened(&self, _file: FileId, _path: &std::path::Path) {}
 }
 
 /// Called on every cached access (hit or miss), after the slot is pinned; for accounting and
