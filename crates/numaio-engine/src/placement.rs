@@ -526,6 +526,90 @@ impl Placer {
     }
 }
 
+/// Files whose home slice is kept in the lock-free table; later ones use a map.
+const DENSE_FILES: usize = 1 << 16;
+const NO_HOME: u32 = u32::MAX;
+
+/// The engine-facing placement: a [`Placer`] behind the core's [`crate::Placement`] trait.
+/// The engine reports each opened file ([`PolicyPlacement::file_opened`]) so `directory`,
+/// `stripe` and device-bound files know their home slice.
+#[derive(Debug)]
+pub struct PolicyPlacement {
+    placer: Placer,
+    block_size: u64,
+    homes: Box<[std::sync::atomic::AtomicU32]>,
+    homes_sparse: RwLock<HashMap<u32, u32>>,
+}
+
+impl PolicyPlacement {
+    pub fn new(placer: Placer, block_size: u64) -> Self {
+        Self {
+            placer,
+            block_size,
+            homes: (0..DENSE_FILES)
+                .map(|_| std::sync::atomic::AtomicU32::new(NO_HOME))
+                .collect(),
+            homes_sparse: RwLock::new(HashMap::new()),
+        }
+    }
+
+    pub fn placer(&self) -> &Placer {
+        &self.placer
+    }
+
+    /// Records the home slice of a newly opened file.
+    pub fn file_opened(&self, file: crate::FileId, path: &Path) {
+        let home = self.placer.home_of(path).map_or(NO_HOME, |h| h as u32);
+        match self.homes.get(file.0 as usize) {
+            Some(a) => a.store(home, std::sync::atomic::Ordering::Relaxed),
+            None => {
+                self.homes_sparse
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(file.0, home);
+            }
+        }
+    }
+
+    fn home(&self, file: crate::FileId) -> Option<usize> {
+        let h = match self.homes.get(file.0 as usize) {
+            Some(a) => a.load(std::sync::atomic::Ordering::Relaxed),
+            None => *self
+                .homes_sparse
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&file.0)
+                .unwrap_or(&NO_HOME),
+        };
+        (h != NO_HOME).then_some(h as usize)
+    }
+}
+
+impl crate::Placement for PolicyPlacement {
+    fn name(&self) -> String {
+        self.placer.policy.to_string()
+    }
+
+    fn slice_for(&self, file: crate::FileId, block: u64, ctx: &crate::AccessCtx) -> usize {
+        let caller_node = if self.placer.policy.is_sticky() {
+            // Only asked on a first placement: sticky blocks answer from the map.
+            if let Some(s) = self.placer.sticky.get(file.0 as u64, block) {
+                return s;
+            }
+            ctx.caller_node()
+        } else {
+            None
+        };
+        self.placer.slice_for(&BlockCtx {
+            file: file.0 as u64,
+            block,
+            block_size: self.block_size,
+            home: self.home(file),
+            caller_node,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -716,5 +800,30 @@ mod tests {
         assert_eq!(p.home_of(Path::new("/mnt/a/b/f")), Some(3));
         // sysfs lookup on a real path must not fail loudly.
         let _ = device_node_of(Path::new("/"));
+    }
+    #[test]
+    fn engine_adapter_uses_homes_and_caller() {
+        use crate::{AccessCtx, FileId, Placement};
+        let placer = Placer::new(PlacementPolicy::Directory, vec![0, 1, 2, 3])
+            .unwrap()
+            .with_root("/d");
+        let p = PolicyPlacement::new(placer, 4096);
+        for (i, dir) in ["a", "b", "c", "d", "b"].iter().enumerate() {
+            p.file_opened(FileId(i as u32), &Path::new("/d").join(dir).join("f"));
+        }
+        p.file_opened(FileId(70_000), Path::new("/d/c/g"));
+        let ctx = AccessCtx::new(false);
+        let got: Vec<usize> = (0..5).map(|i| p.slice_for(FileId(i), 99, &ctx)).collect();
+        assert_eq!(got, vec![0, 1, 2, 3, 1]);
+        assert_eq!(p.slice_for(FileId(70_000), 5, &ctx), 2);
+        assert_eq!(p.name(), "directory");
+        // writer-local: the caller's node (this host's threads are on a real node).
+        let here = numaio_sys::getcpu().unwrap().node;
+        let p = PolicyPlacement::new(
+            Placer::new(PlacementPolicy::WriterLocal, vec![here, here + 1]).unwrap(),
+            4096,
+        );
+        assert_eq!(p.slice_for(FileId(1), 0, &AccessCtx::new(true)), 0);
+        assert_eq!(p.placer().sticky_extents(), 1);
     }
 }
