@@ -132,6 +132,8 @@ pub struct Config {
     /// Tofalos's CPU-congestion threshold (fraction of the node's CPUs busy).
     pub cpu_busy_threshold: f64,
     pub max_files_per_process: usize,
+    /// How long a file's residency answer is reused (files the daemon moves are re-read).
+    pub residency_ttl_secs: f64,
     /// `127.0.0.1:PORT` to serve Prometheus metrics; off when absent.
     pub metrics: Option<String>,
     /// Also append the JSON decision lines to this file.
@@ -157,6 +159,7 @@ impl Default for Config {
             min_free_bytes: Bytes(64 << 20),
             cpu_busy_threshold: 0.9,
             max_files_per_process: 64,
+            residency_ttl_secs: 10.0,
             metrics: None,
             log_file: None,
             filter: Filter::default(),

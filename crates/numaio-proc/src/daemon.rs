@@ -80,10 +80,11 @@ impl<'a> Daemon<'a> {
         metrics: Option<Arc<Metrics>>,
         sink: Sink<'a>,
     ) -> Self {
+        let ttl = Duration::from_secs_f64(cfg.residency_ttl_secs.max(0.0));
         Daemon {
             cfg,
             cache,
-            scanner: Scanner::new(),
+            scanner: Scanner::with_residency_ttl(ttl),
             history: History::default(),
             prev_cpu: BTreeMap::new(),
             clock: Instant::now(),
@@ -335,6 +336,7 @@ impl<'a> Daemon<'a> {
                 let mut per_file = Vec::new();
                 let (mut moved, mut errors) = (0u64, 0usize);
                 for f in files {
+                    self.scanner.memo.invalidate(&f.path);
                     match self.cache.move_to(&f.path, *to) {
                         Ok(o) => {
                             moved += o.moved_bytes;

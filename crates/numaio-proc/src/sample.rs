@@ -166,22 +166,47 @@ impl ProcessView {
     }
 }
 
-/// Residency lookups shared by every process in one scan (readers of one file ask once).
+/// Residency lookups shared by every process in one scan (readers of one file ask once),
+/// and, with a time to live, across scans: querying a multi-gigabyte file costs seconds of
+/// system time, far more than the rest of an interval.
 #[derive(Default)]
 pub struct ResidencyMemo {
-    memo: HashMap<PathBuf, Result<FileNodes, String>>,
+    memo: HashMap<PathBuf, (Instant, Result<FileNodes, String>)>,
+    ttl: Option<std::time::Duration>,
     pub queries: usize,
 }
 
 impl ResidencyMemo {
+    pub fn with_ttl(ttl: std::time::Duration) -> Self {
+        ResidencyMemo {
+            ttl: Some(ttl),
+            ..Default::default()
+        }
+    }
+
     pub fn get(&mut self, cache: &dyn CacheOps, path: &Path) -> Result<FileNodes, String> {
-        if let Some(r) = self.memo.get(path) {
+        if let Some((_, r)) = self.memo.get(path) {
             return r.clone();
         }
         self.queries += 1;
         let r = cache.residency(path).map_err(|e| e.to_string());
-        self.memo.insert(path.to_path_buf(), r.clone());
+        self.memo
+            .insert(path.to_path_buf(), (Instant::now(), r.clone()));
         r
+    }
+
+    /// Forgets `path` (after the daemon moved its pages).
+    pub fn invalidate(&mut self, path: &Path) {
+        self.memo.remove(path);
+    }
+
+    /// Drops entries older than the time to live (all of them without one).
+    fn expire(&mut self) {
+        match self.ttl {
+            Some(ttl) => self.memo.retain(|_, (t, _)| t.elapsed() < ttl),
+            None => self.memo.clear(),
+        }
+        self.queries = 0;
     }
 }
 
@@ -411,11 +436,20 @@ pub struct ScanResult {
 #[derive(Default)]
 pub struct Scanner {
     prev: HashMap<i32, Prev>,
+    pub memo: ResidencyMemo,
 }
 
 impl Scanner {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A scanner that reuses residency answers for `ttl`.
+    pub fn with_residency_ttl(ttl: std::time::Duration) -> Self {
+        Scanner {
+            prev: HashMap::new(),
+            memo: ResidencyMemo::with_ttl(ttl),
+        }
     }
 
     /// Samples processes; returns views of the I/O-active ones (or all, per `opts`).
@@ -431,7 +465,7 @@ impl Scanner {
         };
         let me = std::process::id() as i32;
         let mut res = ScanResult::default();
-        let mut memo = ResidencyMemo::default();
+        self.memo.expire();
         let mut next: HashMap<i32, Prev> = HashMap::with_capacity(pids.len());
         for pid in pids {
             let cur = match light(pid) {
@@ -479,7 +513,7 @@ impl Scanner {
                                 &d,
                                 topo,
                                 cache,
-                                &mut memo,
+                                &mut self.memo,
                                 opts.max_files,
                             ));
                         }
@@ -500,7 +534,7 @@ impl Scanner {
                 },
             );
         }
-        res.residency_queries = memo.queries;
+        res.residency_queries = self.memo.queries;
         self.prev = next;
         res
     }

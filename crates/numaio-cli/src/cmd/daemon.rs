@@ -1,10 +1,204 @@
-//! Not written yet; see the issue tracker.
+//! `numaio daemon`: the placement daemon. Settings come from a TOML file (`--config`, see
+//! `dist/numaio.toml`) with command-line flags overriding it; see `docs/daemon.md`.
 
+use numaio_proc::config::{Bytes, Config, PolicyKind};
+use numaio_proc::daemon::Daemon;
+use numaio_proc::metrics::{self, Metrics};
+use numaio_proc::PageCache;
+use std::io::Write;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 #[derive(clap::Args)]
-pub struct DaemonArgs {}
+pub struct DaemonArgs {
+    /// TOML configuration file (flags below override it).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// follow-data (move the process), pull-data (move the cache) or auto (by cost).
+    #[arg(long)]
+    policy: Option<PolicyKind>,
+    /// Seconds between decisions (default 2).
+    #[arg(long, value_name = "SECS")]
+    interval: Option<f64>,
+    /// Print the advice, take no action (like `numad -w`).
+    #[arg(long)]
+    dry_run: bool,
+    /// Also move processes whose affinity is narrower than their cpuset.
+    #[arg(long)]
+    manage_pinned: bool,
+    /// Serve Prometheus metrics on ADDRESS:PORT (e.g. 127.0.0.1:9477).
+    #[arg(long, value_name = "ADDR:PORT")]
+    metrics: Option<String>,
+    /// Stop after N intervals (for tests and measurements).
+    #[arg(long, value_name = "N")]
+    iterations: Option<u64>,
+    /// One interval, then exit (same as --iterations 1).
+    #[arg(long)]
+    once: bool,
+    /// Read rate (bytes/s, K/M/G suffixes) above which a process counts as I/O-active.
+    #[arg(long, value_name = "SIZE")]
+    min_read_rate: Option<String>,
+    /// Seconds a moved process or file stays put.
+    #[arg(long, value_name = "SECS")]
+    min_residence: Option<f64>,
+    /// Do not migrate a followed process's memory.
+    #[arg(long)]
+    no_migrate_memory: bool,
+    /// Never touch this pid (repeatable).
+    #[arg(long, value_name = "PID")]
+    exclude_pid: Vec<i32>,
+    /// Never touch processes with this command name; `name*` matches a prefix (repeatable).
+    #[arg(long, value_name = "COMM")]
+    exclude_comm: Vec<String>,
+    /// Only touch processes with this command name (repeatable).
+    #[arg(long, value_name = "COMM")]
+    include_comm: Vec<String>,
+    /// Only touch this pid (repeatable).
+    #[arg(long, value_name = "PID")]
+    include_pid: Vec<i32>,
+    /// Also append the JSON lines to FILE.
+    #[arg(long, value_name = "FILE")]
+    log_file: Option<PathBuf>,
+    /// Print one JSON line per decision and per interval (the default is a text line each).
+    #[arg(long)]
+    json: bool,
+}
 
-pub fn run(_a: DaemonArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("this subcommand is not implemented yet")
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::Relaxed);
+}
+
+fn build_config(a: &DaemonArgs) -> anyhow::Result<Config> {
+    let mut c = match &a.config {
+        Some(p) => Config::load(p)?,
+        None => Config::default(),
+    };
+    if let Some(p) = a.policy {
+        c.policy = p;
+    }
+    if let Some(i) = a.interval {
+        c.interval_secs = i;
+    }
+    c.dry_run |= a.dry_run;
+    c.manage_pinned |= a.manage_pinned;
+    if a.no_migrate_memory {
+        c.migrate_memory = false;
+    }
+    if let Some(m) = &a.metrics {
+        c.metrics = Some(m.clone());
+    }
+    if let Some(r) = &a.min_read_rate {
+        let b = numaio_sys::topology::parse_size(r)
+            .ok_or_else(|| anyhow::anyhow!("--min-read-rate {r:?}: use a size such as 1M"))?;
+        c.min_read_bytes_per_sec = Bytes(b);
+    }
+    if let Some(s) = a.min_residence {
+        c.min_residence_secs = s;
+    }
+    c.filter.exclude_pids.extend(&a.exclude_pid);
+    c.filter
+        .exclude_comms
+        .extend(a.exclude_comm.iter().cloned());
+    c.filter
+        .include_comms
+        .extend(a.include_comm.iter().cloned());
+    c.filter.include_pids.extend(&a.include_pid);
+    if let Some(f) = &a.log_file {
+        c.log_file = Some(f.display().to_string());
+    }
+    c.validate()
+        .map_err(|e| anyhow::anyhow!("invalid setting: {e}"))?;
+    Ok(c)
+}
+
+/// A one-line human rendering of a JSON log line.
+fn human(v: &serde_json::Value) -> String {
+    let s = |k: &str| v[k].as_str().unwrap_or("").to_string();
+    match v["event"].as_str() {
+        Some("decision") => {
+            let kind = v["action"]["kind"].as_str().unwrap_or("none");
+            let target = v["numbers"]["target_node"]
+                .as_u64()
+                .map_or(String::new(), |t| format!(" -> node {t}"));
+            let outcome = match v["outcome"].as_str() {
+                Some(o) => format!(
+                    " [{o}{}]",
+                    v["error"]
+                        .as_str()
+                        .map_or(String::new(), |e| format!(": {e}"))
+                ),
+                None => String::new(),
+            };
+            format!(
+                "#{} {} {} pid {} ({}) on node {}{}: {}{}",
+                v["iteration"],
+                s("verdict"),
+                kind,
+                v["pid"],
+                s("comm"),
+                v["numbers"]["current_node"],
+                target,
+                s("reason"),
+                outcome
+            )
+        }
+        Some("interval") => format!(
+            "#{} scanned {} processes, {} I/O-active, {} decision(s), {} action(s), {:.1} ms CPU",
+            v["iteration"],
+            v["scanned"],
+            v["io_active"],
+            v["decisions"],
+            v["actions"],
+            v["cpu_secs"].as_f64().unwrap_or(0.0) * 1000.0
+        ),
+        _ => v.to_string(),
+    }
+}
+
+pub fn run(a: DaemonArgs) -> anyhow::Result<ExitCode> {
+    let cfg = build_config(&a)?;
+    let metrics = match &cfg.metrics {
+        Some(addr) => {
+            let m = Arc::new(Metrics::new());
+            let bound = metrics::serve(m.clone(), addr)
+                .map_err(|e| anyhow::anyhow!("cannot serve metrics on {addr}: {e}"))?;
+            eprintln!("numaio: metrics on http://{bound}/metrics");
+            Some(m)
+        }
+        None => None,
+    };
+    let mut log_file = match &cfg.log_file {
+        Some(p) => Some(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .map_err(|e| anyhow::anyhow!("cannot open log file {p}: {e}"))?,
+        ),
+        None => None,
+    };
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+    }
+    let json = a.json;
+    let sink = Box::new(move |v: &serde_json::Value| {
+        let mut out = std::io::stdout().lock();
+        let line = if json { v.to_string() } else { human(v) };
+        let _ = writeln!(out, "{line}");
+        let _ = out.flush();
+        if let Some(f) = log_file.as_mut() {
+            let _ = writeln!(f, "{v}");
+        }
+    });
+    let iterations = if a.once { Some(1) } else { a.iterations };
+    let cache = PageCache;
+    let mut d = Daemon::new(cfg, &cache, metrics, sink);
+    d.run(iterations, &STOP)?;
+    Ok(ExitCode::SUCCESS)
 }

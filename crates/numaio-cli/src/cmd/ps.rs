@@ -1,10 +1,195 @@
-//! Not written yet; see the issue tracker.
+//! `numaio ps`: processes' file I/O locality per node.
+//!
+//! Samples `/proc` twice, `--interval` seconds apart, and shows for each process that did
+//! I/O (or each PID given): the nodes its threads ran on, allowed CPUs and memory nodes,
+//! memory per node, read/write rates, its open and mapped files with their cache per node,
+//! the locality estimate and the estimated `numa<N>_read_bytes`.
 
+use crate::output::{human_bytes, print_json};
+use numaio_proc::sample::ProcessView;
+use numaio_proc::{PageCache, ScanOptions, Scanner};
+use numaio_sys::{cpulist, Topology};
+use std::collections::{BTreeMap, HashMap};
 use std::process::ExitCode;
+use std::time::Duration;
 
 #[derive(clap::Args)]
-pub struct PsArgs {}
+pub struct PsArgs {
+    /// Processes to show (default: every process that did I/O during the interval).
+    #[arg(value_name = "PID")]
+    pids: Vec<i32>,
+    /// Seconds between the two samples that rates and read estimates come from.
+    #[arg(long, default_value_t = 1.0, value_name = "SECS")]
+    interval: f64,
+    /// Keep sampling every SECS seconds until interrupted; `numa_io_total` accumulates.
+    #[arg(long, value_name = "SECS")]
+    watch: Option<f64>,
+    /// Stop --watch after N rounds.
+    #[arg(long, value_name = "N")]
+    count: Option<u64>,
+    /// Also list processes that did no I/O.
+    #[arg(long)]
+    all: bool,
+    /// Print JSON: {"interval_secs","processes":[{pid,comm,thread_nodes,cpus_allowed,
+    /// mems_allowed,memory_per_node,read_bytes_per_sec,files:[{path,nodes,...}],locality,
+    /// numa_io:{"numa<N>_read_bytes":u64},...}]}; with --watch one line per round.
+    #[arg(long)]
+    json: bool,
+}
 
-pub fn run(_a: PsArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("this subcommand is not implemented yet")
+pub fn run(a: PsArgs) -> anyhow::Result<ExitCode> {
+    let period = a.watch.unwrap_or(a.interval);
+    if !(period > 0.0 && period.is_finite()) {
+        anyhow::bail!("--interval/--watch must be a positive number of seconds");
+    }
+    for &p in &a.pids {
+        if p <= 0 {
+            anyhow::bail!("invalid pid {p}");
+        }
+        if numaio_proc::procfs::read_stat(p).is_err() {
+            anyhow::bail!("no process with pid {p} (it may have exited); list processes with `numaio ps --all`");
+        }
+    }
+    let topo = Topology::detect()?;
+    let opts = ScanOptions {
+        pids: (!a.pids.is_empty()).then(|| a.pids.clone()),
+        all: a.all || !a.pids.is_empty(),
+        deep_all: true,
+        ..Default::default()
+    };
+    let cache = PageCache;
+    let mut sc = Scanner::new();
+    sc.scan(&opts, &topo, &cache);
+    let mut totals: HashMap<(i32, u64), BTreeMap<u32, u64>> = HashMap::new();
+    let mut round = 0u64;
+    loop {
+        std::thread::sleep(Duration::from_secs_f64(period));
+        let res = sc.scan(&opts, &topo, &cache);
+        let mut views = res.views;
+        views.sort_by(|x, y| y.read_bytes.cmp(&x.read_bytes).then(x.pid.cmp(&y.pid)));
+        round += 1;
+        if a.watch.is_some() {
+            for v in &views {
+                let t = totals.entry((v.pid, v.start_ticks)).or_default();
+                for (&n, &b) in &v.numa_read_bytes {
+                    *t.entry(n).or_insert(0) += b;
+                }
+            }
+        }
+        if a.json {
+            let procs: Vec<serde_json::Value> = views
+                .iter()
+                .map(|v| {
+                    let mut j = serde_json::to_value(v).unwrap_or_default();
+                    if let (Some(o), Some(t)) =
+                        (j.as_object_mut(), totals.get(&(v.pid, v.start_ticks)))
+                    {
+                        let tot: BTreeMap<String, u64> = topo
+                            .node_ids()
+                            .iter()
+                            .map(|n| {
+                                (
+                                    format!("numa{n}_read_bytes"),
+                                    t.get(n).copied().unwrap_or(0),
+                                )
+                            })
+                            .collect();
+                        o.insert("numa_io_total".into(), serde_json::json!(tot));
+                    }
+                    j
+                })
+                .collect();
+            print_json(&serde_json::json!({
+                "interval_secs": period,
+                "scanned": res.scanned,
+                "unreadable": res.unreadable,
+                "processes": procs,
+            }))?;
+        } else {
+            print!("{}", render(&views, &topo, period, res.unreadable));
+        }
+        if a.watch.is_none() || a.count.is_some_and(|c| round >= c) {
+            break;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn nodes_bytes(m: &BTreeMap<u32, u64>) -> String {
+    if m.is_empty() {
+        return "-".into();
+    }
+    m.iter()
+        .map(|(n, b)| format!("N{n}={}", human_bytes(*b)))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn render(views: &[ProcessView], topo: &Topology, secs: f64, unreadable: usize) -> String {
+    let mut s = String::new();
+    if views.is_empty() {
+        s += &format!(
+            "no process did file I/O in the last {secs} s (use --all to list every process)\n"
+        );
+    }
+    for v in views {
+        let ran: Vec<String> = v
+            .thread_nodes
+            .iter()
+            .map(|(n, c)| format!("{c} on node {n}"))
+            .collect();
+        s += &format!(
+            "{} {}  threads: {}  cpus allowed {}  mems allowed {}{}\n",
+            v.pid,
+            v.comm,
+            if ran.is_empty() {
+                "-".into()
+            } else {
+                ran.join(", ")
+            },
+            cpulist::format(&v.cpus_allowed),
+            cpulist::format(&v.mems_allowed),
+            if v.pinned { "  (pinned)" } else { "" }
+        );
+        s += &format!(
+            "    memory {} (rss {})  read {}/s  write {}/s  {:.0} % cpu",
+            nodes_bytes(&v.memory_per_node),
+            human_bytes(v.rss_bytes),
+            human_bytes(v.read_bytes_per_sec as u64),
+            human_bytes(v.write_bytes_per_sec as u64),
+            v.cpu_percent
+        );
+        match v.locality {
+            Some(l) => s += &format!("  locality {:.0} % (estimate)\n", l * 100.0),
+            None => s += "  locality unknown (no cached file data)\n",
+        }
+        for n in topo.node_ids() {
+            s += &format!(
+                "    numa{n}_read_bytes: {}\n",
+                v.numa_read_bytes.get(&n).copied().unwrap_or(0)
+            );
+        }
+        for f in &v.files {
+            match &f.error {
+                Some(e) => s += &format!("    {:<6} {}  ({e})\n", f.via, f.path.display()),
+                None => {
+                    s += &format!(
+                        "    {:<6} {}  {} of {} cached: {}\n",
+                        f.via,
+                        f.path.display(),
+                        human_bytes(f.cached_bytes),
+                        human_bytes(f.size_bytes),
+                        nodes_bytes(&f.nodes)
+                    )
+                }
+            }
+        }
+        for e in &v.errors {
+            s += &format!("    note: {e}\n");
+        }
+    }
+    if unreadable > 0 {
+        s += &format!("({unreadable} process(es) could not be read: run as root to see them)\n");
+    }
+    s
 }
