@@ -57,6 +57,10 @@ pub struct EngineConfig {
     pub max_io_blocks: usize,
     /// Topology to use instead of detecting it.
     pub topology: Option<Topology>,
+    /// Issue 6, move-work `forward`: `pread`/`pwrite` runs on a worker on the data's node.
+    pub forwarder: Option<Arc<crate::move_work::Forwarder>>,
+    /// Issue 6: per-block checksums computed in write-back and verified on read.
+    pub integrity: Option<Arc<crate::integrity::IntegrityStage>>,
 }
 
 impl Default for EngineConfig {
@@ -79,6 +83,8 @@ impl Default for EngineConfig {
             pin_threads: true,
             max_io_blocks: 256,
             topology: None,
+            forwarder: None,
+            integrity: None,
         }
     }
 }
@@ -619,6 +625,21 @@ impl Inner {
                                 std::ptr::write_bytes(slice.buf_ptr(slot).add(have), 0, bs - have)
                             };
                         }
+                        if let Some(ig) = &self.cfg.integrity {
+                            // SAFETY: we own the LOADING slot's buffer.
+                            let data = unsafe { std::slice::from_raw_parts(slice.buf_ptr(slot), bs) };
+                            if let Err(e) = ig.verify(f.id.0 as u64, run[k].1, data) {
+                                // A corrupted block is an error, never data.
+                                slice.finish_load(slot, false);
+                                if first_err.is_none() {
+                                    first_err = Some(io::Error::new(
+                                        io::ErrorKind::InvalidData,
+                                        format!("read of {} failed: {e}", f.path.display()),
+                                    ));
+                                }
+                                continue;
+                            }
+                        }
                         slice.finish_load(slot, true);
                     }
                 }
@@ -680,6 +701,54 @@ impl Inner {
             }
             return Ok(results);
         }
+    }
+
+    /// Issue 6 move-work `forward` (SAFS, tgt): splits `[off, off+len)` into runs of blocks
+    /// that live in one slice, and hands each run whose slice is on another node to a worker
+    /// pinned there; `op(range in the caller's buffer, file offset)` does the copy.
+    fn forwarded(
+        &self,
+        fw: &crate::move_work::Forwarder,
+        f: &FileEntry,
+        len: usize,
+        off: u64,
+        write: bool,
+        mut op: impl FnMut(std::ops::Range<usize>, u64) -> io::Result<usize> + Send,
+    ) -> io::Result<usize> {
+        let len = if write {
+            len
+        } else {
+            (len as u64).min(f.len().saturating_sub(off)) as usize
+        };
+        let bs = self.bs as u64;
+        let ctx = AccessCtx::new(write);
+        let mut done = 0usize;
+        while done < len {
+            let cur = off + done as u64;
+            let end = off + len as u64;
+            let b0 = cur / bs;
+            let si = self.slice_of(f.id, b0, &ctx);
+            let mut b = b0 + 1;
+            while b * bs < end
+                && ((b - b0) as usize) < self.chunk_blocks
+                && self.slice_of(f.id, b, &ctx) == si
+            {
+                b += 1;
+            }
+            let k = ((b * bs).min(end) - cur) as usize;
+            let node = self.slices[si].node;
+            let r = done..done + k;
+            let n = if fw.should_forward(node) {
+                fw.run_on(node, || op(r, cur)).map_err(io::Error::other)??
+            } else {
+                op(r, cur)?
+            };
+            if n == 0 {
+                break;
+            }
+            done += n;
+        }
+        Ok(done)
     }
 
     fn pread(&self, f: &FileEntry, buf: &mut [u8], off: u64) -> io::Result<usize> {
@@ -786,7 +855,7 @@ impl Inner {
                     _ => runs.push((x, 1)),
                 }
             }
-            let results = match self.io_runs(
+            let do_io = || match self.io_runs(
                 &f,
                 IoKind::Write,
                 runs.iter().map(|&(s, n)| &triples[s..s + n]),
@@ -797,7 +866,34 @@ impl Inner {
                     .map(|_| Err(io::Error::new(e.kind(), e.to_string())))
                     .collect(),
             };
+            // Issue 6: checksums are computed while the write is in flight (inline or on the
+            // integrity pool) and recorded only for runs that reached the device.
+            let (sums, results) = match &self.cfg.integrity {
+                Some(ig) => {
+                    let blocks: Vec<&[u8]> = triples
+                        .iter()
+                        // SAFETY: the slots are pinned for the whole write-back; a concurrent
+                        // pwrite re-dirties the block, so a sum of torn data is replaced by the
+                        // next write-back before the block can be dropped and read again.
+                        .map(|&(_, _, slot)| unsafe {
+                            std::slice::from_raw_parts(slice.buf_ptr(slot), self.bs)
+                        })
+                        .collect();
+                    let (sums, r) = ig.compute_while(&blocks, do_io);
+                    (Some(sums), r)
+                }
+                None => (None, do_io()),
+            };
             for (&(s, n), r) in runs.iter().zip(results) {
+                if let (Some(ig), Some(sums)) = (&self.cfg.integrity, &sums) {
+                    for x in s..s + n {
+                        if r.is_ok() {
+                            ig.commit(fid.0 as u64, triples[x].1, sums[x]);
+                        } else {
+                            ig.invalidate(fid.0 as u64, triples[x].1);
+                        }
+                    }
+                }
                 match r {
                     Ok(_) => {
                         SliceCounters::add(&slice.counters.write_ios, 1);
@@ -1053,10 +1149,20 @@ impl FileHandle {
 
     /// Copies up to `buf.len()` bytes at `off` (fewer at end of file).
     pub fn pread(&self, buf: &mut [u8], off: u64) -> io::Result<usize> {
+        if let Some(fw) = &self.inner.cfg.forwarder {
+            return self.inner.forwarded(fw, &self.file, buf.len(), off, false, |r, o| {
+                self.inner.pread(&self.file, &mut buf[r], o)
+            });
+        }
         self.inner.pread(&self.file, buf, off)
     }
     /// Writes `buf` at `off` into the cache (write-back later, or at fsync).
     pub fn pwrite(&self, buf: &[u8], off: u64) -> io::Result<usize> {
+        if let Some(fw) = &self.inner.cfg.forwarder {
+            return self.inner.forwarded(fw, &self.file, buf.len(), off, true, |r, o| {
+                self.inner.pwrite(&self.file, &buf[r], o)
+            });
+        }
         self.inner.pwrite(&self.file, buf, off)
     }
 

@@ -626,6 +626,35 @@ impl IntegrityStage {
         blocks: &[&[u8]],
         io: impl FnOnce() -> Result<R, E>,
     ) -> Result<R, E> {
+        let (sums, result) = self.compute_while(blocks, io);
+        match &result {
+            Ok(_) => {
+                for (i, s) in sums.iter().enumerate() {
+                    self.store.set(file, first + i as u64, *s);
+                }
+            }
+            Err(_) => {
+                for i in 0..blocks.len() {
+                    self.store.remove(file, first + i as u64);
+                }
+            }
+        }
+        result
+    }
+
+    /// Records the sum of a block whose write reached the device.
+    pub fn commit(&self, file: u64, block: u64, sum: u64) {
+        self.store.set(file, block, sum);
+    }
+
+    /// Forgets a block's sum (its write failed: the device content is unknown).
+    pub fn invalidate(&self, file: u64, block: u64) {
+        self.store.remove(file, block);
+    }
+
+    /// Computes the checksums of `blocks` — inline or on the pool, as the dispatch rule
+    /// decides — while `io` runs, and returns both once both are done (the barrier).
+    pub fn compute_while<R>(&self, blocks: &[&[u8]], io: impl FnOnce() -> R) -> (Vec<u64>, R) {
         self.requests.fetch_add(1, Relaxed);
         self.blocks.fetch_add(blocks.len() as u64, Relaxed);
         let kind = self.config.kind;
@@ -678,19 +707,7 @@ impl IntegrityStage {
             }
             io()
         };
-        match &result {
-            Ok(_) => {
-                for (i, s) in sums.iter().enumerate() {
-                    self.store.set(file, first + i as u64, s.load(Relaxed));
-                }
-            }
-            Err(_) => {
-                for i in 0..blocks.len() {
-                    self.store.remove(file, first + i as u64);
-                }
-            }
-        }
-        result
+        (sums.into_iter().map(|s| s.into_inner()).collect(), result)
     }
 
     /// Checks a block just read from the backing store. Blocks without a stored sum (never

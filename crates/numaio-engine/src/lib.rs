@@ -40,6 +40,7 @@ pub mod hysteresis;
 pub mod index;
 pub mod integrity;
 pub mod move_work;
+pub mod numa;
 pub mod placement;
 pub mod policy;
 pub mod range_placement;

@@ -246,6 +246,8 @@ pub struct Forwarder {
     handles: Vec<JoinHandle<()>>,
     forwarded: AtomicU64,
     spin: Duration,
+    cpus: NodeCpus,
+    accounting: Option<Arc<crate::accounting::Accounting>>,
 }
 
 impl fmt::Debug for Forwarder {
@@ -322,11 +324,30 @@ impl Forwarder {
             handles,
             forwarded: AtomicU64::new(0),
             spin,
+            cpus: cpus.clone(),
+            accounting: None,
         })
     }
 
     pub fn nodes(&self) -> Vec<u32> {
         self.queues.iter().map(|q| q.node).collect()
+    }
+
+    /// Counts each forwarded request in `acc` (for the requesting thread).
+    pub fn with_accounting(mut self, acc: Arc<crate::accounting::Accounting>) -> Self {
+        self.accounting = Some(acc);
+        self
+    }
+
+    /// The calling thread's node now.
+    pub fn current_node(&self) -> Option<u32> {
+        self.cpus.current_node()
+    }
+
+    /// Whether a request for data on `node` should be forwarded from the calling thread:
+    /// the thread is elsewhere and `node` has a worker.
+    pub fn should_forward(&self, node: u32) -> bool {
+        self.current_node() != Some(node) && self.queues.iter().any(|q| q.node == node)
     }
 
     pub fn forwarded(&self) -> u64 {
@@ -362,6 +383,9 @@ impl Forwarder {
             return Err(MoveError::NoWorker(node));
         }
         self.forwarded.fetch_add(1, Ordering::Relaxed);
+        if let Some(a) = &self.accounting {
+            a.record_forward();
+        }
         let got = match spin_recv(self.spin, || rrx.try_recv()) {
             Some(r) => Ok(r),
             None => rrx.recv(),

@@ -531,7 +531,7 @@ const DENSE_FILES: usize = 1 << 16;
 const NO_HOME: u32 = u32::MAX;
 
 /// The engine-facing placement: a [`Placer`] behind the core's [`crate::Placement`] trait.
-/// The engine reports each opened file ([`PolicyPlacement::file_opened`]) so `directory`,
+/// The engine reports each opened file (`Placement::file_opened`) so `directory`,
 /// `stripe` and device-bound files know their home slice.
 #[derive(Debug)]
 pub struct PolicyPlacement {
@@ -539,6 +539,7 @@ pub struct PolicyPlacement {
     block_size: u64,
     homes: Box<[std::sync::atomic::AtomicU32]>,
     homes_sparse: RwLock<HashMap<u32, u32>>,
+    cpus: Option<crate::move_work::NodeCpus>,
 }
 
 impl PolicyPlacement {
@@ -550,7 +551,15 @@ impl PolicyPlacement {
                 .map(|_| std::sync::atomic::AtomicU32::new(NO_HOME))
                 .collect(),
             homes_sparse: RwLock::new(HashMap::new()),
+            cpus: None,
         }
+    }
+
+    /// Finds the caller's node through this CPU map (the engine's topology) instead of
+    /// getcpu's kernel node, so a synthetic topology is honoured.
+    pub fn with_cpus(mut self, cpus: crate::move_work::NodeCpus) -> Self {
+        self.cpus = Some(cpus);
+        self
     }
 
     pub fn placer(&self) -> &Placer {
@@ -558,7 +567,7 @@ impl PolicyPlacement {
     }
 
     /// Records the home slice of a newly opened file.
-    pub fn file_opened(&self, file: crate::FileId, path: &Path) {
+    pub fn register_file(&self, file: crate::FileId, path: &Path) {
         let home = self.placer.home_of(path).map_or(NO_HOME, |h| h as u32);
         match self.homes.get(file.0 as usize) {
             Some(a) => a.store(home, std::sync::atomic::Ordering::Relaxed),
@@ -590,13 +599,20 @@ impl crate::Placement for PolicyPlacement {
         self.placer.policy.to_string()
     }
 
+    fn file_opened(&self, file: crate::FileId, path: &Path) {
+        self.register_file(file, path);
+    }
+
     fn slice_for(&self, file: crate::FileId, block: u64, ctx: &crate::AccessCtx) -> usize {
         let caller_node = if self.placer.policy.is_sticky() {
             // Only asked on a first placement: sticky blocks answer from the map.
             if let Some(s) = self.placer.sticky.get(file.0 as u64, block) {
                 return s;
             }
-            ctx.caller_node()
+            match &self.cpus {
+                Some(c) => c.current_node(),
+                None => ctx.caller_node(),
+            }
         } else {
             None
         };
@@ -809,9 +825,9 @@ mod tests {
             .with_root("/d");
         let p = PolicyPlacement::new(placer, 4096);
         for (i, dir) in ["a", "b", "c", "d", "b"].iter().enumerate() {
-            p.file_opened(FileId(i as u32), &Path::new("/d").join(dir).join("f"));
+            p.register_file(FileId(i as u32), &Path::new("/d").join(dir).join("f"));
         }
-        p.file_opened(FileId(70_000), Path::new("/d/c/g"));
+        p.register_file(FileId(70_000), Path::new("/d/c/g"));
         let ctx = AccessCtx::new(false);
         let got: Vec<usize> = (0..5).map(|i| p.slice_for(FileId(i), 99, &ctx)).collect();
         assert_eq!(got, vec![0, 1, 2, 3, 1]);
