@@ -54,6 +54,9 @@ pub struct Daemon<'a> {
     sink: Sink<'a>,
     /// Actions carried out, by kind, since start.
     pub actions_by_kind: BTreeMap<String, u64>,
+    /// Test aid (`NUMAIO_DAEMON_ACT_DELAY_MS`): a pause between checking a process and
+    /// acting on it, which widens the window in which it can exit mid-action.
+    act_delay: Option<Duration>,
 }
 
 fn now_unix() -> f64 {
@@ -92,6 +95,10 @@ impl<'a> Daemon<'a> {
             metrics,
             sink,
             actions_by_kind: BTreeMap::new(),
+            act_delay: std::env::var("NUMAIO_DAEMON_ACT_DELAY_MS")
+                .ok()
+                .and_then(|v| v.parse::<u64>().ok())
+                .map(Duration::from_millis),
         }
     }
 
@@ -299,6 +306,9 @@ impl<'a> Daemon<'a> {
         let st = procfs::read_stat(d.pid)?;
         if st.start_ticks != d.start_ticks {
             return Err(ProcError::Gone { pid: d.pid });
+        }
+        if let Some(t) = self.act_delay {
+            std::thread::sleep(t);
         }
         match &d.action {
             Some(Action::FollowData {

@@ -36,7 +36,7 @@ pub fn choose_node(topo: &Topology, files: &[FileNodes]) -> Option<NearChoice> {
     let cached = per.get(&best.id).copied().unwrap_or(0);
     let reason = if cached > 0 {
         format!(
-            "node {} holds {cached} of the files' cached bytes, the most of any node with CPUs",
+            "node {} holds {cached} bytes of the files' cache, the most of any node with CPUs",
             best.id
         )
     } else {

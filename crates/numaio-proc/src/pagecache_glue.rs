@@ -6,8 +6,14 @@ use crate::error::{ProcError, ProcResult};
 use numaio_pagecache::{MoveOptions, Target, WarmOptions, WhereOptions};
 use std::path::Path;
 
+/// The page-cache errors already name the path; only add it when they do not.
 fn err(path: &Path, e: impl std::fmt::Display) -> ProcError {
-    ProcError::Cache(format!("{}: {e}", path.display()))
+    let msg = e.to_string();
+    if msg.contains(&*path.to_string_lossy()) {
+        ProcError::Cache(msg)
+    } else {
+        ProcError::Cache(format!("{}: {msg}", path.display()))
+    }
 }
 
 pub fn residency(path: &Path) -> ProcResult<FileNodes> {

@@ -122,12 +122,15 @@ fn read_files(v: &ProcessView) -> Vec<&crate::sample::FileView> {
     let moved: Vec<_> = v
         .files
         .iter()
-        .filter(|f| f.advanced_bytes > 0 && f.cached_bytes > 0)
+        .filter(|f| f.advanced_bytes > 0 && f.cached_bytes > 0 && !f.write_only)
         .collect();
     if !moved.is_empty() {
         return moved;
     }
-    v.files.iter().filter(|f| f.cached_bytes > 0).collect()
+    v.files
+        .iter()
+        .filter(|f| f.cached_bytes > 0 && !f.write_only)
+        .collect()
 }
 
 /// One file's share of a pull.
@@ -593,6 +596,7 @@ mod tests {
                 cached_bytes: cached,
                 nodes: nodes.clone(),
                 advanced_bytes: 200 * MB,
+                write_only: false,
                 error: None,
             }],
             read_distribution: nodes.iter().map(|(&n, &b)| (n, b as f64 / total)).collect(),

@@ -198,6 +198,14 @@ pub fn parse_fdinfo_pos(text: &str) -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
+/// Whether `/proc/PID/fdinfo/FD` says the descriptor is write-only (`flags:` is octal).
+pub fn parse_fdinfo_write_only(text: &str) -> bool {
+    text.lines()
+        .find_map(|l| l.strip_prefix("flags:"))
+        .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+        .is_some_and(|f| f & libc::O_ACCMODE as u32 == libc::O_WRONLY as u32)
+}
+
 /// The cgroup path of the process (the v2 `0::` line, else the first v1 line's path).
 pub fn parse_cgroup(text: &str) -> String {
     let mut first = None;
@@ -290,6 +298,8 @@ pub struct OpenFd {
     pub path: PathBuf,
     /// The descriptor's file offset, if readable.
     pub pos: Option<u64>,
+    /// Opened write-only: its offset moves with writes, not reads.
+    pub write_only: bool,
 }
 
 /// The regular files `pid` has open (sockets, pipes, devices and deleted files skipped).
@@ -312,13 +322,12 @@ pub fn open_files(pid: i32) -> ProcResult<Vec<OpenFd>> {
             Ok(m) if m.is_file() => {}
             _ => continue,
         }
-        let pos = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}"))
-            .ok()
-            .and_then(|t| parse_fdinfo_pos(&t));
+        let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")).unwrap_or_default();
         out.push(OpenFd {
             fd,
             path: target,
-            pos,
+            pos: parse_fdinfo_pos(&info),
+            write_only: parse_fdinfo_write_only(&info),
         });
     }
     out.sort_by_key(|f| f.fd);
@@ -462,6 +471,9 @@ mod tests {
             Some(8192)
         );
         assert_eq!(parse_fdinfo_pos("flags: 0"), None);
+        assert!(parse_fdinfo_write_only("pos:\t0\nflags:\t02100001\n"));
+        assert!(!parse_fdinfo_write_only("pos:\t0\nflags:\t0100002\n"));
+        assert!(!parse_fdinfo_write_only("pos:\t0\nflags:\t0100000\n"));
         assert_eq!(
             parse_cgroup("0::/system.slice/x.service\n"),
             "/system.slice/x.service"

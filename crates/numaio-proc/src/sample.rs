@@ -111,6 +111,10 @@ pub struct FileView {
     pub nodes: BTreeMap<u32, u64>,
     /// How far the descriptors' offsets moved during the interval.
     pub advanced_bytes: u64,
+    /// Only open for writing (a log, an output): not a source of reads, left out of the
+    /// read estimate.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub write_only: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
@@ -284,8 +288,10 @@ pub fn build_view(
                 .map_or(pos, |&old| pos.saturating_sub(old)),
             _ => 0,
         };
+        let adv = if fd.write_only { 0 } else { adv };
         if let Some(f) = files.iter_mut().find(|f| f.path == fd.path) {
             f.advanced_bytes += adv;
+            f.write_only &= fd.write_only;
             continue;
         }
         files.push(FileView {
@@ -295,12 +301,14 @@ pub fn build_view(
             cached_bytes: 0,
             nodes: BTreeMap::new(),
             advanced_bytes: adv,
+            write_only: fd.write_only,
             error: None,
         });
     }
     for m in &d.mapped {
         if let Some(f) = files.iter_mut().find(|f| &f.path == m) {
             f.via = "fd+map".into();
+            f.write_only = false;
         } else {
             files.push(FileView {
                 path: m.clone(),
@@ -309,6 +317,7 @@ pub fn build_view(
                 cached_bytes: 0,
                 nodes: BTreeMap::new(),
                 advanced_bytes: 0,
+                write_only: false,
                 error: None,
             });
         }
@@ -332,7 +341,7 @@ pub fn build_view(
     let weights: Vec<FileWeight<'_>> = files
         .iter()
         .map(|f| FileWeight {
-            nodes: Some(&f.nodes),
+            nodes: (!f.write_only).then_some(&f.nodes),
             advanced: f.advanced_bytes,
         })
         .collect();

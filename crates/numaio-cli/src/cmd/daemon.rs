@@ -155,6 +155,26 @@ fn human(v: &serde_json::Value) -> String {
             v["actions"],
             v["cpu_secs"].as_f64().unwrap_or(0.0) * 1000.0
         ),
+        Some("start") => format!(
+            "numaio daemon: policy {}, every {} s{}{}",
+            s("policy"),
+            v["interval_secs"],
+            if v["dry_run"] == true {
+                ", dry run (advice only)"
+            } else {
+                ""
+            },
+            if v["manage_pinned"] == true {
+                ", managing pinned processes"
+            } else {
+                ""
+            }
+        ),
+        Some("stop") => format!(
+            "numaio daemon: stopped after {} interval(s); actions {}",
+            v["iterations"], v["actions"]
+        ),
+        Some("error") => format!("error: {}", s("error")),
         _ => v.to_string(),
     }
 }
