@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod bench;
+pub mod bench_numa;
 pub mod daemon;
 pub mod evict;
 pub mod move_;
