@@ -40,7 +40,13 @@ fn simulate(p: &dyn ReplacementPolicy, cap: usize, trace: &Trace, warmup: usize)
             let s = free.pop().expect("policy freed a slot");
             owner[s as usize] = Some(b);
             map.insert(b, s);
-            p.on_insert(s, BlockKey { file: FileId(0), block: b });
+            p.on_insert(
+                s,
+                BlockKey {
+                    file: FileId(0),
+                    block: b,
+                },
+            );
             false
         };
         if i >= warmup {
@@ -52,7 +58,10 @@ fn simulate(p: &dyn ReplacementPolicy, cap: usize, trace: &Trace, warmup: usize)
             }
         }
     }
-    Ratio { all: h as f64 / n.max(1) as f64, hot: hh as f64 / hn.max(1) as f64 }
+    Ratio {
+        all: h as f64 / n.max(1) as f64,
+        hot: hh as f64 / hn.max(1) as f64,
+    }
 }
 
 fn lru(cap: usize, trace: &Trace, warmup: usize) -> Ratio {
@@ -82,7 +91,10 @@ fn lru(cap: usize, trace: &Trace, warmup: usize) -> Ratio {
             }
         }
     }
-    Ratio { all: h as f64 / n.max(1) as f64, hot: hh as f64 / hn.max(1) as f64 }
+    Ratio {
+        all: h as f64 / n.max(1) as f64,
+        hot: hh as f64 / hn.max(1) as f64,
+    }
 }
 
 struct Rng(u64);
@@ -133,10 +145,15 @@ fn skewed(n: u64, len: usize) -> Trace {
 }
 
 fn policies(cap: usize) -> Vec<(String, Box<dyn ReplacementPolicy>)> {
-    [PolicyKind::Arc, PolicyKind::SplitLru { lru_factor: 1 }, PolicyKind::SplitLru { lru_factor: 8 }, PolicyKind::Clock]
-        .into_iter()
-        .map(|k| (k.to_string(), k.build(cap)))
-        .collect()
+    [
+        PolicyKind::Arc,
+        PolicyKind::SplitLru { lru_factor: 1 },
+        PolicyKind::SplitLru { lru_factor: 8 },
+        PolicyKind::Clock,
+    ]
+    .into_iter()
+    .map(|k| (k.to_string(), k.build(cap)))
+    .collect()
 }
 
 #[test]
@@ -147,7 +164,10 @@ fn arc_keeps_the_hot_set_through_a_scan_where_lru_loses_it() {
     let l = lru(cap, &trace, warm);
     let arc = ArcPolicy::new(cap);
     let a = simulate(&arc, cap, &trace, warm);
-    println!("scan+hot: lru hot {:.3} all {:.3}; arc hot {:.3} all {:.3}", l.hot, l.all, a.hot, a.all);
+    println!(
+        "scan+hot: lru hot {:.3} all {:.3}; arc hot {:.3} all {:.3}",
+        l.hot, l.all, a.hot, a.all
+    );
     for (name, p) in policies(cap) {
         let r = simulate(p.as_ref(), cap, &trace, warm);
         println!("scan+hot: {name} hot {:.3} all {:.3}", r.hot, r.all);
@@ -169,20 +189,34 @@ fn every_policy_beats_nothing_and_tracks_lru_on_skewed_reads() {
     for (name, p) in policies(cap) {
         let r = simulate(p.as_ref(), cap, &trace, warm);
         println!("skewed: {name} {:.3}", r.all);
-        assert!(r.all > l.all * 0.9, "{name}: {:.3} vs lru {:.3}", r.all, l.all);
+        assert!(
+            r.all > l.all * 0.9,
+            "{name}: {:.3} vs lru {:.3}",
+            r.all,
+            l.all
+        );
     }
 }
 
 #[test]
 fn arc_ghost_hits_move_the_target_both_ways() {
-    let key = |b| BlockKey { file: FileId(0), block: b };
+    let key = |b| BlockKey {
+        file: FileId(0),
+        block: b,
+    };
     let arc = ArcPolicy::new(4);
     for s in 0..4 {
         arc.on_insert(s, key(s as u64));
     }
     // Evict the LRU of T1 (block 0): it becomes a B1 ghost.
     let mut victim = None;
-    assert_eq!(arc.evict(1, &mut |s| { victim = Some(s); Reclaim::Freed }), 1);
+    assert_eq!(
+        arc.evict(1, &mut |s| {
+            victim = Some(s);
+            Reclaim::Freed
+        }),
+        1
+    );
     assert_eq!(victim, Some(0));
     assert_eq!(arc.target_t1(), 0);
     // A miss on block 0 hits the B1 ghost: recency was undervalued, p grows.
@@ -191,7 +225,10 @@ fn arc_ghost_hits_move_the_target_both_ways() {
     // Block 0 is now in T2; make it the only T2 entry and evict from T2 (T1 has 3 > p = 1
     // so T1 goes first: evict T1 entries until |T1| <= p, then T2).
     let mut order = Vec::new();
-    arc.evict(3, &mut |s| { order.push(s); Reclaim::Freed });
+    arc.evict(3, &mut |s| {
+        order.push(s);
+        Reclaim::Freed
+    });
     assert_eq!(order, vec![1, 2, 0], "T1 down to p, then T2's LRU");
     // Block 0 is a B2 ghost now: a miss on it means frequency was undervalued, p shrinks.
     arc.on_insert(0, key(0));
