@@ -24,6 +24,7 @@ pub mod error;
 pub mod evict;
 pub mod file;
 pub mod migrate;
+mod pfn;
 pub mod residency;
 mod scan;
 pub mod target;

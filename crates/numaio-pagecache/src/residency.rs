@@ -2,7 +2,7 @@
 
 use crate::error::PagecacheError;
 use crate::file::{mincore_is_truthful, open_regular, OpenFile};
-use crate::scan::{pages_of, scan};
+use crate::scan::{pages_of, scan, Batch, BATCH_PAGES};
 use crate::target::Target;
 use numaio_sys::PageStatus;
 use serde::Serialize;
@@ -126,7 +126,7 @@ pub(crate) fn residency_against(
         }
     };
     let cell_pages = opts.map_chunk.map(|c| c.div_ceil(ps).max(1));
-    let mut map: Option<Vec<MapCell>> = cell_pages.map(|cp| {
+    let map: Option<Vec<MapCell>> = cell_pages.map(|cp| {
         let mut cells = Vec::new();
         let mut p = first;
         while p < end {
@@ -142,37 +142,51 @@ pub(crate) fn residency_against(
         }
         cells
     });
-    let mut nodes: BTreeMap<u32, u64> = BTreeMap::new();
-    let (mut evicted, mut unknown, mut on_target) = (0u64, 0u64, 0u64);
-    let stats = scan(f, first, end, true, |b| {
-        for (&page, &st) in b.pages.iter().zip(b.status) {
-            let node = match st {
-                PageStatus::Node(n) => Some(n),
-                PageStatus::NotPresent => {
-                    evicted += 1;
-                    continue;
-                }
-                _ => None,
-            };
-            match node {
-                Some(n) => {
-                    *nodes.entry(n).or_default() += 1;
-                    if target.is_some_and(|t| t.node_for_page(page, ps) == n) {
-                        on_target += 1;
-                    }
-                }
-                None => unknown += 1,
-            }
-            if let (Some(m), Some(cp)) = (map.as_mut(), cell_pages) {
-                let c = &mut m[((page - first) / cp) as usize];
-                c.resident_pages += 1;
-                if let Some(n) = node {
-                    *c.nodes.entry(n).or_default() += 1;
-                }
-            }
+    let threads = scan_threads(end - first);
+    let acc = if threads <= 1 {
+        let mut acc = Acc::new(map.clone());
+        let stats = scan(f, first, end, true, |b| {
+            acc.add(b, first, cell_pages, target, ps);
+            Ok(())
+        })?;
+        acc.read_in = stats.read_in;
+        acc
+    } else {
+        // Split into contiguous, batch-aligned parts, one per thread; merge the tallies.
+        let per = (end - first).div_ceil(threads as u64).div_ceil(BATCH_PAGES) * BATCH_PAGES;
+        let parts: Vec<Result<Acc, PagecacheError>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..threads as u64)
+                .map(|i| (first + i * per, (first + (i + 1) * per).min(end)))
+                .filter(|(a, b)| a < b)
+                .map(|(a, b)| {
+                    let cells = map.clone();
+                    s.spawn(move || {
+                        let mut acc = Acc::new(cells);
+                        let stats = scan(f, a, b, true, |bt| {
+                            acc.add(bt, first, cell_pages, target, ps);
+                            Ok(())
+                        })?;
+                        acc.read_in = stats.read_in;
+                        Ok(acc)
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("scan thread panicked"))
+                .collect()
+        });
+        let mut total = Acc::new(map.clone());
+        for p in parts {
+            total.merge(p?);
         }
-        Ok(())
-    })?;
+        total
+    };
+    let map = acc.cells;
+    let (nodes, evicted, unknown, on_target) = (acc.nodes, acc.evicted, acc.unknown, acc.on_target);
+    let stats = ScanTotals {
+        read_in: acc.read_in,
+    };
     let resident = nodes.values().sum::<u64>() + unknown;
     let r = FileResidency {
         path: f.path.clone(),
@@ -192,6 +206,96 @@ pub(crate) fn residency_against(
         map,
     };
     Ok((r, on_target))
+}
+
+/// Threads for a residency scan of `pages`: one per CPU we may run on (at most 4), and
+/// only for files big enough to repay the start-up (256 MiB per thread).
+fn scan_threads(pages: u64) -> usize {
+    let ps = numaio_sys::page_size() as u64;
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let by_size = (pages * ps / (256 << 20)).max(1) as usize;
+    cpus.min(4).min(by_size)
+}
+
+struct ScanTotals {
+    read_in: u64,
+}
+
+/// Per-thread tallies of a residency scan.
+struct Acc {
+    nodes: BTreeMap<u32, u64>,
+    evicted: u64,
+    unknown: u64,
+    on_target: u64,
+    read_in: u64,
+    cells: Option<Vec<MapCell>>,
+}
+
+impl Acc {
+    fn new(cells: Option<Vec<MapCell>>) -> Acc {
+        Acc {
+            nodes: BTreeMap::new(),
+            evicted: 0,
+            unknown: 0,
+            on_target: 0,
+            read_in: 0,
+            cells,
+        }
+    }
+
+    fn add(
+        &mut self,
+        b: &Batch,
+        first: u64,
+        cell_pages: Option<u64>,
+        target: Option<&Target>,
+        ps: u64,
+    ) {
+        for (&page, &st) in b.pages.iter().zip(b.status) {
+            let node = match st {
+                PageStatus::Node(n) => Some(n),
+                PageStatus::NotPresent => {
+                    self.evicted += 1;
+                    continue;
+                }
+                _ => None,
+            };
+            match node {
+                Some(n) => {
+                    *self.nodes.entry(n).or_default() += 1;
+                    if target.is_some_and(|t| t.node_for_page(page, ps) == n) {
+                        self.on_target += 1;
+                    }
+                }
+                None => self.unknown += 1,
+            }
+            if let (Some(m), Some(cp)) = (self.cells.as_mut(), cell_pages) {
+                let c = &mut m[((page - first) / cp) as usize];
+                c.resident_pages += 1;
+                if let Some(n) = node {
+                    *c.nodes.entry(n).or_default() += 1;
+                }
+            }
+        }
+    }
+
+    fn merge(&mut self, o: Acc) {
+        for (n, c) in o.nodes {
+            *self.nodes.entry(n).or_default() += c;
+        }
+        self.evicted += o.evicted;
+        self.unknown += o.unknown;
+        self.on_target += o.on_target;
+        self.read_in += o.read_in;
+        if let (Some(m), Some(om)) = (self.cells.as_mut(), o.cells) {
+            for (c, oc) in m.iter_mut().zip(om) {
+                c.resident_pages += oc.resident_pages;
+                for (n, k) in oc.nodes {
+                    *c.nodes.entry(n).or_default() += k;
+                }
+            }
+        }
+    }
 }
 
 /// Resident pages by mincore alone (touches nothing; no nodes). Cheap.

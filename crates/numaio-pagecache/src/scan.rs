@@ -7,11 +7,15 @@
 //!
 //! 1. asks `mincore(2)` which pages are resident, right before touching them, so that the
 //!    window in which a page can be evicted between check and touch is one batch long;
-//! 2. faults in only runs of resident pages with `MADV_POPULATE_READ` (one system call per
-//!    run, no SIGBUS if the file shrinks). The mapping is `MADV_RANDOM`, so a fault never
-//!    starts readahead, and the kernel's fault-around maps cached neighbours without I/O;
-//! 3. asks `move_pages(2)` (batched, `nodes == NULL`) where each of those pages is. A page
-//!    evicted after the touch comes back `-ENOENT` and is counted as evicted during the query.
+//! 2. faults in only resident pages with `MADV_POPULATE_READ` (no SIGBUS if the file
+//!    shrinks): one page per 64 KiB fault-around block, since the kernel's fault-around then
+//!    maps the block's other cached pages without I/O; pages it skipped are faulted in one
+//!    by one after the query. The mapping is `MADV_RANDOM`, so a fault never starts
+//!    readahead;
+//! 3. asks where each of those pages is: from `/proc/self/pagemap` frame numbers when the
+//!    caller may read them (root; see [`crate::pfn`]), else with `move_pages(2)` (batched,
+//!    `nodes == NULL`). A page evicted after the touch is not present any more (`-ENOENT`)
+//!    and is counted as evicted during the query.
 //!
 //! Residual race, stated honestly: a page evicted between step 1 and step 2 of its batch is
 //! read back in by the fault (one page, no readahead). Such reads are major faults; the scan
@@ -19,7 +23,9 @@
 
 use crate::error::PagecacheError;
 use crate::file::OpenFile;
+use crate::pfn::{decode, read_pagemap, PfnNodes, Pm};
 use numaio_sys::PageStatus;
+use std::fs::File;
 use std::os::fd::AsRawFd;
 
 /// Bytes of file mapped at a time.
@@ -127,6 +133,9 @@ pub(crate) fn scan(
     let mut pages: Vec<u64> = Vec::with_capacity(BATCH_PAGES as usize);
     let mut addrs: Vec<*const u8> = Vec::with_capacity(BATCH_PAGES as usize);
     let mut populate_ok = true;
+    let mut status: Vec<PageStatus> = Vec::new();
+    let mut pm: Vec<u64> = Vec::new();
+    let mut pfn = if query { PfnPath::open() } else { None };
     let mut w0 = first;
     while w0 < end {
         let w1 = (w0 + win_pages).min(end);
@@ -158,14 +167,33 @@ pub(crate) fn scan(
                 }
             }
             stats.mincore_resident += pages.len() as u64;
-            let status = if query && !pages.is_empty() {
+            status.clear();
+            if query && !pages.is_empty() {
                 let before = majflt();
-                populate_ok = touch_runs(&vec[..n], base, ps as usize, populate_ok);
+                populate_ok = if populate_ok {
+                    touch_sparse(&vec[..n], base, ps as usize)
+                } else {
+                    touch_runs(&vec[..n], base, ps as usize)
+                };
+                status = node_query(f, &mut pfn, base, n, b0, &pages, &addrs, &mut pm)?;
+                // Fault-around skips some cached pages (e.g. readahead-marked ones): fault
+                // those in one by one and ask again.
+                let missing: Vec<usize> = (0..pages.len())
+                    .filter(|&i| status[i] == PageStatus::NotPresent)
+                    .collect();
+                if !missing.is_empty() {
+                    for &i in &missing {
+                        populate(addrs[i] as *mut u8, ps as usize);
+                    }
+                    let mp: Vec<u64> = missing.iter().map(|&i| pages[i]).collect();
+                    let ma: Vec<*const u8> = missing.iter().map(|&i| addrs[i]).collect();
+                    let again = node_query(f, &mut pfn, base, n, b0, &mp, &ma, &mut pm)?;
+                    for (&i, st) in missing.iter().zip(again) {
+                        status[i] = st;
+                    }
+                }
                 stats.read_in += majflt().saturating_sub(before);
-                numaio_sys::query_pages(0, &addrs).map_err(|e| PagecacheError::sys(&f.path, e))?
-            } else {
-                Vec::new()
-            };
+            }
             cb(&Batch {
                 pages: &pages,
                 addrs: &addrs,
@@ -179,41 +207,116 @@ pub(crate) fn scan(
     Ok(stats)
 }
 
-/// Faults in each run of resident pages. Returns whether MADV_POPULATE_READ is usable
-/// (kernels before 5.14 lack it; then pages are touched one by one).
-fn touch_runs(vec: &[u8], base: *mut u8, ps: usize, populate_ok: bool) -> bool {
-    let mut ok = populate_ok;
-    let mut i = 0;
-    while i < vec.len() {
-        if vec[i] & 1 == 0 {
-            i += 1;
-            continue;
-        }
-        let start = i;
-        while i < vec.len() && vec[i] & 1 != 0 {
-            i += 1;
-        }
-        // SAFETY: the run lies inside the batch's mapped range.
-        let addr = unsafe { base.add(start * ps) };
-        let len = (i - start) * ps;
-        if ok {
-            // SAFETY: populating our own read-only mapping; errors are reported, not raised.
-            let r = unsafe { libc::madvise(addr as *mut libc::c_void, len, MADV_POPULATE_READ) };
-            if r == 0 {
-                continue;
+/// The pagemap route to nodes, while it works.
+struct PfnPath {
+    pagemap: File,
+    table: &'static PfnNodes,
+}
+
+impl PfnPath {
+    fn open() -> Option<PfnPath> {
+        let table = PfnNodes::get()?;
+        let pagemap = File::open("/proc/self/pagemap").ok()?;
+        Some(PfnPath { pagemap, table })
+    }
+}
+
+/// The node of each of `pages` (at `addrs`, inside the batch at `base` of `n` pages from
+/// file page `b0`): from pagemap while that route works, else from move_pages.
+#[allow(clippy::too_many_arguments)]
+fn node_query(
+    f: &OpenFile,
+    pfn: &mut Option<PfnPath>,
+    base: *mut u8,
+    n: usize,
+    b0: u64,
+    pages: &[u64],
+    addrs: &[*const u8],
+    pm: &mut Vec<u64>,
+) -> Result<Vec<PageStatus>, PagecacheError> {
+    let mut status = Vec::with_capacity(pages.len());
+    if pfn_nodes(pfn, base, n, b0, pages, pm, &mut status) {
+        return Ok(status);
+    }
+    numaio_sys::query_pages(0, addrs).map_err(|e| PagecacheError::sys(&f.path, e))
+}
+
+/// Fills `status` for the batch's resident `pages` from pagemap. Returns false when the
+/// caller must ask move_pages instead (and turns the pagemap route off if PFNs are hidden).
+fn pfn_nodes(
+    path: &mut Option<PfnPath>,
+    base: *mut u8,
+    n: usize,
+    b0: u64,
+    pages: &[u64],
+    pm: &mut Vec<u64>,
+    status: &mut Vec<PageStatus>,
+) -> bool {
+    let Some(p) = path.as_ref() else {
+        return false;
+    };
+    if read_pagemap(&p.pagemap, base as usize, n, pm).is_err() {
+        *path = None;
+        return false;
+    }
+    status.clear();
+    for &page in pages {
+        match decode(p.table, pm[(page - b0) as usize]) {
+            Pm::Node(node) => status.push(PageStatus::Node(node)),
+            Pm::NotPresent => status.push(PageStatus::NotPresent),
+            Pm::Hidden => {
+                *path = None;
+                return false;
             }
-            if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
-                ok = false;
-            } else {
-                // EFAULT (file shrank), EHWPOISON, EINTR: the query reports those pages.
-                continue;
-            }
-        }
-        for p in start..i {
-            // SAFETY: the page is inside the mapping and within the file's size when the
-            // scan started; a concurrent truncate could raise SIGBUS (pre-5.14 kernels only).
-            unsafe { std::ptr::read_volatile(base.add(p * ps)) };
+            Pm::Unknown => return false,
         }
     }
-    ok
+    true
+}
+
+/// `MADV_POPULATE_READ` on `[addr, addr+len)`; false if the kernel lacks it (EINVAL).
+/// Other errors (EFAULT when the file shrank, EHWPOISON, EINTR) are left to the query.
+fn populate(addr: *mut u8, len: usize) -> bool {
+    // SAFETY: populating our own read-only mapping; errors are returned, not raised.
+    let r = unsafe { libc::madvise(addr as *mut libc::c_void, len, MADV_POPULATE_READ) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL)
+}
+
+/// Bytes the kernel maps around a read fault on a file (`fault_around_bytes`, 64 KiB by
+/// default): faulting one cached page maps its cached neighbours in the same aligned block.
+const FAULT_AROUND: usize = 64 << 10;
+
+/// Faults in one resident page per fault-around block; the kernel maps the block's other
+/// cached pages without I/O, so most pages need no work of ours. Returns false if
+/// MADV_POPULATE_READ is missing (then [`touch_runs`] is used).
+fn touch_sparse(vec: &[u8], base: *mut u8, ps: usize) -> bool {
+    let mut last_block = usize::MAX;
+    for (i, &v) in vec.iter().enumerate() {
+        if v & 1 == 0 {
+            continue;
+        }
+        // SAFETY: inside the batch.
+        let addr = unsafe { base.add(i * ps) };
+        let block = addr as usize / FAULT_AROUND;
+        if block != last_block {
+            last_block = block;
+            if !populate(addr, ps) {
+                touch_runs(vec, base, ps);
+                return false;
+            }
+        }
+    }
+    true
+}
+
+/// Touches every resident page by reading a byte (kernels before 5.14, which lack
+/// MADV_POPULATE_READ). A concurrent truncate could raise SIGBUS here.
+fn touch_runs(vec: &[u8], base: *mut u8, ps: usize) -> bool {
+    for (i, &v) in vec.iter().enumerate() {
+        if v & 1 != 0 {
+            // SAFETY: the page is inside the mapping and was within the file's size.
+            unsafe { std::ptr::read_volatile(base.add(i * ps)) };
+        }
+    }
+    false
 }
