@@ -1,0 +1,379 @@
+//! Lab tests of issue 4: `numaio ps` and the placement daemon with real processes in 2- and
+//! 4-node guests. Several scenarios share one boot to save time; each prints its evidence
+//! on lines with a tag (`DA {...}` = a daemon JSON line of scenario a, `WHERE0 {...}` = a
+//! `where --json` document) and the host parses and checks them.
+//!
+//! The reader is `numaio-probe reader`: it loops over a file with read(2) and appends its
+//! own `getcpu` (`... cpu=C node=N ...`) to a report file every 100 ms.
+//!
+//! Needs `cargo build --release` first (the guest runs `target/release` binaries).
+
+use numaio_lab::{DiskFile, DiskSpec, LabTopology, Scenario};
+use serde_json::Value;
+use std::time::Duration;
+
+const MB: u64 = 1 << 20;
+
+/// The JSON documents on lines tagged `tag`.
+fn tagged(out: &str, tag: &str) -> Vec<Value> {
+    let prefix = format!("{tag} ");
+    out.lines()
+        .filter_map(|l| l.trim().strip_prefix(&prefix))
+        .filter_map(|l| serde_json::from_str(l.trim()).ok())
+        .collect()
+}
+
+/// The raw text after `tag ` on the last line tagged `tag`.
+fn tagged_text(out: &str, tag: &str) -> String {
+    let prefix = format!("{tag} ");
+    out.lines()
+        .filter_map(|l| l.trim().strip_prefix(&prefix))
+        .last()
+        .unwrap_or("")
+        .trim()
+        .to_string()
+}
+
+/// `node=N` from a reader report line.
+fn reader_node(line: &str) -> Option<u32> {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix("node="))
+        .and_then(|n| n.parse().ok())
+}
+
+/// Resident pages per node from a `where --json` document (first file).
+fn where_nodes(v: &Value) -> Vec<(u32, u64)> {
+    let f = &v["files"][0];
+    let mut out: Vec<(u32, u64)> = f["nodes"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.parse().unwrap(), v.as_u64().unwrap()))
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
+fn pages_on(v: &Value, node: u32) -> u64 {
+    where_nodes(v)
+        .iter()
+        .find(|(n, _)| *n == node)
+        .map_or(0, |(_, p)| *p)
+}
+
+/// Prints the scenario's output when `NUMAIO_LAB_SHOW` is set (for reports and debugging).
+fn show(out: &numaio_lab::Outcome) {
+    if std::env::var_os("NUMAIO_LAB_SHOW").is_some() {
+        eprintln!("{}", out.output);
+    }
+}
+
+fn decisions<'a>(lines: &'a [Value], verdict: &str) -> Vec<&'a Value> {
+    lines
+        .iter()
+        .filter(|l| l["event"] == "decision" && l["verdict"] == verdict)
+        .collect()
+}
+
+fn cpus_allowed(out: &str, tag: &str) -> String {
+    tagged_text(out, tag)
+        .split_whitespace()
+        .last()
+        .unwrap_or("")
+        .to_string()
+}
+
+const TWO_NODE_SCRIPT: &str = r#"
+F=/mnt/f
+numactl --membind=1 cat $F > /dev/null
+echo "WHERE0 $(numaio where --json $F)"
+numactl --cpunodebind=0 numaio-probe reader --file $F --report /tmp/r1 --interval-ms 100 &
+R=$!
+sleep 1
+echo "READER $R"
+echo "PS $(numaio ps --json --interval 0.5 $R)"
+echo "WHEREG $(numaio where --json $F)"
+# The reader is pinned by numactl: without --manage-pinned it is left alone.
+numaio daemon --policy follow-data --interval 0.5 --iterations 2 --json --include-pid $R | sed 's/^/DP /'
+# (d) dry run
+numaio daemon --policy follow-data --interval 0.5 --iterations 3 --json --manage-pinned --dry-run --include-pid $R | sed 's/^/DD /'
+echo "AFF_D $(grep Cpus_allowed_list /proc/$R/status)"
+echo "NODE_D $(tail -n 1 /tmp/r1)"
+echo "WHERED $(numaio where --json $F)"
+# (e) excluded
+numaio daemon --policy follow-data --interval 0.5 --iterations 3 --json --manage-pinned --exclude-pid $R | sed 's/^/DE /'
+echo "AFF_E $(grep Cpus_allowed_list /proc/$R/status)"
+echo "NODE_E $(tail -n 1 /tmp/r1)"
+# (a) follow-data
+numaio daemon --policy follow-data --interval 0.5 --iterations 2 --json --manage-pinned --include-pid $R | sed 's/^/DA /'
+sleep 0.5
+echo "NODE_A $(tail -n 1 /tmp/r1)"
+echo "AFF_A $(grep Cpus_allowed_list /proc/$R/status)"
+kill $R
+wait $R 2>/dev/null
+# (b) pull-data: a new reader on node 0, the file still on node 1
+numactl --cpunodebind=0 numaio-probe reader --file $F --report /tmp/r2 --interval-ms 100 &
+R2=$!
+sleep 1
+echo "WHEREB0 $(numaio where --json $F)"
+numaio daemon --policy pull-data --interval 0.5 --iterations 2 --json --manage-pinned --include-pid $R2 | sed 's/^/DB /'
+echo "WHEREB $(numaio where --json $F)"
+echo "NODE_B $(tail -n 1 /tmp/r2)"
+kill $R2
+wait $R2 2>/dev/null
+echo DONE
+"#;
+
+/// Scenarios a, b, d, e, g (and "pinned processes are left alone") in one 2-node boot.
+#[test]
+fn two_node_follow_pull_dry_run_exclude_ps() {
+    let s = Scenario::new(LabTopology::uniform(2), TWO_NODE_SCRIPT)
+        .disk(DiskSpec::new().file(DiskFile::pattern("f", 32 * MB)))
+        .timeout(Duration::from_secs(300));
+    let out = s.run().expect("lab run");
+    show(&out);
+    let o = &out.output;
+    assert!(out.success() && o.contains("DONE"), "{}", out.report());
+    let page = 4096u64;
+    let total_pages = 32 * MB / page;
+
+    // Setup: the file is cached on node 1.
+    let w0 = &tagged(o, "WHERE0")[0];
+    assert!(
+        pages_on(w0, 1) >= total_pages * 99 / 100,
+        "{w0}\n{}",
+        out.report()
+    );
+
+    // (g) ps --json for the reader matches `where` for its file.
+    let ps = &tagged(o, "PS")[0];
+    let reader_pid: i64 = tagged_text(o, "READER").parse().unwrap();
+    let p = ps["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pid"].as_i64() == Some(reader_pid))
+        .unwrap_or_else(|| panic!("reader missing from ps: {ps}"));
+    let f = p["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == "/mnt/f")
+        .unwrap_or_else(|| panic!("file missing from ps: {p}"));
+    let wg = &tagged(o, "WHEREG")[0];
+    for (node, pages) in where_nodes(wg) {
+        let ps_bytes = f["nodes"][node.to_string()].as_u64().unwrap_or(0);
+        let diff = (ps_bytes as i64 - (pages * page) as i64).unsigned_abs();
+        assert!(
+            diff <= page * 16,
+            "node {node}: ps {ps_bytes} vs where {pages} pages\n{p}"
+        );
+    }
+    assert_eq!(p["main_node"], 0, "{p}");
+    assert!(p["locality"].as_f64().unwrap() < 0.05, "{p}");
+    let n1 = p["numa_io"]["numa1_read_bytes"].as_u64().unwrap();
+    let n0 = p["numa_io"]["numa0_read_bytes"].as_u64().unwrap();
+    assert!(n1 > 0 && n0 * 100 <= n1, "numa_io {}", p["numa_io"]);
+    assert_eq!(n0 + n1, p["read_bytes"].as_u64().unwrap());
+
+    // Pinned by the user and no --manage-pinned: skipped, nothing done.
+    let dp = tagged(o, "DP");
+    assert!(decisions(&dp, "act").is_empty(), "{dp:?}");
+    assert!(
+        decisions(&dp, "skipped")
+            .iter()
+            .any(|d| d["reason"].as_str().unwrap().contains("pinned")),
+        "{dp:?}"
+    );
+
+    // (d) dry run: advice printed, nothing changed.
+    let dd = tagged(o, "DD");
+    let advice = decisions(&dd, "advise");
+    assert!(!advice.is_empty(), "{}", out.report());
+    assert_eq!(advice[0]["action"]["kind"], "follow-data");
+    assert_eq!(advice[0]["action"]["to"], 1);
+    assert!(decisions(&dd, "act").is_empty());
+    assert_eq!(cpus_allowed(o, "AFF_D"), "0", "{}", out.report());
+    assert_eq!(reader_node(&tagged_text(o, "NODE_D")), Some(0));
+    assert!(pages_on(&tagged(o, "WHERED")[0], 1) >= total_pages * 99 / 100);
+
+    // (e) excluded: skipped with the reason, nothing changed.
+    let de = tagged(o, "DE");
+    assert!(decisions(&de, "act").is_empty(), "{de:?}");
+    assert!(
+        decisions(&de, "skipped")
+            .iter()
+            .any(|d| d["pid"].as_i64() == Some(reader_pid)
+                && d["reason"].as_str().unwrap().contains("excluded")),
+        "{de:?}"
+    );
+    assert_eq!(cpus_allowed(o, "AFF_E"), "0");
+    assert_eq!(reader_node(&tagged_text(o, "NODE_E")), Some(0));
+
+    // (a) follow-data: moved to node 1 within two intervals; its own getcpu says node 1.
+    let da = tagged(o, "DA");
+    let acts = decisions(&da, "act");
+    assert_eq!(acts.len(), 1, "{}", out.report());
+    assert!(acts[0]["iteration"].as_u64().unwrap() <= 2);
+    assert_eq!(acts[0]["outcome"], "done", "{}", acts[0]);
+    assert_eq!(acts[0]["action"]["to"], 1);
+    assert!(acts[0]["numbers"]["remote_share"].as_f64().unwrap() > 0.9);
+    assert_eq!(cpus_allowed(o, "AFF_A"), "1");
+    assert_eq!(
+        reader_node(&tagged_text(o, "NODE_A")),
+        Some(1),
+        "{}",
+        out.report()
+    );
+
+    // (b) pull-data: the file's pages end up on node 0, the reader stays there.
+    assert!(pages_on(&tagged(o, "WHEREB0")[0], 1) >= total_pages * 99 / 100);
+    let db = tagged(o, "DB");
+    let acts = decisions(&db, "act");
+    assert_eq!(acts.len(), 1, "{}", out.report());
+    assert_eq!(acts[0]["action"]["kind"], "pull-data");
+    assert_eq!(acts[0]["outcome"], "done", "{}", acts[0]);
+    let wb = &tagged(o, "WHEREB")[0];
+    assert!(
+        pages_on(wb, 0) >= total_pages * 95 / 100,
+        "{wb}\n{}",
+        out.report()
+    );
+    assert_eq!(reader_node(&tagged_text(o, "NODE_B")), Some(0));
+}
+
+const FOUR_NODE_SCRIPT: &str = r#"
+F=/mnt/s
+G=/mnt/g
+numactl --membind=2 cat $F > /dev/null
+numactl --membind=2 cat $G > /dev/null
+# (c) two readers on nodes 0 and 1 share one file cached on node 2.
+numactl --cpunodebind=0 numaio-probe reader --file $F --report /tmp/ca --interval-ms 100 &
+A=$!
+numactl --cpunodebind=1 numaio-probe reader --file $F --report /tmp/cb --interval-ms 100 &
+B=$!
+sleep 1
+echo "CPIDS $A $B"
+numaio daemon --policy pull-data --interval 0.5 --iterations 10 --json --manage-pinned --include-pid $A --include-pid $B | sed 's/^/CP /'
+echo "WHEREC $(numaio where --json $F)"
+numaio daemon --policy follow-data --interval 0.5 --iterations 10 --json --manage-pinned --include-pid $A --include-pid $B | sed 's/^/CF /'
+echo "NODE_CA $(tail -n 1 /tmp/ca)"
+echo "NODE_CB $(tail -n 1 /tmp/cb)"
+kill $A $B
+wait $A $B 2>/dev/null
+# (f) a process that exits while the daemon acts on it: each action waits 1.5 s after
+# checking the process, and the short reader exits 1.5 s after it starts.
+NUMAIO_DAEMON_ACT_DELAY_MS=1500 numaio daemon --policy follow-data --interval 0.5 --iterations 14 --json --manage-pinned --exclude-comm sh > /tmp/df.log &
+D=$!
+sleep 1
+numactl --cpunodebind=0 numaio-probe reader --file $G --report /tmp/fs --duration 1.5 &
+S=$!
+echo "SHORT $S"
+sleep 3
+numactl --cpunodebind=1 numaio-probe reader --file $G --report /tmp/fl --interval-ms 100 &
+L=$!
+echo "LONG $L"
+wait $D
+echo "DAEMON_RC $?"
+sed 's/^/DF /' /tmp/df.log
+echo "NODE_FL $(tail -n 1 /tmp/fl)"
+kill $L
+echo DONE
+"#;
+
+/// Scenarios c and f in one 4-node boot.
+#[test]
+fn four_node_shared_file_no_ping_pong_and_exit_mid_action() {
+    let s = Scenario::new(LabTopology::uniform(4), FOUR_NODE_SCRIPT)
+        .disk(
+            DiskSpec::new()
+                .file(DiskFile::pattern("s", 16 * MB))
+                .file(DiskFile::pattern("g", 16 * MB)),
+        )
+        .timeout(Duration::from_secs(400));
+    let out = s.run().expect("lab run");
+    show(&out);
+    let o = &out.output;
+    assert!(out.success() && o.contains("DONE"), "{}", out.report());
+    let total_pages = 16 * MB / 4096;
+
+    // (c) pull-data: the shared file is never pulled (it would ping-pong); it stays on 2.
+    let cp = tagged(o, "CP");
+    assert_eq!(
+        cp.iter().filter(|l| l["event"] == "interval").count(),
+        10,
+        "{}",
+        out.report()
+    );
+    assert!(decisions(&cp, "act").is_empty(), "{cp:?}");
+    assert!(
+        decisions(&cp, "blocked")
+            .iter()
+            .any(|d| d["reason"].as_str().unwrap().contains("ping-pong")),
+        "{}",
+        out.report()
+    );
+    assert!(pages_on(&tagged(o, "WHEREC")[0], 2) >= total_pages * 99 / 100);
+
+    // follow-data: each reader moves at most once (to node 2), no oscillation in 10 intervals.
+    let cf = tagged(o, "CF");
+    let acts = decisions(&cf, "act");
+    assert!(acts.len() <= 2, "{acts:?}");
+    let pids: Vec<i64> = tagged_text(o, "CPIDS")
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    for pid in &pids {
+        assert!(
+            acts.iter()
+                .filter(|a| a["pid"].as_i64() == Some(*pid))
+                .count()
+                <= 1,
+            "{acts:?}"
+        );
+    }
+    assert!(acts.iter().all(|a| a["action"]["to"] == 2), "{acts:?}");
+    // A moved reader runs on node 2 now; one left alone (e.g. by the CPU-congestion guard,
+    // node 2 having one CPU) still runs where it started.
+    for (i, (pid, tag)) in pids.iter().zip(["NODE_CA", "NODE_CB"]).enumerate() {
+        let moved = acts.iter().any(|a| a["pid"].as_i64() == Some(*pid));
+        let expect = if moved { 2 } else { i as u32 };
+        assert_eq!(
+            reader_node(&tagged_text(o, tag)),
+            Some(expect),
+            "{}",
+            out.report()
+        );
+    }
+    assert!(!acts.is_empty(), "{}", out.report());
+
+    // (f) the daemon keeps going after a process exits during its move.
+    assert_eq!(tagged_text(o, "DAEMON_RC"), "0", "{}", out.report());
+    let df = tagged(o, "DF");
+    assert_eq!(
+        df.iter().filter(|l| l["event"] == "interval").count(),
+        14,
+        "{}",
+        out.report()
+    );
+    let short: i64 = tagged_text(o, "SHORT").parse().unwrap();
+    let long: i64 = tagged_text(o, "LONG").parse().unwrap();
+    let exited: Vec<_> = df
+        .iter()
+        .filter(|l| l["pid"].as_i64() == Some(short) && l["outcome"] == "process-exited")
+        .collect();
+    assert!(!exited.is_empty(), "{}", out.report());
+    let moved: Vec<_> = df
+        .iter()
+        .filter(|l| l["pid"].as_i64() == Some(long) && l["outcome"] == "done")
+        .collect();
+    assert_eq!(moved.len(), 1, "{}", out.report());
+    assert_eq!(
+        reader_node(&tagged_text(o, "NODE_FL")),
+        Some(2),
+        "{}",
+        out.report()
+    );
+}
