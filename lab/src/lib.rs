@@ -1,1 +1,255 @@
-//! The NUMA lab. Placeholder.
+//! The NUMA lab: boots a QEMU guest with an emulated NUMA topology, runs a busybox `sh`
+//! scenario inside it and returns the scenario's exit status and output.
+//!
+//! Our machines have one NUMA node; the lab gives tests 1–8 real (emulated) nodes, with
+//! the guest kernel doing genuine NUMA placement of anonymous memory and page cache.
+//!
+//! ```no_run
+//! use numaio_lab::{LabTopology, Scenario};
+//! let out = Scenario::new(LabTopology::uniform(2), "numaio topo --json")
+//!     .run()
+//!     .expect("lab run");
+//! assert_eq!(out.exit_code, 0, "{}", out.report());
+//! ```
+//!
+//! Parts: [`topology`] (QEMU options, guest node renumbering, expected guest view),
+//! [`kernel`] (Debian cloud kernel, fetched and cached), [`initramfs`] (busybox + our
+//! binaries + /init), [`disk`] (ext4 image from a spec), [`qemu`] (the guest process),
+//! [`console`] (escape stripping, markers), [`probe`] (the guest-side `numaio-probe`).
+
+pub mod console;
+pub mod cpio;
+pub mod disk;
+pub mod error;
+pub mod initramfs;
+pub mod kernel;
+pub mod probe;
+pub mod qemu;
+pub mod topology;
+
+pub use disk::{Content, DiskFile, DiskSpec, GUEST_MOUNT};
+pub use error::{LabError, LabResult};
+pub use initramfs::{GuestFile, GUEST_BIN_DIR};
+pub use qemu::Accel;
+pub use topology::{ExpectedNode, LabNode, LabTopology};
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Default limit for a whole run, boot included.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The lab cache (kernel, initramfs parts): `NUMAIO_LAB_CACHE`, else `lab/cache` in the
+/// source tree.
+pub fn cache_dir() -> PathBuf {
+    std::env::var_os("NUMAIO_LAB_CACHE")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("cache"))
+}
+
+/// The directory with the workspace's release binaries: `NUMAIO_BIN_DIR`, else
+/// `$CARGO_TARGET_DIR/release`, else `<workspace>/target/release`.
+pub fn bin_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("NUMAIO_BIN_DIR").filter(|v| !v.is_empty()) {
+        return PathBuf::from(d);
+    }
+    if let Some(d) = std::env::var_os("CARGO_TARGET_DIR").filter(|v| !v.is_empty()) {
+        return PathBuf::from(d).join("release");
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("lab/ has a parent")
+        .join("target/release")
+}
+
+/// Where the lab finds its tools. [`LabConfig::from_env`] reads the environment:
+/// `NUMAIO_LAB_KERNEL`, `NUMAIO_LAB_QEMU`, `NUMAIO_LAB_CACHE`, `NUMAIO_BIN_DIR`,
+/// `NUMAIO_LAB_ACCEL` (`tcg`, the default, or `kvm` = try KVM, fall back to TCG).
+#[derive(Clone, Debug)]
+pub struct LabConfig {
+    pub kernel: Option<PathBuf>,
+    pub cache: PathBuf,
+    pub bin_dir: PathBuf,
+    pub accel: Accel,
+}
+
+impl LabConfig {
+    pub fn from_env() -> LabConfig {
+        let accel = match std::env::var("NUMAIO_LAB_ACCEL").as_deref() {
+            Ok("kvm") => Accel::KvmOrTcg,
+            _ => Accel::Tcg,
+        };
+        LabConfig {
+            kernel: None,
+            cache: cache_dir(),
+            bin_dir: bin_dir(),
+            accel,
+        }
+    }
+
+    /// Runs a scenario with this configuration.
+    pub fn run(&self, s: &Scenario) -> LabResult<Outcome> {
+        s.topology.validate()?;
+        let qemu = qemu::find_qemu()?;
+        let kernel = kernel::find(self.kernel.as_deref(), &self.cache)?;
+        if s.disk.is_some() {
+            kernel.virtio_modules()?;
+        }
+        let base = initramfs::base(&self.cache, &kernel)?;
+        let bins = initramfs::bins(&self.cache, &self.bin_dir)?;
+        let run = initramfs::run_archive(&s.script, s.disk.is_some(), &s.files)?;
+
+        // a private directory per run, so guests can run side by side
+        let work = tempfile::Builder::new()
+            .prefix("numaio-lab-")
+            .tempdir()
+            .map_err(LabError::io("creating the run's temp dir"))?;
+        let initrd = work.path().join("initrd.cpio.gz");
+        let mut all =
+            std::fs::read(&base).map_err(LabError::io(format!("reading {}", base.display())))?;
+        all.extend(
+            std::fs::read(&bins).map_err(LabError::io(format!("reading {}", bins.display())))?,
+        );
+        all.extend(run);
+        std::fs::write(&initrd, all)
+            .map_err(LabError::io(format!("writing {}", initrd.display())))?;
+        let disk = match &s.disk {
+            Some(d) => Some(d.build(work.path())?),
+            None => None,
+        };
+        let t = qemu::launch(
+            &qemu::Launch {
+                qemu: &qemu,
+                vmlinuz: &kernel.vmlinuz,
+                initrd: &initrd,
+                disk: disk.as_deref(),
+                topology_args: s.topology.qemu_args(),
+                timeout: s.timeout,
+            },
+            self.accel,
+        )?;
+        Ok(Outcome {
+            exit_code: t.exit_code,
+            output: t.output,
+            console_tail: console::tail(&t.console, qemu::TAIL_LINES),
+            boot_time: t.boot,
+            elapsed: t.elapsed,
+        })
+    }
+}
+
+/// One lab run: a topology, a busybox `sh` script, optional disk and extra files.
+///
+/// In the guest: `PATH` has the workspace binaries (`numaio`, `numaio-probe`, ...) in
+/// `/usr/local/bin`, busybox applets, `numactl` (and `vmtouch` if the host has it);
+/// `/proc`, `/sys`, `/dev` are mounted, `/tmp` is a tmpfs, the disk (if any) is ext4 on
+/// `/mnt`. The script runs as root with stdin `/dev/null`; stderr is merged into stdout.
+/// `as-nobody CMD ARGS...` runs a command as uid/gid 65534.
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    pub topology: LabTopology,
+    pub script: String,
+    pub disk: Option<DiskSpec>,
+    pub files: Vec<GuestFile>,
+    pub timeout: Duration,
+}
+
+impl Scenario {
+    pub fn new(topology: LabTopology, script: impl Into<String>) -> Scenario {
+        Scenario {
+            topology,
+            script: script.into(),
+            disk: None,
+            files: Vec::new(),
+            timeout: DEFAULT_TIMEOUT,
+        }
+    }
+
+    pub fn disk(mut self, d: DiskSpec) -> Scenario {
+        self.disk = Some(d);
+        self
+    }
+
+    /// Copies a host file to `guest` (absolute path) with mode 0644.
+    pub fn file(mut self, host: impl Into<PathBuf>, guest: &str) -> Scenario {
+        self.files.push(GuestFile {
+            host: host.into(),
+            guest: guest.into(),
+            mode: 0o644,
+            with_libs: false,
+        });
+        self
+    }
+
+    /// Copies a host executable to the same path in the guest, with its shared libraries
+    /// (e.g. `/usr/bin/fio`).
+    pub fn host_binary(mut self, host: impl Into<PathBuf>) -> Scenario {
+        let host = host.into();
+        let guest = host.to_string_lossy().into_owned();
+        self.files.push(GuestFile {
+            host,
+            guest,
+            mode: 0o755,
+            with_libs: true,
+        });
+        self
+    }
+
+    pub fn timeout(mut self, t: Duration) -> Scenario {
+        self.timeout = t;
+        self
+    }
+
+    /// Runs with [`LabConfig::from_env`].
+    pub fn run(&self) -> LabResult<Outcome> {
+        LabConfig::from_env().run(self)
+    }
+
+    /// Runs, panicking with the lab error (which names what is missing and how to get it)
+    /// if the guest could not run the scenario to its end. For tests: a lab that cannot
+    /// run must fail the test, never skip it.
+    pub fn must_run(&self) -> Outcome {
+        self.run()
+            .unwrap_or_else(|e| panic!("numaio lab could not run the scenario: {e}"))
+    }
+}
+
+/// The result of a run that reached the end of its scenario.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    /// The scenario's exit status (125: /init could not set up the disk).
+    pub exit_code: i32,
+    /// The scenario's stdout and stderr, escape sequences and `\r` removed.
+    pub output: String,
+    /// The last lines of the whole console.
+    pub console_tail: String,
+    /// From QEMU start to the scenario's start marker.
+    pub boot_time: Duration,
+    /// From QEMU start to the end marker.
+    pub elapsed: Duration,
+}
+
+impl Outcome {
+    pub fn success(&self) -> bool {
+        self.exit_code == 0
+    }
+
+    /// Exit status, output and console tail, for assertion messages.
+    pub fn report(&self) -> String {
+        format!(
+            "exit status {}\n--- scenario output ---\n{}\n--- console tail ---\n{}",
+            self.exit_code, self.output, self.console_tail
+        )
+    }
+
+    /// The output's first line that parses as JSON (tools print one JSON document per
+    /// line with `--json`), or the whole output parsed as one document.
+    pub fn json(&self) -> Option<serde_json::Value> {
+        serde_json::from_str(&self.output).ok().or_else(|| {
+            self.output
+                .lines()
+                .find_map(|l| serde_json::from_str(l.trim()).ok())
+        })
+    }
+}

@@ -1,0 +1,237 @@
+//! `numaio-lab`: boot a QEMU guest with a NUMA topology and run a scenario in it.
+
+use anyhow::{bail, Context};
+use clap::{Parser, Subcommand};
+use numaio_lab::{kernel, DiskSpec, LabConfig, LabNode, LabTopology, Scenario};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(
+    name = "numaio-lab",
+    about = "The numaio NUMA lab: QEMU guests with emulated NUMA nodes"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Boot a guest, run a scenario, print its output and exit with its status.
+    Run(RunArgs),
+    /// Download and extract Debian's cloud kernel into the lab cache (no-op when present).
+    FetchKernel,
+    /// Print the QEMU node -> guest node mapping and the topology the guest should report.
+    Expect(TopoArgs),
+}
+
+#[derive(clap::Args)]
+struct TopoArgs {
+    /// Number of nodes.
+    #[arg(long, default_value_t = 2)]
+    nodes: usize,
+    /// CPUs per node, comma separated (0 = CPU-less node). Default: 1 each.
+    #[arg(long, value_delimiter = ',')]
+    cpus: Vec<u32>,
+    /// Memory per node in MiB, comma separated. Default: 512 each.
+    #[arg(long, value_delimiter = ',')]
+    mem: Vec<u64>,
+    /// Distance matrix in QEMU node order, rows separated by ';': "10,20;20,10".
+    #[arg(long)]
+    dist: Option<String>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    #[command(flatten)]
+    topo: TopoArgs,
+    /// Put a pattern-filled file NAME of SIZE (e.g. data.bin=64M) on an ext4 disk mounted
+    /// at /mnt. Repeatable.
+    #[arg(long = "disk", value_name = "NAME=SIZE")]
+    disk: Vec<String>,
+    /// Guest kernel (default: the one fetched into the lab cache).
+    #[arg(long)]
+    kernel: Option<PathBuf>,
+    /// Give up after this many seconds, boot included.
+    #[arg(long, default_value_t = 120)]
+    timeout: u64,
+    /// Try KVM first and fall back to TCG if the guest stays silent.
+    #[arg(long)]
+    kvm: bool,
+    /// Copy a host executable (with its libraries) into the guest at the same path.
+    #[arg(long = "host-binary", value_name = "PATH")]
+    host_binaries: Vec<PathBuf>,
+    /// Print boot and total time to stderr.
+    #[arg(long)]
+    timing: bool,
+    /// A busybox sh script to run.
+    #[arg(long, conflicts_with = "cmd")]
+    script: Option<PathBuf>,
+    /// Or a command line to run (after `--`).
+    #[arg(last = true)]
+    cmd: Vec<String>,
+}
+
+fn topology(t: &TopoArgs) -> anyhow::Result<LabTopology> {
+    let n = t.nodes;
+    let pick = |v: &[u64], what: &str, default: u64| -> anyhow::Result<Vec<u64>> {
+        match v.len() {
+            0 => Ok(vec![default; n]),
+            l if l == n => Ok(v.to_vec()),
+            l => bail!("--{what} lists {l} value(s) but --nodes is {n}"),
+        }
+    };
+    let cpus = pick(
+        &t.cpus.iter().map(|&c| c as u64).collect::<Vec<_>>(),
+        "cpus",
+        1,
+    )?;
+    let mem = pick(&t.mem, "mem", 512)?;
+    let mut topo = LabTopology {
+        nodes: cpus
+            .iter()
+            .zip(&mem)
+            .map(|(&c, &m)| LabNode {
+                cpus: c as u32,
+                mem_mib: m,
+            })
+            .collect(),
+        distances: None,
+    };
+    if let Some(d) = &t.dist {
+        topo = topo.with_distances(LabTopology::parse_distances(d)?);
+    }
+    topo.validate()?;
+    Ok(topo)
+}
+
+/// Quotes a word for sh.
+fn sh_quote(w: &str) -> String {
+    if !w.is_empty()
+        && w.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c))
+    {
+        w.to_string()
+    } else {
+        format!("'{}'", w.replace('\'', "'\\''"))
+    }
+}
+
+fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
+    let topo = topology(&a.topo)?;
+    let script = match (&a.script, a.cmd.is_empty()) {
+        (Some(p), _) => std::fs::read_to_string(p)
+            .with_context(|| format!("reading scenario script {}", p.display()))?,
+        (None, false) => {
+            a.cmd
+                .iter()
+                .map(|w| sh_quote(w))
+                .collect::<Vec<_>>()
+                .join(" ")
+                + "\n"
+        }
+        (None, true) => bail!("give a scenario: --script FILE or -- CMD ARGS..."),
+    };
+    let mut s = Scenario::new(topo, script).timeout(Duration::from_secs(a.timeout));
+    if !a.disk.is_empty() {
+        let mut d = DiskSpec::new();
+        for f in &a.disk {
+            d = d.file(DiskSpec::parse_file_arg(f)?);
+        }
+        s = s.disk(d);
+    }
+    for b in a.host_binaries {
+        s = s.host_binary(b);
+    }
+    let mut cfg = LabConfig::from_env();
+    if a.kernel.is_some() {
+        cfg.kernel = a.kernel;
+    }
+    if a.kvm {
+        cfg.accel = numaio_lab::Accel::KvmOrTcg;
+    }
+    let out = cfg.run(&s)?;
+    print!("{}", out.output);
+    if !out.output.is_empty() && !out.output.ends_with('\n') {
+        println!();
+    }
+    if a.timing {
+        eprintln!(
+            "numaio-lab: boot {:.1} s, total {:.1} s, exit status {}",
+            out.boot_time.as_secs_f64(),
+            out.elapsed.as_secs_f64(),
+            out.exit_code
+        );
+    }
+    Ok(ExitCode::from(out.exit_code.clamp(0, 255) as u8))
+}
+
+fn expect(t: &TopoArgs) -> anyhow::Result<ExitCode> {
+    let topo = topology(t)?;
+    let exp = topo.expected_guest();
+    if t.json {
+        let nodes: Vec<_> = exp
+            .iter()
+            .map(|n| {
+                serde_json::json!({
+                    "id": n.id,
+                    "qemu_id": n.qemu_id,
+                    "cpus": n.cpus,
+                    "mem_backend_bytes": n.mem_mib << 20,
+                    "mem_total_min_bytes": n.mem_total_min_bytes(),
+                    "distances": n.distances.iter().map(|(k, v)| (k.to_string(), v)).collect::<std::collections::BTreeMap<_, _>>(),
+                })
+            })
+            .collect();
+        println!("{}", serde_json::json!({ "nodes": nodes }));
+    } else {
+        println!("QEMU: {}", topo.qemu_args().join(" "));
+        println!(
+            "{:<6} {:<6} {:<12} {:>8}  distances",
+            "guest", "qemu", "cpus", "mem MiB"
+        );
+        for n in &exp {
+            let cpus = if n.cpus.is_empty() {
+                "-".to_string()
+            } else {
+                numaio_sys::cpulist::format(&n.cpus)
+            };
+            let d: Vec<String> = n.distances.values().map(|v| v.to_string()).collect();
+            println!(
+                "{:<6} {:<6} {:<12} {:>8}  {}",
+                n.id,
+                n.qemu_id,
+                cpus,
+                n.mem_mib,
+                d.join(" ")
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let r = match cli.cmd {
+        Cmd::Run(a) => run(a),
+        Cmd::Expect(t) => expect(&t),
+        Cmd::FetchKernel => kernel::fetch(&numaio_lab::cache_dir())
+            .map(|k| {
+                println!("{}", k.vmlinuz.display());
+                ExitCode::SUCCESS
+            })
+            .map_err(Into::into),
+    };
+    match r {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("numaio-lab: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

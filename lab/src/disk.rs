@@ -1,0 +1,280 @@
+//! The optional ext4 disk: files of given sizes, built without root or loop devices
+//! (`truncate` + `mkfs.ext4 -d DIR`), attached as virtio `/dev/vda` and mounted on `/mnt`.
+
+use crate::error::{LabError, LabResult};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Where the guest mounts the disk.
+pub const GUEST_MOUNT: &str = "/mnt";
+
+/// What a file on the disk contains.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Content {
+    /// The deterministic pattern of [`pattern_fill`]: each 4 KiB page starts with its page
+    /// index (u64 little endian), the other bytes are `offset % 251`.
+    Pattern,
+    /// Zeros. mkfs stores zero blocks as holes; reads still fill the page cache.
+    Zeros,
+    /// Exactly these bytes (the size is the length).
+    Bytes(Vec<u8>),
+}
+
+/// One file on the disk.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DiskFile {
+    /// Path relative to the disk's root (`data/a.bin` appears as `/mnt/data/a.bin`).
+    pub path: String,
+    pub size: u64,
+    pub content: Content,
+    /// Permission bits (owner root). 0o644 by default.
+    pub mode: u32,
+}
+
+impl DiskFile {
+    pub fn pattern(path: &str, size: u64) -> DiskFile {
+        DiskFile {
+            path: path.into(),
+            size,
+            content: Content::Pattern,
+            mode: 0o644,
+        }
+    }
+
+    pub fn zeros(path: &str, size: u64) -> DiskFile {
+        DiskFile {
+            content: Content::Zeros,
+            ..DiskFile::pattern(path, size)
+        }
+    }
+
+    pub fn bytes(path: &str, data: Vec<u8>) -> DiskFile {
+        DiskFile {
+            size: data.len() as u64,
+            content: Content::Bytes(data),
+            ..DiskFile::pattern(path, 0)
+        }
+    }
+
+    /// Sets the permission bits, e.g. 0o600 for a file only root can read.
+    pub fn with_mode(mut self, mode: u32) -> DiskFile {
+        self.mode = mode;
+        self
+    }
+}
+
+/// An ext4 disk made of files.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DiskSpec {
+    pub files: Vec<DiskFile>,
+    /// Image size; by default the files plus 25 % and 32 MiB of room.
+    pub size_mib: Option<u64>,
+}
+
+impl DiskSpec {
+    pub fn new() -> DiskSpec {
+        DiskSpec::default()
+    }
+
+    pub fn file(mut self, f: DiskFile) -> DiskSpec {
+        self.files.push(f);
+        self
+    }
+
+    pub fn size_mib(mut self, mib: u64) -> DiskSpec {
+        self.size_mib = Some(mib);
+        self
+    }
+
+    /// Parses the CLI form `name=SIZE` (SIZE like `64M`, `4096`, `1G`), a pattern file.
+    pub fn parse_file_arg(arg: &str) -> LabResult<DiskFile> {
+        let (name, size) = arg.split_once('=').ok_or_else(|| {
+            LabError::BadDisk(format!(
+                "{arg:?}: write a disk file as NAME=SIZE, e.g. data.bin=64M"
+            ))
+        })?;
+        let size = numaio_sys::topology::parse_size(size).ok_or_else(|| {
+            LabError::BadDisk(format!(
+                "{arg:?}: {size:?} is not a size (e.g. 4096, 64K, 64M, 1G)"
+            ))
+        })?;
+        Ok(DiskFile::pattern(name, size))
+    }
+
+    fn image_mib(&self) -> u64 {
+        self.size_mib.unwrap_or_else(|| {
+            let data: u64 = self
+                .files
+                .iter()
+                .map(|f| f.size.div_ceil(4096) * 4096)
+                .sum();
+            let mib = data.div_ceil(1 << 20);
+            mib + mib / 4 + 32 + self.files.len() as u64 / 64
+        })
+    }
+
+    fn validate(&self) -> LabResult<()> {
+        for f in &self.files {
+            let p = Path::new(&f.path);
+            if f.path.is_empty()
+                || p.is_absolute()
+                || p.components()
+                    .any(|c| !matches!(c, std::path::Component::Normal(_)))
+            {
+                return Err(LabError::BadDisk(format!(
+                    "file path {:?} must be relative, without `..` (it is placed under {GUEST_MOUNT})",
+                    f.path
+                )));
+            }
+            if let Content::Bytes(b) = &f.content {
+                if b.len() as u64 != f.size {
+                    return Err(LabError::BadDisk(format!(
+                        "{}: size differs from its bytes",
+                        f.path
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Builds the image `work/disk.img` (files staged in `work/disk-root`).
+    pub fn build(&self, work: &Path) -> LabResult<PathBuf> {
+        self.validate()?;
+        let root = work.join("disk-root");
+        std::fs::create_dir_all(&root)
+            .map_err(LabError::io(format!("creating {}", root.display())))?;
+        for f in &self.files {
+            let path = root.join(&f.path);
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir)
+                    .map_err(LabError::io(format!("creating {}", dir.display())))?;
+            }
+            write_file(&path, f)?;
+        }
+        let img = work.join("disk.img");
+        let file = std::fs::File::create(&img)
+            .map_err(LabError::io(format!("creating {}", img.display())))?;
+        file.set_len(self.image_mib() << 20)
+            .map_err(LabError::io(format!("sizing {}", img.display())))?;
+        drop(file);
+        let out = Command::new("mkfs.ext4")
+            .args(["-q", "-F", "-b", "4096", "-L", "numaio-lab", "-d"])
+            .arg(&root)
+            .arg(&img)
+            .output()
+            .map_err(|e| LabError::MissingHostFile {
+                what: "mkfs.ext4".into(),
+                path: "mkfs.ext4".into(),
+                hint: format!("{e}; install it with `apt-get install e2fsprogs`"),
+            })?;
+        if !out.status.success() {
+            return Err(LabError::BadDisk(format!(
+                "mkfs.ext4 failed for a {} MiB image: {}",
+                self.image_mib(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        // the staged copies are no longer needed; the image holds them
+        let _ = std::fs::remove_dir_all(&root);
+        Ok(img)
+    }
+}
+
+fn write_file(path: &Path, f: &DiskFile) -> LabResult<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let ctx = || format!("writing {}", path.display());
+    let file = std::fs::File::create(path).map_err(LabError::io(ctx()))?;
+    match &f.content {
+        Content::Zeros => file.set_len(f.size).map_err(LabError::io(ctx()))?,
+        Content::Bytes(b) => (&file).write_all(b).map_err(LabError::io(ctx()))?,
+        Content::Pattern => {
+            let mut w = std::io::BufWriter::with_capacity(1 << 20, &file);
+            let mut buf = vec![0u8; 1 << 20];
+            let mut off = 0u64;
+            while off < f.size {
+                let n = (f.size - off).min(buf.len() as u64) as usize;
+                pattern_fill(off, &mut buf[..n]);
+                w.write_all(&buf[..n]).map_err(LabError::io(ctx()))?;
+                off += n as u64;
+            }
+            w.flush().map_err(LabError::io(ctx()))?;
+        }
+    }
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(f.mode))
+        .map_err(LabError::io(format!("chmod {}", path.display())))
+}
+
+/// Fills `buf` with the pattern bytes of a file starting at `offset`.
+pub fn pattern_fill(offset: u64, buf: &mut [u8]) {
+    for (i, b) in buf.iter_mut().enumerate() {
+        let off = offset + i as u64;
+        let in_page = off % 4096;
+        *b = if in_page < 8 {
+            ((off / 4096) >> (8 * in_page)) as u8
+        } else {
+            (off % 251) as u8
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pattern_marks_pages() {
+        let mut b = vec![0u8; 8192 + 16];
+        pattern_fill(0, &mut b);
+        assert_eq!(&b[4096..4104], &1u64.to_le_bytes());
+        assert_eq!(b[9], 9);
+        let mut c = vec![0u8; 16];
+        pattern_fill(8192, &mut c);
+        assert_eq!(&c[..], &b[8192..]);
+    }
+
+    #[test]
+    fn parses_cli_files() {
+        let f = DiskSpec::parse_file_arg("data.bin=64M").unwrap();
+        assert_eq!(f.size, 64 << 20);
+        assert!(DiskSpec::parse_file_arg("data.bin").is_err());
+        assert!(DiskSpec::parse_file_arg("x=lots").is_err());
+    }
+
+    #[test]
+    fn rejects_escaping_paths() {
+        let d = DiskSpec::new().file(DiskFile::zeros("../x", 1));
+        assert!(d.build(Path::new("/nonexistent")).is_err());
+        let d = DiskSpec::new().file(DiskFile::zeros("/x", 1));
+        assert!(d.build(Path::new("/nonexistent")).is_err());
+    }
+
+    #[test]
+    fn builds_an_image_when_mkfs_is_present() {
+        if Command::new("mkfs.ext4").arg("-V").output().is_err() {
+            eprintln!("mkfs.ext4 missing; skipping");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let spec = DiskSpec::new()
+            .file(DiskFile::pattern("a/p.bin", 100_000))
+            .file(DiskFile::zeros("z.bin", 1 << 20).with_mode(0o600));
+        let img = spec.build(dir.path()).unwrap();
+        assert_eq!(
+            std::fs::metadata(&img).unwrap().len(),
+            spec.image_mib() << 20
+        );
+        // debugfs can read it back without mounting
+        if let Ok(out) = Command::new("debugfs")
+            .arg("-R")
+            .arg("cat /a/p.bin")
+            .arg(&img)
+            .output()
+        {
+            let mut want = vec![0u8; 100_000];
+            pattern_fill(0, &mut want);
+            assert_eq!(out.stdout, want);
+        }
+    }
+}

@@ -1,0 +1,215 @@
+//! The guest kernel: Debian's cloud kernel package, fetched with `apt-get download` and
+//! extracted with `dpkg-deb -x` into the lab cache (once), or a kernel given by path.
+
+use crate::error::{LabError, LabResult};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The metapackage whose dependency names the current cloud kernel.
+pub const KERNEL_METAPACKAGE: &str = "linux-image-cloud-amd64";
+
+/// A guest kernel and, when known, its modules directory (`lib/modules/<version>`).
+#[derive(Clone, Debug)]
+pub struct Kernel {
+    pub vmlinuz: PathBuf,
+    pub modules: Option<PathBuf>,
+}
+
+/// The virtio modules a disk needs, in load order, relative to the modules directory.
+pub const VIRTIO_MODULES: [&str; 6] = [
+    "kernel/drivers/virtio/virtio_ring.ko",
+    "kernel/drivers/virtio/virtio.ko",
+    "kernel/drivers/virtio/virtio_pci_modern_dev.ko",
+    "kernel/drivers/virtio/virtio_pci_legacy_dev.ko",
+    "kernel/drivers/virtio/virtio_pci.ko",
+    "kernel/drivers/block/virtio_blk.ko",
+];
+
+impl Kernel {
+    /// A kernel at `vmlinuz`; its modules are looked for next to it (an extracted package:
+    /// `<root>/boot/vmlinuz-V` with `<root>/lib/modules/V`) and then on the host
+    /// (`/lib/modules/V`).
+    pub fn at(vmlinuz: &Path) -> LabResult<Kernel> {
+        if !vmlinuz.is_file() {
+            return Err(LabError::NoKernel(format!(
+                "{} does not exist or is not a file",
+                vmlinuz.display()
+            )));
+        }
+        let modules = vmlinuz
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_prefix("vmlinuz-"))
+            .and_then(|ver| {
+                let beside = vmlinuz
+                    .parent()
+                    .and_then(|boot| boot.parent())
+                    .map(|root| root.join("lib/modules").join(ver));
+                let host = PathBuf::from("/lib/modules").join(ver);
+                [beside, Some(host)]
+                    .into_iter()
+                    .flatten()
+                    .find(|d| d.join(VIRTIO_MODULES[0]).is_file())
+            });
+        Ok(Kernel {
+            vmlinuz: vmlinuz.to_path_buf(),
+            modules,
+        })
+    }
+
+    /// The modules a virtio disk needs, or an error naming the first one missing.
+    pub fn virtio_modules(&self) -> LabResult<Vec<PathBuf>> {
+        let Some(dir) = &self.modules else {
+            return Err(LabError::MissingHostFile {
+                what: "kernel modules for the virtio disk".into(),
+                path: self.vmlinuz.clone(),
+                hint: "no lib/modules/<version> found next to this kernel or on the host; use the kernel fetched by `numaio-lab fetch-kernel`".into(),
+            });
+        };
+        VIRTIO_MODULES
+            .iter()
+            .map(|m| {
+                let p = dir.join(m);
+                if p.is_file() {
+                    Ok(p)
+                } else {
+                    Err(LabError::MissingHostFile {
+                        what: "virtio kernel module".into(),
+                        path: p,
+                        hint: "the modules directory does not match the kernel".into(),
+                    })
+                }
+            })
+            .collect()
+    }
+}
+
+/// The directory where fetched kernels are extracted.
+pub fn kernels_dir(cache: &Path) -> PathBuf {
+    cache.join("kernel")
+}
+
+/// The newest kernel already extracted in the cache, if any.
+pub fn cached(cache: &Path) -> Option<Kernel> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(kernels_dir(cache))
+        .ok()?
+        .flatten()
+        .filter(|e| !e.file_name().to_string_lossy().ends_with(".tmp"))
+        .filter_map(|e| {
+            let boot = e.path().join("boot");
+            std::fs::read_dir(boot).ok()?.flatten().find_map(|f| {
+                f.file_name()
+                    .to_string_lossy()
+                    .starts_with("vmlinuz-")
+                    .then(|| f.path())
+            })
+        })
+        .collect();
+    found.sort();
+    found.last().and_then(|p| Kernel::at(p).ok())
+}
+
+/// Finds the kernel: an explicit path, else `NUMAIO_LAB_KERNEL`, else the cache.
+pub fn find(explicit: Option<&Path>, cache: &Path) -> LabResult<Kernel> {
+    if let Some(p) = explicit {
+        return Kernel::at(p);
+    }
+    if let Some(p) = std::env::var_os("NUMAIO_LAB_KERNEL").filter(|v| !v.is_empty()) {
+        return Kernel::at(Path::new(&p));
+    }
+    cached(cache).ok_or_else(|| {
+        LabError::NoKernel(format!(
+            "none extracted in {}",
+            kernels_dir(cache).display()
+        ))
+    })
+}
+
+fn run_tool(cmd: &mut Command, what: &str, hint: &str) -> LabResult<String> {
+    let out = cmd
+        .output()
+        .map_err(|e| LabError::FetchKernel(format!("cannot run {what}: {e} ({hint})")))?;
+    if !out.status.success() {
+        return Err(LabError::FetchKernel(format!(
+            "{what} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The versioned kernel package the cloud metapackage depends on.
+pub fn current_package() -> LabResult<String> {
+    let deps = run_tool(
+        Command::new("apt-cache").args(["depends", KERNEL_METAPACKAGE]),
+        "apt-cache depends",
+        "this needs a Debian/Ubuntu host with apt",
+    )?;
+    deps.lines()
+        .filter_map(|l| l.trim().strip_prefix("Depends:"))
+        .map(str::trim)
+        .find(|d| d.starts_with("linux-image-"))
+        .map(str::to_string)
+        .ok_or_else(|| {
+            LabError::FetchKernel(format!(
+                "`apt-cache depends {KERNEL_METAPACKAGE}` names no linux-image package (run `apt-get update` first):\n{deps}"
+            ))
+        })
+}
+
+/// Downloads and extracts the cloud kernel into the cache unless it is already there.
+pub fn fetch(cache: &Path) -> LabResult<Kernel> {
+    let pkg = current_package()?;
+    let dest = kernels_dir(cache).join(&pkg);
+    if let Some(k) = std::fs::read_dir(dest.join("boot")).ok().and_then(|rd| {
+        rd.flatten()
+            .find(|f| f.file_name().to_string_lossy().starts_with("vmlinuz-"))
+            .and_then(|f| Kernel::at(&f.path()).ok())
+    }) {
+        return Ok(k);
+    }
+    let debs = cache.join("debs");
+    std::fs::create_dir_all(&debs).map_err(LabError::io(format!("creating {}", debs.display())))?;
+    run_tool(
+        Command::new("apt-get")
+            .args(["download", &pkg])
+            .current_dir(&debs),
+        "apt-get download",
+        "install apt",
+    )?;
+    let deb = std::fs::read_dir(&debs)
+        .map_err(LabError::io(format!("reading {}", debs.display())))?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(&format!("{pkg}_")))
+        })
+        .ok_or_else(|| {
+            LabError::FetchKernel(format!(
+                "apt-get download left no {pkg}_*.deb in {}",
+                debs.display()
+            ))
+        })?;
+    // extract into a private temp dir, then rename, so concurrent fetches never see half a tree
+    let tmp = kernels_dir(cache).join(format!("{pkg}.{}.tmp", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).map_err(LabError::io(format!("creating {}", tmp.display())))?;
+    run_tool(
+        Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&tmp),
+        "dpkg-deb -x",
+        "install dpkg",
+    )?;
+    if std::fs::rename(&tmp, &dest).is_err() {
+        // someone else finished first
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+    let _ = std::fs::remove_file(&deb);
+    cached(cache).ok_or_else(|| {
+        LabError::FetchKernel(format!(
+            "{} holds no boot/vmlinuz-* after extraction",
+            dest.display()
+        ))
+    })
+}

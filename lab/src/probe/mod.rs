@@ -1,0 +1,44 @@
+//! `numaio-probe`: small guest-side checks that lab tests run inside a guest. Each
+//! subcommand lives in its own module here; to add one, write `probe/<name>.rs` with an
+//! `Args` (clap) and `run(Args) -> anyhow::Result<ExitCode>`, then add a variant to
+//! [`Cmd`] and a line to [`main`]'s match.
+
+pub mod bind_check;
+pub mod reader;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "numaio-probe",
+    about = "Guest-side checks for the numaio NUMA lab"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Bind anonymous memory to a node with mbind, fault it in, verify with move_pages.
+    BindCheck(bind_check::Args),
+    /// Loop reading a file with read(2), reporting the own CPU and node (getcpu).
+    Reader(reader::Args),
+}
+
+/// Entry point of the `numaio-probe` binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.cmd {
+        Cmd::BindCheck(a) => bind_check::run(a),
+        Cmd::Reader(a) => reader::run(a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("numaio-probe: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,261 @@
+//! The host side: starts qemu-system-x86_64, follows the serial console, stops the guest
+//! at the end or after the timeout.
+
+use crate::console::{self, Progress};
+use crate::error::{LabError, LabResult};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// How the guest CPU is emulated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Accel {
+    /// Pure emulation: works everywhere (the default).
+    Tcg,
+    /// Try KVM; if the guest prints nothing within [`KVM_PROBE`], rerun under TCG.
+    KvmOrTcg,
+}
+
+/// How long a KVM boot may stay silent before the lab falls back to TCG.
+pub const KVM_PROBE: Duration = Duration::from_secs(5);
+
+/// The console tail of a guest that printed nothing at all.
+pub const NO_OUTPUT: &str = "(the guest printed nothing)";
+
+/// Lines of console kept in errors and outcomes.
+pub const TAIL_LINES: usize = 40;
+
+/// Everything needed to start one guest.
+pub struct Launch<'a> {
+    pub qemu: &'a Path,
+    pub vmlinuz: &'a Path,
+    pub initrd: &'a Path,
+    pub disk: Option<&'a Path>,
+    pub topology_args: Vec<String>,
+    pub timeout: Duration,
+}
+
+/// What the console showed.
+pub struct Transcript {
+    pub console: String,
+    pub output: String,
+    pub exit_code: i32,
+    pub boot: Duration,
+    pub elapsed: Duration,
+}
+
+/// Locates the QEMU binary: `NUMAIO_LAB_QEMU`, else `qemu-system-x86_64` on PATH.
+pub fn find_qemu() -> LabResult<PathBuf> {
+    if let Some(p) = std::env::var_os("NUMAIO_LAB_QEMU").filter(|v| !v.is_empty()) {
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(LabError::NoQemu(format!(
+                "NUMAIO_LAB_QEMU={} does not exist",
+                p.display()
+            )))
+        };
+    }
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|d| d.join("qemu-system-x86_64"))
+        .find(|p| p.is_file())
+        .ok_or_else(|| LabError::NoQemu("not on PATH".into()))
+}
+
+fn command(l: &Launch, accel: Accel) -> Command {
+    let mut c = Command::new(l.qemu);
+    c.args([
+        "-nodefaults",
+        "-no-user-config",
+        "-display",
+        "none",
+        "-serial",
+        "stdio",
+    ])
+    .args(["-no-reboot", "-monitor", "none"]);
+    match accel {
+        Accel::Tcg => c.args(["-accel", "tcg"]),
+        Accel::KvmOrTcg => c.args(["-accel", "kvm", "-cpu", "host"]),
+    };
+    c.args(&l.topology_args)
+        .arg("-kernel")
+        .arg(l.vmlinuz)
+        .arg("-initrd")
+        .arg(l.initrd)
+        .args(["-append", "console=ttyS0 quiet panic=-1 nokaslr"]);
+    if let Some(d) = l.disk {
+        // the image is private to this run; cache=unsafe skips host flushes
+        c.arg("-drive").arg(format!(
+            "file={},format=raw,if=virtio,cache=unsafe",
+            d.display()
+        ));
+    }
+    c.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+enum Ended {
+    Done(Transcript),
+    /// KVM printed nothing in time.
+    KvmSilent,
+}
+
+/// Kills the child on drop, so no guest outlives an error or a panic.
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn reader<R: Read + Send + 'static>(mut r: R, tx: mpsc::Sender<(bool, Vec<u8>)>, is_stdout: bool) {
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 8192];
+        loop {
+            match r.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if tx.send((is_stdout, buf[..n].to_vec())).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+}
+
+fn once(l: &Launch, accel: Accel) -> LabResult<Ended> {
+    let start = Instant::now();
+    let child = command(l, accel)
+        .spawn()
+        .map_err(|e| LabError::NoQemu(format!("cannot start {}: {e}", l.qemu.display())))?;
+    let mut guard = Guard(child);
+    let (tx, rx) = mpsc::channel();
+    reader(guard.0.stdout.take().expect("piped"), tx.clone(), true);
+    reader(guard.0.stderr.take().expect("piped"), tx, false);
+
+    let mut raw = Vec::new();
+    let mut stderr = Vec::new();
+    let mut boot = None;
+    let mut finished: Option<(String, i32)> = None;
+    let mut finished_at: Option<Instant> = None;
+    let deadline = start + l.timeout;
+    loop {
+        let now = Instant::now();
+        // after the end marker QEMU should power off at once; don't wait for it long
+        let limit = match finished_at {
+            Some(t) => (t + Duration::from_secs(5)).min(deadline.max(now)),
+            None => deadline,
+        };
+        if now >= limit {
+            break;
+        }
+        if accel == Accel::KvmOrTcg && raw.is_empty() && now - start > KVM_PROBE {
+            return Ok(Ended::KvmSilent);
+        }
+        let wait = (limit - now).min(Duration::from_millis(200));
+        match rx.recv_timeout(wait) {
+            Ok((true, bytes)) => {
+                raw.extend_from_slice(&bytes);
+                if finished.is_none() {
+                    let text = console::strip_escapes(&String::from_utf8_lossy(&raw));
+                    match console::parse(&text) {
+                        Progress::Booting => {}
+                        Progress::Running(_) => {
+                            boot.get_or_insert_with(|| start.elapsed());
+                        }
+                        Progress::Done { output, exit_code } => {
+                            boot.get_or_insert_with(|| start.elapsed());
+                            finished = Some((output, exit_code));
+                            finished_at = Some(Instant::now());
+                        }
+                    }
+                }
+            }
+            Ok((false, bytes)) => stderr.extend_from_slice(&bytes),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break, // both pipes closed: QEMU exited
+        }
+    }
+    let status = if finished.is_some() || Instant::now() < deadline {
+        // QEMU exited (or is about to); collect its status
+        let t = Instant::now();
+        loop {
+            if let Ok(Some(s)) = guard.0.try_wait() {
+                break Some(s);
+            }
+            if t.elapsed() > Duration::from_secs(2) {
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    } else {
+        None
+    };
+    let console = console::strip_escapes(&String::from_utf8_lossy(&raw));
+    let tail = if console.trim().is_empty() {
+        NO_OUTPUT.to_string()
+    } else {
+        console::tail(&console, TAIL_LINES)
+    };
+    match finished {
+        Some((output, exit_code)) => Ok(Ended::Done(Transcript {
+            console,
+            output,
+            exit_code,
+            boot: boot.unwrap_or_default(),
+            elapsed: start.elapsed(),
+        })),
+        None if Instant::now() >= deadline => {
+            if accel == Accel::KvmOrTcg && raw.is_empty() {
+                return Ok(Ended::KvmSilent);
+            }
+            let phase = if boot.is_some() {
+                "started but did not finish".to_string()
+            } else {
+                "never started: the guest did not reach /init's start marker".to_string()
+            };
+            Err(LabError::Timeout {
+                secs: l.timeout.as_secs(),
+                phase,
+                console_tail: tail,
+            })
+        }
+        None => Err(LabError::QemuFailed {
+            status: status
+                .map(|s| s.to_string())
+                .unwrap_or_else(|| "unknown".into()),
+            stderr: String::from_utf8_lossy(&stderr).trim().to_string(),
+            console_tail: tail,
+        }),
+    }
+}
+
+/// Boots the guest and waits for the scenario's end marker.
+pub fn launch(l: &Launch, accel: Accel) -> LabResult<Transcript> {
+    let first = match once(l, accel) {
+        // KVM may also fail outright (no /dev/kvm, no permission): fall back as well
+        Err(LabError::QemuFailed { console_tail, .. })
+            if accel == Accel::KvmOrTcg && console_tail == NO_OUTPUT =>
+        {
+            Ended::KvmSilent
+        }
+        other => other?,
+    };
+    match first {
+        Ended::Done(t) => Ok(t),
+        Ended::KvmSilent => match once(l, Accel::Tcg)? {
+            Ended::Done(t) => Ok(t),
+            Ended::KvmSilent => unreachable!("TCG never reports KvmSilent"),
+        },
+    }
+}

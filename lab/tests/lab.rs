@@ -1,0 +1,91 @@
+//! Lab tests of the lab itself: status and output pass through, a hung guest is killed
+//! with the console tail shown, the disk appears on /mnt, the unprivileged user works.
+
+use numaio_lab::{disk::pattern_fill, DiskFile, DiskSpec, LabError, LabTopology, Scenario};
+use std::time::{Duration, Instant};
+
+#[test]
+#[ignore = "lab: needs QEMU and the lab kernel; run by scripts/test.sh"]
+fn status_output_and_nobody() {
+    let script =
+        "echo first line\necho to-stderr >&2\nas-nobody id -u\nprintf 'no newline'\nexit 7\n";
+    let out = Scenario::new(LabTopology::uniform(2), script).must_run();
+    assert_eq!(out.exit_code, 7, "{}", out.report());
+    assert_eq!(
+        out.output,
+        "first line\nto-stderr\n65534\nno newline",
+        "{}",
+        out.report()
+    );
+    assert!(
+        out.elapsed < Duration::from_secs(20),
+        "2-node run took {:?}",
+        out.elapsed
+    );
+}
+
+#[test]
+#[ignore = "lab: needs QEMU and the lab kernel; run by scripts/test.sh"]
+fn hung_guest_is_killed_with_console_tail() {
+    let start = Instant::now();
+    let err = Scenario::new(LabTopology::uniform(2), "echo about-to-hang\nsleep 1000\n")
+        .timeout(Duration::from_secs(15))
+        .run()
+        .expect_err("a sleeping guest must time out");
+    assert!(
+        start.elapsed() < Duration::from_secs(25),
+        "kill took {:?}",
+        start.elapsed()
+    );
+    match &err {
+        LabError::Timeout { console_tail, .. } => {
+            assert!(console_tail.contains("about-to-hang"), "{err}")
+        }
+        other => panic!("expected a timeout, got: {other}"),
+    }
+    assert!(err.to_string().contains("console tail"), "{err}");
+}
+
+#[test]
+#[ignore = "lab: needs QEMU and the lab kernel; run by scripts/test.sh"]
+fn disk_files_and_permissions() {
+    let disk = DiskSpec::new()
+        .file(DiskFile::pattern("data/p.bin", 3 * 4096 + 100))
+        .file(DiskFile::zeros("z.bin", 1 << 20))
+        .file(DiskFile::pattern("secret.bin", 4096).with_mode(0o600));
+    let script = "\
+        stat -c '%s %a' /mnt/data/p.bin /mnt/z.bin /mnt/secret.bin\n\
+        od -A d -t x1 -j 4096 -N 8 /mnt/data/p.bin | head -1\n\
+        as-nobody cat /mnt/secret.bin >/dev/null 2>&1 && echo readable || echo denied\n";
+    let out = Scenario::new(LabTopology::uniform(2), script)
+        .disk(disk)
+        .must_run();
+    assert_eq!(out.exit_code, 0, "{}", out.report());
+    let lines: Vec<&str> = out.output.lines().collect();
+    assert_eq!(lines[0], "12388 644", "{}", out.report());
+    assert_eq!(lines[1], "1048576 644", "{}", out.report());
+    assert_eq!(lines[2], "4096 600", "{}", out.report());
+    let mut page1 = [0u8; 8];
+    pattern_fill(4096, &mut page1);
+    let hex: Vec<String> = page1.iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(
+        lines[3].split_whitespace().skip(1).collect::<Vec<_>>(),
+        hex,
+        "{}",
+        out.report()
+    );
+    assert_eq!(lines[4], "denied", "{}", out.report());
+}
+
+#[test]
+#[ignore = "lab: needs QEMU and the lab kernel; run by scripts/test.sh"]
+fn unbootable_topology_is_a_clear_error() {
+    // the lab's own checks accept 300 CPUs; QEMU's pc machine does not (its limit is 255)
+    let topo = LabTopology::from_nodes(&[(300, 256)]);
+    let err = Scenario::new(topo, "true")
+        .run()
+        .expect_err("QEMU must refuse 300 CPUs");
+    let msg = err.to_string();
+    assert!(matches!(err, LabError::QemuFailed { .. }), "{msg}");
+    assert!(msg.contains("QEMU said"), "{msg}");
+}
