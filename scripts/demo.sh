@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The main demo: set up, build, show `numaio topo` on this machine, then boot a 2-node
+# NUMA lab guest and show `numaio topo` inside it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+[ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
+
+echo
+echo "== cargo build --release"
+cargo build --release --workspace --bins
+BIN="${CARGO_TARGET_DIR:-target}/release"
+
+echo
+echo "== numaio topo (this machine)"
+"$BIN/numaio" topo
+
+echo
+echo "== numaio topo inside a 2-node lab guest (QEMU, 2 x 1 CPU, 2 x 512 MiB)"
+"$BIN/numaio-lab" expect --nodes 2
+echo
+"$BIN/numaio-lab" run --nodes 2 --timing -- numaio topo

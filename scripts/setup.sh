@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Sets up a Debian machine for numaio: apt packages the demo and the lab need, a Rust
+# toolchain check, and the lab's guest kernel (Debian's cloud kernel, extracted into the
+# git-ignored lab/cache/kernel/). Safe to run again: it only does what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { printf '[setup] %s\n' "$*"; }
+die() { printf '[setup] ERROR: %s\n' "$*" >&2; exit 1; }
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || die "not root and no sudo: run as root or install sudo"
+    SUDO="sudo"
+fi
+export DEBIAN_FRONTEND=noninteractive
+
+# qemu: the lab's VM; busybox-static: guest userland; numactl: guest + host tool;
+# e2fsprogs: mkfs.ext4 -d for lab disks; cpio; fio/vmtouch: comparison peers;
+# util-linux: fincore, setpriv; binutils: strip (smaller initramfs); apt/dpkg: kernel fetch.
+PKGS=(qemu-system-x86 busybox-static numactl e2fsprogs cpio fio vmtouch util-linux binutils libc-bin ca-certificates)
+missing=()
+for p in "${PKGS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+apt_updated=0
+if [ ${#missing[@]} -gt 0 ]; then
+    say "installing: ${missing[*]}"
+    $SUDO apt-get update -qq
+    apt_updated=1
+    $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+    say "apt packages present"
+fi
+
+# Rust toolchain (stable, with rustfmt and clippy)
+if ! command -v cargo >/dev/null && [ -x "$HOME/.cargo/bin/cargo" ]; then
+    export PATH="$HOME/.cargo/bin:$PATH"
+fi
+if ! command -v cargo >/dev/null; then
+    die "no Rust toolchain: install stable Rust with rustup (https://rustup.rs: curl --proto '=https' -sSf https://sh.rustup.rs | sh -s -- -y), then run this again"
+fi
+if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
+    if command -v rustup >/dev/null; then
+        say "adding rustfmt and clippy"
+        rustup component add rustfmt clippy
+    else
+        die "cargo fmt / cargo clippy missing: install the rustfmt and clippy components"
+    fi
+fi
+say "rust: $(cargo --version)"
+
+# Guest kernel: the package linux-image-cloud-amd64 depends on, extracted once.
+CACHE="${NUMAIO_LAB_CACHE:-lab/cache}"
+meta=linux-image-cloud-amd64
+kpkg() { apt-cache depends "$meta" 2>/dev/null | awk '/Depends: linux-image-/ {print $2; exit}'; }
+pkg="$(kpkg)"
+if [ -z "$pkg" ] && [ "$apt_updated" -eq 0 ]; then
+    $SUDO apt-get update -qq
+    pkg="$(kpkg)"
+fi
+[ -n "$pkg" ] || die "apt-cache cannot resolve $meta (is this Debian amd64 with main enabled?)"
+dest="$CACHE/kernel/$pkg"
+if ls "$dest"/boot/vmlinuz-* >/dev/null 2>&1; then
+    say "guest kernel present: $(ls "$dest"/boot/vmlinuz-*)"
+else
+    say "fetching guest kernel $pkg"
+    mkdir -p "$CACHE/debs" "$CACHE/kernel"
+    chmod 755 "$CACHE" "$CACHE/debs"  # apt's _apt user may write here
+    (cd "$CACHE/debs" && apt-get download -q "$pkg" 2>&1 | grep -v "^W: Download is performed unsandboxed" || true)
+    deb="$(ls "$CACHE/debs/${pkg}"_*.deb 2>/dev/null | head -1)"
+    [ -n "$deb" ] || die "apt-get download $pkg produced no .deb in $CACHE/debs"
+    tmp="$CACHE/kernel/$pkg.$$.tmp"
+    rm -rf "$tmp"
+    dpkg-deb -x "$deb" "$tmp"
+    mv "$tmp" "$dest"
+    rm -f "$deb"
+    say "guest kernel: $(ls "$dest"/boot/vmlinuz-*)"
+fi
+if [ -e /dev/kvm ]; then
+    say "note: the lab uses TCG by default (NUMAIO_LAB_ACCEL=kvm tries KVM first)"
+fi
+say "done"

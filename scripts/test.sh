@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Everything CI checks: setup, formatting, clippy, unit tests, release build, and the lab
+# tests (QEMU guests; every file in lab/tests/). Prints a summary; exits non-zero if any
+# step failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/setup.sh || { echo "[test] setup failed"; exit 1; }
+[ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
+
+names=(); results=(); times=()
+step() {
+    local name="$1"; shift
+    echo
+    echo "== [$name] $*"
+    local t0=$SECONDS
+    if "$@"; then results+=(PASS); else results+=(FAIL); fi
+    names+=("$name"); times+=($((SECONDS - t0)))
+}
+
+step fmt      cargo fmt --all -- --check
+step clippy   cargo clippy --workspace --all-targets -- -D warnings
+# release binaries go into the lab guests; build them before any test can boot one
+step build    cargo build --release --workspace --bins
+step unit     cargo test --workspace
+step lab      cargo test -p numaio-lab -- --ignored --test-threads=2
+
+echo
+echo "== summary"
+fail=0
+for i in "${!names[@]}"; do
+    printf '%-8s %s  (%ss)\n' "${names[$i]}" "${results[$i]}" "${times[$i]}"
+    [ "${results[$i]}" = PASS ] || fail=1
+done
+if [ $fail -eq 0 ]; then echo "ALL PASSED"; else echo "SOME STEPS FAILED"; fi
+exit $fail
