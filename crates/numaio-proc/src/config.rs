@@ -116,6 +116,9 @@ pub struct Config {
     pub manage_pinned: bool,
     /// follow-data also migrates the process's memory to the new node (Adams, numad).
     pub migrate_memory: bool,
+    /// ... but only when at least this much of its memory is elsewhere; smaller processes
+    /// move their threads only (their new memory is allocated locally).
+    pub min_migrate_bytes: Bytes,
     /// A process is I/O-active if it read at least this many bytes per second.
     pub min_read_bytes_per_sec: Bytes,
     /// Act only when the estimated remote share of the reads exceeds this.
@@ -150,6 +153,7 @@ impl Default for Config {
             dry_run: false,
             manage_pinned: false,
             migrate_memory: true,
+            min_migrate_bytes: Bytes(16 << 20),
             min_read_bytes_per_sec: Bytes(1 << 20),
             remote_threshold: 0.5,
             win_factor: 2.0,

@@ -263,15 +263,17 @@ fn plan_follow(cfg: &Config, w: &World, h: &History, v: &ProcessView, cur: u32) 
     if let Some(why) = guards::cpu_congested(to, &w.utils(), cfg.cpu_busy_threshold) {
         return Err(why);
     }
-    let incoming = if cfg.migrate_memory {
-        v.memory_per_node
-            .iter()
-            .filter(|(&n, _)| n != to)
-            .map(|(_, &b)| b)
-            .sum()
-    } else {
-        0
-    };
+    let remote_mem: u64 = v
+        .memory_per_node
+        .iter()
+        .filter(|(&n, _)| n != to)
+        .map(|(_, &b)| b)
+        .sum();
+    // A small process only moves its threads: its new memory is allocated on the new node
+    // anyway (first touch), and migrating a busy process's pages costs the daemon retries
+    // and TLB shootdowns out of proportion to the gain.
+    let migrate = cfg.migrate_memory && remote_mem >= cfg.min_migrate_bytes.0;
+    let incoming = if migrate { remote_mem } else { 0 };
     let free = w.node(to).map_or(0, |n| n.free_bytes);
     guards::free_memory(to, free, incoming, cfg.min_free_bytes.0)?;
     let reason = format!(
@@ -283,7 +285,7 @@ fn plan_follow(cfg: &Config, w: &World, h: &History, v: &ProcessView, cur: u32) 
         Action::FollowData {
             to,
             cpus,
-            migrate_memory: cfg.migrate_memory,
+            migrate_memory: migrate,
         },
         incoming,
         reason,
@@ -482,8 +484,9 @@ fn plan_auto(
     let shared = read_files(v)
         .iter()
         .any(|f| !other_readers(h, &f.path, cur).is_empty());
-    let follow_bytes: u64 = if cfg.migrate_memory {
-        v.memory_per_node.values().sum::<u64>()
+    let mem: u64 = v.memory_per_node.values().sum();
+    let follow_bytes: u64 = if cfg.migrate_memory && mem >= cfg.min_migrate_bytes.0 {
+        mem
     } else {
         0
     };
@@ -610,8 +613,26 @@ mod tests {
     fn cfg(p: PolicyKind) -> Config {
         Config {
             policy: p,
+            min_migrate_bytes: crate::config::Bytes(0),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn small_process_moves_threads_only() {
+        let v = reader(100, 0, "/f", &[(1, GB)]);
+        let mut c = cfg(PolicyKind::FollowData);
+        c.min_migrate_bytes = crate::config::Bytes(16 * MB);
+        let d = decide(&c, &world(), &[v], &History::default());
+        assert_eq!(
+            d[0].action,
+            Some(Action::FollowData {
+                to: 1,
+                cpus: vec![2, 3],
+                migrate_memory: false
+            })
+        );
+        assert_eq!(d[0].numbers.bytes_to_move, 0);
     }
 
     #[test]
