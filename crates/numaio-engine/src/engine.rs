@@ -55,6 +55,9 @@ pub struct EngineConfig {
     pub pin_threads: bool,
     /// Longest coalesced write-back (and read) in blocks.
     pub max_io_blocks: usize,
+    /// Tell the policy about a slot's hit at most once per eviction pass (see
+    /// `Slice::note_hit`); off = every hit reaches the policy (for lock-contention studies).
+    pub hit_gating: bool,
     /// Topology to use instead of detecting it.
     pub topology: Option<Topology>,
     /// Issue 6, move-work `forward`: `pread`/`pwrite` runs on a worker on the data's node.
@@ -82,6 +85,7 @@ impl Default for EngineConfig {
             bind_memory: true,
             pin_threads: true,
             max_io_blocks: 256,
+            hit_gating: true,
             topology: None,
             forwarder: None,
             integrity: None,
@@ -260,6 +264,7 @@ impl Engine {
                 cfg.policy,
                 cfg.index,
                 cfg.bind_memory,
+                cfg.hit_gating,
                 tx,
             )?));
             rxs.push(Arc::new(Mutex::new(rx)));
@@ -354,7 +359,7 @@ impl Engine {
         };
         let buffered_fd = open(flags)?;
         let mut fell_back = false;
-        let direct_fd = if inner.cfg.direct_io && inner.bs % 4096 == 0 {
+        let direct_fd = if inner.cfg.direct_io && inner.bs.is_multiple_of(4096) {
             match open(flags | libc::O_DIRECT) {
                 Ok(fd) => Some(fd),
                 Err(_) => {
@@ -542,7 +547,7 @@ impl Inner {
             };
             debug_assert!(hit);
             SliceCounters::add(&slice.counters.hits, 1);
-            slice.policy.on_hit(slot);
+            slice.note_hit(slot);
             if word & LOADING != 0 {
                 SliceCounters::add(&slice.counters.clashed, 1);
                 waits.push((si, slot));
@@ -627,7 +632,8 @@ impl Inner {
                         }
                         if let Some(ig) = &self.cfg.integrity {
                             // SAFETY: we own the LOADING slot's buffer.
-                            let data = unsafe { std::slice::from_raw_parts(slice.buf_ptr(slot), bs) };
+                            let data =
+                                unsafe { std::slice::from_raw_parts(slice.buf_ptr(slot), bs) };
                             if let Err(e) = ig.verify(f.id.0 as u64, run[k].1, data) {
                                 // A corrupted block is an error, never data.
                                 slice.finish_load(slot, false);
@@ -1008,6 +1014,7 @@ fn evictor(inner: &Inner, si: usize) {
             let want = slice.high - slice.free_count();
             let mut freed = Vec::new();
             let mut dirty = Vec::new();
+            slice.next_epoch();
             slice.policy.evict(want, &mut |slot| {
                 slice.reclaim(slot, &mut freed, &mut dirty)
             });
@@ -1150,18 +1157,22 @@ impl FileHandle {
     /// Copies up to `buf.len()` bytes at `off` (fewer at end of file).
     pub fn pread(&self, buf: &mut [u8], off: u64) -> io::Result<usize> {
         if let Some(fw) = &self.inner.cfg.forwarder {
-            return self.inner.forwarded(fw, &self.file, buf.len(), off, false, |r, o| {
-                self.inner.pread(&self.file, &mut buf[r], o)
-            });
+            return self
+                .inner
+                .forwarded(fw, &self.file, buf.len(), off, false, |r, o| {
+                    self.inner.pread(&self.file, &mut buf[r], o)
+                });
         }
         self.inner.pread(&self.file, buf, off)
     }
     /// Writes `buf` at `off` into the cache (write-back later, or at fsync).
     pub fn pwrite(&self, buf: &[u8], off: u64) -> io::Result<usize> {
         if let Some(fw) = &self.inner.cfg.forwarder {
-            return self.inner.forwarded(fw, &self.file, buf.len(), off, true, |r, o| {
-                self.inner.pwrite(&self.file, &buf[r], o)
-            });
+            return self
+                .inner
+                .forwarded(fw, &self.file, buf.len(), off, true, |r, o| {
+                    self.inner.pwrite(&self.file, &buf[r], o)
+                });
         }
         self.inner.pwrite(&self.file, buf, off)
     }

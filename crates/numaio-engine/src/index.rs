@@ -9,6 +9,7 @@
 //! runs under the exclusive lock and only succeeds on an unpinned slot, so a pin can never
 //! reach a slot that is being reclaimed.
 
+use crate::hugemem::HugeArray;
 use crate::policy::{BlockKey, Padded, SlotId};
 use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
@@ -44,6 +45,9 @@ pub trait Index: Send + Sync {
         decide: &mut dyn FnMut() -> bool,
     ) -> Option<bool>;
     fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// A cheap multiplicative hash for block keys (keys are not attacker controlled).
@@ -74,10 +78,10 @@ pub fn key_hash(key: &BlockKey) -> u64 {
 
 type Map = HashMap<BlockKey, SlotId, BuildHasherDefault<KeyHasher>>;
 
-pub fn build(kind: IndexKind, slots: usize) -> Box<dyn Index> {
+pub fn build(kind: IndexKind, slots: usize, node: Option<u32>) -> Box<dyn Index> {
     match kind {
         IndexKind::Sharded { shards } => Box::new(ShardedIndex::new(shards, slots)),
-        IndexKind::Buckets => Box::new(BucketIndex::new(slots)),
+        IndexKind::Buckets => Box::new(BucketIndex::new(slots, node)),
     }
 }
 
@@ -149,30 +153,49 @@ impl Index for ShardedIndex {
     }
 }
 
-type Bucket = SmallVec<[(BlockKey, SlotId); 3]>;
+/// A compact entry: 16 bytes, so a bucket (lock + 3 inline entries) fits one cache line.
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    block: u64,
+    file: u32,
+    slot: SlotId,
+}
+
+impl Entry {
+    #[inline]
+    fn is(&self, key: &BlockKey) -> bool {
+        self.block == key.block && self.file == key.file.0
+    }
+}
+
+#[repr(align(64))]
+struct Bucket(RwLock<SmallVec<[Entry; 3]>>);
 
 pub struct BucketIndex {
-    buckets: Vec<RwLock<Bucket>>,
+    buckets: HugeArray<Bucket>,
     mask: u64,
 }
 
 impl BucketIndex {
-    pub fn new(slots: usize) -> Self {
+    pub fn new(slots: usize, node: Option<u32>) -> Self {
         let n = (slots / 2).max(1).next_power_of_two();
+        let buckets = HugeArray::new(n, node, |_| Bucket(RwLock::new(SmallVec::new())))
+            .expect("mapping the index buckets");
         BucketIndex {
-            buckets: (0..n).map(|_| RwLock::new(Bucket::new())).collect(),
+            buckets,
             mask: n as u64 - 1,
         }
     }
-    fn bucket(&self, key: &BlockKey) -> &RwLock<Bucket> {
-        &self.buckets[(key_hash(key) & self.mask) as usize]
+    #[inline]
+    fn bucket(&self, key: &BlockKey) -> &RwLock<SmallVec<[Entry; 3]>> {
+        &self.buckets[(key_hash(key) & self.mask) as usize].0
     }
 }
 
 impl Index for BucketIndex {
     fn lookup(&self, key: &BlockKey, pin: &mut dyn FnMut(SlotId)) -> Option<SlotId> {
         let g = self.bucket(key).read();
-        let s = g.iter().find(|(k, _)| k == key)?.1;
+        let s = g.iter().find(|e| e.is(key))?.slot;
         pin(s);
         Some(s)
     }
@@ -183,11 +206,15 @@ impl Index for BucketIndex {
         pin: &mut dyn FnMut(SlotId),
     ) -> Result<(), SlotId> {
         let mut g = self.bucket(&key).write();
-        if let Some(&(_, s)) = g.iter().find(|(k, _)| *k == key) {
-            pin(s);
-            return Err(s);
+        if let Some(e) = g.iter().find(|e| e.is(&key)) {
+            pin(e.slot);
+            return Err(e.slot);
         }
-        g.push((key, slot));
+        g.push(Entry {
+            block: key.block,
+            file: key.file.0,
+            slot,
+        });
         Ok(())
     }
     fn remove_if(
@@ -197,7 +224,7 @@ impl Index for BucketIndex {
         decide: &mut dyn FnMut() -> bool,
     ) -> Option<bool> {
         let mut g = self.bucket(key).write();
-        let pos = g.iter().position(|(k, s)| k == key && *s == slot)?;
+        let pos = g.iter().position(|e| e.is(key) && e.slot == slot)?;
         let d = decide();
         if d {
             g.swap_remove(pos);
@@ -205,7 +232,7 @@ impl Index for BucketIndex {
         Some(d)
     }
     fn len(&self) -> usize {
-        self.buckets.iter().map(|b| b.read().len()).sum()
+        self.buckets.iter().map(|b| b.0.read().len()).sum()
     }
 }
 
@@ -238,7 +265,7 @@ mod tests {
     #[test]
     fn sharded_and_bucket_indexes_agree() {
         exercise(&ShardedIndex::new(8, 100));
-        exercise(&BucketIndex::new(100));
-        exercise(&BucketIndex::new(1));
+        exercise(&BucketIndex::new(100, None));
+        exercise(&BucketIndex::new(1, None));
     }
 }

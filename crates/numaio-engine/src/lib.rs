@@ -36,6 +36,7 @@ pub mod checksum;
 pub mod clock;
 pub mod dlist;
 pub mod engine;
+pub mod hugemem;
 pub mod hysteresis;
 pub mod index;
 pub mod integrity;

@@ -11,6 +11,7 @@
 
 use crate::arena::{Arena, PlacementCheck};
 use crate::backend::IoRequest;
+use crate::hugemem::HugeArray;
 use crate::index::{self, Index, IndexKind};
 use crate::policy::{BlockKey, FileId, Padded, PolicyKind, ReplacementPolicy, SlotId};
 use crate::slot::{Reclaim, SlotState, DIRTY, ERROR, LOADING};
@@ -26,9 +27,13 @@ use std::time::{Duration, Instant};
 
 const WAIT_STRIPES: usize = 64;
 
+/// 32 bytes, aligned: a slot's state, key and hit stamp share one cache line.
+#[repr(align(32))]
 pub struct SlotMeta {
     pub state: SlotState,
     file: AtomicU32,
+    /// The eviction epoch in which the policy last heard of a hit on this slot.
+    stamp: AtomicU32,
     block: AtomicU64,
 }
 
@@ -50,7 +55,10 @@ pub struct Slice {
     pub node: u32,
     pub block_size: usize,
     arena: Arena,
-    pub slots: Vec<SlotMeta>,
+    pub slots: HugeArray<SlotMeta>,
+    /// Bumped before every eviction pass; see `note_hit`.
+    epoch: AtomicU32,
+    hit_gating: bool,
     pub index: Box<dyn Index>,
     pub policy: Box<dyn ReplacementPolicy>,
     free: Mutex<Vec<SlotId>>,
@@ -78,6 +86,7 @@ impl Slice {
         policy: PolicyKind,
         index_kind: IndexKind,
         bind: bool,
+        hit_gating: bool,
         io_tx: SyncSender<Msg>,
     ) -> io::Result<Slice> {
         let nslots = nslots.max(1);
@@ -89,14 +98,15 @@ impl Slice {
             node,
             block_size,
             arena,
-            slots: (0..nslots)
-                .map(|_| SlotMeta {
-                    state: SlotState::new_free(),
-                    file: AtomicU32::new(0),
-                    block: AtomicU64::new(0),
-                })
-                .collect(),
-            index: index::build(index_kind, nslots),
+            slots: HugeArray::new(nslots, bind.then_some(node), |_| SlotMeta {
+                state: SlotState::new_free(),
+                file: AtomicU32::new(0),
+                stamp: AtomicU32::new(u32::MAX),
+                block: AtomicU64::new(0),
+            })?,
+            epoch: AtomicU32::new(0),
+            hit_gating,
+            index: index::build(index_kind, nslots, bind.then_some(node)),
             policy: policy.build(nslots),
             free: Mutex::new((0..nslots as SlotId).rev().collect()),
             free_cv: Condvar::new(),
@@ -143,6 +153,27 @@ impl Slice {
             .index
             .lookup(key, &mut |s| word = slots[s as usize].state.pin())?;
         Some((s, word))
+    }
+
+    /// Tells the policy about a hit — at most once per slot per eviction epoch when gating
+    /// is on (CacheLib-style: between two eviction passes the order among hits cannot
+    /// matter to the next pass much, and skipping repeats keeps hot hits off the policy).
+    #[inline]
+    pub fn note_hit(&self, slot: SlotId) {
+        if self.hit_gating {
+            let e = self.epoch.load(Ordering::Relaxed);
+            let st = &self.slots[slot as usize].stamp;
+            if st.load(Ordering::Relaxed) == e {
+                return;
+            }
+            st.store(e, Ordering::Relaxed);
+        }
+        self.policy.on_hit(slot);
+    }
+
+    /// Starts a new eviction epoch (the evictor calls this before each pass).
+    pub fn next_epoch(&self) {
+        self.epoch.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Takes a free slot, waiting for the evictor if there is none ("stalled").
@@ -232,6 +263,7 @@ impl Slice {
     pub fn insert_claimed(&self, slot: SlotId, key: BlockKey) -> Result<(), (SlotId, u64)> {
         let meta = &self.slots[slot as usize];
         meta.set_key(key);
+        meta.stamp.store(u32::MAX, Ordering::Relaxed);
         meta.state.claim_for_load();
         let mut word = 0;
         let slots = &self.slots;

@@ -1,10 +1,570 @@
-//! Not written yet; see the issue tracker.
+//! `numaio bench`: fio-like workloads against the numaio engine, the kernel page cache, or a
+//! plain memcpy loop (the physical limit for cached reads), with the same threads, offsets
+//! and duration, so results can be compared as ratios.
 
+use crate::output::{human_bytes, print_json};
+use anyhow::{bail, Context};
+use numaio_engine::{Engine, EngineConfig, FileHandle, IndexKind, OpenOptions, PolicyKind};
+use numaio_sys::topology::parse_size;
+use serde::Serialize;
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-#[derive(clap::Args)]
-pub struct BenchArgs {}
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Target {
+    /// The numaio engine (pread/pwrite or zero-copy get, see --api).
+    Engine,
+    /// pread/pwrite through the kernel page cache.
+    Kernel,
+    /// A memcpy loop over an in-memory copy of the same bytes (reads only).
+    Memcpy,
+}
 
-pub fn run(_a: BenchArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("this subcommand is not implemented yet")
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Workload {
+    Randread,
+    Seqread,
+    Randwrite,
+    Seqwrite,
+}
+
+impl Workload {
+    fn is_write(self) -> bool {
+        matches!(self, Workload::Randwrite | Workload::Seqwrite)
+    }
+    fn is_random(self) -> bool {
+        matches!(self, Workload::Randread | Workload::Randwrite)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Api {
+    /// Copying pread/pwrite.
+    Pread,
+    /// Zero-copy get/put (reads only; see --touch).
+    Get,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// What to measure.
+    #[arg(long, value_enum, default_value = "engine")]
+    pub target: Target,
+    #[arg(long, value_enum, default_value = "randread")]
+    pub workload: Workload,
+    /// Request size (e.g. 4K, 1M).
+    #[arg(long, default_value = "4K", value_parser = size_arg)]
+    pub bs: u64,
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Bytes of the file used by the workload; the file is created or extended (filled with
+    /// non-zero data) if it is shorter.
+    #[arg(long, default_value = "256M", value_parser = size_arg)]
+    pub size: u64,
+    /// The data file.
+    #[arg(long)]
+    pub file: PathBuf,
+    /// Seconds to run (after warm-up).
+    #[arg(long, default_value_t = 5.0)]
+    pub duration: f64,
+    /// Engine replacement policy: arc, split-lru, split-lru:N, clock.
+    #[arg(long, default_value = "arc")]
+    pub policy: String,
+    /// LRU_FACTOR for split-lru (overrides split-lru:N).
+    #[arg(long)]
+    pub lru_factor: Option<usize>,
+    /// Engine slices (default one per NUMA node).
+    #[arg(long)]
+    pub slices: Option<usize>,
+    /// Engine cache size (default: the file size plus 1/16, so reads are all hits after warm-up).
+    #[arg(long, value_parser = size_arg)]
+    pub cache: Option<u64>,
+    /// Engine index layout: buckets (per-bucket locks) or sharded:N (N RwLock shards).
+    #[arg(long, default_value = "buckets")]
+    pub index: String,
+    /// Engine API for reads.
+    #[arg(long, value_enum, default_value = "pread")]
+    pub api: Api,
+    /// With --api get: also read one byte of each returned block (costs a cache miss on
+    /// cold data; zero-copy by itself does not touch the data).
+    #[arg(long)]
+    pub touch: bool,
+    /// Engine: report every hit to the replacement policy (default: at most once per slot
+    /// per eviction pass); use for lock-contention studies of split-lru.
+    #[arg(long)]
+    pub no_hit_gating: bool,
+    /// Read the whole file once before timing (engine: through the engine; kernel: through
+    /// the page cache). Default: on when the cache holds the file.
+    #[arg(long)]
+    pub warm: Option<bool>,
+    /// Kernel target: drop the file's pages from the page cache before the run.
+    #[arg(long)]
+    pub cold: bool,
+    /// Engine: I/O queue depth per slice worker.
+    #[arg(long, default_value_t = 64)]
+    pub queue_depth: u32,
+    /// Engine: disable O_DIRECT (buffered I/O under the engine).
+    #[arg(long)]
+    pub no_direct: bool,
+    /// Print one JSON object instead of a summary.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn size_arg(s: &str) -> Result<u64, String> {
+    parse_size(s)
+        .ok_or_else(|| format!("bad size {s:?}: use a number with an optional K/M/G suffix"))
+}
+
+#[derive(Serialize, Debug, Default)]
+pub struct BenchResult {
+    pub target: String,
+    pub workload: String,
+    pub api: String,
+    pub bs: u64,
+    pub threads: usize,
+    pub size: u64,
+    pub duration_s: f64,
+    pub ops: u64,
+    pub ops_per_s: f64,
+    pub bytes_per_s: f64,
+    pub hits: u64,
+    pub misses: u64,
+    pub hit_ratio: f64,
+    pub policy: Option<String>,
+    pub slices: Option<usize>,
+    pub cache_bytes: Option<u64>,
+    pub backend: Option<String>,
+    pub direct_io: Option<bool>,
+    pub clashed: u64,
+    pub stalled: u64,
+    pub written_back: u64,
+    /// Seconds of the final fsync after a write workload (not included in ops_per_s).
+    pub fsync_s: Option<f64>,
+    /// Fraction of the engine's buffer pages found on their slice's node at start-up.
+    pub buffer_local_fraction: Option<f64>,
+    pub warm_s: f64,
+}
+
+/// A per-thread xorshift generator.
+struct Rng(u64);
+impl Rng {
+    #[inline]
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// Offsets a thread visits: random over the whole file, or sequential over its own share.
+struct Offsets {
+    rng: Rng,
+    random: bool,
+    blocks: u64,
+    bs: u64,
+    next: u64,
+    start: u64,
+    end: u64,
+}
+
+impl Offsets {
+    fn new(a: &BenchArgs, t: usize) -> Offsets {
+        let blocks = (a.size / a.bs).max(1);
+        let per = (blocks / a.threads as u64).max(1);
+        let start = (per * t as u64).min(blocks - 1);
+        let end = if t + 1 == a.threads {
+            blocks
+        } else {
+            (start + per).min(blocks)
+        };
+        Offsets {
+            rng: Rng(0x9E37_79B9_7F4A_7C15 ^ ((t as u64 + 1) * 0x1234_5678_9ABC)),
+            random: a.workload.is_random(),
+            blocks,
+            bs: a.bs,
+            next: start,
+            start,
+            end,
+        }
+    }
+    #[inline]
+    fn next(&mut self) -> u64 {
+        if self.random {
+            (self.rng.next() % self.blocks) * self.bs
+        } else {
+            let b = self.next;
+            self.next += 1;
+            if self.next >= self.end {
+                self.next = self.start;
+            }
+            b * self.bs
+        }
+    }
+}
+
+pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
+    if a.bs == 0 || a.threads == 0 || a.size < a.bs || a.duration <= 0.0 {
+        bail!("need --bs > 0, --threads > 0, --size >= --bs and --duration > 0");
+    }
+    if a.target == Target::Memcpy && a.workload.is_write() {
+        bail!("--target memcpy measures reads only");
+    }
+    if a.api == Api::Get && a.workload.is_write() {
+        bail!("--api get measures reads only (use pread for write workloads)");
+    }
+    prepare_file(&a.file, a.size, a.workload.is_write())?;
+    let r = match a.target {
+        Target::Engine => run_engine(&a)?,
+        Target::Kernel => run_kernel(&a)?,
+        Target::Memcpy => run_memcpy(&a)?,
+    };
+    if a.json {
+        print_json(&r)?;
+    } else {
+        println!(
+            "{} {} bs={} threads={}: {:.0} ops/s, {}/s{}",
+            r.target,
+            r.workload,
+            human_bytes(r.bs),
+            r.threads,
+            r.ops_per_s,
+            human_bytes(r.bytes_per_s as u64),
+            if r.target == "engine" {
+                format!(
+                    ", hit ratio {:.3} ({} hits, {} misses), policy {}, {} slices, backend {}",
+                    r.hit_ratio,
+                    r.hits,
+                    r.misses,
+                    r.policy.clone().unwrap_or_default(),
+                    r.slices.unwrap_or(0),
+                    r.backend.clone().unwrap_or_default()
+                )
+            } else {
+                String::new()
+            }
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Creates or extends the file to `size` bytes of non-zero data (reads need real data).
+fn prepare_file(path: &Path, size: u64, write: bool) -> anyhow::Result<()> {
+    let cur = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    if cur >= size {
+        return Ok(());
+    }
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(false)
+        .open(path)
+        .with_context(|| {
+            format!(
+                "cannot create {} (choose a writable --file)",
+                path.display()
+            )
+        })?;
+    let _ = write;
+    let chunk: Vec<u8> = (0..1 << 20)
+        .map(|i: u32| (i.wrapping_mul(2654435761) >> 13) as u8 | 1)
+        .collect();
+    let mut off = cur - cur % (1 << 20);
+    while off < size {
+        let n = ((size - off) as usize).min(chunk.len());
+        f.write_all_at(&chunk[..n], off)
+            .with_context(|| format!("cannot fill {} to {} bytes", path.display(), size))?;
+        off += n as u64;
+    }
+    f.sync_all().ok();
+    Ok(())
+}
+
+fn run_threads<F>(a: &BenchArgs, body: F) -> (u64, f64)
+where
+    F: Fn(usize, Instant) -> u64 + Sync,
+{
+    let deadline = Instant::now() + Duration::from_secs_f64(a.duration);
+    let t0 = Instant::now();
+    let ops: u64 = std::thread::scope(|s| {
+        let body = &body;
+        let hs: Vec<_> = (0..a.threads)
+            .map(|t| s.spawn(move || body(t, deadline)))
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().expect("bench thread panicked"))
+            .sum()
+    });
+    (ops, t0.elapsed().as_secs_f64())
+}
+
+fn parse_policy(a: &BenchArgs) -> anyhow::Result<PolicyKind> {
+    let mut p: PolicyKind = a.policy.parse().map_err(|e: String| anyhow::anyhow!(e))?;
+    if let (PolicyKind::SplitLru { .. }, Some(f)) = (p, a.lru_factor) {
+        p = PolicyKind::SplitLru {
+            lru_factor: f.max(1),
+        };
+    }
+    Ok(p)
+}
+
+fn parse_index(s: &str) -> anyhow::Result<IndexKind> {
+    if s == "buckets" {
+        return Ok(IndexKind::Buckets);
+    }
+    if let Some(n) = s.strip_prefix("sharded:").and_then(|n| n.parse().ok()) {
+        return Ok(IndexKind::Sharded { shards: n });
+    }
+    if s == "sharded" {
+        return Ok(IndexKind::Sharded { shards: 64 });
+    }
+    bail!("bad --index {s:?}: use buckets or sharded:N")
+}
+
+fn run_engine(a: &BenchArgs) -> anyhow::Result<BenchResult> {
+    let cache = a.cache.unwrap_or(a.size + a.size / 16 + (16 << 20));
+    let cfg = EngineConfig {
+        cache_bytes: cache,
+        slices: a.slices,
+        policy: parse_policy(a)?,
+        index: parse_index(&a.index)?,
+        queue_depth: a.queue_depth,
+        direct_io: !a.no_direct,
+        hit_gating: !a.no_hit_gating,
+        max_io_blocks: ((1 << 20) / 4096usize).max((a.bs / 4096) as usize),
+        ..Default::default()
+    };
+    let engine = Engine::new(cfg).context("cannot start the engine")?;
+    let f = engine
+        .open(
+            &a.file,
+            OpenOptions {
+                write: a.workload.is_write(),
+                create: false,
+            },
+        )
+        .with_context(|| format!("cannot open {}", a.file.display()))?;
+    let f: Arc<FileHandle> = Arc::new(f);
+    let bs = a.bs as usize;
+    let warm = a.warm.unwrap_or(cache >= a.size);
+    let tw = Instant::now();
+    if warm {
+        let mut buf = vec![0u8; 1 << 20];
+        let mut off = 0;
+        while off < a.size {
+            let n = f.pread(&mut buf, off).context("warm-up read failed")?;
+            if n == 0 {
+                break;
+            }
+            off += n as u64;
+        }
+    }
+    let warm_s = tw.elapsed().as_secs_f64();
+    let before = engine.stats();
+    if a.api == Api::Get && bs > f.max_get_bytes() {
+        bail!(
+            "--bs {} is larger than one get may pin ({} bytes) with this cache",
+            bs,
+            f.max_get_bytes()
+        );
+    }
+    let err = std::sync::Mutex::new(None::<String>);
+    let (ops, secs) = run_threads(a, |t, deadline| {
+        let mut offs = Offsets::new(a, t);
+        let mut buf = vec![0x5Au8; bs];
+        let mut n = 0u64;
+        let mut sink = 0u8;
+        loop {
+            for _ in 0..64 {
+                let off = offs.next();
+                let r = match (a.workload.is_write(), a.api) {
+                    (true, _) => f.pwrite(&buf, off).map(|_| ()),
+                    (false, Api::Pread) => f.pread(&mut buf, off).map(|_| ()),
+                    (false, Api::Get) => f.get(off, bs).map(|p| {
+                        if a.touch {
+                            sink ^= p.segments().next().map_or(0, |s| s[0]);
+                        }
+                        p.put(false);
+                    }),
+                };
+                if let Err(e) = r {
+                    *err.lock().unwrap() = Some(format!("{e}"));
+                    return n;
+                }
+                n += 1;
+            }
+            if Instant::now() >= deadline {
+                std::hint::black_box(sink);
+                return n;
+            }
+        }
+    });
+    if let Some(e) = err.into_inner().unwrap() {
+        bail!("engine I/O failed during the run: {e}");
+    }
+    let fsync_s = if a.workload.is_write() {
+        let t = Instant::now();
+        f.fsync().context("final fsync failed")?;
+        Some(t.elapsed().as_secs_f64())
+    } else {
+        None
+    };
+    let st = engine.stats();
+    let checks = engine.placement_checks();
+    let local = checks.iter().map(|c| c.local_fraction()).sum::<f64>() / checks.len().max(1) as f64;
+    let (hits, misses) = (st.hits - before.hits, st.misses - before.misses);
+    let r = BenchResult {
+        target: "engine".into(),
+        workload: format!("{:?}", a.workload).to_lowercase(),
+        api: format!("{:?}", a.api).to_lowercase(),
+        bs: a.bs,
+        threads: a.threads,
+        size: a.size,
+        duration_s: secs,
+        ops,
+        ops_per_s: ops as f64 / secs,
+        bytes_per_s: (ops * a.bs) as f64 / secs,
+        hits,
+        misses,
+        hit_ratio: if hits + misses == 0 {
+            0.0
+        } else {
+            hits as f64 / (hits + misses) as f64
+        },
+        policy: Some(engine.policy_name()),
+        slices: Some(engine.slices()),
+        cache_bytes: Some(cache),
+        backend: Some(engine.backend_name()),
+        direct_io: Some(f.direct()),
+        clashed: st.clashed - before.clashed,
+        stalled: st.stalled - before.stalled,
+        written_back: st.written_back - before.written_back,
+        fsync_s,
+        buffer_local_fraction: Some(local),
+        warm_s,
+    };
+    drop(f);
+    engine.close().context("closing the engine")?;
+    Ok(r)
+}
+
+fn run_kernel(a: &BenchArgs) -> anyhow::Result<BenchResult> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(a.workload.is_write())
+        .custom_flags(libc::O_CLOEXEC)
+        .open(&a.file)
+        .with_context(|| format!("cannot open {}", a.file.display()))?;
+    use std::os::fd::AsRawFd;
+    if a.cold {
+        // SAFETY: advisory call on our descriptor.
+        unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    }
+    let tw = Instant::now();
+    if a.warm.unwrap_or(!a.cold) {
+        let mut buf = vec![0u8; 1 << 20];
+        let mut off = 0;
+        while off < a.size {
+            let n = file.read_at(&mut buf, off)?;
+            if n == 0 {
+                break;
+            }
+            off += n as u64;
+        }
+    }
+    let warm_s = tw.elapsed().as_secs_f64();
+    let bs = a.bs as usize;
+    let file = &file;
+    let (ops, secs) = run_threads(a, |t, deadline| {
+        let mut offs = Offsets::new(a, t);
+        let mut buf = vec![0x5Au8; bs];
+        let mut n = 0;
+        loop {
+            for _ in 0..64 {
+                let off = offs.next();
+                let r = if a.workload.is_write() {
+                    file.write_at(&buf, off)
+                } else {
+                    file.read_at(&mut buf, off)
+                };
+                if r.is_err() {
+                    return n;
+                }
+                n += 1;
+            }
+            if Instant::now() >= deadline {
+                return n;
+            }
+        }
+    });
+    let fsync_s = if a.workload.is_write() {
+        let t = Instant::now();
+        file.sync_data()?;
+        Some(t.elapsed().as_secs_f64())
+    } else {
+        None
+    };
+    Ok(BenchResult {
+        target: "kernel".into(),
+        workload: format!("{:?}", a.workload).to_lowercase(),
+        api: "pread".into(),
+        bs: a.bs,
+        threads: a.threads,
+        size: a.size,
+        duration_s: secs,
+        ops,
+        ops_per_s: ops as f64 / secs,
+        bytes_per_s: (ops * a.bs) as f64 / secs,
+        fsync_s,
+        warm_s,
+        ..Default::default()
+    })
+}
+
+fn run_memcpy(a: &BenchArgs) -> anyhow::Result<BenchResult> {
+    let mut data = vec![0u8; a.size as usize];
+    File::open(&a.file)?
+        .read_exact_at(&mut data, 0)
+        .context("reading the file into memory")?;
+    let bs = a.bs as usize;
+    let data = &data;
+    let (ops, secs) = run_threads(a, |t, deadline| {
+        let mut offs = Offsets::new(a, t);
+        let mut buf = vec![0u8; bs];
+        let mut n = 0;
+        loop {
+            for _ in 0..64 {
+                let off = offs.next() as usize;
+                buf.copy_from_slice(&data[off..off + bs]);
+                std::hint::black_box(&mut buf);
+                n += 1;
+            }
+            if Instant::now() >= deadline {
+                return n;
+            }
+        }
+    });
+    std::io::stdout().flush().ok();
+    Ok(BenchResult {
+        target: "memcpy".into(),
+        workload: format!("{:?}", a.workload).to_lowercase(),
+        api: "memcpy".into(),
+        bs: a.bs,
+        threads: a.threads,
+        size: a.size,
+        duration_s: secs,
+        ops,
+        ops_per_s: ops as f64 / secs,
+        bytes_per_s: (ops * a.bs) as f64 / secs,
+        ..Default::default()
+    })
 }
