@@ -34,6 +34,11 @@ pub enum PagecacheError {
         #[source]
         source: numaio_sys::SysError,
     },
+    /// The kernel hides this file's residency from the caller: for a file the caller does
+    /// not own and may not write, mincore reports every page as cached, so inspecting it
+    /// page by page would read it in.
+    #[error("{}: the kernel hides this file's page-cache residency from this user (mincore reports every page as cached unless you own the file, may write it, or are root); numaio will not guess, nor read the file in to find out. Run as root or as the file's owner", .path.display())]
+    MincoreRestricted { path: PathBuf },
     /// A placement target that cannot be used (bad node, empty list, bad chunk size).
     #[error("invalid target: {0}")]
     InvalidTarget(String),
@@ -47,7 +52,8 @@ impl PagecacheError {
             | PagecacheError::NotRegular { path, .. }
             | PagecacheError::PermissionDenied { path, .. }
             | PagecacheError::Io { path, .. }
-            | PagecacheError::Sys { path, .. } => Some(path),
+            | PagecacheError::Sys { path, .. }
+            | PagecacheError::MincoreRestricted { path } => Some(path),
             PagecacheError::InvalidTarget(_) => None,
         }
     }
@@ -60,6 +66,7 @@ impl PagecacheError {
             PagecacheError::PermissionDenied { .. } => "permission_denied",
             PagecacheError::Io { .. } => "io",
             PagecacheError::Sys { .. } => "system",
+            PagecacheError::MincoreRestricted { .. } => "mincore_restricted",
             PagecacheError::InvalidTarget(_) => "invalid_target",
         }
     }

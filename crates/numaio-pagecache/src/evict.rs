@@ -17,8 +17,9 @@ use std::path::{Path, PathBuf};
 pub struct EvictReport {
     pub path: PathBuf,
     pub pages: u64,
-    pub resident_before: u64,
-    pub resident_after: u64,
+    /// `None` when mincore hides this file's residency from the caller.
+    pub resident_before: Option<u64>,
+    pub resident_after: Option<u64>,
     /// Whether dirty pages were written first.
     pub synced: bool,
 }

@@ -72,10 +72,15 @@ pub fn move_file(
     let ps = numaio_sys::page_size() as u64;
     target.validate(ps)?;
     let f = open_regular(path)?;
+    if !crate::file::mincore_is_truthful(&f) {
+        // mincore would call every page resident, and moving would read them all in.
+        return Err(PagecacheError::MincoreRestricted { path: f.path });
+    }
     move_open(&f, target, opts)
 }
 
-/// [`move_file`] on an open file whose target is already validated.
+/// [`move_file`] on an open file whose target is already validated. Trusts mincore: the
+/// caller checks [`crate::file::mincore_is_truthful`] unless reading pages in is fine.
 pub(crate) fn move_open(
     f: &OpenFile,
     target: &Target,

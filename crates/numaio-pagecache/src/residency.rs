@@ -104,12 +104,19 @@ pub fn file_residency(path: &Path, opts: &WhereOptions) -> Result<FileResidency,
     residency_of(&f, opts)
 }
 
-/// [`file_residency`] on a file already open.
+/// [`file_residency`] on a file already open. Fails with
+/// [`PagecacheError::MincoreRestricted`] when mincore cannot be trusted for this caller.
 pub fn residency_of(f: &OpenFile, opts: &WhereOptions) -> Result<FileResidency, PagecacheError> {
+    if !mincore_is_truthful(f) {
+        return Err(PagecacheError::MincoreRestricted {
+            path: f.path.clone(),
+        });
+    }
     Ok(residency_against(f, opts, None)?.0)
 }
 
 /// Residency, plus (with a target) how many resident pages sit on their target node.
+/// Does not check [`mincore_is_truthful`]: callers that may not read pages in must.
 pub(crate) fn residency_against(
     f: &OpenFile,
     opts: &WhereOptions,
@@ -298,8 +305,14 @@ impl Acc {
     }
 }
 
-/// Resident pages by mincore alone (touches nothing; no nodes). Cheap.
-pub fn resident_pages_mincore(f: &OpenFile) -> Result<u64, PagecacheError> {
+/// Resident pages by mincore alone (touches nothing; no nodes). Cheap. `None` when mincore
+/// hides the truth from this caller.
+pub fn resident_pages_mincore(f: &OpenFile) -> Result<Option<u64>, PagecacheError> {
+    if !mincore_is_truthful(f) {
+        return Ok(None);
+    }
     let ps = numaio_sys::page_size() as u64;
-    Ok(scan(f, 0, pages_of(f.size, ps), false, |_| Ok(()))?.mincore_resident)
+    Ok(Some(
+        scan(f, 0, pages_of(f.size, ps), false, |_| Ok(()))?.mincore_resident,
+    ))
 }

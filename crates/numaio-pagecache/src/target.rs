@@ -5,8 +5,9 @@ use serde::Serialize;
 use std::fmt;
 
 /// Where a file's pages should go.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
+/// Serialized as `{"kind":"node","node":N}`, `{"kind":"interleave","nodes":[..]}`,
+/// `{"kind":"stripe","nodes":[..],"chunk":BYTES}` or `{"kind":"weights","weights":[[N,W],..]}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
     /// Every page on one node.
     Node(u32),
@@ -152,6 +153,30 @@ impl Target {
     }
 }
 
+#[derive(Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+enum TargetJson<'a> {
+    Node { node: u32 },
+    Interleave { nodes: &'a [u32] },
+    Stripe { nodes: &'a [u32], chunk: u64 },
+    Weights { weights: &'a [(u32, u32)] },
+}
+
+impl Serialize for Target {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Target::Node(n) => TargetJson::Node { node: *n },
+            Target::Interleave(v) => TargetJson::Interleave { nodes: v },
+            Target::Stripe { nodes, chunk } => TargetJson::Stripe {
+                nodes,
+                chunk: *chunk,
+            },
+            Target::Weights(w) => TargetJson::Weights { weights: w },
+        }
+        .serialize(s)
+    }
+}
+
 impl fmt::Display for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let list = |v: &[u32]| {
@@ -200,6 +225,19 @@ mod tests {
         assert_eq!(t.run_len(1, ps, 100), 2);
         assert_eq!(t.nodes(), vec![0, 1]);
         assert_eq!(Target::Node(3).node_for_page(99, ps), 3);
+        let j = |t: &Target| serde_json::to_string(t).unwrap();
+        assert_eq!(j(&Target::Node(1)), r#"{"kind":"node","node":1}"#);
+        assert_eq!(
+            j(&Target::Stripe {
+                nodes: vec![0, 2],
+                chunk: 4096
+            }),
+            r#"{"kind":"stripe","nodes":[0,2],"chunk":4096}"#
+        );
+        assert_eq!(
+            j(&Target::parse_weights("0:3,1:1").unwrap()),
+            r#"{"kind":"weights","weights":[[0,3],[1,1]]}"#
+        );
     }
 
     #[test]

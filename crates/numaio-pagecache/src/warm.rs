@@ -53,12 +53,13 @@ pub struct WarmReport {
     pub path: PathBuf,
     pub target: Target,
     pub pages: u64,
-    /// Resident pages before warming (mincore).
-    pub resident_before: u64,
+    /// Resident pages before warming (mincore; `None` when mincore hides them from the caller).
+    pub resident_before: Option<u64>,
     /// Pages evicted for `--reread`.
     pub evicted_for_reread: u64,
-    /// Pages read in by this warm (resident after the read passes minus before, plus evicted).
-    pub read_pages: u64,
+    /// Pages read in by this warm (resident after the read passes minus before, plus
+    /// evicted; `None` when mincore hides residency from the caller).
+    pub read_pages: Option<u64>,
     /// The migration pass.
     pub migration: MoveReport,
     /// The verification scan.
@@ -91,7 +92,11 @@ pub(crate) fn warm_open(
     let ps = numaio_sys::page_size() as u64;
     let total = pages_of(f.size, ps);
     let before = resident_pages_mincore(f)?;
-    let evicted = if opts.reread {
+    // For a file whose residency mincore hides (not owner, no write permission), warming
+    // still works: the fill pass reads the whole file and the verification is exact once
+    // every page is read; only the before/after counts are unknown.
+    let truthful = before.is_some();
+    let evicted = if opts.reread && truthful {
         evict_misplaced(f, target)?
     } else {
         0
@@ -99,7 +104,7 @@ pub(crate) fn warm_open(
     {
         let _restore = PolicyGuard::new().map_err(|e| PagecacheError::sys(&f.path, e))?;
         read_pass(f, target, &mut opts.progress)?;
-        fill_pass(f, target)?;
+        fill_pass(f, target, truthful)?;
     }
     let after_read = resident_pages_mincore(f)?;
     let migration = move_open(f, target, &opts.move_opts)?;
@@ -110,7 +115,9 @@ pub(crate) fn warm_open(
         pages: total,
         resident_before: before,
         evicted_for_reread: evicted,
-        read_pages: (after_read + evicted).saturating_sub(before),
+        read_pages: before
+            .zip(after_read)
+            .map(|(b, a)| (a + evicted).saturating_sub(b)),
         migration,
         target_reached: residency.resident_pages == total && on_target == total,
         on_target_pages: on_target,
@@ -201,13 +208,14 @@ fn read_pass(
 }
 
 /// Reads, under the run's node policy, every page that is still not resident.
-fn fill_pass(f: &OpenFile, target: &Target) -> Result<(), PagecacheError> {
+fn fill_pass(f: &OpenFile, target: &Target, truthful: bool) -> Result<(), PagecacheError> {
     let ps = numaio_sys::page_size() as u64;
     let total = pages_of(f.size, ps);
-    // Runs of non-resident pages, from mincore alone.
+    // Runs of non-resident pages, from mincore alone (all of the file if mincore lies).
     let mut holes: Vec<(u64, u64)> = Vec::new();
     let mut next = 0u64;
-    scan(f, 0, total, false, |b| {
+    let scan_end = if truthful { total } else { 0 };
+    scan(f, 0, scan_end, false, |b| {
         // Batches arrive in order, but only report resident pages: the gaps are the holes.
         for &p in b.pages {
             if p > next {
@@ -272,10 +280,10 @@ fn evict_misplaced(f: &OpenFile, target: &Target) -> Result<u64, PagecacheError>
         Ok(())
     })?;
     // The scan's mapping is gone now; DONTNEED would skip pages we still mapped.
-    let before = resident_pages_mincore(f)?;
+    let before = resident_pages_mincore(f)?.unwrap_or(0);
     for &(s, l) in &runs {
         fadvise_dontneed(f, s * ps, l * ps)?;
     }
-    let after = resident_pages_mincore(f)?;
+    let after = resident_pages_mincore(f)?.unwrap_or(0);
     Ok(before.saturating_sub(after))
 }

@@ -25,7 +25,7 @@ fn cold_file(dir: &Path, name: &str, len: usize) -> PathBuf {
     f.sync_all().unwrap();
     drop(f);
     let r = evict_file(&p, false).unwrap();
-    assert_eq!(r.resident_after, 0, "could not make {p:?} cold");
+    assert_eq!(r.resident_after, Some(0), "could not make {p:?} cold");
     p
 }
 
@@ -154,7 +154,7 @@ fn empty_file() {
     assert_eq!((r.pages, r.resident_pages), (0, 0));
     let w = warm_file(&p, &Target::Node(0), WarmOptions::default()).unwrap();
     assert!(w.target_reached);
-    assert_eq!(evict_file(&p, true).unwrap().resident_after, 0);
+    assert_eq!(evict_file(&p, true).unwrap().resident_after, Some(0));
 }
 
 #[test]
@@ -253,8 +253,8 @@ fn evict_drops_pages_and_sync_keeps_dirty_data() {
     let p = cold_file(d.path(), "ev", 2 << 20);
     std::fs::read(&p).unwrap();
     let r = evict_file(&p, false).unwrap();
-    assert_eq!(r.resident_before, 512);
-    assert_eq!(r.resident_after, 0);
+    assert_eq!(r.resident_before, Some(512));
+    assert_eq!(r.resident_after, Some(0));
     assert_eq!(mincore_count(&p), 0);
 
     // Dirty pages: --sync writes them first, then they can go; contents survive.
@@ -263,7 +263,7 @@ fn evict_drops_pages_and_sync_keeps_dirty_data() {
     drop(f);
     let r = evict_file(&p, true).unwrap();
     assert!(r.synced);
-    assert_eq!(r.resident_after, 0);
+    assert_eq!(r.resident_after, Some(0));
     let data = std::fs::read(&p).unwrap();
     assert!(data[4096..12288].iter().all(|&b| b == 0xAB));
     assert_eq!(data[0], 0);
@@ -302,10 +302,10 @@ fn warm_from_cold_reaches_target_and_keeps_contents() {
         )
         .unwrap();
         assert!(w.target_reached, "{t}: {w:?}");
-        assert_eq!(w.resident_before, 0);
+        assert_eq!(w.resident_before, Some(0));
         assert_eq!(w.residency.resident_pages, 1537);
         assert_eq!(w.on_target_pages, 1537);
-        assert_eq!(w.read_pages, 1537);
+        assert_eq!(w.read_pages, Some(1537));
         assert_eq!(mincore_count(&p), 1537);
         assert!(
             calls > 0 && last == (6 << 20) + 5,
@@ -323,7 +323,63 @@ fn warm_from_cold_reaches_target_and_keeps_contents() {
     )
     .unwrap();
     assert!(w.target_reached);
-    assert_eq!((w.evicted_for_reread, w.read_pages), (0, 0));
+    assert_eq!((w.evicted_for_reread, w.read_pages), (0, Some(0)));
     assert_eq!(w.migration.already, 1537);
     assert_eq!(std::fs::read(&p).unwrap(), before);
+}
+
+/// Runs as a child process under uid/gid 65534 (see the test below): mincore hides the
+/// file's residency from this user, so `where` and `move` must refuse rather than read the
+/// file in, and `evict` reports unknown counts.
+#[test]
+#[ignore = "run by restricted_file_is_refused_and_stays_cold as another user"]
+fn restricted_child() {
+    let p = PathBuf::from(std::env::var("NUMAIO_TEST_RESTRICTED").unwrap());
+    let e = file_residency(&p, &WhereOptions::default()).unwrap_err();
+    assert_eq!(e.kind(), "mincore_restricted", "{e}");
+    assert!(e.to_string().contains(p.to_str().unwrap()), "{e}");
+    let e = move_file(&p, &Target::Node(0), &MoveOptions::default()).unwrap_err();
+    assert_eq!(e.kind(), "mincore_restricted", "{e}");
+    let r = evict_file(&p, false).unwrap();
+    assert_eq!((r.resident_before, r.resident_after), (None, None));
+}
+
+#[test]
+fn restricted_file_is_refused_and_stays_cold() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root to run a child as another user");
+        return;
+    }
+    // A world-readable directory outside the (possibly private) target dir, on disk.
+    let d = tempfile::tempdir_in("/var/tmp").unwrap();
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let p = cold_file(d.path(), "ro", 1 << 20);
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = unsafe {
+        std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "restricted_child", "--ignored", "--nocapture"])
+            .env("NUMAIO_TEST_RESTRICTED", &p)
+            .pre_exec(|| {
+                if libc::setgroups(0, std::ptr::null()) != 0
+                    || libc::setgid(65534) != 0
+                    || libc::setuid(65534) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            })
+            .output()
+            .unwrap()
+    };
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("1 passed"), "{text}");
+    assert_eq!(
+        mincore_count(&p),
+        0,
+        "the restricted caller read the file in"
+    );
 }

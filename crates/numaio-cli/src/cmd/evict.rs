@@ -43,20 +43,24 @@ pub fn run(a: EvictArgs) -> anyhow::Result<ExitCode> {
         match evict_file(path, a.sync) {
             Ok(r) => {
                 total.pages += r.pages;
-                total.resident_before += r.resident_before;
-                total.resident_after += r.resident_after;
+                total.resident_before += r.resident_before.unwrap_or(0);
+                total.resident_after += r.resident_after.unwrap_or(0);
                 if !a.json {
+                    let show = |v: Option<u64>| v.map_or("unknown".to_string(), |v| v.to_string());
                     println!(
                         "{}: {} pages, resident before {}, after {}",
                         r.path.display(),
                         r.pages,
-                        r.resident_before,
-                        r.resident_after
+                        show(r.resident_before),
+                        show(r.resident_after)
                     );
-                    if r.resident_after > 0 {
+                    if r.resident_before.is_none() {
+                        println!("  (the kernel hides this file's residency from this user: not the owner, no write permission)");
+                    }
+                    if let Some(left) = r.resident_after.filter(|&n| n > 0) {
                         println!(
                             "  {} pages stay: mapped by a process, locked, or dirty{}",
-                            r.resident_after,
+                            left,
                             if a.sync { "" } else { " (try --sync)" }
                         );
                     }

@@ -165,7 +165,7 @@ fn render(r: &WarmReport) -> String {
         r.pages,
         r.target,
         r.elapsed_secs,
-        r.read_pages,
+        r.read_pages.map_or("?".to_string(), |n| n.to_string()),
         m.moved,
         r.evicted_for_reread,
     );
