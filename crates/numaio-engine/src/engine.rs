@@ -1020,19 +1020,49 @@ fn evictor(inner: &Inner, si: usize) {
             });
             slice.release_free(&freed);
             if !dirty.is_empty() {
-                // Jericho/SAFS: extend each victim with the dirty blocks that follow it.
+                // Jericho/SAFS: extend each run of victims with the dirty blocks that follow
+                // it, so one large write cleans the neighbourhood (walking the sorted dirty
+                // set once per run end, not once per victim).
+                dirty.sort();
+                dirty.dedup();
                 {
                     let d = slice.dirty.lock();
-                    let n = dirty.len();
-                    for i in 0..n {
-                        let mut k = dirty[i];
-                        for _ in 0..inner.cfg.max_io_blocks {
-                            k.block += 1;
-                            if !d.contains(&k) {
+                    let victims = std::mem::take(&mut dirty);
+                    let mut i = 0;
+                    while i < victims.len() {
+                        let mut j = i + 1;
+                        while j < victims.len()
+                            && victims[j].file == victims[i].file
+                            && victims[j].block == victims[j - 1].block + 1
+                        {
+                            j += 1;
+                        }
+                        dirty.extend_from_slice(&victims[i..j]);
+                        let last = victims[j - 1];
+                        let room = inner
+                            .cfg
+                            .max_io_blocks
+                            .saturating_sub((j - i) % inner.cfg.max_io_blocks.max(1));
+                        let mut expect = last.block + 1;
+                        for k in d
+                            .range(
+                                BlockKey {
+                                    file: last.file,
+                                    block: expect,
+                                }..,
+                            )
+                            .take(room)
+                        {
+                            if k.file != last.file || k.block != expect {
                                 break;
                             }
-                            dirty.push(k);
+                            if victims[j..].first() == Some(k) {
+                                break;
+                            }
+                            dirty.push(*k);
+                            expect += 1;
                         }
+                        i = j;
                     }
                 }
                 dirty.sort();
