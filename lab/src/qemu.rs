@@ -253,7 +253,10 @@ pub fn launch(l: &Launch, accel: Accel) -> LabResult<Transcript> {
     };
     match first {
         Ended::Done(t) => Ok(t),
-        Ended::KvmSilent => match once(l, Accel::Tcg)? {
+        Ended::KvmSilent => match {
+            eprintln!("numaio-lab: the KVM guest failed or stayed silent; falling back to TCG");
+            once(l, Accel::Tcg)?
+        } {
             Ended::Done(t) => Ok(t),
             Ended::KvmSilent => unreachable!("TCG never reports KvmSilent"),
         },

@@ -257,8 +257,10 @@ impl LabTopology {
             a.push(format!("memory-backend-ram,size={}M,id=m{i}", node.mem_mib));
             let mut spec = format!("node,nodeid={i},memdev=m{i}");
             let cpus = self.cpus_of(i);
-            if let (Some(first), Some(last)) = (cpus.first(), cpus.last()) {
-                spec += &format!(",cpus={first}-{last}");
+            match (cpus.first(), cpus.last()) {
+                (Some(first), Some(last)) if first == last => spec += &format!(",cpus={first}"),
+                (Some(first), Some(last)) => spec += &format!(",cpus={first}-{last}"),
+                _ => {}
             }
             a.push("-numa".into());
             a.push(spec);
