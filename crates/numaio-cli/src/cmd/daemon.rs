@@ -222,3 +222,78 @@ pub fn run(a: DaemonArgs) -> anyhow::Result<ExitCode> {
     d.run(iterations, &STOP)?;
     Ok(ExitCode::SUCCESS)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        a: DaemonArgs,
+    }
+
+    #[test]
+    fn flags_override_config_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("n.toml");
+        std::fs::write(
+            &p,
+            "policy = \"pull-data\"\ninterval_secs = 5.0\n[filter]\nexclude_comms = [\"x\"]\n",
+        )
+        .unwrap();
+        let cli = Cli::parse_from([
+            "d",
+            "--config",
+            p.to_str().unwrap(),
+            "--policy",
+            "auto",
+            "--dry-run",
+            "--exclude-comm",
+            "y",
+            "--min-read-rate",
+            "2M",
+        ]);
+        let c = build_config(&cli.a).unwrap();
+        assert_eq!(c.policy, PolicyKind::Auto);
+        assert_eq!(c.interval_secs, 5.0);
+        assert!(c.dry_run);
+        assert_eq!(
+            c.filter.exclude_comms,
+            vec!["x".to_string(), "y".to_string()]
+        );
+        assert_eq!(c.min_read_bytes_per_sec, Bytes(2 << 20));
+        let bad = Cli::parse_from(["d", "--interval", "0"]);
+        assert!(build_config(&bad.a)
+            .unwrap_err()
+            .to_string()
+            .contains("interval"));
+        let missing = Cli::parse_from(["d", "--config", "/nonexistent/n.toml"]);
+        assert!(build_config(&missing.a)
+            .unwrap_err()
+            .to_string()
+            .contains("/nonexistent/n.toml"));
+        assert!(Cli::try_parse_from(["d", "--policy", "sideways"]).is_err());
+    }
+
+    #[test]
+    fn human_lines() {
+        let v = serde_json::json!({"event":"decision","iteration":3,"verdict":"act","pid":42,
+            "comm":"cat","reason":"because","action":{"kind":"follow-data","to":1},
+            "numbers":{"current_node":0,"target_node":1},"outcome":"process-exited",
+            "error":"process 42 does not exist"});
+        let h = human(&v);
+        assert!(
+            h.starts_with("#3 act follow-data pid 42 (cat) on node 0 -> node 1: because"),
+            "{h}"
+        );
+        assert!(
+            h.ends_with("[process-exited: process 42 does not exist]"),
+            "{h}"
+        );
+        let i = serde_json::json!({"event":"interval","iteration":2,"scanned":10,"io_active":1,
+            "decisions":0,"actions":0,"cpu_secs":0.0125});
+        assert!(human(&i).contains("12.5 ms CPU"));
+    }
+}

@@ -193,3 +193,66 @@ fn render(views: &[ProcessView], topo: &Topology, secs: f64, unreadable: usize) 
     }
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_shows_numa_io_files_and_locality() {
+        let topo = Topology::synthetic("n0=0-1@1G n1=2-3@1G").unwrap();
+        let out = render(&[sample_view()], &topo, 1.0, 2);
+        assert!(out.contains("77 reader  threads: 1 on node 0"), "{out}");
+        assert!(out.contains("numa0_read_bytes: 0\n"), "{out}");
+        assert!(out.contains("numa1_read_bytes: 1048576\n"), "{out}");
+        assert!(out.contains("locality 0 % (estimate)"), "{out}");
+        assert!(
+            out.contains("/data/f  1.0 MiB of 2.0 MiB cached: N1=1.0 MiB"),
+            "{out}"
+        );
+        assert!(out.contains("2 process(es) could not be read"), "{out}");
+        assert!(render(&[], &topo, 1.0, 0).contains("no process did file I/O"));
+    }
+
+    fn sample_view() -> ProcessView {
+        use numaio_proc::sample::FileView;
+        ProcessView {
+            pid: 77,
+            start_ticks: 1,
+            comm: "reader".into(),
+            uid: 0,
+            cgroup: "/".into(),
+            threads: 1,
+            thread_nodes: [(0, 1)].into_iter().collect(),
+            main_node: Some(0),
+            cpus_allowed: vec![0, 1, 2, 3],
+            mems_allowed: vec![0, 1],
+            cpuset_cpus: vec![0, 1, 2, 3],
+            pinned: false,
+            memory_per_node: [(0, 4096)].into_iter().collect(),
+            rss_bytes: 4096,
+            interval_secs: 1.0,
+            read_bytes: 1 << 20,
+            write_bytes: 0,
+            read_bytes_per_sec: (1 << 20) as f64,
+            write_bytes_per_sec: 0.0,
+            avg_read_bytes: 1 << 20,
+            cpu_percent: 10.0,
+            files: vec![FileView {
+                path: "/data/f".into(),
+                via: "fd".into(),
+                size_bytes: 2 << 20,
+                cached_bytes: 1 << 20,
+                nodes: [(1, 1 << 20)].into_iter().collect(),
+                advanced_bytes: 1 << 20,
+                write_only: false,
+                error: None,
+            }],
+            read_distribution: [(1, 1.0)].into_iter().collect(),
+            locality: Some(0.0),
+            numa_io: BTreeMap::new(),
+            numa_read_bytes: [(1, 1 << 20)].into_iter().collect(),
+            errors: vec![],
+        }
+    }
+}
