@@ -84,7 +84,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             )?;
             next += every;
         }
-        if a.duration.is_some_and(|d| start.elapsed().as_secs_f64() >= d) {
+        if a.duration
+            .is_some_and(|d| start.elapsed().as_secs_f64() >= d)
+        {
             return Ok(ExitCode::SUCCESS);
         }
         let n = f
