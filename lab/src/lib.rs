@@ -96,6 +96,7 @@ impl LabConfig {
         if s.disk.is_some() {
             kernel.virtio_modules()?;
         }
+        warn_if_stale(&self.bin_dir);
         let base = initramfs::base(&self.cache, &kernel)?;
         let bins = initramfs::bins(&self.cache, &self.bin_dir)?;
         let run = initramfs::run_archive(&s.script, s.disk.is_some(), &s.files)?;
@@ -125,6 +126,7 @@ impl LabConfig {
                 initrd: &initrd,
                 disk: disk.as_deref(),
                 topology_args: s.topology.qemu_args(),
+                kernel_args: &s.kernel_args,
                 timeout: s.timeout,
             },
             self.accel,
@@ -136,6 +138,49 @@ impl LabConfig {
             boot_time: t.boot,
             elapsed: t.elapsed,
         })
+    }
+}
+
+/// Newest modification time of the `.rs` files and manifests under `dir`.
+fn newest_source(dir: &Path) -> Option<std::time::SystemTime> {
+    let mut newest = None;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).ok()?.flatten() {
+            let p = e.path();
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            if p.is_dir() {
+                if name != "target" && name != "cache" && !name.starts_with('.') {
+                    stack.push(p);
+                }
+            } else if name.ends_with(".rs") || name == "Cargo.toml" {
+                if let Ok(t) = e.metadata().and_then(|m| m.modified()) {
+                    newest = newest.max(Some(t));
+                }
+            }
+        }
+    }
+    newest
+}
+
+/// Warns when the guest would run release binaries older than the workspace's sources:
+/// a lab test then checks yesterday's code (run `cargo build --release`).
+fn warn_if_stale(bin_dir: &Path) {
+    let ws = Path::new(env!("CARGO_MANIFEST_DIR")).parent();
+    let Some(ws) = ws else { return };
+    let bin = std::fs::metadata(bin_dir.join("numaio")).and_then(|m| m.modified());
+    let src = ["crates", "lab/src"]
+        .iter()
+        .filter_map(|d| newest_source(&ws.join(d)))
+        .max();
+    if let (Ok(bin), Some(src)) = (bin, src) {
+        if src > bin {
+            eprintln!(
+                "numaio-lab: warning: {} is older than the workspace sources; the guest runs stale binaries (run `cargo build --release`)",
+                bin_dir.join("numaio").display()
+            );
+        }
     }
 }
 
@@ -153,6 +198,8 @@ pub struct Scenario {
     pub disk: Option<DiskSpec>,
     pub files: Vec<GuestFile>,
     pub timeout: Duration,
+    /// Extra kernel command-line words (e.g. `numa_balancing=disable`).
+    pub kernel_args: Vec<String>,
 }
 
 impl Scenario {
@@ -163,6 +210,7 @@ impl Scenario {
             disk: None,
             files: Vec::new(),
             timeout: DEFAULT_TIMEOUT,
+            kernel_args: Vec::new(),
         }
     }
 
@@ -193,6 +241,12 @@ impl Scenario {
             mode: 0o755,
             with_libs: true,
         });
+        self
+    }
+
+    /// Adds a word to the guest kernel's command line.
+    pub fn kernel_arg(mut self, arg: &str) -> Scenario {
+        self.kernel_args.push(arg.to_string());
         self
     }
 

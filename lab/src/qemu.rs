@@ -21,6 +21,10 @@ pub enum Accel {
 /// How long a KVM boot may stay silent before the lab falls back to TCG.
 pub const KVM_PROBE: Duration = Duration::from_secs(5);
 
+/// The kernel command line. `nokaslr` keeps the kernel image on QEMU node 0, which makes
+/// that node's MemTotal predictable.
+pub const BASE_CMDLINE: &str = "console=ttyS0 quiet panic=-1 nokaslr";
+
 /// The console tail of a guest that printed nothing at all.
 pub const NO_OUTPUT: &str = "(the guest printed nothing)";
 
@@ -34,6 +38,8 @@ pub struct Launch<'a> {
     pub initrd: &'a Path,
     pub disk: Option<&'a Path>,
     pub topology_args: Vec<String>,
+    /// Extra kernel command-line words.
+    pub kernel_args: &'a [String],
     pub timeout: Duration,
 }
 
@@ -87,7 +93,13 @@ fn command(l: &Launch, accel: Accel) -> Command {
         .arg(l.vmlinuz)
         .arg("-initrd")
         .arg(l.initrd)
-        .args(["-append", "console=ttyS0 quiet panic=-1 nokaslr"]);
+        .arg("-append")
+        .arg(
+            std::iter::once(BASE_CMDLINE)
+                .chain(l.kernel_args.iter().map(String::as_str))
+                .collect::<Vec<_>>()
+                .join(" "),
+        );
     if let Some(d) = l.disk {
         // the image is private to this run; cache=unsafe skips host flushes
         c.arg("-drive").arg(format!(
@@ -251,14 +263,12 @@ pub fn launch(l: &Launch, accel: Accel) -> LabResult<Transcript> {
         }
         other => other?,
     };
-    match first {
+    if let Ended::Done(t) = first {
+        return Ok(t);
+    }
+    eprintln!("numaio-lab: the KVM guest failed or stayed silent; falling back to TCG");
+    match once(l, Accel::Tcg)? {
         Ended::Done(t) => Ok(t),
-        Ended::KvmSilent => match {
-            eprintln!("numaio-lab: the KVM guest failed or stayed silent; falling back to TCG");
-            once(l, Accel::Tcg)?
-        } {
-            Ended::Done(t) => Ok(t),
-            Ended::KvmSilent => unreachable!("TCG never reports KvmSilent"),
-        },
+        Ended::KvmSilent => unreachable!("TCG never reports KvmSilent"),
     }
 }
