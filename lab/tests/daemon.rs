@@ -123,10 +123,24 @@ echo "WHEREB $(numaio where --json $F)"
 echo "NODE_B $(tail -n 1 /tmp/r2)"
 kill $R2
 wait $R2 2>/dev/null
+# auto, the file now on node 0, two readers on node 1: 1 MiB reads follow the data,
+# 4 KiB reads are left alone (Adams: no gain for small reads).
+numactl --cpunodebind=1 numaio-probe reader --file $F --report /tmp/r3 --interval-ms 100 &
+R3=$!
+numactl --cpunodebind=1 numaio-probe reader --file $F --block-size 4K --report /tmp/r4 --interval-ms 100 &
+R4=$!
+sleep 1
+echo "AUTOPIDS $R3 $R4"
+numaio daemon --policy auto --interval 0.5 --iterations 2 --json --manage-pinned --include-pid $R3 --include-pid $R4 | sed 's/^/DU /'
+echo "NODE_U3 $(tail -n 1 /tmp/r3)"
+echo "NODE_U4 $(tail -n 1 /tmp/r4)"
+kill $R3 $R4
+wait $R3 $R4 2>/dev/null
 echo DONE
 "#;
 
-/// Scenarios a, b, d, e, g (and "pinned processes are left alone") in one 2-node boot.
+/// Scenarios a, b, d, e, g, "pinned processes are left alone" and the auto policy's
+/// read-size rule, in one 2-node boot.
 #[test]
 fn two_node_follow_pull_dry_run_exclude_ps() {
     let s = Scenario::new(LabTopology::uniform(2), TWO_NODE_SCRIPT)
@@ -242,6 +256,29 @@ fn two_node_follow_pull_dry_run_exclude_ps() {
         out.report()
     );
     assert_eq!(reader_node(&tagged_text(o, "NODE_B")), Some(0));
+
+    // auto: the 1 MiB reader follows its data to node 0; the 4 KiB reader is skipped.
+    let pids: Vec<i64> = tagged_text(o, "AUTOPIDS")
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    let du = tagged(o, "DU");
+    let acts = decisions(&du, "act");
+    assert_eq!(acts.len(), 1, "{}", out.report());
+    assert_eq!(acts[0]["pid"].as_i64(), Some(pids[0]));
+    assert_eq!(acts[0]["action"]["kind"], "follow-data");
+    assert_eq!(acts[0]["action"]["to"], 0);
+    assert!(acts[0]["numbers"]["follow_gain"].as_f64().unwrap() > 0.02);
+    assert!(
+        decisions(&du, "skipped")
+            .iter()
+            .any(|d| d["pid"].as_i64() == Some(pids[1])
+                && d["reason"].as_str().unwrap().contains("small reads")),
+        "{}",
+        out.report()
+    );
+    assert_eq!(reader_node(&tagged_text(o, "NODE_U3")), Some(0));
+    assert_eq!(reader_node(&tagged_text(o, "NODE_U4")), Some(1));
 }
 
 const FOUR_NODE_SCRIPT: &str = r#"
@@ -280,6 +317,10 @@ echo "DAEMON_RC $?"
 sed 's/^/DF /' /tmp/df.log
 echo "NODE_FL $(tail -n 1 /tmp/fl)"
 kill $L
+# ps as an unprivileged user: other users' processes are unreadable, not an error.
+as-nobody numaio ps --json --interval 0.2 > /tmp/psn
+echo "PSN_RC $?"
+echo "PSN $(cat /tmp/psn)"
 echo DONE
 "#;
 

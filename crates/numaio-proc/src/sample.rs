@@ -437,6 +437,7 @@ pub struct ScanResult {
     pub views: Vec<ProcessView>,
     pub scanned: usize,
     pub gone: usize,
+    /// Processes whose stat or io could not be read (permissions).
     pub unreadable: usize,
     pub residency_queries: usize,
 }
@@ -491,6 +492,10 @@ impl Scanner {
             res.scanned += 1;
             if cur.kernel_thread || (opts.pids.is_none() && pid == me) {
                 continue;
+            }
+            if cur.io.is_none() {
+                // Another user's process and we are not root: its I/O is invisible.
+                res.unreadable += 1;
             }
             let prev = self
                 .prev
