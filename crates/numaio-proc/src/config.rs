@@ -213,7 +213,7 @@ impl Config {
         if self.min_residence_secs < 0.0 {
             return Err("min_residence_secs must not be negative".into());
         }
-        if let Some(m) = &self.metrics {
+        if let Some(m) = self.metrics.as_ref().filter(|m| m.parse::<u16>().is_err()) {
             m.parse::<std::net::SocketAddr>().map_err(|_| {
                 format!("metrics must be ADDRESS:PORT such as 127.0.0.1:9477, got {m:?}")
             })?;

@@ -58,6 +58,12 @@ pub struct DaemonArgs {
     /// Only touch this pid (repeatable).
     #[arg(long, value_name = "PID")]
     include_pid: Vec<i32>,
+    /// Never touch processes in this cgroup or below it (repeatable).
+    #[arg(long, value_name = "PATH")]
+    exclude_cgroup: Vec<String>,
+    /// Only touch processes in this cgroup or below it (repeatable).
+    #[arg(long, value_name = "PATH")]
+    include_cgroup: Vec<String>,
     /// Also append the JSON lines to FILE.
     #[arg(long, value_name = "FILE")]
     log_file: Option<PathBuf>,
@@ -91,6 +97,10 @@ fn build_config(a: &DaemonArgs) -> anyhow::Result<Config> {
     if let Some(m) = &a.metrics {
         c.metrics = Some(m.clone());
     }
+    // A bare port binds the loopback address only.
+    if let Some(port) = c.metrics.as_deref().and_then(|m| m.parse::<u16>().ok()) {
+        c.metrics = Some(format!("127.0.0.1:{port}"));
+    }
     if let Some(r) = &a.min_read_rate {
         let b = numaio_sys::topology::parse_size(r)
             .ok_or_else(|| anyhow::anyhow!("--min-read-rate {r:?}: use a size such as 1M"))?;
@@ -107,6 +117,12 @@ fn build_config(a: &DaemonArgs) -> anyhow::Result<Config> {
         .include_comms
         .extend(a.include_comm.iter().cloned());
     c.filter.include_pids.extend(&a.include_pid);
+    c.filter
+        .exclude_cgroups
+        .extend(a.exclude_cgroup.iter().cloned());
+    c.filter
+        .include_cgroups
+        .extend(a.include_cgroup.iter().cloned());
     if let Some(f) = &a.log_file {
         c.log_file = Some(f.display().to_string());
     }
@@ -254,6 +270,10 @@ mod tests {
             "y",
             "--min-read-rate",
             "2M",
+            "--metrics",
+            "9477",
+            "--exclude-cgroup",
+            "/system.slice",
         ]);
         let c = build_config(&cli.a).unwrap();
         assert_eq!(c.policy, PolicyKind::Auto);
@@ -264,6 +284,8 @@ mod tests {
             vec!["x".to_string(), "y".to_string()]
         );
         assert_eq!(c.min_read_bytes_per_sec, Bytes(2 << 20));
+        assert_eq!(c.metrics.as_deref(), Some("127.0.0.1:9477"));
+        assert_eq!(c.filter.exclude_cgroups, vec!["/system.slice".to_string()]);
         let bad = Cli::parse_from(["d", "--interval", "0"]);
         assert!(build_config(&bad.a)
             .unwrap_err()
