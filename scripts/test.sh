@@ -19,11 +19,11 @@ step() {
 }
 
 step fmt      cargo fmt --all -- --check
-step clippy   cargo clippy --workspace --all-targets -- -D warnings
+step clippy   cargo clippy --workspace --all-targets --keep-going -- -D warnings
 # release binaries go into the lab guests; build them before any test can boot one
 step build    cargo build --release --workspace --bins
-step unit     cargo test --workspace
-step lab      cargo test -p numaio-lab -- --ignored --test-threads=2
+step unit     cargo test --workspace --no-fail-fast
+step lab      cargo test -p numaio-lab --no-fail-fast -- --ignored --test-threads=2
 
 echo
 echo "== summary"

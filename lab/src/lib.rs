@@ -169,17 +169,21 @@ fn newest_source(dir: &Path) -> Option<std::time::SystemTime> {
 fn warn_if_stale(bin_dir: &Path) {
     let ws = Path::new(env!("CARGO_MANIFEST_DIR")).parent();
     let Some(ws) = ws else { return };
-    let bin = std::fs::metadata(bin_dir.join("numaio")).and_then(|m| m.modified());
-    let src = ["crates", "lab/src"]
-        .iter()
-        .filter_map(|d| newest_source(&ws.join(d)))
-        .max();
-    if let (Ok(bin), Some(src)) = (bin, src) {
-        if src > bin {
-            eprintln!(
-                "numaio-lab: warning: {} is older than the workspace sources; the guest runs stale binaries (run `cargo build --release`)",
-                bin_dir.join("numaio").display()
-            );
+    // numaio is built from crates/, numaio-probe from lab/ (and crates/ it uses)
+    for (bin, dirs) in [
+        ("numaio", &["crates"][..]),
+        ("numaio-probe", &["lab/src"][..]),
+    ] {
+        let path = bin_dir.join(bin);
+        let built = std::fs::metadata(&path).and_then(|m| m.modified());
+        let src = dirs.iter().filter_map(|d| newest_source(&ws.join(d))).max();
+        if let (Ok(built), Some(src)) = (built, src) {
+            if src > built {
+                eprintln!(
+                    "numaio-lab: warning: {} is older than its sources; the guest runs a stale binary (run `cargo build --release`)",
+                    path.display()
+                );
+            }
         }
     }
 }
