@@ -598,4 +598,38 @@ mod tests {
         assert!(v.main_node.is_some());
         assert_eq!(v.locality, Some(1.0));
     }
+
+    /// The real page cache: `ps`'s per-node bytes for a file equal `where`'s pages.
+    #[test]
+    fn real_cache_matches_where() {
+        let topo = Topology::detect().unwrap();
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        std::io::Write::write_all(&mut f, &vec![3u8; 256 << 10]).unwrap();
+        let path = f.path().canonicalize().unwrap();
+        let mut r = std::fs::File::open(&path).unwrap();
+        let mut buf = Vec::new();
+        r.read_to_end(&mut buf).unwrap();
+        let me = std::process::id() as i32;
+        let opts = ScanOptions {
+            pids: Some(vec![me]),
+            all: true,
+            ..Default::default()
+        };
+        let res = Scanner::new().scan(&opts, &topo, &crate::PageCache);
+        let fv = res.views[0]
+            .files
+            .iter()
+            .find(|x| x.path == path)
+            .expect("open file listed")
+            .clone();
+        let w = numaio_pagecache::file_residency(&path, &Default::default()).unwrap();
+        let want: BTreeMap<u32, u64> = w
+            .nodes
+            .iter()
+            .map(|(&n, &p)| (n, p * w.page_size))
+            .collect();
+        assert_eq!(fv.nodes, want);
+        assert_eq!(fv.size_bytes, 256 << 10);
+        assert!(fv.cached_bytes > 0);
+    }
 }
