@@ -311,3 +311,55 @@ impl Outcome {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config_with_kernel(k: &str) -> LabConfig {
+        LabConfig {
+            kernel: Some(PathBuf::from(k)),
+            ..LabConfig::from_env()
+        }
+    }
+
+    #[test]
+    fn missing_kernel_or_qemu_names_the_fix() {
+        let s = Scenario::new(LabTopology::uniform(2), "true");
+        let err = config_with_kernel("/nonexistent/vmlinuz")
+            .run(&s)
+            .expect_err("no kernel, no run");
+        let msg = err.to_string();
+        match err {
+            LabError::NoKernel(_) => {
+                assert!(msg.contains("/nonexistent/vmlinuz"), "{msg}");
+                assert!(msg.contains("scripts/setup.sh"), "{msg}");
+            }
+            // a machine without QEMU fails earlier, with its own hint
+            LabError::NoQemu(_) => {
+                assert!(msg.contains("apt-get install qemu-system-x86"), "{msg}")
+            }
+            other => panic!("unexpected error: {other}"),
+        }
+    }
+
+    #[test]
+    fn bad_topology_fails_before_booting() {
+        let s = Scenario::new(LabTopology::from_nodes(&[(0, 256)]), "true");
+        let err = config_with_kernel("/nonexistent").run(&s).unwrap_err();
+        assert!(matches!(err, LabError::BadTopology(_)), "{err}");
+    }
+
+    #[test]
+    fn outcome_json_finds_the_document() {
+        let o = Outcome {
+            exit_code: 0,
+            output: "note: hello\n{\"a\":1}\n".into(),
+            console_tail: String::new(),
+            boot_time: Duration::ZERO,
+            elapsed: Duration::ZERO,
+        };
+        assert_eq!(o.json().unwrap()["a"], 1);
+        assert!(o.report().contains("exit status 0"));
+    }
+}

@@ -66,3 +66,21 @@ fn topo_four_nodes_unequal_cpuless_custom_distances() {
     assert_eq!(topo.guest_node_ids(), vec![0, 1, 3, 2]);
     check_topo(topo);
 }
+
+#[test]
+#[ignore = "lab: needs QEMU and the lab kernel; run by scripts/test.sh"]
+fn topo_eight_nodes_with_cpu_less_nodes_in_between() {
+    // CPU-less QEMU nodes 1, 4, 6 become guest nodes 5, 6, 7.
+    let topo = LabTopology::from_nodes(&[
+        (1, 256),
+        (0, 128),
+        (1, 192),
+        (1, 128),
+        (0, 256),
+        (1, 128),
+        (0, 128),
+        (1, 128),
+    ]);
+    assert_eq!(topo.guest_node_ids(), vec![0, 5, 1, 2, 6, 3, 7, 4]);
+    check_topo(topo);
+}
