@@ -57,6 +57,14 @@ pub struct MoveReport {
 }
 
 impl MoveReport {
+    /// Folds in a later pass over the same file: pages moved add up; the other counts
+    /// describe the file's state after the later pass.
+    pub fn absorb(&mut self, later: MoveReport) {
+        let moved = self.moved + later.moved;
+        *self = later;
+        self.moved = moved;
+    }
+
     /// Every resident page is on its target node.
     pub fn complete(&self) -> bool {
         self.busy == 0 && self.mapped_by_others == 0 && self.no_memory == 0 && self.failed == 0

@@ -33,6 +33,9 @@ use std::time::Instant;
 /// optimal I/O size and the readahead window (128 KiB by default).
 const RA_PIECE: u64 = 128 << 10;
 
+/// Read-migrate-verify rounds at most.
+const WARM_ROUNDS: u32 = 3;
+
 /// Progress callback: `(bytes done, bytes total)` of the read pass.
 pub type Progress<'a> = &'a mut dyn FnMut(u64, u64);
 
@@ -68,6 +71,8 @@ pub struct WarmReport {
     pub on_target_pages: u64,
     /// Every page resident and on its target node.
     pub target_reached: bool,
+    /// Read-migrate-verify rounds run (more than 1 when pages vanished in between).
+    pub rounds: u32,
     pub elapsed_secs: f64,
 }
 
@@ -107,8 +112,21 @@ pub(crate) fn warm_open(
         fill_pass(f, target, truthful)?;
     }
     let after_read = resident_pages_mincore(f)?;
-    let migration = move_open(f, target, &opts.move_opts)?;
-    let (residency, on_target) = residency_against(f, &WhereOptions::default(), Some(target))?;
+    let mut migration = move_open(f, target, &opts.move_opts)?;
+    let (mut residency, mut on_target) =
+        residency_against(f, &WhereOptions::default(), Some(target))?;
+    // Pages can vanish between the passes (memory pressure, proactive reclaim such as
+    // DAMON): top up and verify again, a few times.
+    let mut rounds = 1;
+    while rounds < WARM_ROUNDS && !(residency.resident_pages == total && on_target == total) {
+        {
+            let _restore = PolicyGuard::new().map_err(|e| PagecacheError::sys(&f.path, e))?;
+            fill_pass(f, target, truthful)?;
+        }
+        migration.absorb(move_open(f, target, &opts.move_opts)?);
+        (residency, on_target) = residency_against(f, &WhereOptions::default(), Some(target))?;
+        rounds += 1;
+    }
     Ok(WarmReport {
         path: f.path.clone(),
         target: target.clone(),
@@ -120,6 +138,7 @@ pub(crate) fn warm_open(
             .map(|(b, a)| (a + evicted).saturating_sub(b)),
         migration,
         target_reached: residency.resident_pages == total && on_target == total,
+        rounds,
         on_target_pages: on_target,
         residency,
         elapsed_secs: t0.elapsed().as_secs_f64(),

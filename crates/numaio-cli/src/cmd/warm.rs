@@ -183,6 +183,12 @@ fn render(r: &WarmReport) -> String {
             m.busy, m.mapped_by_others, m.no_memory, m.failed
         );
     }
+    if r.rounds > 1 {
+        s += &format!(
+            "  {} read-migrate-verify rounds: pages were dropped from the cache while warming\n",
+            r.rounds
+        );
+    }
     s += if r.target_reached {
         "  target reached\n"
     } else {
