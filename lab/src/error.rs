@@ -28,6 +28,8 @@ pub enum LabError {
         stderr: String,
         console_tail: String,
     },
+    #[error("the lab guest stopped before the scenario finished (kernel panic, crash or power-off in the scenario)\n--- console tail ---\n{console_tail}")]
+    GuestDied { console_tail: String },
     #[error("lab guest timed out after {secs} s (killed); the scenario {phase}.\n--- console tail ---\n{console_tail}")]
     Timeout {
         secs: u64,
@@ -51,9 +53,9 @@ impl LabError {
     /// The console tail, when the error carries one.
     pub fn console_tail(&self) -> Option<&str> {
         match self {
-            LabError::QemuFailed { console_tail, .. } | LabError::Timeout { console_tail, .. } => {
-                Some(console_tail)
-            }
+            LabError::QemuFailed { console_tail, .. }
+            | LabError::Timeout { console_tail, .. }
+            | LabError::GuestDied { console_tail } => Some(console_tail),
             _ => None,
         }
     }

@@ -242,6 +242,7 @@ fn once(l: &Launch, accel: Accel) -> LabResult<Ended> {
                 console_tail: tail,
             })
         }
+        None if boot.is_some() => Err(LabError::GuestDied { console_tail: tail }),
         None => Err(LabError::QemuFailed {
             status: status
                 .map(|s| s.to_string())

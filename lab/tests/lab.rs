@@ -89,3 +89,17 @@ fn unbootable_topology_is_a_clear_error() {
     assert!(matches!(err, LabError::QemuFailed { .. }), "{msg}");
     assert!(msg.contains("QEMU said"), "{msg}");
 }
+
+#[test]
+#[ignore = "lab: needs QEMU and the lab kernel; run by scripts/test.sh"]
+fn guest_dying_mid_scenario_is_reported() {
+    let err = Scenario::new(
+        LabTopology::uniform(2),
+        "echo going-down\npoweroff -f\nsleep 30\n",
+    )
+    .timeout(Duration::from_secs(60))
+    .run()
+    .expect_err("a guest that powers off mid-scenario must not look like a success");
+    assert!(matches!(err, LabError::GuestDied { .. }), "{err}");
+    assert!(err.console_tail().unwrap().contains("going-down"), "{err}");
+}
