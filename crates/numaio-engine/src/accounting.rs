@@ -77,6 +77,18 @@ impl ThreadCounters {
     }
 }
 
+/// One block access, for [`Accounting::record_block`].
+#[derive(Debug, Clone, Copy)]
+pub struct BlockAccess {
+    pub slice: usize,
+    pub hit: bool,
+    pub data_node: u32,
+    pub thread_node: u32,
+    pub bytes: u64,
+    pub write: bool,
+    pub migrated: bool,
+}
+
 /// Plain counter values (a snapshot of one thread, or of the process).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Counters {
@@ -295,6 +307,35 @@ impl Accounting {
                 c.local.fetch_add(1, Relaxed);
             } else {
                 c.remote.fetch_add(1, Relaxed);
+            }
+        });
+    }
+
+    /// One cached block access in one step (the engine hook's hot path): hit or miss in
+    /// `slice`, `bytes` moved to or from a buffer on `data_node` by a thread on
+    /// `thread_node`, and whether the thread was migrated for it.
+    pub fn record_block(&self, b: BlockAccess) {
+        let idx = self.node_index(b.data_node);
+        self.with_thread(|c| {
+            let v = if b.hit { &c.hits } else { &c.misses };
+            if let Some(h) = v.get(b.slice) {
+                h.fetch_add(1, Relaxed);
+            }
+            if let Some(i) = idx {
+                let v = if b.write {
+                    &c.write_bytes
+                } else {
+                    &c.read_bytes
+                };
+                v[i].fetch_add(b.bytes, Relaxed);
+            }
+            if b.data_node == b.thread_node {
+                c.local.fetch_add(1, Relaxed);
+            } else {
+                c.remote.fetch_add(1, Relaxed);
+            }
+            if b.migrated {
+                c.migrations.fetch_add(1, Relaxed);
             }
         });
     }

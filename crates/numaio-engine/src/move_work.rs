@@ -600,44 +600,40 @@ impl crate::AccessHook for NumaHook {
         ctx: &crate::AccessCtx,
     ) {
         let data_node = self.slice_node(slice);
-        let acc = &self.accounting;
-        if hit {
-            acc.record_hit(slice);
-        } else {
-            acc.record_miss(slice);
-        }
-        let migrated = match self.mover.mode {
-            MoveWork::MigrateThread => {
-                matches!(
-                    self.mover.before_access(data_node, None),
-                    Access::Here { migrated: true, .. }
-                )
-            }
-            MoveWork::FirstReader => {
-                let Some(here) = self.mover.current_node() else {
-                    return;
-                };
-                let first = self
-                    .first_readers
+        let mut here = self.mover.current_node().unwrap_or(u32::MAX);
+        // Where the thread should be for this block, if the mode moves threads.
+        let target = match self.mover.mode {
+            MoveWork::MigrateThread => Some(data_node),
+            MoveWork::FirstReader => Some(
+                self.first_readers
                     .as_ref()
-                    .map_or(here, |m| m.claim(file.0 as u64, block, here));
-                let mut moved = false;
-                if first != here {
-                    if let Some(t) = self.mover.observe(here, first) {
-                        moved =
-                            migrate_current_thread(self.mover.cpus(), t, self.mover.move_parent)
-                                .is_ok();
+                    .map_or(here, |m| m.claim(file.0 as u64, block, here)),
+            ),
+            MoveWork::None | MoveWork::Forward => None,
+        };
+        let mut migrated = false;
+        if let Some(target) = target {
+            if here != u32::MAX {
+                if let Some(t) = self.mover.observe(here, target) {
+                    if migrate_current_thread(self.mover.cpus(), t, self.mover.move_parent).is_ok()
+                    {
+                        self.mover.migrations.fetch_add(1, Ordering::Relaxed);
+                        migrated = true;
+                        here = self.mover.current_node().unwrap_or(u32::MAX);
                     }
                 }
-                moved
             }
-            MoveWork::None | MoveWork::Forward => false,
-        };
-        if migrated {
-            acc.record_migration();
         }
-        let here = self.mover.current_node().unwrap_or(u32::MAX);
-        acc.record_access(data_node, here, self.block_size, ctx.write);
+        self.accounting
+            .record_block(crate::accounting::BlockAccess {
+                slice,
+                hit,
+                data_node,
+                thread_node: here,
+                bytes: self.block_size,
+                write: ctx.write,
+                migrated,
+            });
     }
 }
 
