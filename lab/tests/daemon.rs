@@ -136,6 +136,23 @@ echo "NODE_U3 $(tail -n 1 /tmp/r3)"
 echo "NODE_U4 $(tail -n 1 /tmp/r4)"
 kill $R3 $R4
 wait $R3 $R4 2>/dev/null
+# pin --migrate-memory: a reader with a 16 MiB buffer, first touched on node 0.
+numactl --cpunodebind=0 numaio-probe reader --file $F --block-size 16M --report /tmp/r5 --interval-ms 100 &
+R5=$!
+sleep 1
+echo "PIN $(numaio pin $R5 --node 1 --migrate-memory --json)"
+sleep 0.5
+echo "NODE_PIN $(tail -n 1 /tmp/r5)"
+kill $R5
+wait $R5 2>/dev/null
+# run --near: the file is cached on node 0 (pulled above); then --warm --node 1.
+numaio run --near $F --json -- numaio-probe reader --file $F --duration 0.3 --report /tmp/r6 2> /tmp/run.err
+echo "RUN $(cat /tmp/run.err)"
+echo "NODE_RUN $(tail -n 1 /tmp/r6)"
+numaio run --near $F --warm --node 1 --json -- numaio-probe reader --file $F --duration 0.3 --report /tmp/r7 2> /tmp/run2.err
+echo "RUN2 $(cat /tmp/run2.err)"
+echo "NODE_RUN2 $(tail -n 1 /tmp/r7)"
+echo "WHERE_RUN2 $(numaio where --json $F)"
 echo DONE
 "#;
 
@@ -279,6 +296,31 @@ fn two_node_follow_pull_dry_run_exclude_ps() {
     );
     assert_eq!(reader_node(&tagged_text(o, "NODE_U3")), Some(0));
     assert_eq!(reader_node(&tagged_text(o, "NODE_U4")), Some(1));
+
+    // pin --migrate-memory: threads on node 1, and most of the memory followed.
+    let pin = &tagged(o, "PIN")[0];
+    assert_eq!(pin["node"], 1, "{pin}");
+    assert_eq!(pin["affinity"]["threads_set"], 1, "{pin}");
+    let mem = |k: &str, n: &str| pin[k][n].as_u64().unwrap_or(0);
+    assert!(mem("memory_per_node_before", "0") >= 16 * MB, "{pin}");
+    let after_total = mem("memory_per_node_after", "0") + mem("memory_per_node_after", "1");
+    assert!(
+        mem("memory_per_node_after", "1") * 10 >= after_total * 8,
+        "{pin}"
+    );
+    assert_eq!(reader_node(&tagged_text(o, "NODE_PIN")), Some(1));
+
+    // run --near starts the command on the node holding the cache; --warm --node 1 moves
+    // the cache there first and starts it on node 1.
+    let run = &tagged(o, "RUN")[0];
+    assert_eq!(run["node"], 0, "{run}");
+    assert_eq!(reader_node(&tagged_text(o, "NODE_RUN")), Some(0));
+    let run2 = &tagged(o, "RUN2")[0];
+    assert_eq!(run2["node"], 1, "{run2}");
+    assert_eq!(run2["warmed"], true);
+    assert_eq!(reader_node(&tagged_text(o, "NODE_RUN2")), Some(1));
+    let wr = &tagged(o, "WHERE_RUN2")[0];
+    assert!(pages_on(wr, 1) >= total_pages * 95 / 100, "{wr}");
 }
 
 const FOUR_NODE_SCRIPT: &str = r#"
