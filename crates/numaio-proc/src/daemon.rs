@@ -457,4 +457,62 @@ mod tests {
             .iter()
             .all(|l| l["event"] != "decision" || l["verdict"] != "act"));
     }
+
+    fn decision(pid: i32, start_ticks: u64, action: Action) -> Decision {
+        Decision {
+            pid,
+            start_ticks,
+            comm: "x".into(),
+            policy: crate::config::PolicyKind::Auto,
+            verdict: Verdict::Act,
+            action: Some(action),
+            reason: String::new(),
+            numbers: Default::default(),
+        }
+    }
+
+    /// Vanished files, exited and reused pids become outcomes, not daemon failures.
+    #[test]
+    fn execute_failures_are_outcomes() {
+        let cache = FakeCache::with(&[("/present", 4096, &[(1, 4096)])]);
+        let mut d = Daemon::new(Config::default(), &cache, None, Box::new(|_| {}));
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        let st = procfs::read_stat(pid).unwrap().start_ticks;
+        let pull = |files: &[&str]| Action::PullData {
+            to: 0,
+            files: files
+                .iter()
+                .map(|p| policy::PullFile {
+                    path: p.into(),
+                    remote_bytes: 4096,
+                })
+                .collect(),
+        };
+        // Every file vanished: failed.
+        let e = d.execute(&decision(pid, st, pull(&["/gone"]))).unwrap_err();
+        assert!(e.to_string().contains("/gone"), "{e}");
+        // One of two vanished: done, with the error per file.
+        let r = d
+            .execute(&decision(pid, st, pull(&["/gone", "/present"])))
+            .unwrap();
+        assert_eq!(r["moved_bytes"], 4096);
+        assert!(r["files"][0]["error"].is_string());
+        // A reused pid (other start time) is never acted on.
+        let follow = Action::FollowData {
+            to: 0,
+            cpus: vec![0],
+            migrate_memory: false,
+        };
+        assert!(d
+            .execute(&decision(pid, st + 1, follow.clone()))
+            .unwrap_err()
+            .is_gone());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(d.execute(&decision(pid, st, follow)).unwrap_err().is_gone());
+    }
 }
