@@ -41,7 +41,7 @@ struct TopoArgs {
     /// Distance matrix in QEMU node order, rows separated by ';': "10,20;20,10".
     #[arg(long)]
     dist: Option<String>,
-    /// Print JSON.
+    /// Print JSON (run: {"exit_code","output","boot_secs","elapsed_secs"}).
     #[arg(long)]
     json: bool,
 }
@@ -156,6 +156,18 @@ fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
         cfg.accel = numaio_lab::Accel::KvmOrTcg;
     }
     let out = cfg.run(&s)?;
+    if a.topo.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "exit_code": out.exit_code,
+                "output": out.output,
+                "boot_secs": out.boot_time.as_secs_f64(),
+                "elapsed_secs": out.elapsed.as_secs_f64(),
+            })
+        );
+        return Ok(ExitCode::from(out.exit_code.clamp(0, 255) as u8));
+    }
     print!("{}", out.output);
     if !out.output.is_empty() && !out.output.ends_with('\n') {
         println!();
@@ -233,5 +245,59 @@ fn main() -> ExitCode {
             eprintln!("numaio-lab: {e:#}");
             ExitCode::from(2)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn topology_from_flags() {
+        let cli = Cli::parse_from([
+            "numaio-lab",
+            "run",
+            "--nodes",
+            "3",
+            "--cpus",
+            "1,0,2",
+            "--mem",
+            "256,128,128",
+            "--",
+            "true",
+        ]);
+        let Cmd::Run(a) = cli.cmd else {
+            panic!("not run")
+        };
+        let t = topology(&a.topo).unwrap();
+        assert_eq!(t.guest_node_ids(), vec![0, 2, 1]);
+        let cli = Cli::parse_from([
+            "numaio-lab",
+            "run",
+            "--nodes",
+            "3",
+            "--cpus",
+            "1,1",
+            "--",
+            "true",
+        ]);
+        let Cmd::Run(a) = cli.cmd else {
+            panic!("not run")
+        };
+        assert!(topology(&a.topo).is_err());
+    }
+
+    #[test]
+    fn commands_are_quoted_for_sh() {
+        assert_eq!(sh_quote("numaio"), "numaio");
+        assert_eq!(sh_quote("a b"), "'a b'");
+        assert_eq!(sh_quote("it's"), "'it'\\''s'");
+        assert_eq!(sh_quote(""), "''");
     }
 }
