@@ -37,11 +37,13 @@ pub fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     let cache = PageCache;
     let mut files = Vec::new();
     for p in &a.near {
-        files.push(
-            cache
-                .residency(p)
-                .map_err(|e| anyhow::anyhow!("cannot tell where {} is cached: {e}", p.display()))?,
-        );
+        std::fs::metadata(p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
+        match cache.residency(p) {
+            Ok(r) => files.push(r),
+            // Still runnable: the choice just cannot count this file's cache.
+            Err(e) if !a.quiet => eprintln!("numaio: warning: {e}; its cache is not counted"),
+            Err(_) => {}
+        }
     }
     let mut choice = near::choose_node(&topo, &files)
         .ok_or_else(|| anyhow::anyhow!("this machine has no node with CPUs"))?;
