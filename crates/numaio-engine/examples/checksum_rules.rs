@@ -38,73 +38,101 @@ fn main() {
     let secs: f64 = get("--secs").and_then(|s| s.parse().ok()).unwrap_or(2.0);
     let dir = get("--dir").unwrap_or_else(|| std::env::temp_dir().display().to_string());
     let json = args.iter().any(|a| a == "--json");
+    let rounds: usize = get("--rounds").and_then(|s| s.parse().ok()).unwrap_or(3);
     let rules: Vec<DispatchRule> = ["inline", "always", "bang:5", "queue:2"]
         .iter()
         .map(|s| s.parse().unwrap())
         .collect();
-    let mut rows = Vec::new();
-    for threads in [1usize, 2, 4] {
-        for &rule in &rules {
-            let st = Arc::new(IntegrityStage::new(IntegrityConfig {
-                kind: ChecksumKind::Crc32c,
-                rule,
-                ..Default::default()
-            }));
-            let stop = Arc::new(AtomicBool::new(false));
-            let bytes = Arc::new(AtomicU64::new(0));
-            let c0 = ctxt_switches();
-            let t0 = Instant::now();
-            let hs: Vec<_> = (0..threads)
-                .map(|t| {
-                    let (st, stop, bytes) = (st.clone(), stop.clone(), bytes.clone());
-                    let path = format!("{dir}/numaio-cksum-{}-{t}", std::process::id());
-                    std::thread::spawn(move || {
-                        let f = std::fs::OpenOptions::new()
-                            .create(true)
-                            .truncate(true)
-                            .read(true)
-                            .write(true)
-                            .open(&path)
-                            .expect("open scratch file");
-                        let _ = std::fs::remove_file(&path);
-                        let mut data = vec![0u8; BLOCK * RUN];
-                        let mut run = 0u64;
-                        while !stop.load(Relaxed) {
-                            // Fresh content each run, as real dirty data would be.
-                            for (i, b) in data.iter_mut().step_by(512).enumerate() {
-                                *b = (run as usize + i) as u8;
+    // Rounds interleave the rules so background load hits them alike; medians are reported.
+    let mut samples: std::collections::BTreeMap<(usize, usize), Vec<serde_json::Value>> =
+        Default::default();
+    for _round in 0..rounds {
+        for threads in [1usize, 2, 4] {
+            for (ri, &rule) in rules.iter().enumerate() {
+                let st = Arc::new(IntegrityStage::new(IntegrityConfig {
+                    kind: ChecksumKind::Crc32c,
+                    rule,
+                    ..Default::default()
+                }));
+                let stop = Arc::new(AtomicBool::new(false));
+                let bytes = Arc::new(AtomicU64::new(0));
+                let c0 = ctxt_switches();
+                let t0 = Instant::now();
+                let hs: Vec<_> = (0..threads)
+                    .map(|t| {
+                        let (st, stop, bytes) = (st.clone(), stop.clone(), bytes.clone());
+                        let path = format!("{dir}/numaio-cksum-{}-{t}", std::process::id());
+                        std::thread::spawn(move || {
+                            let f = std::fs::OpenOptions::new()
+                                .create(true)
+                                .truncate(true)
+                                .read(true)
+                                .write(true)
+                                .open(&path)
+                                .expect("open scratch file");
+                            let _ = std::fs::remove_file(&path);
+                            let mut data = vec![0u8; BLOCK * RUN];
+                            let mut run = 0u64;
+                            while !stop.load(Relaxed) {
+                                // Fresh content each run, as real dirty data would be.
+                                for (i, b) in data.iter_mut().step_by(512).enumerate() {
+                                    *b = (run as usize + i) as u8;
+                                }
+                                let blocks: Vec<&[u8]> = data.chunks(BLOCK).collect();
+                                let off = (run % 256) * (BLOCK * RUN) as u64;
+                                st.checksum_while(t as u64, off / BLOCK as u64, &blocks, || {
+                                    f.write_all_at(&data, off)
+                                })
+                                .expect("pwrite");
+                                bytes.fetch_add((BLOCK * RUN) as u64, Relaxed);
+                                run += 1;
                             }
-                            let blocks: Vec<&[u8]> = data.chunks(BLOCK).collect();
-                            let off = (run % 256) * (BLOCK * RUN) as u64;
-                            st.checksum_while(t as u64, off / BLOCK as u64, &blocks, || {
-                                f.write_all_at(&data, off)
-                            })
-                            .expect("pwrite");
-                            bytes.fetch_add((BLOCK * RUN) as u64, Relaxed);
-                            run += 1;
-                        }
+                        })
                     })
-                })
-                .collect();
-            std::thread::sleep(Duration::from_secs_f64(secs));
-            stop.store(true, Relaxed);
-            for h in hs {
-                h.join().unwrap();
+                    .collect();
+                std::thread::sleep(Duration::from_secs_f64(secs));
+                stop.store(true, Relaxed);
+                for h in hs {
+                    h.join().unwrap();
+                }
+                let el = t0.elapsed().as_secs_f64();
+                let cs = ctxt_switches() - c0;
+                let b = bytes.load(Relaxed) as f64;
+                let s = st.stats();
+                samples
+                    .entry((threads, ri))
+                    .or_default()
+                    .push(serde_json::json!({
+                        "threads": threads,
+                        "rule": rule.to_string(),
+                        "mib_per_s": b / el / (1 << 20) as f64,
+                        "dispatched_share": s.dispatched as f64 / s.requests.max(1) as f64,
+                        "ctxt_switches_per_gib": cs as f64 / (b / (1u64 << 30) as f64),
+                        "peak_workers": s.peak_workers,
+                    }));
             }
-            let el = t0.elapsed().as_secs_f64();
-            let cs = ctxt_switches() - c0;
-            let b = bytes.load(Relaxed) as f64;
-            let s = st.stats();
-            rows.push(serde_json::json!({
-                "threads": threads,
-                "rule": rule.to_string(),
-                "mib_per_s": b / el / (1 << 20) as f64,
-                "dispatched_share": s.dispatched as f64 / s.requests.max(1) as f64,
-                "ctxt_switches_per_gib": cs as f64 / (b / (1u64 << 30) as f64),
-                "peak_workers": s.peak_workers,
-            }));
         }
     }
+    let median = |v: &[serde_json::Value], k: &str| -> f64 {
+        let mut x: Vec<f64> = v.iter().map(|r| r[k].as_f64().unwrap()).collect();
+        x.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        x[x.len() / 2]
+    };
+    let rows: Vec<serde_json::Value> = samples
+        .iter()
+        .map(|(&(threads, ri), v)| {
+            serde_json::json!({
+                "threads": threads,
+                "rule": rules[ri].to_string(),
+                "rounds": v.len(),
+                "mib_per_s": median(v, "mib_per_s"),
+                "mib_per_s_samples": v.iter().map(|r| r["mib_per_s"].clone()).collect::<Vec<_>>(),
+                "dispatched_share": median(v, "dispatched_share"),
+                "ctxt_switches_per_gib": median(v, "ctxt_switches_per_gib"),
+                "peak_workers": v.iter().map(|r| r["peak_workers"].as_u64().unwrap()).max(),
+            })
+        })
+        .collect();
     if json {
         println!("{}", serde_json::to_string_pretty(&rows).unwrap());
         return;
