@@ -58,6 +58,9 @@ pub struct EngineConfig {
     /// Tell the policy about a slot's hit at most once per eviction pass (see
     /// `Slice::note_hit`); off = every hit reaches the policy (for lock-contention studies).
     pub hit_gating: bool,
+    /// Read ahead (up to two request chunks) when a file is read sequentially (off by
+    /// default: applications of an engine usually know their access pattern).
+    pub readahead: bool,
     /// Topology to use instead of detecting it.
     pub topology: Option<Topology>,
     /// Issue 6, move-work `forward`: `pread`/`pwrite` runs on a worker on the data's node.
@@ -80,12 +83,13 @@ impl Default for EngineConfig {
             hooks: Vec::new(),
             backend: None,
             direct_io: true,
-            io_workers_per_slice: 1,
+            io_workers_per_slice: 4,
             queue_depth: 64,
             bind_memory: true,
             pin_threads: true,
             max_io_blocks: 256,
             hit_gating: true,
+            readahead: false,
             topology: None,
             forwarder: None,
             integrity: None,
@@ -105,6 +109,10 @@ pub struct FileEntry {
     /// First write-back error since the last fsync (reported once, like errseq).
     wb_error: Mutex<Option<io::Error>>,
     fell_back: AtomicBool,
+    /// The block after the last chunk read (sequential detection) and the end of the
+    /// readahead window already issued.
+    seq_next: AtomicU64,
+    ra_until: AtomicU64,
 }
 
 impl FileEntry {
@@ -384,6 +392,8 @@ impl Engine {
             size: AtomicU64::new(meta.len()),
             wb_error: Mutex::new(None),
             fell_back: AtomicBool::new(fell_back),
+            seq_next: AtomicU64::new(u64::MAX),
+            ra_until: AtomicU64::new(0),
         });
         files.push(entry.clone());
         inner.placement.file_opened(id, &canon);
@@ -500,6 +510,29 @@ impl Inner {
         n: usize,
         write_range: Option<(u64, u64)>,
     ) -> io::Result<Segs> {
+        // A read that failed in *another* request (often a readahead) is retried here: the
+        // failed slot is unlinked, so the retry issues its own read and reports its own error.
+        let mut tries = 0;
+        loop {
+            match self.acquire_once(f, first, n, write_range) {
+                Ok(s) => return Ok(s),
+                Err((e, other)) => {
+                    tries += 1;
+                    if !other || tries >= 3 {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+    }
+
+    fn acquire_once(
+        &self,
+        f: &FileEntry,
+        first: u64,
+        n: usize,
+        write_range: Option<(u64, u64)>,
+    ) -> Result<Segs, (io::Error, bool)> {
         let bs = self.bs as u64;
         let ctx = AccessCtx::new(write_range.is_some());
         let mut segs: Segs = SmallVec::with_capacity(n);
@@ -519,7 +552,7 @@ impl Inner {
                         Ok(s) => s,
                         Err(e) => {
                             self.abort(&segs, &loads);
-                            return Err(e);
+                            return Err((e, false));
                         }
                     };
                     match slice.insert_claimed(slot, key) {
@@ -564,15 +597,18 @@ impl Inner {
         let mut err = None;
         if !loads.is_empty() {
             if let Err(e) = self.load(f, &loads) {
-                err = Some(e);
+                err = Some((e, false));
             }
         }
         for &(si, slot) in &waits {
             if !self.slices[si].wait_loaded(slot) && err.is_none() {
-                err = Some(io::Error::other(format!(
-                    "read of {} failed (in another request)",
-                    f.path.display()
-                )));
+                err = Some((
+                    io::Error::other(format!(
+                        "read of {} failed (in another request)",
+                        f.path.display()
+                    )),
+                    true,
+                ));
             }
         }
         if let Some(e) = err {
@@ -771,6 +807,9 @@ impl Inner {
             let lb = (off + len as u64 - 1) / bs;
             let n = ((lb - fb + 1) as usize).min(self.chunk_blocks);
             let segs = self.acquire(f, fb, n, None)?;
+            if self.cfg.readahead && f.seq_next.swap(fb + n as u64, Ordering::Relaxed) == fb {
+                self.readahead(f, fb + n as u64);
+            }
             for (i, s) in segs.iter().enumerate() {
                 let start = if i == 0 { (cur % bs) as usize } else { 0 };
                 let k = (self.bs - start).min(len - done);
@@ -784,6 +823,89 @@ impl Inner {
             self.release(&segs);
         }
         Ok(len)
+    }
+
+    /// Sequential reads: keep up to two chunks read ahead of `from`, asynchronously (the
+    /// I/O worker ends the loads). Never stalls: stops at the first busy slot or full queue.
+    fn readahead(&self, f: &FileEntry, from: u64) {
+        let bs = self.bs as u64;
+        let chunk = self.chunk_blocks as u64;
+        let file_blocks = f.len().div_ceil(bs);
+        let start = from.max(f.ra_until.load(Ordering::Relaxed));
+        let end = (from + 2 * chunk).min(file_blocks);
+        if start >= end || start >= from + chunk {
+            return;
+        }
+        f.ra_until.fetch_max(end, Ordering::Relaxed);
+        let ctx = AccessCtx::new(false);
+        let mut loads: Vec<(usize, u64, SlotId)> = Vec::new();
+        for b in start..end {
+            let si = self.slice_of(f.id, b, &ctx);
+            let slice = &self.slices[si];
+            let key = BlockKey {
+                file: f.id,
+                block: b,
+            };
+            if let Some((slot, _)) = slice.lookup_pin(&key) {
+                slice.unpin(slot);
+                continue;
+            }
+            let Some(slot) = slice.try_alloc() else { break };
+            match slice.insert_claimed(slot, key) {
+                Ok(()) => loads.push((si, b, slot)),
+                Err((existing, _)) => slice.unpin(existing),
+            }
+        }
+        let mut i = 0;
+        while i < loads.len() {
+            let mut j = i + 1;
+            while j < loads.len()
+                && loads[j].0 == loads[i].0
+                && loads[j].1 == loads[j - 1].1 + 1
+                && j - i < self.cfg.max_io_blocks
+            {
+                j += 1;
+            }
+            let run: Vec<SlotId> = loads[i..j].iter().map(|l| l.2).collect();
+            let slice = self.slices[loads[i].0].clone();
+            let iovecs = run
+                .iter()
+                .map(|&slot| libc::iovec {
+                    iov_base: slice.buf_ptr(slot) as *mut _,
+                    iov_len: self.bs,
+                })
+                .collect();
+            let req = IoRequest {
+                kind: IoKind::Read,
+                fd: f.fd(),
+                offset: loads[i].1 * bs,
+                iovecs,
+            };
+            let s2 = slice.clone();
+            let bsz = self.bs;
+            slice.submit_async(
+                req,
+                Box::new(move |r| {
+                    let got = r.as_ref().map_or(0, |n| *n);
+                    if r.is_ok() {
+                        SliceCounters::add(&s2.counters.read_ios, 1);
+                        SliceCounters::add(&s2.counters.read_bytes, got as u64);
+                    }
+                    for (k, &slot) in run.iter().enumerate() {
+                        if r.is_ok() {
+                            let have = got.saturating_sub(k * bsz).min(bsz);
+                            // SAFETY: we own the LOADING slot's buffer.
+                            unsafe {
+                                std::ptr::write_bytes(s2.buf_ptr(slot).add(have), 0, bsz - have)
+                            };
+                        }
+                        s2.finish_load(slot, r.is_ok());
+                        s2.unpin(slot);
+                    }
+                }),
+            );
+            i = j;
+        }
     }
 
     fn pwrite(&self, f: &FileEntry, buf: &[u8], off: u64) -> io::Result<usize> {
@@ -1043,24 +1165,18 @@ fn evictor(inner: &Inner, si: usize) {
                             .cfg
                             .max_io_blocks
                             .saturating_sub((j - i) % inner.cfg.max_io_blocks.max(1));
-                        let mut expect = last.block + 1;
-                        for k in d
-                            .range(
-                                BlockKey {
-                                    file: last.file,
-                                    block: expect,
-                                }..,
-                            )
-                            .take(room)
-                        {
-                            if k.file != last.file || k.block != expect {
-                                break;
-                            }
-                            if victims[j..].first() == Some(k) {
+                        let from = BlockKey {
+                            file: last.file,
+                            block: last.block + 1,
+                        };
+                        for (k, expect) in d.range(from..).take(room).zip(last.block + 1..) {
+                            if k.file != last.file
+                                || k.block != expect
+                                || victims[j..].first() == Some(k)
+                            {
                                 break;
                             }
                             dirty.push(*k);
-                            expect += 1;
                         }
                         i = j;
                     }

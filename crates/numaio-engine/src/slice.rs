@@ -16,7 +16,7 @@ use crate::index::{self, Index, IndexKind};
 use crate::policy::{BlockKey, FileId, Padded, PolicyKind, ReplacementPolicy, SlotId};
 use crate::slot::{Reclaim, SlotState, DIRTY, ERROR, LOADING};
 use crate::stats::{SliceCounters, SliceStats};
-use crate::worker::{Completion, Msg};
+use crate::worker::{Completion, Done, Msg};
 use parking_lot::{Condvar, Mutex};
 use std::collections::BTreeSet;
 use std::io;
@@ -177,6 +177,43 @@ impl Slice {
     }
 
     /// Takes a free slot, waiting for the evictor if there is none ("stalled").
+    /// Sends a request whose completion runs `done` on the worker (for readahead). Fails
+    /// rather than blocks if the queue is full.
+    pub fn submit_async(
+        &self,
+        req: IoRequest,
+        done: Box<dyn FnOnce(io::Result<usize>) + Send>,
+    ) -> bool {
+        match self.io_tx.try_send(Msg::Io(req, Done::Call(done))) {
+            Ok(()) => true,
+            Err(e) => {
+                // Never drop a callback: it owns LOADING slots.
+                let (std::sync::mpsc::TrySendError::Full(m)
+                | std::sync::mpsc::TrySendError::Disconnected(m)) = e;
+                if let Msg::Io(_, d) = m {
+                    d.finish(Err(io::Error::new(
+                        io::ErrorKind::WouldBlock,
+                        "I/O queue full",
+                    )));
+                }
+                false
+            }
+        }
+    }
+
+    /// Takes a free slot if one is available right now (readahead never stalls).
+    pub fn try_alloc(&self) -> Option<SlotId> {
+        let mut free = self.free.lock();
+        let s = free.pop();
+        self.free_count.store(free.len(), Ordering::Relaxed);
+        let below = free.len() < self.low;
+        drop(free);
+        if below {
+            self.wake_evictor();
+        }
+        s
+    }
+
     pub fn alloc(&self) -> io::Result<SlotId> {
         let mut free = self.free.lock();
         let mut stalled_since: Option<Instant> = None;
@@ -359,9 +396,11 @@ impl Slice {
     /// Sends a request to this slice's I/O worker (blocks if the bounded queue is full).
     pub fn submit(&self, req: IoRequest) -> io::Result<Arc<Completion>> {
         let c = Completion::new();
-        self.io_tx.send(Msg::Io(req, c.clone())).map_err(|_| {
-            io::Error::other(format!("I/O worker of slice {} has stopped", self.id))
-        })?;
+        self.io_tx
+            .send(Msg::Io(req, Done::Wait(c.clone())))
+            .map_err(|_| {
+                io::Error::other(format!("I/O worker of slice {} has stopped", self.id))
+            })?;
         Ok(c)
     }
 

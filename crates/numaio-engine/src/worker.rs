@@ -33,8 +33,25 @@ impl Completion {
     }
 }
 
+/// How a request's result is delivered.
+pub enum Done {
+    /// A caller is blocked on the completion.
+    Wait(Arc<Completion>),
+    /// Nobody waits (readahead): the worker runs the callback.
+    Call(Box<dyn FnOnce(io::Result<usize>) + Send>),
+}
+
+impl Done {
+    pub fn finish(self, r: io::Result<usize>) {
+        match self {
+            Done::Wait(c) => c.complete(r),
+            Done::Call(f) => f(r),
+        }
+    }
+}
+
 pub enum Msg {
-    Io(IoRequest, Arc<Completion>),
+    Io(IoRequest, Done),
     Stop,
 }
 
@@ -67,7 +84,7 @@ pub fn run(rx: Arc<Mutex<Receiver<Msg>>>, mut queue: Box<dyn IoQueue>, depth: us
         if !reqs.is_empty() {
             let results = queue.run(&mut reqs);
             for (c, r) in dones.drain(..).zip(results) {
-                c.complete(r);
+                c.finish(r);
             }
             reqs.clear();
         }

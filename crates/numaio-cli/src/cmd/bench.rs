@@ -111,6 +111,12 @@ pub struct BenchArgs {
     /// Engine: I/O queue depth per slice worker.
     #[arg(long, default_value_t = 64)]
     pub queue_depth: u32,
+    /// Engine: read ahead on sequential reads.
+    #[arg(long)]
+    pub readahead: bool,
+    /// Engine: I/O worker threads per slice.
+    #[arg(long, default_value_t = 4)]
+    pub io_workers: usize,
     /// Engine: disable O_DIRECT (buffered I/O under the engine).
     #[arg(long)]
     pub no_direct: bool,
@@ -340,6 +346,8 @@ fn run_engine(a: &BenchArgs) -> anyhow::Result<BenchResult> {
         queue_depth: a.queue_depth,
         direct_io: !a.no_direct,
         hit_gating: !a.no_hit_gating,
+        io_workers_per_slice: a.io_workers.max(1),
+        readahead: a.readahead,
         max_io_blocks: ((1 << 20) / 4096usize).max((a.bs / 4096) as usize),
         ..Default::default()
     };
