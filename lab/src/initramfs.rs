@@ -159,6 +159,10 @@ fn write_atomic(path: &Path, data: &[u8]) -> LabResult<()> {
     )))?;
     tmp.write_all(data)
         .map_err(LabError::io(format!("writing {}", path.display())))?;
+    use std::os::unix::fs::PermissionsExt;
+    let _ = tmp
+        .as_file()
+        .set_permissions(std::fs::Permissions::from_mode(0o644));
     tmp.persist(path)
         .map_err(|e| LabError::io(format!("renaming to {}", path.display()))(e.error))?;
     Ok(())
@@ -178,11 +182,22 @@ fn cached_or_build(
     }
     let data = gzip(&build()?)?;
     write_atomic(&path, &data)?;
-    // old versions of this kind are dead weight
+    // old versions of this kind are dead weight; spare recent ones, which a guest
+    // starting right now may be about to read
     if let Ok(rd) = std::fs::read_dir(cache.join("initramfs")) {
         for e in rd.flatten() {
             let n = e.file_name().to_string_lossy().into_owned();
-            if n.starts_with(&format!("{kind}-")) && e.path() != path && n.ends_with(".cpio.gz") {
+            let old = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age > std::time::Duration::from_secs(600));
+            if old
+                && n.starts_with(&format!("{kind}-"))
+                && e.path() != path
+                && n.ends_with(".cpio.gz")
+            {
                 let _ = std::fs::remove_file(e.path());
             }
         }
