@@ -39,6 +39,14 @@ pub enum PagecacheError {
     /// page by page would read it in.
     #[error("{}: the kernel hides this file's page-cache residency from this user (mincore reports every page as cached unless you own the file, may write it, or are root); numaio will not guess, nor read the file in to find out. Run as root or as the file's owner", .path.display())]
     MincoreRestricted { path: PathBuf },
+    /// An operation that needs a capability the caller lacks.
+    #[error("{}: {what} needs {cap}; run as root{hint}", .path.display())]
+    NeedsPrivilege {
+        path: PathBuf,
+        what: &'static str,
+        cap: &'static str,
+        hint: &'static str,
+    },
     /// A placement target that cannot be used (bad node, empty list, bad chunk size).
     #[error("invalid target: {0}")]
     InvalidTarget(String),
@@ -53,7 +61,8 @@ impl PagecacheError {
             | PagecacheError::PermissionDenied { path, .. }
             | PagecacheError::Io { path, .. }
             | PagecacheError::Sys { path, .. }
-            | PagecacheError::MincoreRestricted { path } => Some(path),
+            | PagecacheError::MincoreRestricted { path }
+            | PagecacheError::NeedsPrivilege { path, .. } => Some(path),
             PagecacheError::InvalidTarget(_) => None,
         }
     }
@@ -67,6 +76,7 @@ impl PagecacheError {
             PagecacheError::Io { .. } => "io",
             PagecacheError::Sys { .. } => "system",
             PagecacheError::MincoreRestricted { .. } => "mincore_restricted",
+            PagecacheError::NeedsPrivilege { .. } => "needs_privilege",
             PagecacheError::InvalidTarget(_) => "invalid_target",
         }
     }

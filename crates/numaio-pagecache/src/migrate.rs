@@ -71,6 +71,28 @@ impl MoveReport {
     }
 }
 
+fn move_all_denied(path: &Path) -> PagecacheError {
+    PagecacheError::NeedsPrivilege {
+        path: path.into(),
+        what: "moving pages other processes map (--all, MPOL_MF_MOVE_ALL)",
+        cap: "CAP_SYS_NICE",
+        hint: ", or move without --all",
+    }
+}
+
+/// Whether the effective capability set holds CAP_SYS_NICE (bit 23 of `CapEff`).
+fn has_cap_sys_nice() -> bool {
+    const CAP_SYS_NICE: u32 = 23;
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .is_some_and(|caps| caps & (1 << CAP_SYS_NICE) != 0)
+}
+
 /// Moves `path`'s resident pages to `target`.
 pub fn move_file(
     path: &Path,
@@ -80,6 +102,10 @@ pub fn move_file(
     let ps = numaio_sys::page_size() as u64;
     target.validate(ps)?;
     let f = open_regular(path)?;
+    if opts.move_all && !has_cap_sys_nice() {
+        // Fail up front, not only when some page actually needs moving.
+        return Err(move_all_denied(&f.path));
+    }
     if !crate::file::mincore_is_truthful(&f) {
         // mincore would call every page resident, and moving would read them all in.
         return Err(PagecacheError::MincoreRestricted { path: f.path });
@@ -121,8 +147,13 @@ pub(crate) fn move_open(
         }
         let mut attempt = 0;
         while !addrs.is_empty() {
-            let res = numaio_sys::move_pages_to(0, &addrs, &nodes, opts.move_all)
-                .map_err(|e| PagecacheError::sys(&f.path, e))?;
+            let res = numaio_sys::move_pages_to(0, &addrs, &nodes, opts.move_all).map_err(|e| {
+                if opts.move_all && e.errno() == Some(libc::EPERM) {
+                    move_all_denied(&f.path)
+                } else {
+                    PagecacheError::sys(&f.path, e)
+                }
+            })?;
             let mut retry_a = Vec::new();
             let mut retry_n = Vec::new();
             for ((st, &a), &want) in res.iter().zip(&addrs).zip(&nodes) {

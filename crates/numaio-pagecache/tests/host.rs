@@ -245,6 +245,14 @@ fn move_reports_resident_pages_and_reads_nothing() {
     assert_eq!(r.not_resident, 924);
     assert!(r.complete());
     assert_eq!(mincore_count(&p), 100);
+    if unsafe { libc::geteuid() } == 0 {
+        let all = MoveOptions {
+            move_all: true,
+            ..Default::default()
+        };
+        let r = move_file(&p, &Target::Node(0), &all).unwrap();
+        assert_eq!((r.already, r.moved), (100, 0));
+    }
 }
 
 #[test]
@@ -342,6 +350,18 @@ fn restricted_child() {
     assert_eq!(e.kind(), "mincore_restricted", "{e}");
     let r = evict_file(&p, false).unwrap();
     assert_eq!((r.resident_before, r.resident_after), (None, None));
+    // Our own file: fully visible; --all needs CAP_SYS_NICE, and says so.
+    let own = p.parent().unwrap().join("own");
+    std::fs::write(&own, vec![7u8; 64 << 10]).unwrap();
+    let r = file_residency(&own, &WhereOptions::default()).unwrap();
+    assert_eq!(r.resident_pages, 16);
+    let all = MoveOptions {
+        move_all: true,
+        ..Default::default()
+    };
+    let e = move_file(&own, &Target::Node(0), &all).unwrap_err();
+    assert_eq!(e.kind(), "needs_privilege", "{e}");
+    assert!(e.to_string().contains("CAP_SYS_NICE"), "{e}");
 }
 
 #[test]
@@ -354,7 +374,7 @@ fn restricted_file_is_refused_and_stays_cold() {
     }
     // A world-readable directory outside the (possibly private) target dir, on disk.
     let d = tempfile::tempdir_in("/var/tmp").unwrap();
-    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
     let p = cold_file(d.path(), "ro", 1 << 20);
     std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
     let out = unsafe {
