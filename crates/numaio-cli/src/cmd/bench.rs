@@ -69,8 +69,8 @@ pub struct BenchArgs {
     /// non-zero data) if it is shorter.
     #[arg(long, default_value = "256M", value_parser = size_arg)]
     pub size: u64,
-    /// The data file.
-    #[arg(long)]
+    /// The data file (not used with --files).
+    #[arg(long, default_value = "numaio-bench.dat")]
     pub file: PathBuf,
     /// Seconds to run (after warm-up).
     #[arg(long, default_value_t = 5.0)]
@@ -123,6 +123,9 @@ pub struct BenchArgs {
     /// Print one JSON object instead of a summary.
     #[arg(long)]
     pub json: bool,
+    /// Issue 6: placement, work moving, accounting, checksums, the --files workload.
+    #[command(flatten)]
+    pub numa: super::bench_numa::NumaBenchArgs,
 }
 
 fn size_arg(s: &str) -> Result<u64, String> {
@@ -158,6 +161,9 @@ pub struct BenchResult {
     /// Fraction of the engine's buffer pages found on their slice's node at start-up.
     pub buffer_local_fraction: Option<f64>,
     pub warm_s: f64,
+    /// Issue 6 (with --placement, --move-work, ...): `local_fraction` and the accounting.
+    #[serde(flatten)]
+    pub numa: serde_json::Map<String, serde_json::Value>,
 }
 
 /// A per-thread xorshift generator.
@@ -227,6 +233,12 @@ pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
     }
     if a.api == Api::Get && a.workload.is_write() {
         bail!("--api get measures reads only (use pread for write workloads)");
+    }
+    if a.numa.files.is_some() {
+        if a.target != Target::Engine {
+            bail!("--files runs the engine only (--target engine)");
+        }
+        return super::bench_numa::run_bench(&a);
     }
     prepare_file(&a.file, a.size, a.workload.is_write())?;
     let r = match a.target {
@@ -338,7 +350,7 @@ fn parse_index(s: &str) -> anyhow::Result<IndexKind> {
 
 fn run_engine(a: &BenchArgs) -> anyhow::Result<BenchResult> {
     let cache = a.cache.unwrap_or(a.size + a.size / 16 + (16 << 20));
-    let cfg = EngineConfig {
+    let mut cfg = EngineConfig {
         cache_bytes: cache,
         slices: a.slices,
         policy: parse_policy(a)?,
@@ -351,6 +363,7 @@ fn run_engine(a: &BenchArgs) -> anyhow::Result<BenchResult> {
         max_io_blocks: ((1 << 20) / 4096usize).max((a.bs / 4096) as usize),
         ..Default::default()
     };
+    let numa = super::bench_numa::apply_if_active(&mut cfg, &a.numa)?;
     let engine = Engine::new(cfg).context("cannot start the engine")?;
     let f = engine
         .open(
@@ -459,6 +472,7 @@ fn run_engine(a: &BenchArgs) -> anyhow::Result<BenchResult> {
         fsync_s,
         buffer_local_fraction: Some(local),
         warm_s,
+        numa: super::bench_numa::result_fields(numa.as_ref()),
     };
     drop(f);
     engine.close().context("closing the engine")?;

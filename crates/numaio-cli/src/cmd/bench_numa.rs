@@ -2,7 +2,6 @@
 //! checksums, and the `--files N --dir PATH` workload (N files, each read by its own thread,
 //! spread over top-level directories), whose JSON result carries `local_fraction` from the
 //! engine's accounting and the measured node of sampled cache buffers.
-#![allow(dead_code)] // until bench.rs (issue 5) dispatches to it
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -148,6 +147,67 @@ pub fn report(parts: &NumaParts, out: &mut serde_json::Map<String, Value>) {
     if let Some(ig) = &parts.integrity {
         out.insert("integrity".into(), json!(ig.stats()));
     }
+}
+
+/// For a single-file engine run: installs the issue-6 options into the core bench's engine
+/// config (None when no option is set, so the core bench runs unchanged).
+pub fn apply_if_active(
+    cfg: &mut EngineConfig,
+    a: &NumaBenchArgs,
+) -> anyhow::Result<Option<NumaParts>> {
+    if !a.active() {
+        return Ok(None);
+    }
+    let opts = a.options()?;
+    Ok(Some(apply(cfg, &opts).map_err(anyhow::Error::msg)?))
+}
+
+/// The issue-6 fields of a single-file engine result (empty without options).
+pub fn result_fields(parts: Option<&NumaParts>) -> serde_json::Map<String, Value> {
+    let mut m = serde_json::Map::new();
+    if let Some(p) = parts {
+        report(p, &mut m);
+    }
+    m
+}
+
+/// `numaio bench --files N --dir PATH ...` from the core bench's arguments.
+pub fn run_bench(b: &super::bench::BenchArgs) -> anyhow::Result<std::process::ExitCode> {
+    let a = &b.numa;
+    let files = a.files.unwrap_or(1).max(1) as u64;
+    let mut policy: numaio_engine::PolicyKind =
+        b.policy.parse().map_err(|e: String| anyhow::anyhow!(e))?;
+    if let (numaio_engine::PolicyKind::SplitLru { .. }, Some(f)) = (policy, b.lru_factor) {
+        policy = numaio_engine::PolicyKind::SplitLru {
+            lru_factor: f.max(1),
+        };
+    }
+    let total = b.size.saturating_mul(files);
+    let cfg = EngineConfig {
+        // Default: every file fits, in whichever slices the placement puts it.
+        cache_bytes: b.cache.unwrap_or(total + total / 16 + (16 << 20)),
+        slices: b.slices,
+        policy,
+        queue_depth: b.queue_depth,
+        direct_io: !b.no_direct,
+        ..Default::default()
+    };
+    let c = Common {
+        workload: format!("{:?}", b.workload).to_lowercase(),
+        bs: b.bs as usize,
+        // Each file has its own thread; more threads share files round robin.
+        threads: Some(b.threads.max(files as usize)),
+        size: b.size,
+        duration: Duration::from_secs_f64(b.duration),
+        cfg,
+    };
+    let v = run_files(&c, a)?;
+    if b.json {
+        crate::output::print_json(&v)?;
+    } else {
+        print_human(&v);
+    }
+    Ok(std::process::ExitCode::SUCCESS)
 }
 
 fn file_path(dir: &Path, i: usize, dirs: usize) -> PathBuf {
