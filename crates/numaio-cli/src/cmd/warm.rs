@@ -196,3 +196,33 @@ fn render(r: &WarmReport) -> String {
     };
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_from_flags() {
+        assert_eq!(
+            build_target(Some(0), None, None, None, None).unwrap(),
+            Target::Node(0)
+        );
+        assert_eq!(
+            build_target(None, None, Some("0"), Some("1M"), None).unwrap(),
+            Target::Stripe {
+                nodes: vec![0],
+                chunk: 1 << 20
+            }
+        );
+        assert_eq!(
+            build_target(None, None, None, None, Some("0:2")).unwrap(),
+            Target::Weights(vec![(0, 2)])
+        );
+        let e = build_target(None, Some("x"), None, None, None).unwrap_err();
+        assert!(e.to_string().contains("bad node list"), "{e}");
+        let e = build_target(None, None, Some("0"), Some("1Q"), None).unwrap_err();
+        assert!(e.to_string().contains("bad --chunk"), "{e}");
+        let e = build_target(Some(4000), None, None, None, None).unwrap_err();
+        assert!(e.to_string().contains("node 4000"), "{e}");
+    }
+}

@@ -232,6 +232,40 @@ mod tests {
     use super::*;
 
     #[test]
+    fn human_output_shows_nodes_and_map() {
+        let cell = |off: u64, res: u64, nodes: &[(u32, u64)]| numaio_pagecache::MapCell {
+            offset: off,
+            len: 4 * 4096,
+            pages: 4,
+            resident_pages: res,
+            nodes: nodes.iter().copied().collect(),
+        };
+        let r = FileResidency {
+            path: "/d/f".into(),
+            size_bytes: 4 * 4 * 4096,
+            pages: 16,
+            resident_pages: 8,
+            nodes: [(0, 4), (11, 4)].into_iter().collect(),
+            range: None,
+            page_size: 4096,
+            evicted_during_query: 0,
+            read_in_during_query: 0,
+            unknown_node_pages: 0,
+            mincore_truthful: true,
+            map: Some(vec![
+                cell(0, 4, &[(0, 4)]),
+                cell(16384, 0, &[]),
+                cell(32768, 2, &[(0, 1), (11, 1)]),
+                cell(49152, 2, &[(11, 2)]),
+            ]),
+        };
+        let out = render_file(&r);
+        assert!(out.starts_with("/d/f: 64.0 KiB (16 pages), 8 resident (50.0%)  node 0: 4 (50.0%)  node 11: 4 (50.0%)"), "{out}");
+        assert!(out.contains("16.0 KiB per cell"), "{out}");
+        assert!(out.lines().any(|l| l.trim() == "0 0.*b"), "{out}");
+    }
+
+    #[test]
     fn ranges_parse() {
         assert_eq!(parse_range("1M:4K"), Ok((1 << 20, 4096)));
         assert_eq!(parse_range("0:"), Ok((0, u64::MAX)));
