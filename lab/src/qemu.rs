@@ -178,7 +178,12 @@ fn once(l: &Launch, accel: Accel) -> LabResult<Ended> {
         match rx.recv_timeout(wait) {
             Ok((true, bytes)) => {
                 raw.extend_from_slice(&bytes);
-                if finished.is_none() {
+                // parse the whole transcript only when a marker may have arrived (new
+                // bytes plus a marker's length before them hold "@@"), so long outputs
+                // stay linear
+                let window = &raw[raw.len().saturating_sub(bytes.len() + 64)..];
+                let marker_near = window.windows(2).any(|w| w == b"@@");
+                if finished.is_none() && marker_near {
                     let text = console::strip_escapes(&String::from_utf8_lossy(&raw));
                     match console::parse(&text) {
                         Progress::Booting => {}

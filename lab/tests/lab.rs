@@ -103,3 +103,12 @@ fn guest_dying_mid_scenario_is_reported() {
     assert!(matches!(err, LabError::GuestDied { .. }), "{err}");
     assert!(err.console_tail().unwrap().contains("going-down"), "{err}");
 }
+
+#[test]
+#[ignore = "lab: needs QEMU and the lab kernel; run by scripts/test.sh"]
+fn long_output_arrives_complete() {
+    let out = Scenario::new(LabTopology::uniform(1), "seq 1 20000").must_run();
+    assert_eq!(out.exit_code, 0, "{}", out.report());
+    let nums: Vec<u32> = out.output.lines().map(|l| l.parse().unwrap()).collect();
+    assert_eq!(nums, (1..=20000).collect::<Vec<u32>>());
+}
