@@ -16,6 +16,22 @@ pub struct WhereOptions {
     pub range: Option<(u64, u64)>,
     /// Bytes per `--map` cell; `None` = no map.
     pub map_chunk: Option<u64>,
+    /// Map and query pages even when the machine has a single node with memory (where
+    /// every cached page is known to be on that node and mincore alone answers). For tests
+    /// and benchmarks of the full technique; also forced by setting `NUMAIO_PAGE_QUERY`.
+    pub full_scan: bool,
+}
+
+/// The only node with memory, if there is exactly one (read once).
+fn single_memory_node() -> Option<u32> {
+    static N: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+    *N.get_or_init(|| {
+        let s = std::fs::read_to_string("/sys/devices/system/node/has_memory").ok()?;
+        match numaio_sys::cpulist::parse(s.trim()).ok()?.as_slice() {
+            [n] => Some(*n),
+            _ => None,
+        }
+    })
 }
 
 /// One cell of the residency map: a byte range of the file and where its pages are.
@@ -149,8 +165,35 @@ pub(crate) fn residency_against(
         }
         cells
     });
+    let single = if opts.full_scan || std::env::var_os("NUMAIO_PAGE_QUERY").is_some() {
+        None
+    } else {
+        single_memory_node()
+    };
     let threads = scan_threads(end - first);
-    let acc = if threads <= 1 {
+    let acc = if let Some(node) = single {
+        // One node with memory: every cached page is on it. mincore alone answers, and
+        // nothing is touched at all.
+        let mut acc = Acc::new(map.clone());
+        let mut st = Vec::new();
+        scan(f, first, end, false, |b| {
+            st.clear();
+            st.resize(b.pages.len(), PageStatus::Node(node));
+            acc.add(
+                &Batch {
+                    pages: b.pages,
+                    addrs: b.addrs,
+                    status: &st,
+                },
+                first,
+                cell_pages,
+                target,
+                ps,
+            );
+            Ok(())
+        })?;
+        acc
+    } else if threads <= 1 {
         let mut acc = Acc::new(map.clone());
         let stats = scan(f, first, end, true, |b| {
             acc.add(b, first, cell_pages, target, ps);

@@ -67,11 +67,21 @@ fn cold_file_stays_cold_after_where() {
     let d = tmpdir();
     let p = cold_file(d.path(), "cold", 8 << 20);
     assert_eq!(mincore_count(&p), 0);
-    let r = file_residency(&p, &WhereOptions::default()).unwrap();
-    assert_eq!(r.pages, 2048);
-    assert_eq!(r.resident_pages, 0);
-    assert!(r.nodes.is_empty());
-    assert_eq!(mincore_count(&p), 0, "where read pages in");
+    for full_scan in [true, false] {
+        let o = WhereOptions {
+            full_scan,
+            ..Default::default()
+        };
+        let r = file_residency(&p, &o).unwrap();
+        assert_eq!(r.pages, 2048);
+        assert_eq!(r.resident_pages, 0);
+        assert!(r.nodes.is_empty());
+        assert_eq!(
+            mincore_count(&p),
+            0,
+            "where read pages in (full_scan {full_scan})"
+        );
+    }
 }
 
 #[test]
@@ -82,7 +92,14 @@ fn partial_residency_is_counted_exactly_and_stays_put() {
     read_exact_range(&p, 1000 * PS, 10 * PS); // pages 1000..1010
     let truth = mincore_count(&p);
     assert_eq!(truth, 266);
-    let r = file_residency(&p, &WhereOptions::default()).unwrap();
+    let full = WhereOptions {
+        full_scan: true,
+        ..Default::default()
+    };
+    let r = file_residency(&p, &full).unwrap();
+    // The quick single-node answer (mincore only) agrees with the full scan.
+    let quick = file_residency(&p, &WhereOptions::default()).unwrap();
+    assert_eq!((quick.resident_pages, &quick.nodes), (266, &r.nodes));
     assert_eq!(r.resident_pages, 266);
     assert_eq!(r.nodes.values().sum::<u64>(), 266);
     assert_eq!(r.evicted_during_query, 0);
@@ -95,6 +112,7 @@ fn partial_residency_is_counted_exactly_and_stays_put() {
     let o = WhereOptions {
         range: Some((200 * PS, 805 * PS)),
         map_chunk: None,
+        full_scan: true,
     };
     let r = file_residency(&p, &o).unwrap();
     assert_eq!(r.pages, 805);
@@ -105,11 +123,13 @@ fn partial_residency_is_counted_exactly_and_stays_put() {
     let o = WhereOptions {
         range: Some((PS + 1, 1)),
         map_chunk: None,
+        full_scan: true,
     };
     assert_eq!(file_residency(&p, &o).unwrap().pages, 1);
     let o = WhereOptions {
         range: Some((7 << 20, 100 << 20)),
         map_chunk: None,
+        full_scan: true,
     };
     assert_eq!(file_residency(&p, &o).unwrap().pages, 256);
 
@@ -117,6 +137,7 @@ fn partial_residency_is_counted_exactly_and_stays_put() {
     let o = WhereOptions {
         range: None,
         map_chunk: Some(1 << 20),
+        full_scan: true,
     };
     let m = file_residency(&p, &o).unwrap().map.unwrap();
     assert_eq!(m.len(), 8);

@@ -31,6 +31,7 @@ fn pagemap_and_move_pages_agree_across_threads() {
     let opts = WhereOptions {
         range: None,
         map_chunk: Some(64 << 20),
+        full_scan: true,
     };
     let a = file_residency(&p, &opts).unwrap();
     std::env::set_var("NUMAIO_PAGE_QUERY", "move_pages");

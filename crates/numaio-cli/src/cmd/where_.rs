@@ -102,6 +102,7 @@ pub fn run(a: WhereArgs) -> anyhow::Result<ExitCode> {
         let opts = WhereOptions {
             range: a.range,
             map_chunk,
+            ..Default::default()
         };
         match file_residency(&path, &opts) {
             Ok(r) => {
