@@ -9,8 +9,8 @@
 //! - `writer-local`: every sampled buffer of a file written by a thread on node k is on k;
 //! - `stripe:2`: the file's chunks alternate between two nodes (buffers queried with
 //!   move_pages);
-//! - hysteresis: a thread alternating between two nodes' data moves at most once per
-//!   cooldown, and without the bound it would move far more often.
+//! - hysteresis: threads alternating between two nodes' data move at most once per
+//!   cooldown, and without the bound they would move far more often.
 //!
 //! Needs `cargo build --release` first (the guest runs `target/release` binaries). The
 //! guest's root is an initramfs (tmpfs: no O_DIRECT), so the engine falls back to buffered
@@ -29,8 +29,8 @@ fn script() -> String {
         ("FORWARD", "--workload randread --files 8 --threads 8 --placement directory --move-work forward --dir /tmp/eng"),
         ("WRITER", "--workload seqwrite --files 4 --threads 4 --pin spread --placement writer-local --dir /tmp/wl"),
         ("STRIPE", "--workload seqread --files 1 --threads 1 --placement stripe:2:64K --dir /tmp/st"),
-        ("HYST", "--workload randread --files 2 --threads 1 --alternate 16 --placement directory --move-work migrate-thread --hysteresis consecutive:4 --cooldown 512 --dir /tmp/hy"),
-        ("BOUNCE", "--workload randread --files 2 --threads 1 --alternate 16 --placement directory --move-work migrate-thread --hysteresis consecutive:4 --cooldown 1 --dir /tmp/hy"),
+        ("HYST", "--workload randread --files 2 --threads 2 --alternate 16 --placement directory --move-work migrate-thread --hysteresis consecutive:4 --cooldown 512 --dir /tmp/hy"),
+        ("BOUNCE", "--workload randread --files 2 --threads 2 --alternate 16 --placement directory --move-work migrate-thread --hysteresis consecutive:4 --cooldown 1 --dir /tmp/hy"),
     ];
     let mut s = String::from("set -u\n");
     for (tag, args) in runs {
@@ -162,21 +162,28 @@ fn engine_placement_and_work_moving_in_a_4_node_guest() {
         assert_eq!(*n, chunks[i % 2], "chunk {i}: {chunks:?}");
     }
 
-    // Hysteresis: bounded moves while alternating between two nodes' data.
+    // Hysteresis: bounded moves while alternating between two nodes' data. Two files, one
+    // thread each; thread i alternates between file i and file i+1 every 16 requests.
     let hy = tagged(o, "HYST");
     let bounce = tagged(o, "BOUNCE");
-    let t = &hy["per_thread"][0];
-    let accesses = t["accesses"].as_u64().unwrap();
-    let moves = t["migrations"].as_u64().unwrap();
-    assert!(accesses > 512, "too few accesses to test the bound: {t}");
-    assert!(
-        moves <= accesses / 512 + 1,
-        "moved {moves} times in {accesses} accesses with cooldown 512"
-    );
-    let bt = &bounce["per_thread"][0];
-    let b_acc = bt["accesses"].as_u64().unwrap();
-    let b_moves = bt["migrations"].as_u64().unwrap();
-    // Without the bound the thread follows every 16-request phase (after 4 remote ones).
+    let (mut moves, mut accesses) = (0, 0);
+    for t in hy["per_thread"].as_array().unwrap() {
+        let acc = t["accesses"].as_u64().unwrap();
+        let m = t["migrations"].as_u64().unwrap();
+        assert!(acc > 512, "too few accesses to test the bound: {t}");
+        assert!(
+            m <= acc / 512 + 1,
+            "moved {m} times in {acc} accesses with cooldown 512: {t}"
+        );
+        moves += m;
+        accesses += acc;
+    }
+    let (mut b_moves, mut b_acc) = (0, 0);
+    for t in bounce["per_thread"].as_array().unwrap() {
+        b_acc += t["accesses"].as_u64().unwrap();
+        b_moves += t["migrations"].as_u64().unwrap();
+    }
+    // Without the bound the threads follow every 16-request phase (after 4 remote ones).
     assert!(
         b_moves * 512 > b_acc * 4,
         "unbounded run should bounce: {b_moves} moves in {b_acc} accesses"
