@@ -113,6 +113,7 @@ impl<'a> Daemon<'a> {
                 .max(1.0) as u64,
             all: false,
             deep_all,
+            memory: false,
             max_files: self.cfg.max_files_per_process,
         }
     }
@@ -170,7 +171,12 @@ impl<'a> Daemon<'a> {
         let topo = Topology::detect()?;
         let utils = self.node_utils(&topo);
         let opts = self.scan_opts(false);
-        let res = self.scanner.scan(&opts, &topo, self.cache);
+        let mut res = self.scanner.scan(&opts, &topo, self.cache);
+        for v in res.views.iter_mut() {
+            if policy::candidate(&self.cfg, v).is_some() {
+                crate::sample::fill_memory(v);
+            }
+        }
         let now = self.now();
         let keep = (3.0 * self.cfg.interval_secs).max(self.cfg.min_residence_secs);
         self.history.note_readers(&res.views, now, keep);

@@ -365,21 +365,27 @@ pub fn follow_gain(max_gain: f64, reduction: f64, process_bytes: u64, file_bytes
     max_gain - process_bytes as f64 / file_bytes as f64 * reduction
 }
 
+/// Whether `v` is a candidate: I/O-active and mostly remote. Returns its node and the
+/// estimated remote share of its reads.
+pub fn candidate(cfg: &Config, v: &ProcessView) -> Option<(u32, f64)> {
+    let cur = v.main_node?;
+    if v.pid <= 1
+        || v.read_distribution.is_empty()
+        || v.read_bytes_per_sec < cfg.min_read_bytes_per_sec.0 as f64
+    {
+        return None;
+    }
+    let remote_share = 1.0 - share(v, cur);
+    (remote_share > cfg.remote_threshold).then_some((cur, remote_share))
+}
+
 /// Decides, for every process view, whether and how to act.
 pub fn decide(cfg: &Config, w: &World, views: &[ProcessView], h: &History) -> Vec<Decision> {
     let mut out: Vec<(Decision, u64)> = Vec::new();
     for v in views {
-        let Some(cur) = v.main_node else { continue };
-        if v.pid <= 1 || v.read_distribution.is_empty() {
+        let Some((cur, remote_share)) = candidate(cfg, v) else {
             continue;
-        }
-        if v.read_bytes_per_sec < cfg.min_read_bytes_per_sec.0 as f64 {
-            continue;
-        }
-        let remote_share = 1.0 - share(v, cur);
-        if remote_share <= cfg.remote_threshold {
-            continue;
-        }
+        };
         let rf = read_files(v);
         let mut nums = Numbers {
             read_bytes: v.read_bytes,

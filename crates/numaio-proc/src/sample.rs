@@ -63,7 +63,9 @@ pub struct Deep {
 }
 
 /// Reads the deep state; a vanished process is an error, unreadable parts are noted.
-pub fn deep(pid: i32) -> ProcResult<Deep> {
+/// `numa_maps` (memory per node) is the costly part — the kernel walks the page tables —
+/// and is skipped when `memory` is false.
+pub fn deep(pid: i32, memory: bool) -> ProcResult<Deep> {
     let status = procfs::read_status(pid)?;
     let mut d = Deep {
         status,
@@ -88,9 +90,11 @@ pub fn deep(pid: i32) -> ProcResult<Deep> {
         Ok(m) => d.mapped = m,
         Err(e) => note(e, &mut d)?,
     }
-    match procfs::memory_per_node(pid) {
-        Ok(m) => d.memory_per_node = m,
-        Err(e) => note(e, &mut d)?,
+    if memory {
+        match procfs::memory_per_node(pid) {
+            Ok(m) => d.memory_per_node = m,
+            Err(e) => note(e, &mut d)?,
+        }
     }
     d.cgroup = procfs::read_proc(pid, "cgroup")
         .map(|t| procfs::parse_cgroup(&t))
@@ -405,6 +409,21 @@ pub fn clock_ticks_per_sec() -> f64 {
     }
 }
 
+/// Reads memory per node for a view taken without it; false if the process is gone.
+pub fn fill_memory(v: &mut ProcessView) -> bool {
+    match procfs::memory_per_node(v.pid) {
+        Ok(m) => {
+            v.memory_per_node = m;
+            true
+        }
+        Err(e) if e.is_gone() => false,
+        Err(e) => {
+            v.errors.push(e.to_string());
+            true
+        }
+    }
+}
+
 /// Options of one scan.
 #[derive(Debug, Clone)]
 pub struct ScanOptions {
@@ -416,6 +435,9 @@ pub struct ScanOptions {
     pub all: bool,
     /// Take the deep look at every process (so the next scan has file offsets for all).
     pub deep_all: bool,
+    /// Read memory per node (`numa_maps`) for the views; the daemon reads it only for
+    /// candidates ([`fill_memory`]).
+    pub memory: bool,
     pub max_files: usize,
 }
 
@@ -426,6 +448,7 @@ impl Default for ScanOptions {
             min_io_bytes: 1,
             all: false,
             deep_all: false,
+            memory: true,
             max_files: 64,
         }
     }
@@ -512,7 +535,7 @@ impl Scanner {
             let mut fd_pos = HashMap::new();
             let mut deep_done = false;
             if want_view || opts.deep_all {
-                match deep(pid) {
+                match deep(pid, want_view && opts.memory) {
                     Ok(d) => {
                         deep_done = true;
                         for f in &d.fds {
