@@ -883,6 +883,9 @@ impl Inner {
             };
             let s2 = slice.clone();
             let bsz = self.bs;
+            // Issue 6: readahead loads are verified like demand loads.
+            let ig = self.cfg.integrity.clone();
+            let (fid, first) = (f.id.0 as u64, loads[i].1);
             slice.submit_async(
                 req,
                 Box::new(move |r| {
@@ -899,7 +902,20 @@ impl Inner {
                                 std::ptr::write_bytes(s2.buf_ptr(slot).add(have), 0, bsz - have)
                             };
                         }
-                        s2.finish_load(slot, r.is_ok());
+                        // A corrupted block fails its load; the reader that wants it retries
+                        // and gets the checksum error.
+                        let ok = r.is_ok()
+                            && match &ig {
+                                None => true,
+                                Some(ig) => {
+                                    // SAFETY: we own the LOADING slot's buffer.
+                                    let data = unsafe {
+                                        std::slice::from_raw_parts(s2.buf_ptr(slot), bsz)
+                                    };
+                                    ig.verify(fid, first + k as u64, data).is_ok()
+                                }
+                            };
+                        s2.finish_load(slot, ok);
                         s2.unpin(slot);
                     }
                 }),

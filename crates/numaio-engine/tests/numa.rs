@@ -227,6 +227,62 @@ fn corrupted_block_is_an_error_never_data() {
 }
 
 #[test]
+fn corrupted_block_fails_under_readahead_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("r/f");
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    let stage = Arc::new(IntegrityStage::new(IntegrityConfig::default()));
+    let data: Vec<u8> = (0..64 * BS).map(|i| (i * 13 / 5) as u8).collect();
+    {
+        let e = Engine::new(EngineConfig {
+            integrity: Some(stage.clone()),
+            ..engine_cfg(1)
+        })
+        .unwrap();
+        let f = e
+            .open(
+                &p,
+                OpenOptions {
+                    write: true,
+                    create: true,
+                },
+            )
+            .unwrap();
+        f.pwrite(&data, 0).unwrap();
+        f.fsync().unwrap();
+        e.close().unwrap();
+    }
+    let raw = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+    raw.write_all_at(&[data[40 * BS] ^ 1], (40 * BS) as u64)
+        .unwrap();
+    drop(raw);
+    let e = Engine::new(EngineConfig {
+        integrity: Some(stage.clone()),
+        readahead: true,
+        ..engine_cfg(1)
+    })
+    .unwrap();
+    let f = e.open(&p, OpenOptions::default()).unwrap();
+    // Sequential 4 KiB reads: readahead loads block 40 before the reader asks for it.
+    let mut buf = vec![0u8; BS];
+    for b in 0..64u64 {
+        let r = f.pread(&mut buf, b * BS as u64);
+        if b == 40 {
+            let e = r.unwrap_err();
+            assert!(e.to_string().contains("checksum mismatch"), "{e}");
+        } else {
+            r.unwrap();
+            assert!(
+                buf[..] == data[b as usize * BS..(b as usize + 1) * BS],
+                "block {b}"
+            );
+        }
+    }
+    // Two checks failed: the readahead load, then the reader's own retry.
+    assert_eq!(stage.stats().mismatches, 2, "{:?}", stage.stats());
+}
+
+#[test]
 fn forward_runs_remote_reads_on_the_data_node() {
     let Some(topo) = two_node_topology() else {
         return;
