@@ -472,7 +472,7 @@ fn run_engine(a: &BenchArgs) -> anyhow::Result<BenchResult> {
         fsync_s,
         buffer_local_fraction: Some(local),
         warm_s,
-        numa: super::bench_numa::result_fields(numa.as_ref()),
+        numa: super::bench_numa::result_fields(numa.as_ref(), &a.numa)?,
     };
     drop(f);
     engine.close().context("closing the engine")?;

@@ -67,6 +67,9 @@ pub struct NumaBenchArgs {
     /// `sysfs` uses the backing device's numa_node.
     #[arg(long, value_name = "RULES")]
     pub devices: Option<String>,
+    /// Also write the engine's accounting in Prometheus text format to PATH.
+    #[arg(long, value_name = "PATH")]
+    pub prometheus: Option<PathBuf>,
 }
 
 impl NumaBenchArgs {
@@ -77,6 +80,7 @@ impl NumaBenchArgs {
             || self.move_work.is_some()
             || self.checksum.is_some()
             || self.devices.is_some()
+            || self.prometheus.is_some()
     }
 
     /// Parses the options into engine settings.
@@ -162,13 +166,26 @@ pub fn apply_if_active(
     Ok(Some(apply(cfg, &opts).map_err(anyhow::Error::msg)?))
 }
 
-/// The issue-6 fields of a single-file engine result (empty without options).
-pub fn result_fields(parts: Option<&NumaParts>) -> serde_json::Map<String, Value> {
+/// The issue-6 fields of a single-file engine result (empty without options), after writing
+/// the Prometheus export if asked for.
+pub fn result_fields(
+    parts: Option<&NumaParts>,
+    a: &NumaBenchArgs,
+) -> anyhow::Result<serde_json::Map<String, Value>> {
     let mut m = serde_json::Map::new();
     if let Some(p) = parts {
+        export(p, a)?;
         report(p, &mut m);
     }
-    m
+    Ok(m)
+}
+
+fn export(parts: &NumaParts, a: &NumaBenchArgs) -> anyhow::Result<()> {
+    if let Some(path) = &a.prometheus {
+        std::fs::write(path, parts.accounting.snapshot().to_prometheus())
+            .with_context(|| format!("writing the Prometheus export to {}", path.display()))?;
+    }
+    Ok(())
 }
 
 /// `numaio bench --files N --dir PATH ...` from the core bench's arguments.
@@ -525,6 +542,7 @@ pub fn run_files(c: &Common, a: &NumaBenchArgs) -> anyhow::Result<Value> {
     );
     drop(handles);
     engine.close().context("closing the engine")?;
+    export(&parts, a)?;
     Ok(Value::Object(out))
 }
 
@@ -611,9 +629,15 @@ mod tests {
             hysteresis: "consecutive:4".into(),
             cooldown: 64,
             pin: "spread".into(),
+            prometheus: Some(dir.path().join("metrics.prom")),
             ..Default::default()
         };
         let v = run_files(&common("seqwrite"), &a).unwrap();
+        let prom = std::fs::read_to_string(dir.path().join("metrics.prom")).unwrap();
+        assert!(
+            prom.contains("numaio_engine_bytes_total{node=\"0\",op=\"write\"} 524288"),
+            "{prom}"
+        );
         assert_eq!(v["ops"], 128, "one pass over 2 files of 64 blocks");
         assert_eq!(v["integrity"]["blocks_summed"], 128);
         assert_eq!(v["chunk_nodes"].as_array().unwrap().len(), 16);
