@@ -262,8 +262,13 @@ pub(crate) fn residency_against(
 /// only for files big enough to repay the start-up (256 MiB per thread).
 fn scan_threads(pages: u64) -> usize {
     let ps = numaio_sys::page_size() as u64;
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let by_size = (pages * ps / (256 << 20)).max(1) as usize;
+    if by_size == 1 {
+        return 1;
+    }
+    // available_parallelism reads cgroup files: ask once, not per file of a big tree.
+    static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let cpus = *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     cpus.min(4).min(by_size)
 }
 
