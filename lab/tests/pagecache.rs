@@ -198,6 +198,7 @@ fn two_nodes_warm_move_evict_where() {
         .file(DiskFile::pattern("data/rr.bin", MIB8))
         .file(DiskFile::pattern("data/mv.bin", MIB8))
         .file(DiskFile::pattern("data/nb.bin", MIB8))
+        .file(DiskFile::pattern("data/locked.bin", MIB8))
         .file(DiskFile::pattern("tree/a", 1 << 20))
         .file(DiskFile::pattern("tree/sub/b", (2 << 20) + 123))
         .file(DiskFile::pattern("tree/sub/c", 300 << 10))
@@ -224,6 +225,10 @@ step move1 numaio move --to 1 --json $D/mv.bin
 step where_mv1 numaio where --json $D/mv.bin
 step move0 numaio move --to 0 --json $D/mv.bin
 step where_mv0 numaio where --json $D/mv.bin
+step prelock sh -c "numactl --membind=0 cat $D/locked.bin > /dev/null && vmtouch -q -d -l $D/locked.bin && sleep 1"
+step move_mapped numaio move --to 1 --json $D/locked.bin
+step move_all numaio move --to 1 --all --json $D/locked.bin
+step where_locked numaio where --json $D/locked.bin
 step evict numaio evict --json $D/mv.bin
 step where_ev numaio where --json $D/mv.bin
 step ev_vmtouch vmtouch $D/mv.bin
@@ -310,6 +315,21 @@ step where_nb numaio where --json $D/nb.bin
     let m = &s.json("move0")["files"][0];
     assert_eq!(m["moved"].as_u64(), Some(PAGES), "{m}");
     assert_eq!(nodes(&s.where1("where_mv0")["nodes"]), one_node(0, PAGES));
+
+    // Pages another process maps (vmtouch -l holds them mlocked): a plain move reports them
+    // as mapped by others and exits 2; --all (root) moves them.
+    s.ok("prelock");
+    let m = &s.json("move_mapped")["files"][0];
+    assert_eq!(s.get("move_mapped").rc, 2, "{m}");
+    assert_eq!(m["mapped_by_others"].as_u64(), Some(PAGES), "{m}");
+    assert_eq!(m["moved"].as_u64(), Some(0), "{m}");
+    let m = &s.json("move_all")["files"][0];
+    assert_eq!(s.get("move_all").rc, 0, "{m}");
+    assert_eq!(m["moved"].as_u64(), Some(PAGES), "{m}");
+    assert_eq!(
+        nodes(&s.where1("where_locked")["nodes"]),
+        one_node(1, PAGES)
+    );
 
     // evict: 0 resident, by the report, `where` and vmtouch.
     let e = &s.json("evict")["files"][0];
