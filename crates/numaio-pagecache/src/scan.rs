@@ -177,10 +177,25 @@ pub(crate) fn scan(
                 };
                 status = node_query(f, &mut pfn, base, n, b0, &pages, &addrs, &mut pm)?;
                 // Fault-around skips some cached pages (e.g. readahead-marked ones): fault
-                // those in one by one and ask again.
-                let missing: Vec<usize> = (0..pages.len())
+                // those in one by one and ask again — but only those mincore still calls
+                // resident, since a page evicted since the first check would be read back.
+                let mut missing: Vec<usize> = (0..pages.len())
                     .filter(|&i| status[i] == PageStatus::NotPresent)
                     .collect();
+                if !missing.is_empty() {
+                    // SAFETY: as for the first mincore of this batch.
+                    let r = unsafe {
+                        libc::mincore(base as *mut libc::c_void, n * ps as usize, vec.as_mut_ptr())
+                    };
+                    if r != 0 {
+                        return Err(PagecacheError::io(
+                            &f.path,
+                            "mincore",
+                            std::io::Error::last_os_error(),
+                        ));
+                    }
+                    missing.retain(|&i| vec[(pages[i] - b0) as usize] & 1 != 0);
+                }
                 if !missing.is_empty() {
                     for &i in &missing {
                         populate(addrs[i] as *mut u8, ps as usize);
