@@ -5,7 +5,6 @@
 use numaio_pagecache::*;
 use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::FileExt;
 
 #[test]
 fn pagemap_and_move_pages_agree_across_threads() {
@@ -17,16 +16,37 @@ fn pagemap_and_move_pages_agree_across_threads() {
     f.set_len(600 << 20).unwrap();
     drop(f);
     evict_file(&p, false).unwrap();
+    // Cache the pages by mlock on our own MADV_RANDOM mapping (exactly those pages, no
+    // readahead), so that no reclaim (this host runs DAMON proactive reclaim) can drop them
+    // between the two scans.
     let f = File::open(&p).unwrap();
-    unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
+    let len = 600usize << 20;
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        )
+    } as *mut u8;
+    assert_ne!(base as *mut libc::c_void, libc::MAP_FAILED);
+    assert_eq!(
+        unsafe { libc::madvise(base as *mut _, len, libc::MADV_RANDOM) },
+        0
+    );
+    let lock = |off: u64, n: u64| {
+        let r = unsafe { libc::mlock(base.add(off as usize) as *const _, n as usize) };
+        assert_eq!(r, 0, "mlock: {}", std::io::Error::last_os_error());
+    };
     // Every 7th page of the first 2000, and a 3 MiB stretch near the end.
     let mut expect = 0u64;
-    let mut buf = vec![0u8; 3 << 20];
     for i in (0..2000).step_by(7) {
-        f.read_exact_at(&mut buf[..4096], i * ps).unwrap();
+        lock(i * ps, ps);
         expect += 1;
     }
-    f.read_exact_at(&mut buf, 590 << 20).unwrap();
+    lock(590 << 20, 3 << 20);
     expect += 768;
     let opts = WhereOptions {
         range: None,
@@ -48,4 +68,5 @@ fn pagemap_and_move_pages_agree_across_threads() {
         assert_eq!(m[9].len, 24 << 20);
     }
     assert_eq!(a.nodes, b.nodes);
+    unsafe { libc::munmap(base as *mut _, len) };
 }
