@@ -10,8 +10,9 @@
 //! 2. faults in only resident pages with `MADV_POPULATE_READ` (no SIGBUS if the file
 //!    shrinks): one page per 64 KiB fault-around block, since the kernel's fault-around then
 //!    maps the block's other cached pages without I/O; pages it skipped are faulted in one
-//!    by one after the query. The mapping is `MADV_RANDOM`, so a fault never starts
-//!    readahead;
+//!    by one after the query, if a second `mincore` still calls them resident. The mapping
+//!    is `MADV_RANDOM`, so a fault never starts readahead (not even async readahead on a
+//!    readahead-marked page);
 //! 3. asks where each of those pages is: from `/proc/self/pagemap` frame numbers when the
 //!    caller may read them (root; see [`crate::pfn`]), else with `move_pages(2)` (batched,
 //!    `nodes == NULL`). A page evicted after the touch is not present any more (`-ENOENT`)
