@@ -213,6 +213,7 @@ step warm1 numaio warm --node 1 --json $D/w1.bin
 step fp_after filepages
 step where_w1 numaio where --json $D/w1.bin
 step where_w1_mp env NUMAIO_PAGE_QUERY=move_pages numaio where --json $D/w1.bin
+step where_w1_range numaio where --json --range 1M:2M $D/w1.bin
 step membind0 sh -c "numactl --membind=0 cat $D/mem.bin > /dev/null"
 step where_mem0 numaio where --json $D/mem.bin
 step warm_mem numaio warm --node 1 --json $D/mem.bin
@@ -276,6 +277,10 @@ step where_nb numaio where --json $D/nb.bin
         one_node(1, PAGES),
         "move_pages route disagrees with the pagemap route"
     );
+    let r = s.where1("where_w1_range");
+    assert_eq!(r["pages"].as_u64(), Some(512), "{r}");
+    assert_eq!(r["range"]["offset"].as_u64(), Some(1 << 20), "{r}");
+    assert_eq!(nodes(&r["nodes"]), one_node(1, 512), "{r}");
     let (b, a) = (
         file_pages(&s.ok("fp_before").text),
         file_pages(&s.ok("fp_after").text),
