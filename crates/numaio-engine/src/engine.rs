@@ -476,6 +476,25 @@ impl Drop for Engine {
     }
 }
 
+/// One iovec per run of buffers that are adjacent in memory (fewer, larger segments for
+/// the device; slots handed out in order are often adjacent).
+fn merged_iovecs(bufs: impl Iterator<Item = *mut u8>, bs: usize) -> Vec<libc::iovec> {
+    let mut v: Vec<libc::iovec> = Vec::new();
+    for p in bufs {
+        if let Some(last) = v.last_mut() {
+            if (last.iov_base as usize) + last.iov_len == p as usize {
+                last.iov_len += bs;
+                continue;
+            }
+        }
+        v.push(libc::iovec {
+            iov_base: p as *mut _,
+            iov_len: bs,
+        });
+    }
+    v
+}
+
 fn pin_self(cpus: &[u32]) {
     // CPU-less nodes have no CPUs to pin to; a failed pin only costs locality.
     if !cpus.is_empty() {
@@ -716,13 +735,7 @@ impl Inner {
             let mut comps = Vec::new();
             for run in runs.clone() {
                 let slice = &self.slices[run[0].0];
-                let iovecs = run
-                    .iter()
-                    .map(|&(_, _, slot)| libc::iovec {
-                        iov_base: slice.buf_ptr(slot) as *mut _,
-                        iov_len: bs,
-                    })
-                    .collect();
+                let iovecs = merged_iovecs(run.iter().map(|&(_, _, slot)| slice.buf_ptr(slot)), bs);
                 let req = IoRequest {
                     kind,
                     fd,
@@ -868,13 +881,7 @@ impl Inner {
             }
             let run: Vec<SlotId> = loads[i..j].iter().map(|l| l.2).collect();
             let slice = self.slices[loads[i].0].clone();
-            let iovecs = run
-                .iter()
-                .map(|&slot| libc::iovec {
-                    iov_base: slice.buf_ptr(slot) as *mut _,
-                    iov_len: self.bs,
-                })
-                .collect();
+            let iovecs = merged_iovecs(run.iter().map(|&slot| slice.buf_ptr(slot)), self.bs);
             let req = IoRequest {
                 kind: IoKind::Read,
                 fd: f.fd(),

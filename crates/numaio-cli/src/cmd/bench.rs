@@ -111,6 +111,9 @@ pub struct BenchArgs {
     /// Engine: I/O queue depth per slice worker.
     #[arg(long, default_value_t = 64)]
     pub queue_depth: u32,
+    /// Engine: cache block size (power of two, >= 4K for O_DIRECT).
+    #[arg(long, default_value = "4K", value_parser = size_arg)]
+    pub block_size: u64,
     /// Engine: read ahead on sequential reads.
     #[arg(long)]
     pub readahead: bool,
@@ -360,7 +363,10 @@ fn run_engine(a: &BenchArgs) -> anyhow::Result<BenchResult> {
         hit_gating: !a.no_hit_gating,
         io_workers_per_slice: a.io_workers.max(1),
         readahead: a.readahead,
-        max_io_blocks: ((1 << 20) / 4096usize).max((a.bs / 4096) as usize),
+        block_size: a.block_size as usize,
+        max_io_blocks: ((1usize << 20) / a.block_size.max(512) as usize)
+            .max((a.bs / a.block_size.max(512)) as usize)
+            .max(1),
         ..Default::default()
     };
     let numa = super::bench_numa::apply_if_active(&mut cfg, &a.numa)?;
