@@ -163,9 +163,13 @@ fn human(v: &serde_json::Value) -> String {
             )
         }
         Some("interval") => format!(
-            "#{} scanned {} processes, {} I/O-active, {} decision(s), {} action(s), {:.1} ms CPU",
+            "#{} scanned {} processes{}, {} I/O-active, {} decision(s), {} action(s), {:.1} ms CPU",
             v["iteration"],
             v["scanned"],
+            match v["unreadable"].as_u64() {
+                Some(n) if n > 0 => format!(" ({n} unreadable: run as root to see them)"),
+                _ => String::new(),
+            },
             v["io_active"],
             v["decisions"],
             v["actions"],
