@@ -28,8 +28,8 @@ pub enum LabError {
         stderr: String,
         console_tail: String,
     },
-    #[error("the lab guest stopped before the scenario finished (kernel panic, crash or power-off in the scenario)\n--- console tail ---\n{console_tail}")]
-    GuestDied { console_tail: String },
+    #[error("the lab guest stopped before the scenario {}: kernel panic, crash or power-off\n--- console tail ---\n{console_tail}", if *started { "finished" } else { "started" })]
+    GuestDied { started: bool, console_tail: String },
     #[error("lab guest timed out after {secs} s (killed); the scenario {phase}.\n--- console tail ---\n{console_tail}")]
     Timeout {
         secs: u64,
@@ -55,7 +55,7 @@ impl LabError {
         match self {
             LabError::QemuFailed { console_tail, .. }
             | LabError::Timeout { console_tail, .. }
-            | LabError::GuestDied { console_tail } => Some(console_tail),
+            | LabError::GuestDied { console_tail, .. } => Some(console_tail),
             _ => None,
         }
     }

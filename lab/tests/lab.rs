@@ -112,3 +112,22 @@ fn long_output_arrives_complete() {
     let nums: Vec<u32> = out.output.lines().map(|l| l.parse().unwrap()).collect();
     assert_eq!(nums, (1..=20000).collect::<Vec<u32>>());
 }
+
+#[test]
+#[ignore = "lab: needs QEMU and the lab kernel; run by scripts/test.sh"]
+fn boot_panic_is_reported_with_the_panic() {
+    // no /init to run: the kernel panics before the scenario can start
+    let err = Scenario::new(LabTopology::uniform(1), "true")
+        .kernel_arg("rdinit=/nonexistent")
+        .timeout(Duration::from_secs(60))
+        .run()
+        .expect_err("a guest without init cannot succeed");
+    assert!(
+        matches!(err, LabError::GuestDied { started: false, .. }),
+        "{err}"
+    );
+    assert!(
+        err.console_tail().unwrap().contains("Kernel panic"),
+        "{err}"
+    );
+}
