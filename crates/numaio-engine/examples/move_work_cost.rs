@@ -118,8 +118,10 @@ fn main() {
         let mut buf = vec![0u8; bs];
         let mut res = serde_json::Map::new();
         res.insert("bs".into(), bs.into());
-        let cases: [(&str, &str, &str, Duration, bool); 5] = [
+        let cases: [(&str, &str, &str, Duration, bool); 7] = [
             ("hit", "fixed:0", "none", Duration::ZERO, false),
+            ("hit+acct", "fixed:0", "none", Duration::ZERO, true),
+            ("hit2", "fixed:0", "none", Duration::ZERO, false),
             (
                 "hit+hook",
                 "fixed:0",
