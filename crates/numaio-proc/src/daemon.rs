@@ -310,11 +310,16 @@ impl<'a> Daemon<'a> {
     /// Carries out one decision. The pid is re-checked first so a reused pid is never moved.
     fn execute(&mut self, d: &Decision) -> ProcResult<serde_json::Value> {
         let st = procfs::read_stat(d.pid)?;
-        if st.start_ticks != d.start_ticks {
+        // A zombie has exited; only its parent has not collected it yet.
+        if st.start_ticks != d.start_ticks || matches!(st.state, 'Z' | 'X') {
             return Err(ProcError::Gone { pid: d.pid });
         }
         if let Some(t) = self.act_delay {
             std::thread::sleep(t);
+            let st = procfs::read_stat(d.pid)?;
+            if matches!(st.state, 'Z' | 'X') {
+                return Err(ProcError::Gone { pid: d.pid });
+            }
         }
         match &d.action {
             Some(Action::FollowData {
@@ -517,7 +522,14 @@ mod tests {
             .execute(&decision(pid, st + 1, follow.clone()))
             .unwrap_err()
             .is_gone());
+        // Killed but not yet collected (a zombie): gone too.
         child.kill().unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(procfs::read_stat(pid).unwrap().state, 'Z');
+        assert!(d
+            .execute(&decision(pid, st, follow.clone()))
+            .unwrap_err()
+            .is_gone());
         child.wait().unwrap();
         assert!(d.execute(&decision(pid, st, follow)).unwrap_err().is_gone());
     }

@@ -161,6 +161,9 @@ pub fn pin(topo: &Topology, pid: i32, node: u32, migrate: bool) -> ProcResult<Pi
         return Err(ProcError::Refused { pid, why });
     }
     let st = procfs::read_stat(pid)?;
+    if matches!(st.state, 'Z' | 'X') {
+        return Err(ProcError::Gone { pid });
+    }
     let cpuset = procfs::cpuset_cpus(pid);
     let cpus = target_cpus(topo, node, cpuset.as_deref())?;
     if migrate {

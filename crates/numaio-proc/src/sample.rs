@@ -22,6 +22,8 @@ pub struct LightSample {
     pub comm: String,
     pub start_ticks: u64,
     pub kernel_thread: bool,
+    /// Exited, not yet collected by its parent.
+    pub zombie: bool,
     pub cpu_ticks: u64,
     /// `None` when /proc/PID/io is not readable (another user's process, not root).
     pub io: Option<Io>,
@@ -39,6 +41,7 @@ pub fn light(pid: i32) -> ProcResult<LightSample> {
         pid,
         ppid: st.ppid,
         kernel_thread: st.is_kernel_thread(),
+        zombie: matches!(st.state, 'Z' | 'X'),
         comm: st.comm,
         start_ticks: st.start_ticks,
         cpu_ticks: st.cpu_ticks,
@@ -513,7 +516,7 @@ impl Scanner {
                 }
             };
             res.scanned += 1;
-            if cur.kernel_thread || (opts.pids.is_none() && pid == me) {
+            if cur.kernel_thread || cur.zombie || (opts.pids.is_none() && pid == me) {
                 continue;
             }
             if cur.io.is_none() {
