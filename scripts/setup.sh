@@ -67,8 +67,17 @@ else
     say "fetching guest kernel $pkg"
     mkdir -p "$CACHE/debs" "$CACHE/kernel"
     chmod 755 "$CACHE" "$CACHE/debs"  # apt's _apt user may write here
-    (cd "$CACHE/debs" && apt-get download -q "$pkg" 2>&1 | grep -v "^W: Download is performed unsandboxed" || true)
+    download() { (cd "$CACHE/debs" && apt-get download -q "$pkg" 2>&1 | grep -v "^W: Download is performed unsandboxed" || true); }
+    download
     deb="$(ls "$CACHE/debs/${pkg}"_*.deb 2>/dev/null | head -1)"
+    if [ -z "$deb" ] && [ "$apt_updated" -eq 0 ]; then
+        say "download failed; refreshing apt lists and retrying"
+        $SUDO apt-get update -qq
+        pkg="$(kpkg)"
+        dest="$CACHE/kernel/$pkg"
+        download
+        deb="$(ls "$CACHE/debs/${pkg}"_*.deb 2>/dev/null | head -1)"
+    fi
     [ -n "$deb" ] || die "apt-get download $pkg produced no .deb in $CACHE/debs"
     tmp="$CACHE/kernel/$pkg.$$.tmp"
     rm -rf "$tmp"
