@@ -139,6 +139,8 @@ pub struct Common {
     /// Bytes per file.
     pub size: u64,
     pub duration: Duration,
+    /// `--warm true|false` of the core bench (default: see `NumaBenchArgs::no_warm`).
+    pub warm: Option<bool>,
     pub cfg: EngineConfig,
 }
 
@@ -207,6 +209,10 @@ pub fn run_bench(b: &super::bench::BenchArgs) -> anyhow::Result<std::process::Ex
         policy,
         queue_depth: b.queue_depth,
         direct_io: !b.no_direct,
+        hit_gating: !b.no_hit_gating,
+        io_workers_per_slice: b.io_workers.max(1),
+        readahead: b.readahead,
+        block_size: b.block_size as usize,
         ..Default::default()
     };
     let c = Common {
@@ -216,6 +222,7 @@ pub fn run_bench(b: &super::bench::BenchArgs) -> anyhow::Result<std::process::Ex
         threads: Some(b.threads.max(files as usize)),
         size: b.size,
         duration: Duration::from_secs_f64(b.duration),
+        warm: b.warm,
         cfg,
     };
     let v = run_files(&c, a)?;
@@ -353,7 +360,10 @@ pub fn run_files(c: &Common, a: &NumaBenchArgs) -> anyhow::Result<Value> {
         .collect();
     let spread = a.pin == "spread";
     let blocks = c.size / bs as u64;
-    let warm = !write && !a.no_warm;
+    // first-reader: a warming thread would become every block's first reader.
+    let warm = !write
+        && c.warm
+            .unwrap_or(!a.no_warm && opts.move_work != MoveWork::FirstReader);
     if warm {
         // In a thread of its own: work moving may re-pin the warming thread, and threads
         // inherit their creator's affinity.
@@ -582,6 +592,7 @@ mod tests {
             threads: None,
             size: 256 << 10,
             duration: Duration::from_millis(200),
+            warm: None,
             cfg: EngineConfig {
                 cache_bytes: 8 << 20,
                 slices: Some(2),
