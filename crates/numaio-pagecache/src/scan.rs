@@ -5,21 +5,20 @@
 //! non-resident page in. Per window (1 GiB of file, so a huge file needs no huge mapping)
 //! and per batch (16 MiB) it:
 //!
-//! 1. asks `mincore(2)` which pages are resident, right before touching them, so that the
-//!    window in which a page can be evicted between check and touch is one batch long;
+//! 1. asks `mincore(2)` which pages of the batch are resident;
 //! 2. faults in only resident pages with `MADV_POPULATE_READ` (no SIGBUS if the file
 //!    shrinks): one page per 64 KiB fault-around block, since the kernel's fault-around then
-//!    maps the block's other cached pages without I/O; pages it skipped are faulted in one
-//!    by one after the query, if a second `mincore` still calls them resident. The mapping
-//!    is `MADV_RANDOM`, so a fault never starts readahead (not even async readahead on a
-//!    readahead-marked page);
+//!    maps the block's other cached pages without I/O (it never reads); pages it skipped
+//!    are faulted in one by one after the query. Each page we fault is checked with a
+//!    one-page `mincore` immediately before. The mapping is `MADV_RANDOM`, so a fault
+//!    never starts readahead (not even async readahead on a readahead-marked page);
 //! 3. asks where each of those pages is: from `/proc/self/pagemap` frame numbers when the
 //!    caller may read them (root; see [`crate::pfn`]), else with `move_pages(2)` (batched,
 //!    `nodes == NULL`). A page evicted after the touch is not present any more (`-ENOENT`)
 //!    and is counted as evicted during the query.
 //!
-//! Residual race, stated honestly: a page evicted between step 1 and step 2 of its batch is
-//! read back in by the fault (one page, no readahead). Such reads are major faults; the scan
+//! Residual race, stated honestly: a page evicted in the gap between its one-page `mincore`
+//! and the fault that follows is read back in (one page, no readahead). Such reads are major faults; the scan
 //! counts them from `getrusage(RUSAGE_THREAD)` and reports them (`read_in_during_query`).
 
 use crate::error::PagecacheError;
@@ -178,28 +177,16 @@ pub(crate) fn scan(
                 };
                 status = node_query(f, &mut pfn, base, n, b0, &pages, &addrs, &mut pm)?;
                 // Fault-around skips some cached pages (e.g. readahead-marked ones): fault
-                // those in one by one and ask again — but only those mincore still calls
-                // resident, since a page evicted since the first check would be read back.
-                let mut missing: Vec<usize> = (0..pages.len())
+                // those in one by one, each re-checked right before, and ask again.
+                let missing: Vec<usize> = (0..pages.len())
                     .filter(|&i| status[i] == PageStatus::NotPresent)
                     .collect();
                 if !missing.is_empty() {
-                    // SAFETY: as for the first mincore of this batch.
-                    let r = unsafe {
-                        libc::mincore(base as *mut libc::c_void, n * ps as usize, vec.as_mut_ptr())
-                    };
-                    if r != 0 {
-                        return Err(PagecacheError::io(
-                            &f.path,
-                            "mincore",
-                            std::io::Error::last_os_error(),
-                        ));
-                    }
-                    missing.retain(|&i| vec[(pages[i] - b0) as usize] & 1 != 0);
-                }
-                if !missing.is_empty() {
                     for &i in &missing {
-                        populate(addrs[i] as *mut u8, ps as usize);
+                        let addr = addrs[i] as *mut u8;
+                        if resident_now(addr, ps as usize) {
+                            populate(addr, ps as usize);
+                        }
                     }
                     let mp: Vec<u64> = missing.iter().map(|&i| pages[i]).collect();
                     let ma: Vec<*const u8> = missing.iter().map(|&i| addrs[i]).collect();
@@ -306,7 +293,7 @@ const FAULT_AROUND: usize = 64 << 10;
 /// cached pages without I/O, so most pages need no work of ours. Returns false if
 /// MADV_POPULATE_READ is missing (then [`touch_runs`] is used).
 fn touch_sparse(vec: &[u8], base: *mut u8, ps: usize) -> bool {
-    let mut last_block = usize::MAX;
+    let mut done_block = usize::MAX;
     for (i, &v) in vec.iter().enumerate() {
         if v & 1 == 0 {
             continue;
@@ -314,24 +301,41 @@ fn touch_sparse(vec: &[u8], base: *mut u8, ps: usize) -> bool {
         // SAFETY: inside the batch.
         let addr = unsafe { base.add(i * ps) };
         let block = addr as usize / FAULT_AROUND;
-        if block != last_block {
-            last_block = block;
-            if !populate(addr, ps) {
-                touch_runs(vec, base, ps);
-                return false;
-            }
+        if block == done_block {
+            continue;
+        }
+        // Check this very page again right before faulting it: the evict-then-read race
+        // shrinks to the gap between two system calls. If it is gone, try the block's next
+        // cached page.
+        if !resident_now(addr, ps) {
+            continue;
+        }
+        done_block = block;
+        if !populate(addr, ps) {
+            touch_runs(vec, base, ps);
+            return false;
         }
     }
     true
+}
+
+/// Whether the page at `addr` (in our mapping) is resident right now.
+fn resident_now(addr: *mut u8, ps: usize) -> bool {
+    let mut v = 0u8;
+    // SAFETY: one page of our own mapping; v receives one byte.
+    let r = unsafe { libc::mincore(addr as *mut libc::c_void, ps, &mut v) };
+    r == 0 && v & 1 != 0
 }
 
 /// Touches every resident page by reading a byte (kernels before 5.14, which lack
 /// MADV_POPULATE_READ). A concurrent truncate could raise SIGBUS here.
 fn touch_runs(vec: &[u8], base: *mut u8, ps: usize) -> bool {
     for (i, &v) in vec.iter().enumerate() {
-        if v & 1 != 0 {
+        // SAFETY: the page is inside the mapping.
+        let addr = unsafe { base.add(i * ps) };
+        if v & 1 != 0 && resident_now(addr, ps) {
             // SAFETY: the page is inside the mapping and was within the file's size.
-            unsafe { std::ptr::read_volatile(base.add(i * ps)) };
+            unsafe { std::ptr::read_volatile(addr) };
         }
     }
     false
