@@ -16,6 +16,24 @@
 //! * [`target`]: placement targets ([`Target`]) and the node each page should be on.
 //! * [`file`]: read-only opening with clear errors, and directory walking.
 //!
+//! ```no_run
+//! use numaio_pagecache::{file_residency, move_file, warm_file, MoveOptions, Target,
+//!                        WarmOptions, WhereOptions};
+//! use std::path::Path;
+//!
+//! let f = Path::new("/data/table.bin");
+//! let r = file_residency(f, &WhereOptions::default())?;
+//! println!("{} of {} pages cached, per node {:?}", r.resident_pages, r.pages, r.nodes);
+//! // Put every page on node 1 (read what is missing, migrate what sits elsewhere), verified:
+//! let w = warm_file(f, &Target::Node(1), WarmOptions::default())?;
+//! assert!(w.target_reached);
+//! // Or only migrate what is cached, 1 MiB stripes over nodes 0 and 2:
+//! let stripe = Target::Stripe { nodes: vec![0, 2], chunk: 1 << 20 };
+//! let m = move_file(f, &stripe, &MoveOptions::default())?;
+//! println!("moved {}, mapped by others {}", m.moved, m.mapped_by_others);
+//! # Ok::<(), numaio_pagecache::PagecacheError>(())
+//! ```
+//!
 //! No function here opens a file for writing or changes file contents. `mincore` tells the
 //! truth only for files the caller owns or can write, or for root
 //! ([`FileResidency::mincore_truthful`]).
