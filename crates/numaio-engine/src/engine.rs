@@ -598,7 +598,7 @@ impl Inner {
                 }
             };
             debug_assert!(hit);
-            SliceCounters::add(&slice.counters.hits, 1);
+            slice.counters.hits.add(1);
             slice.note_hit(slot);
             if word & LOADING != 0 {
                 SliceCounters::add(&slice.counters.clashed, 1);

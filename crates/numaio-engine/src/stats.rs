@@ -4,10 +4,27 @@
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// A counter split over cache-line-padded stripes picked by thread, so that threads hitting
+/// the same slice do not bounce one cache line on every hit.
+#[derive(Default, Debug)]
+pub struct StripedCounter {
+    stripes: [crate::policy::Padded<AtomicU64>; 8],
+}
+
+impl StripedCounter {
+    #[inline]
+    pub fn add(&self, n: u64) {
+        self.stripes[crate::policy::thread_stripe() % 8].fetch_add(n, Ordering::Relaxed);
+    }
+    pub fn get(&self) -> u64 {
+        self.stripes.iter().map(|s| s.load(Ordering::Relaxed)).sum()
+    }
+}
+
 #[derive(Default, Debug)]
 #[repr(align(128))]
 pub struct SliceCounters {
-    pub hits: AtomicU64,
+    pub hits: StripedCounter,
     pub misses: AtomicU64,
     /// Requests that found their block under I/O and waited for it (Jericho's "clashed").
     pub clashed: AtomicU64,
@@ -53,7 +70,7 @@ pub struct SliceStats {
 impl SliceStats {
     pub fn fill(&mut self, c: &SliceCounters) {
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        self.hits = l(&c.hits);
+        self.hits = c.hits.get();
         self.misses = l(&c.misses);
         self.clashed = l(&c.clashed);
         self.stalled = l(&c.stalled);
