@@ -22,19 +22,19 @@
 //! tested with a fake cache and synthetic topologies.
 
 pub mod cache;
+pub mod config;
+pub mod daemon;
 pub mod error;
+pub mod guards;
 pub mod locality;
+pub mod metrics;
+pub mod near;
 mod pagecache_glue;
+pub mod pin;
+pub mod policy;
 pub mod procfs;
 pub mod sample;
 
 pub use cache::{CacheOps, FileNodes, MoveOutcome, PageCache};
 pub use error::{ProcError, ProcResult};
 pub use sample::{ProcessView, ScanOptions, Scanner};
-pub mod config;
-pub mod daemon;
-pub mod guards;
-pub mod metrics;
-pub mod near;
-pub mod pin;
-pub mod policy;
