@@ -46,8 +46,10 @@ pub struct NumaBenchArgs {
     /// migrate-thread: also restrict the parent process.
     #[arg(long)]
     pub move_parent: bool,
-    /// Start thread i on node i mod (nodes with CPUs) (default: leave threads unpinned).
-    #[arg(long, value_name = "none|spread", default_value = "none")]
+    /// Start threads pinned to a node: `spread` puts thread i on node i mod (nodes with
+    /// CPUs), `blocks` puts consecutive threads on the same node (8 threads on 4 nodes: 2 per
+    /// node, threads 0-1 on the first). Work moving may re-pin them. Default: unpinned.
+    #[arg(long, value_name = "none|spread|blocks", default_value = "none")]
     pub pin: String,
     /// Thread i alternates between file i and file i+1 every B requests.
     #[arg(long, value_name = "B")]
@@ -123,8 +125,11 @@ impl NumaBenchArgs {
         if let Some(d) = &self.dir {
             o.root = Some(d.clone());
         }
-        if !matches!(self.pin.as_str(), "none" | "spread") {
-            bail!("invalid --pin {:?} (expected none | spread)", self.pin);
+        if !matches!(self.pin.as_str(), "none" | "spread" | "blocks") {
+            bail!(
+                "invalid --pin {:?} (expected none | spread | blocks)",
+                self.pin
+            );
         }
         Ok(o)
     }
@@ -358,7 +363,7 @@ pub fn run_files(c: &Common, a: &NumaBenchArgs) -> anyhow::Result<Value> {
         .filter(|n| !n.cpus.is_empty())
         .map(|n| n.id)
         .collect();
-    let spread = a.pin == "spread";
+    let pin = a.pin.clone();
     let blocks = c.size / bs as u64;
     // first-reader: a warming thread would become every block's first reader.
     let warm = !write
@@ -394,11 +399,22 @@ pub fn run_files(c: &Common, a: &NumaBenchArgs) -> anyhow::Result<Value> {
     let results: Vec<ThreadResult> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..nthreads)
             .map(|t| {
-                let (handles, cpus, cpu_nodes, stop, acc) =
-                    (&handles, &cpus, &cpu_nodes, &stop, parts.accounting.clone());
+                let (handles, cpus, cpu_nodes, stop, acc, pin) = (
+                    &handles,
+                    &cpus,
+                    &cpu_nodes,
+                    &stop,
+                    parts.accounting.clone(),
+                    &pin,
+                );
                 s.spawn(move || -> anyhow::Result<ThreadResult> {
-                    if spread && !cpu_nodes.is_empty() {
-                        let node = cpu_nodes[t % cpu_nodes.len()];
+                    let n = cpu_nodes.len();
+                    let node = match pin.as_str() {
+                        "spread" if n > 0 => Some(cpu_nodes[t % n]),
+                        "blocks" if n > 0 => Some(cpu_nodes[(t * n / nthreads).min(n - 1)]),
+                        _ => None,
+                    };
+                    if let Some(node) = node {
                         migrate_current_thread(cpus, node, false)
                             .with_context(|| format!("pinning thread {t} to node {node}"))?;
                     }
