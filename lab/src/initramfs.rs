@@ -27,7 +27,7 @@ pub const GUEST_DISK_FLAG: &str = "/etc/numaio-lab/disk";
 pub const GUEST_MODULES_DIR: &str = "/lib/modules/numaio-lab";
 
 /// Bumped whenever the base archive's layout or /init changes, to invalidate caches.
-const BASE_LAYOUT_VERSION: u32 = 3;
+const BASE_LAYOUT_VERSION: u32 = 4;
 
 /// The guest's /init.
 pub const INIT: &str = r#"#!/bin/sh
@@ -242,6 +242,8 @@ pub fn base(cache: &Path, kernel: &Kernel) -> LabResult<PathBuf> {
     }
     cached_or_build(cache, "base", h.finish(), || {
         let mut c = Cpio::new();
+        // the rootfs root would otherwise be world-writable (1777)
+        c.dir(".", 0o755);
         for d in [
             "proc",
             "sys",
