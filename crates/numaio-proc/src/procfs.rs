@@ -175,7 +175,11 @@ pub fn parse_maps_files(text: &str) -> Vec<PathBuf> {
         let perms = it.nth(1).unwrap_or("");
         let inode = it.nth(2).unwrap_or("0");
         let path = it.next().unwrap_or("").trim_start();
-        if inode == "0" || !path.starts_with('/') || path.ends_with(" (deleted)") {
+        if inode == "0"
+            || !path.starts_with('/')
+            || path.ends_with(" (deleted)")
+            || is_pseudo(Path::new(path))
+        {
             continue;
         }
         let p = PathBuf::from(path);
@@ -291,6 +295,11 @@ pub fn thread_processors(pid: i32) -> ProcResult<Vec<(i32, u32)>> {
     Ok(out)
 }
 
+/// Files of /proc and /sys look regular but have no page cache.
+fn is_pseudo(p: &Path) -> bool {
+    p.starts_with("/proc") || p.starts_with("/sys")
+}
+
 /// One regular file the process has open through a descriptor.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OpenFd {
@@ -314,7 +323,10 @@ pub fn open_files(pid: i32) -> ProcResult<Vec<OpenFd>> {
         let Ok(target) = std::fs::read_link(ent.path()) else {
             continue;
         };
-        if !target.is_absolute() || target.to_string_lossy().ends_with(" (deleted)") {
+        if !target.is_absolute()
+            || target.to_string_lossy().ends_with(" (deleted)")
+            || is_pseudo(&target)
+        {
             continue;
         }
         // metadata through the fd link: the open file itself, even if renamed since.

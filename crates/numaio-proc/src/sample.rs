@@ -37,7 +37,11 @@ pub fn light(pid: i32) -> ProcResult<LightSample> {
         Err(ProcError::Gone { pid }) => return Err(ProcError::Gone { pid }),
         Err(_) => None,
     };
-    Ok(LightSample {
+    Ok(light_from(pid, st, io))
+}
+
+fn light_from(pid: i32, st: procfs::Stat, io: Option<Io>) -> LightSample {
+    LightSample {
         pid,
         ppid: st.ppid,
         kernel_thread: st.is_kernel_thread(),
@@ -47,7 +51,78 @@ pub fn light(pid: i32) -> ProcResult<LightSample> {
         cpu_ticks: st.cpu_ticks,
         io,
         at: Instant::now(),
-    })
+    }
+}
+
+/// Open `/proc/PID/{stat,io}` descriptors kept across scans: re-reading a held seq file
+/// with `pread` at offset 0 regenerates it without the path walk and open that dominate a
+/// light sample. A held descriptor keeps pointing at *its* process: once that exits, reads
+/// fail with `ESRCH`, so a reused pid is never mistaken for the old process.
+struct ProcHandles {
+    files: HashMap<i32, (std::fs::File, Option<std::fs::File>)>,
+    cap: usize,
+    buf: Vec<u8>,
+}
+
+impl ProcHandles {
+    fn new() -> Self {
+        // Two descriptors per process, within half the soft limit on open files.
+        let mut rl = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes into the struct we own.
+        let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } == 0 {
+            rl.rlim_cur as usize
+        } else {
+            1024
+        };
+        ProcHandles {
+            files: HashMap::new(),
+            cap: (soft / 4).min(16384),
+            buf: vec![0; 4096],
+        }
+    }
+
+    fn read(&mut self, f: &std::fs::File) -> std::io::Result<Option<String>> {
+        use std::os::unix::fs::FileExt;
+        let n = f.read_at(&mut self.buf, 0)?;
+        // A page-sized answer may be cut; the caller then reads the file the normal way.
+        Ok((n < self.buf.len()).then(|| String::from_utf8_lossy(&self.buf[..n]).into_owned()))
+    }
+
+    fn sample(&mut self, pid: i32) -> ProcResult<LightSample> {
+        if let Some((st_f, io_f)) = self.files.remove(&pid) {
+            let st = self
+                .read(&st_f)
+                .ok()
+                .flatten()
+                .and_then(|t| procfs::parse_stat(&t));
+            if let Some(st) = st {
+                let io = io_f
+                    .as_ref()
+                    .and_then(|f| self.read(f).ok().flatten())
+                    .map(|t| procfs::parse_io(&t));
+                self.files.insert(pid, (st_f, io_f));
+                return Ok(light_from(pid, st, io));
+            }
+            // Exited (ESRCH) or odd: drop the handles, look at the pid afresh.
+        }
+        let s = light(pid)?;
+        if self.files.len() < self.cap {
+            if let Ok(st_f) = std::fs::File::open(format!("/proc/{pid}/stat")) {
+                let io_f =
+                    s.io.and_then(|_| std::fs::File::open(format!("/proc/{pid}/io")).ok());
+                self.files.insert(pid, (st_f, io_f));
+            }
+        }
+        Ok(s)
+    }
+
+    /// Closes the handles of processes not seen in the last scan.
+    fn retain(&mut self, seen: &std::collections::HashSet<i32>) {
+        self.files.retain(|pid, _| seen.contains(pid));
+    }
 }
 
 /// The expensive part of a process's state.
@@ -469,10 +544,20 @@ pub struct ScanResult {
 }
 
 /// Keeps the previous sample of each process so rates and offset movements can be computed.
-#[derive(Default)]
 pub struct Scanner {
     prev: HashMap<i32, Prev>,
     pub memo: ResidencyMemo,
+    handles: ProcHandles,
+}
+
+impl Default for Scanner {
+    fn default() -> Self {
+        Scanner {
+            prev: HashMap::new(),
+            memo: ResidencyMemo::default(),
+            handles: ProcHandles::new(),
+        }
+    }
 }
 
 impl Scanner {
@@ -483,8 +568,8 @@ impl Scanner {
     /// A scanner that reuses residency answers for `ttl`.
     pub fn with_residency_ttl(ttl: std::time::Duration) -> Self {
         Scanner {
-            prev: HashMap::new(),
             memo: ResidencyMemo::with_ttl(ttl),
+            ..Self::default()
         }
     }
 
@@ -501,11 +586,15 @@ impl Scanner {
         };
         let me = std::process::id() as i32;
         let mut res = ScanResult::default();
+        let mut seen = std::collections::HashSet::with_capacity(pids.len());
         self.memo.expire();
         let mut next: HashMap<i32, Prev> = HashMap::with_capacity(pids.len());
         for pid in pids {
-            let cur = match light(pid) {
-                Ok(s) => s,
+            let cur = match self.handles.sample(pid) {
+                Ok(s) => {
+                    seen.insert(pid);
+                    s
+                }
                 Err(ProcError::Gone { .. }) => {
                     res.gone += 1;
                     continue;
@@ -575,6 +664,7 @@ impl Scanner {
             );
         }
         res.residency_queries = self.memo.queries;
+        self.handles.retain(&seen);
         self.prev = next;
         res
     }
@@ -654,8 +744,29 @@ mod tests {
             .iter()
             .map(|(&n, &p)| (n, p * w.page_size))
             .collect();
-        assert_eq!(fv.nodes, want);
+        assert_eq!(fv.nodes, want, "{:?}", fv.error);
         assert_eq!(fv.size_bytes, 256 << 10);
         assert!(fv.cached_bytes > 0);
+    }
+
+    /// Held /proc descriptors follow their process and report its exit.
+    #[test]
+    fn held_handles_track_exit() {
+        let mut h = ProcHandles::new();
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        let a = h.sample(pid).unwrap();
+        assert!(h.files.contains_key(&pid));
+        let b = h.sample(pid).unwrap();
+        assert_eq!(a.start_ticks, b.start_ticks);
+        assert_eq!(b.comm, "sleep");
+        assert!(b.io.is_some());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(matches!(h.sample(pid), Err(ProcError::Gone { .. })));
+        assert!(!h.files.contains_key(&pid));
     }
 }

@@ -199,8 +199,25 @@ fn human(v: &serde_json::Value) -> String {
     }
 }
 
+/// Raises the soft limit on open files toward the hard one: the scanner keeps two /proc
+/// descriptors per process open between intervals.
+fn raise_nofile_limit() {
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit read and write the struct we own.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) == 0 && rl.rlim_cur < rl.rlim_max {
+            rl.rlim_cur = rl.rlim_max.min(65536);
+            libc::setrlimit(libc::RLIMIT_NOFILE, &rl);
+        }
+    }
+}
+
 pub fn run(a: DaemonArgs) -> anyhow::Result<ExitCode> {
     let cfg = build_config(&a)?;
+    raise_nofile_limit();
     let metrics = match &cfg.metrics {
         Some(addr) => {
             let m = Arc::new(Metrics::new());
