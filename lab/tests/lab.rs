@@ -7,13 +7,14 @@ use std::time::{Duration, Instant};
 #[test]
 #[ignore = "lab: needs QEMU and the lab kernel; run by scripts/test.sh"]
 fn status_output_and_nobody() {
-    let script =
-        "echo first line\necho to-stderr >&2\nas-nobody id -u\nprintf 'no newline'\nexit 7\n";
+    let script = "echo first line\necho to-stderr >&2\nas-nobody id -u\n\
+        as-nobody touch /x 2>/dev/null && echo root-writable || echo root-protected\n\
+        printf 'no newline'\nexit 7\n";
     let out = Scenario::new(LabTopology::uniform(2), script).must_run();
     assert_eq!(out.exit_code, 7, "{}", out.report());
     assert_eq!(
         out.output,
-        "first line\nto-stderr\n65534\nno newline",
+        "first line\nto-stderr\n65534\nroot-protected\nno newline",
         "{}",
         out.report()
     );
