@@ -211,6 +211,7 @@ fn gettid() -> i32 {
 /// Bang's context-switch monitor (Algorithms 4.1 and 4.2) over the registered I/O threads.
 #[derive(Debug)]
 pub struct CtxSwitchMonitor {
+    id: u64,
     interval: Duration,
     state: Mutex<MonState>,
 }
@@ -227,7 +228,9 @@ struct MonState {
 
 impl CtxSwitchMonitor {
     pub fn new(interval: Duration) -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
         Self {
+            id: NEXT.fetch_add(1, Relaxed),
             interval,
             state: Mutex::new(MonState {
                 tids: Vec::new(),
@@ -518,7 +521,9 @@ impl fmt::Debug for IntegrityStage {
 }
 
 thread_local! {
-    static REGISTERED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The monitors (by id) this thread has registered with, so registering costs a
+    /// lock only once per thread and stage.
+    static REGISTERED: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Waits for `n` completions; the count lives in a Mutex so the last worker's decrement and the
@@ -602,7 +607,17 @@ impl IntegrityStage {
             DispatchRule::Inline => false,
             DispatchRule::Always => true,
             DispatchRule::Bang { .. } => {
-                if !REGISTERED.with(|r| r.replace(true)) {
+                let me = self.monitor.id;
+                let new = REGISTERED.with(|r| {
+                    let mut r = r.borrow_mut();
+                    if r.contains(&me) {
+                        false
+                    } else {
+                        r.push(me);
+                        true
+                    }
+                });
+                if new {
                     self.monitor.register_current();
                 }
                 self.monitor.should_dispatch()
