@@ -842,4 +842,41 @@ mod tests {
         assert_eq!(p.slice_for(FileId(1), 0, &AccessCtx::new(true)), 0);
         assert_eq!(p.placer().sticky_extents(), 1);
     }
+    proptest::proptest! {
+        /// The extent map behaves like a per-block map: first decision wins, forget clears
+        /// exactly the range, and extents never overlap.
+        #[test]
+        fn sticky_map_matches_a_block_model(
+            ops in proptest::collection::vec((0u8..3, 0u64..64, 1u64..8, 0usize..3), 1..200)
+        ) {
+            let m = StickyMap::new();
+            let mut model = std::collections::HashMap::<u64, usize>::new();
+            for (op, block, len, slice) in ops {
+                match op {
+                    0 | 1 => {
+                        let got = m.get_or_insert(1, block, slice);
+                        let want = *model.entry(block).or_insert(slice);
+                        proptest::prop_assert_eq!(got, want);
+                    }
+                    _ => {
+                        m.forget(1, block, len);
+                        for b in block..block + len {
+                            model.remove(&b);
+                        }
+                    }
+                }
+                for b in 0..72 {
+                    proptest::prop_assert_eq!(m.get(1, b), model.get(&b).copied(), "block {}", b);
+                }
+            }
+            // Extents are disjoint.
+            let g = m.shard(1).read().unwrap();
+            if let Some(ext) = g.get(&1) {
+                let v: Vec<(u64, u64, u32)> = ext.iter().map(|(&s, &(e, sl))| (s, e, sl)).collect();
+                for w in v.windows(2) {
+                    proptest::prop_assert!(w[0].1 <= w[1].0, "overlap {:?}", w);
+                }
+            }
+        }
+    }
 }
