@@ -61,6 +61,7 @@ fn lf(v: &Value) -> f64 {
 }
 
 #[test]
+#[ignore = "lab: needs QEMU and the lab kernel; run by scripts/test.sh"]
 fn engine_placement_and_work_moving_in_a_4_node_guest() {
     let out = Scenario::new(LabTopology::uniform(4), script())
         .timeout(Duration::from_secs(600))

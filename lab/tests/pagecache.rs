@@ -190,6 +190,7 @@ fn run(s: Scenario) -> Steps {
 /// Two nodes: warm --node 1 (checked by `where` and by the FilePages delta), membind=0 then
 /// warm (migrate, and --reread), move, evict, cold files stay cold, recursion totals, errors.
 #[test]
+#[ignore = "lab: needs QEMU and the lab kernel; run by scripts/test.sh"]
 fn two_nodes_warm_move_evict_where() {
     let disk = DiskSpec::new()
         .file(DiskFile::pattern("data/cold.bin", MIB8))
@@ -433,6 +434,7 @@ step where_nb numaio where --json $D/nb.bin
 /// Four nodes: interleave (page by page, ±1 page of 25 %), stripe 0,2 in 1 MiB chunks,
 /// weights, and moves to interleave/stripe/one node of a file read elsewhere.
 #[test]
+#[ignore = "lab: needs QEMU and the lab kernel; run by scripts/test.sh"]
 fn four_nodes_interleave_stripe_weights_move() {
     let disk = DiskSpec::new()
         .file(DiskFile::pattern("data/il.bin", MIB8 + 100)) // 2049 pages
