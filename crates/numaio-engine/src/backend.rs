@@ -38,9 +38,11 @@ impl IoRequest {
 }
 
 pub trait IoQueue: Send {
-    /// Performs every request; the result is the number of bytes transferred (less than the
-    /// request only for a read that reached end of file).
-    fn run(&mut self, reqs: &mut [IoRequest]) -> Vec<io::Result<usize>>;
+    /// Performs every request and reports each one through `done(index, result)` as soon as
+    /// it completes (so a fast request never waits for a slow one in the same batch). The
+    /// result is the number of bytes transferred (less than the request only for a read
+    /// that reached end of file).
+    fn run(&mut self, reqs: &mut [IoRequest], done: &mut dyn FnMut(usize, io::Result<usize>));
 }
 
 pub trait Backend: Send + Sync {
@@ -114,8 +116,10 @@ pub(crate) fn run_sync(req: &IoRequest) -> io::Result<usize> {
 }
 
 impl IoQueue for PsyncQueue {
-    fn run(&mut self, reqs: &mut [IoRequest]) -> Vec<io::Result<usize>> {
-        reqs.iter().map(run_sync).collect()
+    fn run(&mut self, reqs: &mut [IoRequest], done: &mut dyn FnMut(usize, io::Result<usize>)) {
+        for (i, r) in reqs.iter().enumerate() {
+            done(i, run_sync(r));
+        }
     }
 }
 
@@ -169,8 +173,7 @@ struct FaultQueue {
 }
 
 impl IoQueue for FaultQueue {
-    fn run(&mut self, reqs: &mut [IoRequest]) -> Vec<io::Result<usize>> {
-        let mut out: Vec<Option<io::Result<usize>>> = Vec::with_capacity(reqs.len());
+    fn run(&mut self, reqs: &mut [IoRequest], done: &mut dyn FnMut(usize, io::Result<usize>)) {
         let mut pass = Vec::new();
         let mut pass_idx = Vec::new();
         for (i, r) in reqs.iter_mut().enumerate() {
@@ -180,9 +183,8 @@ impl IoQueue for FaultQueue {
             };
             if fail {
                 self.state.failed.fetch_add(1, Ordering::SeqCst);
-                out.push(Some(Err(io::Error::from_raw_os_error(libc::EIO))));
+                done(i, Err(io::Error::from_raw_os_error(libc::EIO)));
             } else {
-                out.push(None);
                 pass_idx.push(i);
                 pass.push(IoRequest {
                     kind: r.kind,
@@ -192,13 +194,7 @@ impl IoQueue for FaultQueue {
                 });
             }
         }
-        let res = self.inner.run(&mut pass);
-        for (i, r) in pass_idx.into_iter().zip(res) {
-            out[i] = Some(r);
-        }
-        out.into_iter()
-            .map(|r| r.expect("every request has a result"))
-            .collect()
+        self.inner.run(&mut pass, &mut |j, r| done(pass_idx[j], r));
     }
 }
 

@@ -529,11 +529,23 @@ impl Inner {
         n: usize,
         write_range: Option<(u64, u64)>,
     ) -> io::Result<Segs> {
+        self.acquire_blocks(f, first..first + n as u64, n, write_range)
+    }
+
+    /// Pins the listed blocks (any order, duplicates allowed); all missing blocks are read at
+    /// once, so a list of scattered blocks becomes one batch of concurrent reads.
+    fn acquire_blocks(
+        &self,
+        f: &FileEntry,
+        blocks: impl Iterator<Item = u64> + Clone,
+        n: usize,
+        write_range: Option<(u64, u64)>,
+    ) -> io::Result<Segs> {
         // A read that failed in *another* request (often a readahead) is retried here: the
         // failed slot is unlinked, so the retry issues its own read and reports its own error.
         let mut tries = 0;
         loop {
-            match self.acquire_once(f, first, n, write_range) {
+            match self.acquire_once(f, blocks.clone(), n, write_range) {
                 Ok(s) => return Ok(s),
                 Err((e, other)) => {
                     tries += 1;
@@ -548,7 +560,7 @@ impl Inner {
     fn acquire_once(
         &self,
         f: &FileEntry,
-        first: u64,
+        blocks: impl Iterator<Item = u64>,
         n: usize,
         write_range: Option<(u64, u64)>,
     ) -> Result<Segs, (io::Error, bool)> {
@@ -557,7 +569,7 @@ impl Inner {
         let mut segs: Segs = SmallVec::with_capacity(n);
         let mut loads: SmallVec<[(usize, u64, SlotId); 4]> = SmallVec::new();
         let mut waits: SmallVec<[(usize, SlotId); 4]> = SmallVec::new();
-        for b in first..first + n as u64 {
+        for b in blocks {
             let si = self.slice_of(f.id, b, &ctx);
             let slice = &self.slices[si];
             let key = BlockKey {
@@ -1334,6 +1346,55 @@ impl FileHandle {
         }
         self.inner.pread(&self.file, buf, off)
     }
+    /// Reads several small ranges at once: each `(offset, buffer)` must lie within one cache
+    /// block. All missing blocks are read concurrently (one batch to the I/O workers), so one
+    /// thread gets the queue depth of the batch. Returns the bytes read per range (fewer at
+    /// end of file).
+    pub fn pread_batch(&self, reqs: &mut [(u64, &mut [u8])]) -> io::Result<Vec<usize>> {
+        let inner = &self.inner;
+        let bs = inner.bs as u64;
+        let size = self.file.len();
+        let mut out = vec![0usize; reqs.len()];
+        for (i, (off, buf)) in reqs.iter().enumerate() {
+            if *off % bs + buf.len() as u64 > bs {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "pread_batch range {i} (offset {off}, {} bytes) crosses a {bs}-byte block",
+                        buf.len()
+                    ),
+                ));
+            }
+        }
+        let live: Vec<usize> = (0..reqs.len())
+            .filter(|&i| reqs[i].0 < size && !reqs[i].1.is_empty())
+            .collect();
+        for chunk in live.chunks(inner.chunk_blocks) {
+            let segs = inner.acquire_blocks(
+                &self.file,
+                chunk.iter().map(|&i| reqs[i].0 / bs),
+                chunk.len(),
+                None,
+            )?;
+            for (s, &i) in segs.iter().zip(chunk) {
+                let (off, buf) = &mut reqs[i];
+                let k = (buf.len() as u64).min(size - *off) as usize;
+                let src = inner.slices[s.slice as usize].buf_ptr(s.slot);
+                // SAFETY: pinned slot; the range lies inside one block.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        src.add((*off % bs) as usize),
+                        buf.as_mut_ptr(),
+                        k,
+                    )
+                };
+                out[i] = k;
+            }
+            inner.release(&segs);
+        }
+        Ok(out)
+    }
+
     /// Writes `buf` at `off` into the cache (write-back later, or at fsync).
     pub fn pwrite(&self, buf: &[u8], off: u64) -> io::Result<usize> {
         if let Some(fw) = &self.inner.cfg.forwarder {

@@ -27,6 +27,7 @@ struct Pending {
     done: usize,
     left: usize,
     result: Option<io::Result<usize>>,
+    reported: bool,
 }
 
 impl UringQueue {
@@ -54,7 +55,7 @@ impl UringQueue {
 }
 
 impl IoQueue for UringQueue {
-    fn run(&mut self, reqs: &mut [IoRequest]) -> Vec<io::Result<usize>> {
+    fn run(&mut self, reqs: &mut [IoRequest], done: &mut dyn FnMut(usize, io::Result<usize>)) {
         let mut pend: Vec<Pending> = reqs
             .iter()
             .map(|r| Pending {
@@ -63,6 +64,7 @@ impl IoQueue for UringQueue {
                 done: 0,
                 left: r.len(),
                 result: None,
+                reported: false,
             })
             .collect();
         let mut inflight = 0usize;
@@ -138,14 +140,21 @@ impl IoQueue for UringQueue {
                         again.push(i);
                     }
                 }
+                if let Some(r) = pend[i].result.take() {
+                    pend[i].reported = true;
+                    done(i, r);
+                }
             }
         }
-        pend.into_iter()
-            .map(|p| {
-                p.result
-                    .unwrap_or_else(|| Err(io::Error::other("request not completed")))
-            })
-            .collect()
+        for (i, p) in pend.iter_mut().enumerate() {
+            if !p.reported {
+                let r = p.result.take();
+                done(
+                    i,
+                    r.unwrap_or_else(|| Err(io::Error::other("request not completed"))),
+                );
+            }
+        }
     }
 }
 

@@ -82,9 +82,17 @@ pub fn run(rx: Arc<Mutex<Receiver<Msg>>>, mut queue: Box<dyn IoQueue>, depth: us
             }
         }
         if !reqs.is_empty() {
-            let results = queue.run(&mut reqs);
-            for (c, r) in dones.drain(..).zip(results) {
-                c.finish(r);
+            let mut pending: Vec<Option<Done>> = dones.drain(..).map(Some).collect();
+            queue.run(&mut reqs, &mut |i, r| {
+                if let Some(d) = pending[i].take() {
+                    d.finish(r);
+                }
+            });
+            // A queue must report every request; never leave a caller waiting.
+            for d in pending.into_iter().flatten() {
+                d.finish(Err(io::Error::other(
+                    "I/O request was not completed by the backend",
+                )));
             }
             reqs.clear();
         }

@@ -114,6 +114,10 @@ pub struct BenchArgs {
     /// Engine: cache block size (power of two, >= 4K for O_DIRECT).
     #[arg(long, default_value = "4K", value_parser = size_arg)]
     pub block_size: u64,
+    /// Engine reads: issue N requests per call with `pread_batch` (requests of at most one
+    /// cache block), so one thread keeps N reads in flight.
+    #[arg(long, default_value_t = 1)]
+    pub batch: usize,
     /// Engine: read ahead on sequential reads.
     #[arg(long)]
     pub readahead: bool,
@@ -410,6 +414,23 @@ fn run_engine(a: &BenchArgs) -> anyhow::Result<BenchResult> {
         let mut buf = vec![0x5Au8; bs];
         let mut n = 0u64;
         let mut sink = 0u8;
+        if a.batch > 1 && !a.workload.is_write() {
+            let mut bufs: Vec<Vec<u8>> = (0..a.batch).map(|_| vec![0u8; bs]).collect();
+            loop {
+                let mut reqs: Vec<(u64, &mut [u8])> = bufs
+                    .iter_mut()
+                    .map(|b| (offs.next(), b.as_mut_slice()))
+                    .collect();
+                if let Err(e) = f.pread_batch(&mut reqs) {
+                    *err.lock().unwrap() = Some(format!("{e}"));
+                    return n;
+                }
+                n += a.batch as u64;
+                if Instant::now() >= deadline {
+                    return n;
+                }
+            }
+        }
         loop {
             for _ in 0..64 {
                 let off = offs.next();
