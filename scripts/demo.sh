@@ -20,3 +20,7 @@ echo "== numaio topo inside a 2-node lab guest (QEMU, 2 x 1 CPU, 2 x 512 MiB)"
 "$BIN/numaio-lab" expect --nodes 2
 echo
 "$BIN/numaio-lab" run --nodes 2 --timing -- numaio topo
+
+echo
+echo "== page-cache locality of one file in a 2-node lab guest (where, warm, move; see scripts/demo-guest.sh)"
+"$BIN/numaio-lab" run --nodes 2 --disk data.bin=8M --timing --script scripts/demo-guest.sh
