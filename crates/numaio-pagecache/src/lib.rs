@@ -43,6 +43,7 @@ pub mod evict;
 pub mod file;
 pub mod migrate;
 mod pfn;
+mod readplan;
 pub mod residency;
 mod scan;
 pub mod target;

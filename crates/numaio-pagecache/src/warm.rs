@@ -4,21 +4,26 @@
 //! reading under a bind policy places the pages that are not cached yet. Steps:
 //!
 //! 1. `--reread` only: pages cached on the wrong node are evicted (clean, unmapped ones).
-//! 2. Read pass: for each target node, the thread binds itself to that node and issues
-//!    `readahead(2)` over the runs of pages destined for it. `readahead` allocates exactly
-//!    the requested pages (no speculative window spilling into a neighbour's stripe chunk),
-//!    skips cached ones, and returns once the I/O is submitted, so one thread keeps the
-//!    device busy. The thread's previous policy is restored afterwards.
+//! 2. Read pass: `readahead(2)` over the pages mincore says are not cached, in file order,
+//!    in big pieces (up to the device's readahead cap, 128 KiB–1 MiB), each under the task
+//!    policy [`crate::readplan`] picks: a bind to the run's node for long runs, and for
+//!    stretches of short runs (page interleave, weights, small stripe chunks) the policy that
+//!    places most of their pages right (`MPOL_INTERLEAVE`, re-set in phase at every piece, or
+//!    a bind to the commonest node). `readahead` allocates exactly the requested pages in file
+//!    order (no speculative window spilling past the piece), and returns once the I/O is
+//!    submitted, so one thread keeps the device busy. The thread's previous policy is
+//!    restored afterwards.
 //! 3. Fill pass: whatever readahead skipped (its per-call cap, a failed opportunistic
-//!    allocation) is read with `pread` under the same policy.
-//! 4. Migration: pages cached on the wrong node (before we started, or misplaced by the
-//!    kernel's own readahead) are moved with `move_pages` (see [`crate::migrate`]).
+//!    allocation) is read with `pread`, planned the same way.
+//! 4. Migration: pages cached on the wrong node (before we started, or placed by a mixed
+//!    piece's policy off their target) are moved with `move_pages` (see [`crate::migrate`]).
 //! 5. Verification: a fresh residency scan counts the pages on their target node.
 
 use crate::error::PagecacheError;
 use crate::evict::fadvise_dontneed;
 use crate::file::{open_regular, OpenFile};
 use crate::migrate::{move_open, MoveOptions, MoveReport};
+use crate::readplan::{choose_mixed, plan_hole, Place};
 use crate::residency::{residency_against, resident_pages_mincore, FileResidency, WhereOptions};
 use crate::scan::{pages_of, scan};
 use crate::target::Target;
@@ -29,9 +34,10 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-/// Bytes per `readahead(2)` call: the kernel caps one call at the larger of the device's
-/// optimal I/O size and the readahead window (128 KiB by default).
-const RA_PIECE: u64 = 128 << 10;
+/// Bounds of the bytes read per call (see [`piece_bytes`]). Above 1 MiB, on the 6.18 test
+/// host, nearly every `readahead(2)` piece left a few pages for the (synchronous) fill pass.
+const MIN_PIECE: u64 = 128 << 10;
+const MAX_PIECE: u64 = 1 << 20;
 
 /// Read-migrate-verify rounds at most.
 const WARM_ROUNDS: u32 = 3;
@@ -108,7 +114,7 @@ pub(crate) fn warm_open(
     };
     {
         let _restore = PolicyGuard::new().map_err(|e| PagecacheError::sys(&f.path, e))?;
-        read_pass(f, target, &mut opts.progress)?;
+        read_pass(f, target, truthful, &mut opts.progress)?;
         fill_pass(f, target, truthful)?;
     }
     let after_read = resident_pages_mincore(f)?;
@@ -162,75 +168,133 @@ impl Drop for PolicyGuard {
     }
 }
 
-fn bind(f: &OpenFile, node: u32) -> Result<(), PagecacheError> {
-    set_mempolicy(&Policy::bind(&[node])).map_err(|e| PagecacheError::sys(&f.path, e))
+/// How a planned piece is read.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ReadOp {
+    /// `readahead(2)`: submits the I/O and returns, no copy to user space.
+    Readahead,
+    /// `pread`: waits for the data (the fill pass, for what readahead skipped).
+    Pread,
 }
 
-/// Calls `each(node, first_page, pages)` for every run of pages with one target node,
-/// grouped by node so the policy changes once per node.
-fn for_runs_by_node(
+/// Bytes one `readahead(2)` call may read: the kernel caps a call at the larger of the
+/// device's readahead window and its largest request (`read_ahead_kb`, `max_sectors_kb`),
+/// so the file's block device is asked; 128 KiB (the default window) when unknown.
+fn piece_bytes(f: &OpenFile, ps: u64) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let dev = f.meta.dev();
+    let (ma, mi) = (libc::major(dev), libc::minor(dev));
+    let read_kb = |dir: &str, name: &str| -> Option<u64> {
+        std::fs::read_to_string(format!("{dir}/{name}"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    };
+    // A partition's queue is its disk's.
+    for dir in [
+        format!("/sys/dev/block/{ma}:{mi}/queue"),
+        format!("/sys/dev/block/{ma}:{mi}/../queue"),
+    ] {
+        if let (Some(ra), Some(io)) = (
+            read_kb(&dir, "read_ahead_kb"),
+            read_kb(&dir, "max_sectors_kb"),
+        ) {
+            let b = ra.max(io).saturating_mul(1024).clamp(MIN_PIECE, MAX_PIECE);
+            return (b / ps).max(1) * ps;
+        }
+    }
+    MIN_PIECE
+}
+
+/// Reads the holes (`(first page, pages)`, none cached) as planned by
+/// [`crate::readplan`]: in file order, in big pieces, each under its task policy.
+fn read_planned(
+    f: &OpenFile,
     target: &Target,
-    first: u64,
-    end: u64,
-    mut each: impl FnMut(u32, u64, u64) -> Result<(), PagecacheError>,
+    holes: &[(u64, u64)],
+    op: ReadOp,
+    progress: &mut Option<Progress<'_>>,
 ) -> Result<(), PagecacheError> {
     let ps = numaio_sys::page_size() as u64;
-    for node in target.nodes() {
-        let mut p = first;
-        while p < end {
-            let len = target.run_len(p, ps, end - p);
-            if target.node_for_page(p, ps) == node {
-                each(node, p, len)?;
+    let piece = piece_bytes(f, ps) / ps;
+    let mixed = choose_mixed(target, ps, piece);
+    let fd = f.file.as_raw_fd();
+    let mut buf = if op == ReadOp::Pread {
+        vec![0u8; (piece * ps) as usize]
+    } else {
+        Vec::new()
+    };
+    let mut bound: Option<u32> = None;
+    let mut unsupported = false;
+    for &(start, len) in holes {
+        plan_hole(target, ps, mixed.as_ref(), piece, start, len, &mut |pc| {
+            if unsupported {
+                return Ok(());
             }
-            p += len;
-        }
+            match pc.place {
+                Place::Bind(n) if bound == Some(n) => {}
+                Place::Bind(n) => {
+                    set_mempolicy(&Policy::bind(&[n]))
+                        .map_err(|e| PagecacheError::sys(&f.path, e))?;
+                    bound = Some(n);
+                }
+                Place::Interleave => {
+                    // Set afresh at every piece: the kernel restarts its round robin at the
+                    // lowest node, in phase with the piece's first page.
+                    let m = mixed
+                        .as_ref()
+                        .expect("interleave pieces come from a mixed plan");
+                    set_mempolicy(&m.policy()).map_err(|e| PagecacheError::sys(&f.path, e))?;
+                    bound = None;
+                }
+            }
+            let (off, end) = (pc.first * ps, ((pc.first + pc.len) * ps).min(f.size));
+            match op {
+                ReadOp::Readahead => {
+                    // SAFETY: readahead only populates the page cache of a file we hold open.
+                    let r =
+                        unsafe { libc::readahead(fd, off as libc::off64_t, (end - off) as usize) };
+                    if r != 0 {
+                        let e = std::io::Error::last_os_error();
+                        // EINVAL: the filesystem has no readahead; the fill pass reads.
+                        if e.raw_os_error() == Some(libc::EINVAL) {
+                            unsupported = true;
+                            return Ok(());
+                        }
+                        return Err(PagecacheError::io(&f.path, "readahead", e));
+                    }
+                }
+                ReadOp::Pread => {
+                    let mut o = off;
+                    while o < end {
+                        let n = (end - o) as usize;
+                        match f.file.read_at(&mut buf[..n], o) {
+                            Ok(0) => break, // the file shrank
+                            Ok(k) => o += k as u64,
+                            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                            Err(e) => return Err(PagecacheError::io(&f.path, "read", e)),
+                        }
+                    }
+                }
+            }
+            if let Some(cb) = progress.as_mut() {
+                cb(end, f.size);
+            }
+            Ok(())
+        })?;
+    }
+    if let Some(cb) = progress.as_mut() {
+        cb(f.size, f.size);
     }
     Ok(())
 }
 
-fn read_pass(
-    f: &OpenFile,
-    target: &Target,
-    progress: &mut Option<Progress<'_>>,
-) -> Result<(), PagecacheError> {
+/// Runs `(first page, pages)` of pages mincore reports not resident (all of the file when
+/// mincore would lie to the caller).
+fn holes(f: &OpenFile, truthful: bool) -> Result<Vec<(u64, u64)>, PagecacheError> {
     let ps = numaio_sys::page_size() as u64;
     let total = pages_of(f.size, ps);
-    let fd = f.file.as_raw_fd();
-    let mut current = None;
-    let mut done = 0u64;
-    for_runs_by_node(target, 0, total, |node, p, len| {
-        if current != Some(node) {
-            bind(f, node)?;
-            current = Some(node);
-        }
-        let (mut off, end) = (p * ps, (p + len) * ps);
-        while off < end {
-            let n = RA_PIECE.min(end - off);
-            // SAFETY: readahead only populates the page cache of a file we hold open.
-            let r = unsafe { libc::readahead(fd, off as libc::off64_t, n as usize) };
-            if r != 0 {
-                let e = std::io::Error::last_os_error();
-                // EINVAL: the filesystem does not support readahead; the fill pass reads.
-                if e.raw_os_error() == Some(libc::EINVAL) {
-                    return Ok(());
-                }
-                return Err(PagecacheError::io(&f.path, "readahead", e));
-            }
-            off += n;
-            done += n;
-            if let Some(cb) = progress.as_mut() {
-                cb(done.min(f.size), f.size);
-            }
-        }
-        Ok(())
-    })
-}
-
-/// Reads, under the run's node policy, every page that is still not resident.
-fn fill_pass(f: &OpenFile, target: &Target, truthful: bool) -> Result<(), PagecacheError> {
-    let ps = numaio_sys::page_size() as u64;
-    let total = pages_of(f.size, ps);
-    // Runs of non-resident pages, from mincore alone (all of the file if mincore lies).
     let mut holes: Vec<(u64, u64)> = Vec::new();
     let mut next = 0u64;
     let scan_end = if truthful { total } else { 0 };
@@ -247,34 +311,27 @@ fn fill_pass(f: &OpenFile, target: &Target, truthful: bool) -> Result<(), Pageca
     if next < total {
         holes.push((next, total - next));
     }
-    if holes.is_empty() {
+    Ok(holes)
+}
+
+/// Read pass: `readahead(2)` over the pages not cached yet.
+fn read_pass(
+    f: &OpenFile,
+    target: &Target,
+    truthful: bool,
+    progress: &mut Option<Progress<'_>>,
+) -> Result<(), PagecacheError> {
+    let h = holes(f, truthful)?;
+    read_planned(f, target, &h, ReadOp::Readahead, progress)
+}
+
+/// Fill pass: reads (with `pread`) every page that is still not resident.
+fn fill_pass(f: &OpenFile, target: &Target, truthful: bool) -> Result<(), PagecacheError> {
+    let h = holes(f, truthful)?;
+    if h.is_empty() {
         return Ok(());
     }
-    let mut buf = vec![0u8; 1 << 20];
-    let mut current = None;
-    for (start, len) in holes {
-        let mut p = start;
-        while p < start + len {
-            let run = target.run_len(p, ps, start + len - p);
-            let node = target.node_for_page(p, ps);
-            if current != Some(node) {
-                bind(f, node)?;
-                current = Some(node);
-            }
-            let (mut off, end) = (p * ps, ((p + run) * ps).min(f.size));
-            while off < end {
-                let n = (buf.len() as u64).min(end - off) as usize;
-                match f.file.read_at(&mut buf[..n], off) {
-                    Ok(0) => break, // the file shrank
-                    Ok(k) => off += k as u64,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(PagecacheError::io(&f.path, "read", e)),
-                }
-            }
-            p += run;
-        }
-    }
-    Ok(())
+    read_planned(f, target, &h, ReadOp::Pread, &mut None)
 }
 
 /// Evicts clean pages that are resident on a node other than their target. Returns how many
