@@ -173,3 +173,50 @@ impl Backend for UringBackend {
         crate::backend::PsyncBackend.datasync(fd)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    fn read_req(fd: RawFd, offset: u64, buf: &mut [u8]) -> IoRequest {
+        IoRequest {
+            kind: IoKind::Read,
+            fd,
+            offset,
+            iovecs: vec![libc::iovec {
+                iov_base: buf.as_mut_ptr() as *mut _,
+                iov_len: buf.len(),
+            }],
+        }
+    }
+
+    #[test]
+    fn batch_run_reports_every_request_including_errors() {
+        if UringBackend::probe().is_err() {
+            eprintln!("io_uring unavailable here; skipped");
+            return;
+        }
+        let f = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(f.path(), vec![5u8; 8192]).unwrap();
+        let file = std::fs::File::open(f.path()).unwrap();
+        let mut q = UringBackend.queue(2).unwrap();
+        let mut bufs: Vec<Vec<u8>> = (0..5).map(|_| vec![0u8; 4096]).collect();
+        let mut reqs: Vec<IoRequest> = bufs
+            .iter_mut()
+            .enumerate()
+            .map(|(i, b)| read_req(file.as_raw_fd(), i as u64 * 4096, b))
+            .collect();
+        reqs[4].fd = -1; // EBADF
+        let mut got: Vec<Option<io::Result<usize>>> = (0..5).map(|_| None).collect();
+        q.run(&mut reqs, &mut |i, r| got[i] = Some(r));
+        let n: Vec<_> = got[..4]
+            .iter()
+            .map(|r| *r.as_ref().unwrap().as_ref().unwrap())
+            .collect();
+        assert_eq!(n, vec![4096, 4096, 0, 0]);
+        let e = got[4].as_ref().unwrap().as_ref().unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EBADF));
+        assert!(bufs[..2].iter().all(|b| b.iter().all(|&x| x == 5)));
+    }
+}
