@@ -34,8 +34,8 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-/// Bounds of the bytes read per call (see [`piece_bytes`]). Above 1 MiB, on the 6.18 test
-/// host, nearly every `readahead(2)` piece left a few pages for the (synchronous) fill pass.
+/// Bounds of the bytes read per call (see [`piece_bytes`]). Larger pieces were no faster on
+/// the test host, and 4 MiB ones left more pages to the blocking fill pass (docs/pagecache.md).
 const MIN_PIECE: u64 = 128 << 10;
 const MAX_PIECE: u64 = 1 << 20;
 
