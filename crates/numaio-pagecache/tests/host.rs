@@ -312,6 +312,11 @@ fn warm_from_cold_reaches_target_and_keeps_contents() {
             chunk: 1 << 20,
         },
         Target::Weights(vec![(0, 3)]),
+        // 1-page runs of one node: the read plan merges them into big pieces.
+        Target::Stripe {
+            nodes: vec![0, 0],
+            chunk: 4096,
+        },
     ] {
         evict_file(&p, false).unwrap();
         let mut calls = 0u64;
