@@ -33,13 +33,7 @@ fn main() -> std::io::Result<()> {
         );
     }
 
-    let f = engine.open(
-        &path,
-        OpenOptions {
-            write: true,
-            create: true,
-        },
-    )?;
+    let f = engine.open(&path, OpenOptions::create_rw())?;
     println!("{}: O_DIRECT {}", f.path().display(), f.direct());
 
     // Copying API.

@@ -174,6 +174,16 @@ pub struct OpenOptions {
     pub create: bool,
 }
 
+impl OpenOptions {
+    /// Read-write, creating the file if it does not exist (the common case for writers).
+    pub fn create_rw() -> Self {
+        OpenOptions {
+            write: true,
+            create: true,
+        }
+    }
+}
+
 /// A file opened through the engine.
 #[derive(Clone)]
 pub struct FileHandle {

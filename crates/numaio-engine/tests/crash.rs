@@ -20,15 +20,7 @@ fn crash_child() {
         ..Default::default()
     })
     .unwrap();
-    let f = engine
-        .open(
-            &path,
-            OpenOptions {
-                write: true,
-                create: true,
-            },
-        )
-        .unwrap();
+    let f = engine.open(&path, OpenOptions::create_rw()).unwrap();
     let data = pattern(42, SYNCED_LEN);
     for (i, c) in data.chunks(65536).enumerate() {
         f.pwrite(c, (i * 65536) as u64).unwrap();

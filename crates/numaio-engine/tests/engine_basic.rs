@@ -9,15 +9,7 @@ fn write_read_evict_fsync_roundtrip_each_policy() {
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join("f");
             let engine = small_engine(policy, slices, 32);
-            let f = engine
-                .open(
-                    &path,
-                    OpenOptions {
-                        write: true,
-                        create: true,
-                    },
-                )
-                .unwrap();
+            let f = engine.open(&path, OpenOptions::create_rw()).unwrap();
             // 1 MiB through a 128-256 KiB cache: forces eviction and write-back.
             let data = pattern(7, 1 << 20);
             for (i, chunk) in data.chunks(10_000).enumerate() {
@@ -81,15 +73,7 @@ fn tmpfs_without_o_direct_falls_back_to_buffered_io() {
     };
     let path = dir.path().join("f");
     let engine = small_engine(numaio_engine::PolicyKind::Clock, 1, 64);
-    let f = engine
-        .open(
-            &path,
-            OpenOptions {
-                write: true,
-                create: true,
-            },
-        )
-        .unwrap();
+    let f = engine.open(&path, OpenOptions::create_rw()).unwrap();
     let data = pattern(4, 300_000);
     f.pwrite(&data, 0).unwrap();
     f.fsync().unwrap();
@@ -104,15 +88,7 @@ fn capacity_is_never_exceeded() {
     let path = dir.path().join("f");
     for policy in policies() {
         let engine = small_engine(policy, 2, 40);
-        let f = engine
-            .open(
-                &path,
-                OpenOptions {
-                    write: true,
-                    create: true,
-                },
-            )
-            .unwrap();
+        let f = engine.open(&path, OpenOptions::create_rw()).unwrap();
         for i in 0..200u64 {
             f.pwrite(&pattern(i, 4096), i * 4096).unwrap();
             if i % 10 == 0 {

@@ -27,15 +27,7 @@ fn fsync_reports_write_error_and_keeps_data() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("f");
     let (engine, faults) = fault_engine(256);
-    let f = engine
-        .open(
-            &path,
-            OpenOptions {
-                write: true,
-                create: true,
-            },
-        )
-        .unwrap();
+    let f = engine.open(&path, OpenOptions::create_rw()).unwrap();
     let data = pattern(3, 100_000);
     f.pwrite(&data, 0).unwrap();
     faults.fail_writes.store(true, Ordering::SeqCst);
@@ -69,15 +61,7 @@ fn fsync_reports_failed_datasync() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("f");
     let (engine, faults) = fault_engine(64);
-    let f = engine
-        .open(
-            &path,
-            OpenOptions {
-                write: true,
-                create: true,
-            },
-        )
-        .unwrap();
+    let f = engine.open(&path, OpenOptions::create_rw()).unwrap();
     f.pwrite(b"abc", 0).unwrap();
     faults.fail_sync.store(true, Ordering::SeqCst);
     assert!(f.fsync().is_err());
@@ -90,15 +74,7 @@ fn evictor_write_error_is_reported_by_the_next_fsync() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("f");
     let (engine, faults) = fault_engine(64);
-    let f = engine
-        .open(
-            &path,
-            OpenOptions {
-                write: true,
-                create: true,
-            },
-        )
-        .unwrap();
+    let f = engine.open(&path, OpenOptions::create_rw()).unwrap();
     faults.fail_writes.store(true, Ordering::SeqCst);
     // Fill the cache with dirty blocks so the evictor must try to write some back.
     let data = pattern(5, 63 * 4096);

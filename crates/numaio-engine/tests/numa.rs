@@ -178,15 +178,7 @@ fn corrupted_block_is_an_error_never_data() {
         })
         .unwrap();
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        let f = e
-            .open(
-                &p,
-                OpenOptions {
-                    write: true,
-                    create: true,
-                },
-            )
-            .unwrap();
+        let f = e.open(&p, OpenOptions::create_rw()).unwrap();
         f.pwrite(&data, 0).unwrap();
         f.fsync().unwrap();
         e.close().unwrap();
@@ -239,15 +231,7 @@ fn corrupted_block_fails_under_readahead_too() {
             ..engine_cfg(1)
         })
         .unwrap();
-        let f = e
-            .open(
-                &p,
-                OpenOptions {
-                    write: true,
-                    create: true,
-                },
-            )
-            .unwrap();
+        let f = e.open(&p, OpenOptions::create_rw()).unwrap();
         f.pwrite(&data, 0).unwrap();
         f.fsync().unwrap();
         e.close().unwrap();
@@ -408,13 +392,7 @@ fn writer_local_places_blocks_on_the_writers_node() {
             s.spawn(move || {
                 migrate_current_thread(nc, node, false).unwrap();
                 let f = e
-                    .open(
-                        dir.join(format!("w{node}")),
-                        OpenOptions {
-                            write: true,
-                            create: true,
-                        },
-                    )
+                    .open(dir.join(format!("w{node}")), OpenOptions::create_rw())
                     .unwrap();
                 for b in 0..(10 + 10 * node as u64) {
                     f.pwrite(&[node as u8; BS], b * BS as u64).unwrap();
