@@ -690,8 +690,7 @@ mod tests {
     #[test]
     fn migrate_moves_the_thread() {
         let Some(nc) = two_nodes() else {
-            eprintln!("skipped: needs 2 CPUs");
-            return;
+            numaio_testkit::skip!(numaio_testkit::needs::TWO_CPUS);
         };
         std::thread::spawn(move || {
             for node in [1u32, 0, 1] {
@@ -710,8 +709,7 @@ mod tests {
     #[test]
     fn mover_migrates_with_hysteresis() {
         let Some(nc) = two_nodes() else {
-            eprintln!("skipped: needs 2 CPUs");
-            return;
+            numaio_testkit::skip!(numaio_testkit::needs::TWO_CPUS);
         };
         std::thread::spawn(move || {
             migrate_current_thread(&nc, 0, false).unwrap();
@@ -735,8 +733,7 @@ mod tests {
     #[test]
     fn first_reader_mode_moves_later_readers() {
         let Some(nc) = two_nodes() else {
-            eprintln!("skipped: needs 2 CPUs");
-            return;
+            numaio_testkit::skip!(numaio_testkit::needs::TWO_CPUS);
         };
         let fr = Arc::new(FirstReader::default());
         let nc2 = nc.clone();
@@ -768,8 +765,7 @@ mod tests {
     #[test]
     fn forward_runs_on_the_node_and_borrows() {
         let Some(nc) = two_nodes() else {
-            eprintln!("skipped: needs 2 CPUs");
-            return;
+            numaio_testkit::skip!(numaio_testkit::needs::TWO_CPUS);
         };
         let f = Forwarder::new(&nc, &[0, 1], 1, 4).unwrap();
         let src = vec![7u8; 4096];
@@ -811,8 +807,7 @@ mod tests {
     #[test]
     fn forward_many_concurrent() {
         let Some(nc) = two_nodes() else {
-            eprintln!("skipped: needs 2 CPUs");
-            return;
+            numaio_testkit::skip!(numaio_testkit::needs::TWO_CPUS);
         };
         let f = Arc::new(Forwarder::new(&nc, &[0, 1], 2, 2).unwrap());
         let hs: Vec<_> = (0..4)
@@ -837,8 +832,7 @@ mod tests {
         use crate::accounting::Accounting;
         use crate::{AccessCtx, AccessHook, FileId};
         let Some(nc) = two_nodes() else {
-            eprintln!("skipped: needs 2 CPUs");
-            return;
+            numaio_testkit::skip!(numaio_testkit::needs::TWO_CPUS);
         };
         std::thread::spawn(move || {
             migrate_current_thread(&nc, 0, false).unwrap();

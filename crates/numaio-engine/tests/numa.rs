@@ -38,7 +38,6 @@ fn engine_cfg(slices: usize) -> EngineConfig {
 fn two_node_topology() -> Option<Topology> {
     let cpus = numaio_sys::get_affinity(0).unwrap().to_vec();
     if cpus.len() < 2 {
-        eprintln!("skipped: needs 2 CPUs");
         return None;
     }
     Topology::synthetic(&format!("n0={}@1G n1={}@1G", cpus[0], cpus[1])).ok()
@@ -269,7 +268,7 @@ fn corrupted_block_fails_under_readahead_too() {
 #[test]
 fn forward_runs_remote_reads_on_the_data_node() {
     let Some(topo) = two_node_topology() else {
-        return;
+        numaio_testkit::skip!(numaio_testkit::needs::TWO_CPUS);
     };
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("f/f");
@@ -317,7 +316,7 @@ fn forward_runs_remote_reads_on_the_data_node() {
 #[test]
 fn migrate_thread_moves_the_reader_to_its_data() {
     let Some(topo) = two_node_topology() else {
-        return;
+        numaio_testkit::skip!(numaio_testkit::needs::TWO_CPUS);
     };
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("m/f");
@@ -368,7 +367,7 @@ fn migrate_thread_moves_the_reader_to_its_data() {
 #[test]
 fn writer_local_places_blocks_on_the_writers_node() {
     let Some(topo) = two_node_topology() else {
-        return;
+        numaio_testkit::skip!(numaio_testkit::needs::TWO_CPUS);
     };
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = EngineConfig {

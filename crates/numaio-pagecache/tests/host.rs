@@ -394,9 +394,11 @@ fn restricted_child() {
 fn restricted_file_is_refused_and_stays_cold() {
     use std::os::unix::fs::PermissionsExt;
     use std::os::unix::process::CommandExt;
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: needs root to run a child as another user");
-        return;
+    if !numaio_testkit::is_root() {
+        numaio_testkit::skip!(
+            numaio_testkit::needs::ROOT,
+            "to run a child as another user"
+        );
     }
     // A world-readable directory outside the (possibly private) target dir, on disk.
     let d = tempfile::tempdir_in("/var/tmp").unwrap();
