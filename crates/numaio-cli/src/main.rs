@@ -3,6 +3,8 @@
 //! `numaio-proc`, `numaio-engine`): parse arguments, call the library, print a human table
 //! by default or JSON with `--json`.
 
+mod args;
+mod benchfile;
 mod cmd;
 mod output;
 
@@ -13,7 +15,12 @@ use std::process::ExitCode;
 #[command(
     name = "numaio",
     version,
-    about = "Keep file data and the threads that use it on the same NUMA node"
+    about = "Keep file data and the threads that use it on the same NUMA node",
+    after_help = "Exit status: 0 on success, 1 on errors, 2 on usage errors (some commands \
+                  document more). Names in human output are quoted like `ls` does when they \
+                  hold control characters ($'a\\nb'); --json output is exact. When the \
+                  reader of the output goes away (a closed pipe), numaio stops quietly with \
+                  status 0."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -58,11 +65,19 @@ fn main() -> ExitCode {
         Command::Daemon(a) => cmd::daemon::run(a),
         Command::Bench(a) => cmd::bench::run(a),
     };
+    // Text still buffered is written here, so its write errors are caught too.
+    let result = result.and_then(|code| output::flush_out().map(|_| code));
     match result {
         Ok(code) => code,
+        // The reader is gone: nobody is left to tell, and nothing was lost that it wanted.
+        Err(e) if output::is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("numaio: {e:#}");
-            ExitCode::FAILURE
+            warnln!("{e:#}");
+            if e.downcast_ref::<args::UsageError>().is_some() {
+                ExitCode::from(args::USAGE_EXIT)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }

@@ -16,13 +16,14 @@ pub struct TopoArgs {
 
 pub fn run(a: TopoArgs) -> anyhow::Result<ExitCode> {
     let topo = match &a.synthetic {
-        Some(spec) => Topology::synthetic(spec)?,
+        Some(spec) => Topology::synthetic(spec)
+            .map_err(|e| crate::args::UsageError(format!("--synthetic: {e}")))?,
         None => Topology::detect()?,
     };
     if a.json {
         print_json(&topo)?;
     } else {
-        print!("{}", render(&topo));
+        crate::out!("{}", render(&topo))?;
     }
     Ok(ExitCode::SUCCESS)
 }
