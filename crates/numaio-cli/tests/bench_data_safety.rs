@@ -22,13 +22,30 @@ fn read_workload_on_a_short_file_is_refused_and_the_file_unchanged() {
     let fs = f.to_str().unwrap();
     for target in ["engine", "kernel", "memcpy"] {
         let r = run(&[
-            "bench", "--target", target, "--workload", "randread", "--file", fs, "--size", "1M",
-            "--duration", "1",
+            "bench",
+            "--target",
+            target,
+            "--workload",
+            "randread",
+            "--file",
+            fs,
+            "--size",
+            "1M",
+            "--duration",
+            "1",
         ]);
         assert_eq!(r.code, Some(1), "{target}: {r:?}");
-        assert!(r.stderr.contains("shorter than --size"), "{target}: {}", r.stderr);
+        assert!(
+            r.stderr.contains("shorter than --size"),
+            "{target}: {}",
+            r.stderr
+        );
         assert!(r.stderr.contains("3500 bytes"), "{}", r.stderr);
-        assert_eq!(std::fs::read(&f).unwrap(), orig, "{target} changed the file");
+        assert_eq!(
+            std::fs::read(&f).unwrap(),
+            orig,
+            "{target} changed the file"
+        );
     }
 }
 
@@ -41,11 +58,24 @@ fn read_workloads_on_an_existing_file_leave_it_unchanged() {
     for (target, extra) in [
         ("kernel", &[][..]),
         ("memcpy", &[][..]),
-        ("engine", &["--no-direct", "--slices", "1", "--cache", "8M"][..]),
+        (
+            "engine",
+            &["--no-direct", "--slices", "1", "--cache", "8M"][..],
+        ),
     ] {
         let mut args = vec![
-            "bench", "--target", target, "--workload", "randread", "--file", fs, "--size",
-            "64K", "--duration", "0.2", "--json",
+            "bench",
+            "--target",
+            target,
+            "--workload",
+            "randread",
+            "--file",
+            fs,
+            "--size",
+            "64K",
+            "--duration",
+            "0.2",
+            "--json",
         ];
         args.extend_from_slice(extra);
         let r = run(&args);
@@ -53,7 +83,11 @@ fn read_workloads_on_an_existing_file_leave_it_unchanged() {
         let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
         assert_eq!(v["file_created"], false, "{v}");
         assert!(v["ops"].as_u64().unwrap() > 0, "{v}");
-        assert_eq!(std::fs::read(&f).unwrap(), orig, "{target} changed the file");
+        assert_eq!(
+            std::fs::read(&f).unwrap(),
+            orig,
+            "{target} changed the file"
+        );
     }
 }
 
@@ -66,17 +100,40 @@ fn write_workloads_need_overwrite_for_existing_files() {
     for target in ["engine", "kernel"] {
         for wl in ["randwrite", "seqwrite"] {
             let r = run(&[
-                "bench", "--target", target, "--workload", wl, "--file", fs, "--size", "64K",
-                "--duration", "0.2",
+                "bench",
+                "--target",
+                target,
+                "--workload",
+                wl,
+                "--file",
+                fs,
+                "--size",
+                "64K",
+                "--duration",
+                "0.2",
             ]);
             assert_eq!(r.code, Some(1), "{target} {wl}: {r:?}");
             assert!(r.stderr.contains("--overwrite"), "{}", r.stderr);
-            assert_eq!(std::fs::read(&f).unwrap(), orig, "{target} {wl} changed the file");
+            assert_eq!(
+                std::fs::read(&f).unwrap(),
+                orig,
+                "{target} {wl} changed the file"
+            );
         }
     }
     let r = run(&[
-        "bench", "--target", "kernel", "--workload", "randwrite", "--file", fs, "--size", "64K",
-        "--duration", "0.2", "--overwrite",
+        "bench",
+        "--target",
+        "kernel",
+        "--workload",
+        "randwrite",
+        "--file",
+        fs,
+        "--size",
+        "64K",
+        "--duration",
+        "0.2",
+        "--overwrite",
     ]);
     assert_eq!(r.code, Some(0), "{r:?}");
     assert_eq!(std::fs::metadata(&f).unwrap().len(), 65540, "not truncated");
@@ -88,8 +145,18 @@ fn files_bench_creates_are_kept_and_reused() {
     let f = dir.path().join("new.dat");
     let fs = f.to_str().unwrap();
     let args = [
-        "bench", "--target", "kernel", "--workload", "randread", "--file", fs, "--size", "256K",
-        "--duration", "0.2", "--json",
+        "bench",
+        "--target",
+        "kernel",
+        "--workload",
+        "randread",
+        "--file",
+        fs,
+        "--size",
+        "256K",
+        "--duration",
+        "0.2",
+        "--json",
     ];
     let r = run(&args);
     assert_eq!(r.code, Some(0), "{r:?}");
@@ -105,8 +172,17 @@ fn files_bench_creates_are_kept_and_reused() {
     // A write run creating its own file may write it.
     let w = dir.path().join("w.dat");
     let r = run(&[
-        "bench", "--target", "kernel", "--workload", "seqwrite", "--file",
-        w.to_str().unwrap(), "--size", "128K", "--duration", "0.2",
+        "bench",
+        "--target",
+        "kernel",
+        "--workload",
+        "seqwrite",
+        "--file",
+        w.to_str().unwrap(),
+        "--size",
+        "128K",
+        "--duration",
+        "0.2",
     ]);
     assert_eq!(r.code, Some(0), "{r:?}");
 }
@@ -121,13 +197,25 @@ fn fifos_devices_and_system_files_are_refused_without_blocking() {
         (fifo.to_str().unwrap(), &[][..], "a FIFO"),
         (fifo.to_str().unwrap(), &["--allow-device"][..], "a FIFO"),
         ("/dev/null", &[][..], "character device"),
-        ("/dev/zero", &["--workload", "randwrite", "--overwrite"][..], "--allow-device"),
+        (
+            "/dev/zero",
+            &["--workload", "randwrite", "--overwrite"][..],
+            "--allow-device",
+        ),
         ("/proc/self/status", &[][..], "under /proc"),
         ("/tmp", &[][..], "a directory"),
     ] {
         for target in ["kernel", "engine"] {
             let mut args = vec![
-                "bench", "--target", target, "--file", file, "--size", "4K", "--duration", "0.1",
+                "bench",
+                "--target",
+                target,
+                "--file",
+                file,
+                "--size",
+                "4K",
+                "--duration",
+                "0.1",
             ];
             args.extend_from_slice(extra);
             let r = run_limited(numaio(&args), limit);
@@ -157,8 +245,17 @@ fn block_devices_are_refused_without_allow_device() {
     let d = dev.to_str().unwrap();
     for wl in ["randread", "randwrite"] {
         let r = run(&[
-            "bench", "--target", "kernel", "--workload", wl, "--file", d, "--size", "4K",
-            "--duration", "0.1",
+            "bench",
+            "--target",
+            "kernel",
+            "--workload",
+            wl,
+            "--file",
+            d,
+            "--size",
+            "4K",
+            "--duration",
+            "0.1",
         ]);
         assert_eq!(r.code, Some(1), "{r:?}");
         assert!(r.stderr.contains("block device"), "{}", r.stderr);
@@ -166,8 +263,18 @@ fn block_devices_are_refused_without_allow_device() {
     }
     // With --allow-device a write still needs --overwrite (checked before any write).
     let r = run(&[
-        "bench", "--target", "kernel", "--workload", "randwrite", "--file", d, "--size", "4K",
-        "--duration", "0.1", "--allow-device",
+        "bench",
+        "--target",
+        "kernel",
+        "--workload",
+        "randwrite",
+        "--file",
+        d,
+        "--size",
+        "4K",
+        "--duration",
+        "0.1",
+        "--allow-device",
     ]);
     assert_eq!(r.code, Some(1), "{r:?}");
     assert!(
@@ -181,8 +288,19 @@ fn block_devices_are_refused_without_allow_device() {
 fn kernel_target_write_errors_end_the_run_with_the_errno() {
     // /dev/full: every write fails with ENOSPC, without root.
     let r = run(&[
-        "bench", "--target", "kernel", "--workload", "randwrite", "--file", "/dev/full",
-        "--allow-device", "--overwrite", "--size", "1M", "--duration", "1",
+        "bench",
+        "--target",
+        "kernel",
+        "--workload",
+        "randwrite",
+        "--file",
+        "/dev/full",
+        "--allow-device",
+        "--overwrite",
+        "--size",
+        "1M",
+        "--duration",
+        "1",
     ]);
     assert_eq!(r.code, Some(1), "{r:?}");
     assert!(r.stderr.contains("ENOSPC"), "{}", r.stderr);
@@ -209,7 +327,10 @@ fn kernel_target_enospc_on_a_full_tmpfs() {
         Ok(o) => {
             skip(
                 NAME,
-                &format!("mount failed: {}", String::from_utf8_lossy(&o.stderr).trim()),
+                &format!(
+                    "mount failed: {}",
+                    String::from_utf8_lossy(&o.stderr).trim()
+                ),
             );
             return;
         }
@@ -229,8 +350,18 @@ fn kernel_target_enospc_on_a_full_tmpfs() {
     let f = mnt.join("sparse");
     std::fs::File::create(&f).unwrap().set_len(4 << 20).unwrap();
     let r = run(&[
-        "bench", "--target", "kernel", "--workload", "randwrite", "--file",
-        f.to_str().unwrap(), "--overwrite", "--size", "4M", "--duration", "5",
+        "bench",
+        "--target",
+        "kernel",
+        "--workload",
+        "randwrite",
+        "--file",
+        f.to_str().unwrap(),
+        "--overwrite",
+        "--size",
+        "4M",
+        "--duration",
+        "5",
     ]);
     assert_eq!(r.code, Some(1), "{r:?}");
     assert!(r.stderr.contains("ENOSPC"), "{}", r.stderr);
@@ -239,8 +370,15 @@ fn kernel_target_enospc_on_a_full_tmpfs() {
     // nothing behind.
     let g = mnt.join("big");
     let r = run(&[
-        "bench", "--target", "kernel", "--file", g.to_str().unwrap(), "--size", "4M",
-        "--duration", "1",
+        "bench",
+        "--target",
+        "kernel",
+        "--file",
+        g.to_str().unwrap(),
+        "--size",
+        "4M",
+        "--duration",
+        "1",
     ]);
     assert_eq!(r.code, Some(1), "{r:?}");
     assert!(r.stderr.contains("ENOSPC"), "{}", r.stderr);

@@ -267,6 +267,9 @@ pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
         overwrite: a.overwrite,
         allow_device: a.allow_device,
     };
+    if a.target == Target::Engine {
+        engine_cache(&a)?;
+    }
     let bf = benchfile::prepare(&a.file, a.size, perm, 0)?;
     if bf.kind == benchfile::Kind::CharDevice && a.target == Target::Engine {
         usage_bail!(
@@ -391,9 +394,18 @@ fn total_memory() -> Option<u64> {
     Some((si.totalram as u64).saturating_mul(si.mem_unit.max(1) as u64))
 }
 
-fn run_engine(a: &BenchArgs) -> anyhow::Result<BenchResult> {
-    let cache = a.cache.unwrap_or(a.size + a.size / 16 + (16 << 20));
-    // The engine allocates the whole cache up front: more than the machine has cannot work.
+/// The engine's cache size, checked against the machine's memory: the engine allocates
+/// the whole cache up front, so more than the machine has cannot work.
+fn engine_cache(a: &BenchArgs) -> anyhow::Result<u64> {
+    let cache = a
+        .cache
+        .unwrap_or(a.size.saturating_add(a.size / 16 + (16 << 20)));
+    check_cache_fits(cache)?;
+    Ok(cache)
+}
+
+/// Refuses an engine cache larger than the machine's memory (a usage error).
+pub(crate) fn check_cache_fits(cache: u64) -> anyhow::Result<()> {
     if let Some(mem) = total_memory().filter(|&m| cache > m) {
         usage_bail!(
             "the engine cache would be {} but this machine has {} of memory; give a smaller --cache (or --size)",
@@ -401,6 +413,11 @@ fn run_engine(a: &BenchArgs) -> anyhow::Result<BenchResult> {
             human_bytes(mem)
         );
     }
+    Ok(())
+}
+
+fn run_engine(a: &BenchArgs) -> anyhow::Result<BenchResult> {
+    let cache = engine_cache(a)?;
     let mut cfg = EngineConfig {
         cache_bytes: cache,
         slices: a.slices,

@@ -212,7 +212,9 @@ pub fn run_bench(b: &super::bench::BenchArgs) -> anyhow::Result<std::process::Ex
     let total = b.size.saturating_mul(files);
     let cfg = EngineConfig {
         // Default: every file fits, in whichever slices the placement puts it.
-        cache_bytes: b.cache.unwrap_or(total + total / 16 + (16 << 20)),
+        cache_bytes: b
+            .cache
+            .unwrap_or(total.saturating_add(total / 16 + (16 << 20))),
         slices: b.slices,
         policy,
         queue_depth: b.queue_depth,
@@ -223,6 +225,7 @@ pub fn run_bench(b: &super::bench::BenchArgs) -> anyhow::Result<std::process::Ex
         block_size: b.block_size as usize,
         ..Default::default()
     };
+    super::bench::check_cache_fits(cfg.cache_bytes)?;
     let c = Common {
         workload: format!("{:?}", b.workload).to_lowercase(),
         bs: b.bs as usize,
