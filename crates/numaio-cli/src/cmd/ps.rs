@@ -79,8 +79,8 @@ pub fn run(a: PsArgs) -> anyhow::Result<ExitCode> {
         if a.json {
             let procs: Vec<serde_json::Value> = views
                 .iter()
-                .map(|v| {
-                    let mut j = serde_json::to_value(v).unwrap_or_default();
+                .map(|v| -> anyhow::Result<serde_json::Value> {
+                    let mut j = serde_json::to_value(v)?;
                     if let (Some(o), Some(t)) =
                         (j.as_object_mut(), totals.get(&(v.pid, v.start_ticks)))
                     {
@@ -96,9 +96,9 @@ pub fn run(a: PsArgs) -> anyhow::Result<ExitCode> {
                             .collect();
                         o.insert("numa_io_total".into(), serde_json::json!(tot));
                     }
-                    j
+                    Ok(j)
                 })
-                .collect();
+                .collect::<anyhow::Result<_>>()?;
             print_json(&serde_json::json!({
                 "interval_secs": period,
                 "scanned": res.scanned,

@@ -60,7 +60,8 @@ fn map_cell(s: &str) -> Result<String, String> {
 /// One error in JSON output.
 #[derive(Serialize)]
 pub(crate) struct JsonError {
-    pub path: Option<PathBuf>,
+    /// Lossy only where the name is not UTF-8, which JSON cannot hold.
+    pub path: Option<String>,
     pub kind: &'static str,
     pub error: String,
 }
@@ -68,7 +69,7 @@ pub(crate) struct JsonError {
 impl From<&PagecacheError> for JsonError {
     fn from(e: &PagecacheError) -> Self {
         JsonError {
-            path: e.path().map(|p| p.to_path_buf()),
+            path: e.path().map(|p| p.to_string_lossy().into_owned()),
             kind: e.kind(),
             error: e.to_string(),
         }
