@@ -144,9 +144,12 @@ count_parser!(
     /// Requests per batch: 1 to 4096.
     batch, usize, 1, 4096
 );
+/// Largest LRU_FACTOR (the engine allocates that many sub-lists per slice).
+pub const MAX_LRU_FACTOR: usize = 65_536;
+
 count_parser!(
-    /// LRU_FACTOR: 1 to 1048576.
-    lru_factor, usize, 1, 1 << 20
+    /// LRU_FACTOR: 1 to 65536.
+    lru_factor, usize, 1, MAX_LRU_FACTOR as u64
 );
 count_parser!(
     /// Number of files (or directories) of a benchmark: 1 to 65536.

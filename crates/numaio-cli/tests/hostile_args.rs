@@ -9,7 +9,13 @@ use std::time::Duration;
 /// Runs `args`, expecting a usage error (exit 2) within a few seconds whose stderr holds
 /// every string of `want`.
 fn refused(args: &[&str], want: &[&str]) {
-    let r = run_limited(numaio(args), Duration::from_secs(20));
+    // In an empty directory, which must stay empty: nothing is created before the check.
+    let cwd = tempfile::tempdir().unwrap();
+    let mut cmd = numaio(args);
+    cmd.current_dir(cwd.path());
+    let r = run_limited(cmd, Duration::from_secs(20));
+    let left: Vec<_> = std::fs::read_dir(cwd.path()).unwrap().collect();
+    assert!(left.is_empty(), "{args:?} created {left:?}");
     assert_eq!(r.code, Some(2), "{args:?}: {r:?}");
     assert!(
         r.elapsed < Duration::from_secs(5),
@@ -71,6 +77,36 @@ fn counts_and_sizes_out_of_range() {
     refused(&["bench", "--files", "10000000"], &["--files"]);
     refused(&["bench", "--alternate", "0"], &["--alternate"]);
     refused(&["bench", "--cache", "0"], &["--cache"]);
+    refused(
+        &["bench", "--index", "sharded:4000000000"],
+        &["--index", "1 to 65536"],
+    );
+    refused(
+        &["bench", "--policy", "split-lru:4000000000"],
+        &["LRU_FACTOR", "1 to 65536"],
+    );
+    refused(&["bench", "--lru-factor", "100000"], &["--lru-factor"]);
+    refused(&["bench", "--placement", "stripe:0"], &["stripe"]);
+    refused(
+        &[
+            "bench",
+            "--placement",
+            "interleave",
+            "--hysteresis",
+            "window:0:2",
+        ],
+        &["hysteresis"],
+    );
+    refused(
+        &[
+            "bench",
+            "--checksum",
+            "xxh3",
+            "--checksum-rule",
+            "bang:1e300",
+        ],
+        &["bang:1e300"],
+    );
     refused(&["where", "--map=0", "/dev/null"], &["--map"]);
     refused(&["where", "--range", "x:1", "/dev/null"], &["--range"]);
     refused(&["ps", "0"], &["PID"]);

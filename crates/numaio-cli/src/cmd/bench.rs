@@ -267,8 +267,14 @@ pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
         overwrite: a.overwrite,
         allow_device: a.allow_device,
     };
+    // Every engine option is checked before the data file is touched.
     if a.target == Target::Engine {
         engine_cache(&a)?;
+        parse_policy(&a.policy, a.lru_factor)?;
+        parse_index(&a.index)?;
+        if a.numa.active() {
+            a.numa.options()?;
+        }
     }
     let bf = benchfile::prepare(&a.file, a.size, perm, 0)?;
     if bf.kind == benchfile::Kind::CharDevice && a.target == Target::Engine {
@@ -360,27 +366,41 @@ where
     Ok((ops?, t0.elapsed().as_secs_f64()))
 }
 
-fn parse_policy(a: &BenchArgs) -> anyhow::Result<PolicyKind> {
-    let mut p: PolicyKind = a.policy.parse().map_err(|e: String| anyhow::anyhow!(e))?;
-    if let (PolicyKind::SplitLru { .. }, Some(f)) = (p, a.lru_factor) {
-        p = PolicyKind::SplitLru {
-            lru_factor: f.max(1),
-        };
+/// The replacement policy from `--policy` and `--lru-factor`, with LRU_FACTOR bounded
+/// (the engine allocates that many sub-lists).
+pub(crate) fn parse_policy(policy: &str, lru_factor: Option<usize>) -> anyhow::Result<PolicyKind> {
+    let mut p: PolicyKind = policy
+        .parse()
+        .map_err(|e: String| crate::args::UsageError(format!("--policy: {e}")))?;
+    if let (PolicyKind::SplitLru { .. }, Some(f)) = (p, lru_factor) {
+        p = PolicyKind::SplitLru { lru_factor: f };
+    }
+    if let PolicyKind::SplitLru { lru_factor } = p {
+        if !(1..=crate::args::MAX_LRU_FACTOR).contains(&lru_factor) {
+            usage_bail!(
+                "--policy split-lru:{lru_factor}: LRU_FACTOR must be 1 to {}",
+                crate::args::MAX_LRU_FACTOR
+            );
+        }
     }
     Ok(p)
 }
 
+/// `buckets`, `sharded` or `sharded:N` with N from 1 to 65536.
 fn parse_index(s: &str) -> anyhow::Result<IndexKind> {
     if s == "buckets" {
         return Ok(IndexKind::Buckets);
     }
-    if let Some(n) = s.strip_prefix("sharded:").and_then(|n| n.parse().ok()) {
-        return Ok(IndexKind::Sharded { shards: n });
-    }
     if s == "sharded" {
         return Ok(IndexKind::Sharded { shards: 64 });
     }
-    bail!("bad --index {s:?}: use buckets or sharded:N")
+    if let Some(n) = s
+        .strip_prefix("sharded:")
+        .and_then(|n| crate::args::parse_count_in(n, 1, 65_536).ok())
+    {
+        return Ok(IndexKind::Sharded { shards: n as usize });
+    }
+    usage_bail!("bad --index {s:?}: use buckets, sharded or sharded:N with N from 1 to 65536")
 }
 
 /// Total memory of the machine (bytes), if known.
@@ -421,7 +441,7 @@ fn run_engine(a: &BenchArgs) -> anyhow::Result<BenchResult> {
     let mut cfg = EngineConfig {
         cache_bytes: cache,
         slices: a.slices,
-        policy: parse_policy(a)?,
+        policy: parse_policy(&a.policy, a.lru_factor)?,
         index: parse_index(&a.index)?,
         queue_depth: a.queue_depth,
         direct_io: !a.no_direct,

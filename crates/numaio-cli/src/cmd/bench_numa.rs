@@ -85,8 +85,13 @@ impl NumaBenchArgs {
             || self.prometheus.is_some()
     }
 
-    /// Parses the options into engine settings.
+    /// Parses the options into engine settings; a bad option is a usage error.
     pub fn options(&self) -> anyhow::Result<NumaOptions> {
+        self.parse_options()
+            .map_err(|e| crate::args::UsageError(format!("{e:#}")).into())
+    }
+
+    fn parse_options(&self) -> anyhow::Result<NumaOptions> {
         let mut o = NumaOptions::default();
         if let Some(p) = &self.placement {
             o.placement = p.parse::<PlacementPolicy>()?;
@@ -202,13 +207,7 @@ fn export(parts: &NumaParts, a: &NumaBenchArgs) -> anyhow::Result<()> {
 pub fn run_bench(b: &super::bench::BenchArgs) -> anyhow::Result<std::process::ExitCode> {
     let a = &b.numa;
     let files = a.files.unwrap_or(1).max(1) as u64;
-    let mut policy: numaio_engine::PolicyKind =
-        b.policy.parse().map_err(|e: String| anyhow::anyhow!(e))?;
-    if let (numaio_engine::PolicyKind::SplitLru { .. }, Some(f)) = (policy, b.lru_factor) {
-        policy = numaio_engine::PolicyKind::SplitLru {
-            lru_factor: f.max(1),
-        };
-    }
+    let policy = super::bench::parse_policy(&b.policy, b.lru_factor)?;
     let total = b.size.saturating_mul(files);
     let cfg = EngineConfig {
         // Default: every file fits, in whichever slices the placement puts it.
@@ -226,6 +225,7 @@ pub fn run_bench(b: &super::bench::BenchArgs) -> anyhow::Result<std::process::Ex
         ..Default::default()
     };
     super::bench::check_cache_fits(cfg.cache_bytes)?;
+    a.options()?;
     let c = Common {
         workload: format!("{:?}", b.workload).to_lowercase(),
         bs: b.bs as usize,
