@@ -32,22 +32,7 @@ macro_rules! usage_bail {
 /// Longest duration accepted anywhere: one day.
 pub const MAX_SECS: f64 = 86_400.0;
 
-/// Parses seconds as a finite number within `[lo, hi]` (`lo` excluded when `lo_open`).
-pub fn parse_secs_in(s: &str, lo: f64, lo_open: bool, hi: f64) -> Result<f64, String> {
-    let v: f64 = s
-        .trim()
-        .parse()
-        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
-    let above = if lo_open { v > lo } else { v >= lo };
-    if v.is_finite() && above && v <= hi {
-        Ok(v)
-    } else {
-        Err(format!(
-            "{s:?} is out of range: give seconds in {}{lo}, {hi}]",
-            if lo_open { "(" } else { "[" }
-        ))
-    }
-}
+pub use numaio_sys::units::{parse_count_in, parse_secs as parse_secs_in, parse_size_in};
 
 /// Seconds in (0, 86400]: intervals, durations.
 pub fn secs(s: &str) -> Result<f64, String> {
@@ -62,21 +47,6 @@ pub fn interval_secs(s: &str) -> Result<f64, String> {
 /// Seconds in [0, 86400].
 pub fn secs_or_zero(s: &str) -> Result<f64, String> {
     parse_secs_in(s, 0.0, false, MAX_SECS)
-}
-
-/// Parses a size with an optional K/M/G/T suffix (binary units) within `[lo, hi]`.
-pub fn parse_size_in(s: &str, lo: u64, hi: u64) -> Result<u64, String> {
-    let v = numaio_sys::topology::parse_size(s).ok_or_else(|| {
-        format!("{s:?} is not a size: use a whole number with an optional K/M/G/T suffix")
-    })?;
-    if v < lo || v > hi {
-        return Err(format!(
-            "{s:?} is out of range: give a size from {} to {}",
-            crate::output::human_bytes(lo),
-            crate::output::human_bytes(hi)
-        ));
-    }
-    Ok(v)
 }
 
 /// A byte count up to 1 PiB (0 allowed).
@@ -99,18 +69,6 @@ pub fn block_size(s: &str) -> Result<u64, String> {
     let v = parse_size_in(s, 512, 64 << 20)?;
     if !v.is_power_of_two() {
         return Err(format!("{s:?} is not a power of two (e.g. 4K, 64K)"));
-    }
-    Ok(v)
-}
-
-/// Parses a whole number within `[lo, hi]`.
-pub fn parse_count_in(s: &str, lo: u64, hi: u64) -> Result<u64, String> {
-    let v: u64 = s
-        .trim()
-        .parse()
-        .map_err(|_| format!("{s:?} is not a whole number (give {lo} to {hi})"))?;
-    if v < lo || v > hi {
-        return Err(format!("{s:?} is out of range: give {lo} to {hi}"));
     }
     Ok(v)
 }

@@ -107,6 +107,15 @@ fn counts_and_sizes_out_of_range() {
         ],
         &["bang:1e300"],
     );
+    let nodes: Vec<String> = (0..1100).map(|i| format!("n{i}=@1G")).collect();
+    refused(
+        &["topo", "--synthetic", &nodes.join(" ")],
+        &["--synthetic", "1024"],
+    );
+    refused(
+        &["topo", "--synthetic", &"x".repeat(70_000)],
+        &["--synthetic"],
+    );
     refused(&["where", "--map=0", "/dev/null"], &["--map"]);
     refused(&["where", "--range", "x:1", "/dev/null"], &["--range"]);
     refused(&["ps", "0"], &["PID"]);
