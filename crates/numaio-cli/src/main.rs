@@ -52,7 +52,27 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // Usage errors (exit 2) go to stderr; --help and --version (exit 0) to stdout, whose
+        // write errors count like any command's.
+        Err(e) => {
+            let code = u8::try_from(e.exit_code()).unwrap_or(args::USAGE_EXIT);
+            return match e
+                .print()
+                .and_then(|_| std::io::Write::flush(&mut std::io::stdout()))
+            {
+                Ok(()) => ExitCode::from(code),
+                Err(io) if io.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::from(code),
+                // Nowhere left to report a failed write to stderr.
+                Err(_) if e.use_stderr() => ExitCode::from(code),
+                Err(io) => {
+                    warnln!("{}", output::StdoutError(io));
+                    ExitCode::FAILURE
+                }
+            };
+        }
+    };
     let result = match cli.command {
         Command::Topo(a) => cmd::topo::run(a),
         Command::Where(a) => cmd::where_::run(a),

@@ -97,6 +97,9 @@ fn other_write_errors_are_reported_with_exit_1() {
     let fs = f.to_str().unwrap();
     let bench_file = dir.path().join("b");
     for args in [
+        vec!["--help"],
+        vec!["bench", "--help"],
+        vec!["--version"],
         vec!["topo"],
         vec!["topo", "--json"],
         vec!["where", fs],
