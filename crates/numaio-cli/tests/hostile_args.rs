@@ -217,6 +217,20 @@ fn config_files_that_are_not_small_regular_files_are_refused() {
         &["daemon", "--config", dir.path().to_str().unwrap(), "--once"],
         &["directory"],
     );
+    let log_fifo = dir.path().join("log.fifo");
+    mkfifo(&log_fifo);
+    let r = run_limited(
+        numaio(&[
+            "daemon",
+            "--dry-run",
+            "--once",
+            "--log-file",
+            log_fifo.to_str().unwrap(),
+        ]),
+        Duration::from_secs(20),
+    );
+    assert!(matches!(r.code, Some(1) | Some(2)), "{r:?}");
+    assert!(r.stderr.contains("log.fifo"), "{}", r.stderr);
     let big = dir.path().join("big.toml");
     std::fs::write(&big, vec![b'#'; (1 << 20) + 1]).unwrap();
     refused(

@@ -214,6 +214,30 @@ fn raise_nofile_limit() {
     }
 }
 
+/// Opens the log file for appending: non-blocking, so a FIFO without a reader fails at once
+/// instead of hanging start-up, and only a regular file or a character device is accepted.
+fn open_log(p: &std::path::Path) -> anyhow::Result<std::fs::File> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let shown = crate::output::quote(p);
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o640)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
+        .open(p)
+        .map_err(|e| anyhow::anyhow!("cannot open log file {shown}: {e}"))?;
+    let ft = f
+        .metadata()
+        .map_err(|e| anyhow::anyhow!("cannot stat log file {shown}: {e}"))?
+        .file_type();
+    if !(ft.is_file() || ft.is_char_device()) {
+        crate::usage_bail!(
+            "log file {shown} is not a regular file; give a file path for --log-file"
+        );
+    }
+    Ok(f)
+}
+
 pub fn run(a: DaemonArgs) -> anyhow::Result<ExitCode> {
     let cfg = build_config(&a)?;
     raise_nofile_limit();
@@ -228,13 +252,7 @@ pub fn run(a: DaemonArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let mut log_file = match &cfg.log_file {
-        Some(p) => Some(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(p)
-                .map_err(|e| anyhow::anyhow!("cannot open log file {p}: {e}"))?,
-        ),
+        Some(p) => Some(open_log(std::path::Path::new(p))?),
         None => None,
     };
     // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
