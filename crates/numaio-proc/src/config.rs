@@ -288,6 +288,14 @@ impl Config {
                 self.max_files_per_process
             ));
         }
+        for (name, pids) in [
+            ("filter.include_pids", &self.filter.include_pids),
+            ("filter.exclude_pids", &self.filter.exclude_pids),
+        ] {
+            if let Some(p) = pids.iter().find(|&&p| p <= 0) {
+                return Err(format!("{name} must hold process ids above 0, got {p}"));
+            }
+        }
         if let Some(m) = self.metrics.as_ref().filter(|m| m.parse::<u16>().is_err()) {
             m.parse::<std::net::SocketAddr>().map_err(|_| {
                 format!("metrics must be ADDRESS:PORT such as 127.0.0.1:9477, got {m:?}")
