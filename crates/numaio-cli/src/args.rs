@@ -110,8 +110,9 @@ count_parser!(
     lru_factor, usize, 1, MAX_LRU_FACTOR as u64
 );
 count_parser!(
-    /// Number of files (or directories) of a benchmark: 1 to 65536.
-    files, usize, 1, 65_536
+    /// Number of files (or directories) of a benchmark: 1 to 1024 (each file gets a
+    /// thread, so this bounds threads like `threads`).
+    files, usize, 1, 1024
 );
 count_parser!(
     /// A positive count of rounds, requests or accesses (1 to 2^53).

@@ -156,7 +156,7 @@ fn an_engine_cache_larger_than_memory_is_refused() {
         &[
             "bench",
             "--files",
-            "65536",
+            "1024",
             "--size",
             "1024T",
             "--dir",
