@@ -3,6 +3,8 @@
 //! `numaio-proc`, `numaio-engine`): parse arguments, call the library, print a human table
 //! by default or JSON with `--json`.
 
+mod args;
+mod benchfile;
 mod cmd;
 mod output;
 
@@ -13,7 +15,12 @@ use std::process::ExitCode;
 #[command(
     name = "numaio",
     version,
-    about = "Keep file data and the threads that use it on the same NUMA node"
+    about = "Keep file data and the threads that use it on the same NUMA node",
+    after_help = "Exit status: 0 on success, 1 on errors, 2 on usage errors (some commands \
+                  document more). Names in human output are quoted like `ls` does when they \
+                  hold control characters ($'a\\nb'); --json output is exact. When the \
+                  reader of the output goes away (a closed pipe), numaio stops quietly with \
+                  status 0."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -45,7 +52,27 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // Usage errors (exit 2) go to stderr; --help and --version (exit 0) to stdout, whose
+        // write errors count like any command's.
+        Err(e) => {
+            let code = u8::try_from(e.exit_code()).unwrap_or(args::USAGE_EXIT);
+            return match e
+                .print()
+                .and_then(|_| std::io::Write::flush(&mut std::io::stdout()))
+            {
+                Ok(()) => ExitCode::from(code),
+                Err(io) if io.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::from(code),
+                // Nowhere left to report a failed write to stderr.
+                Err(_) if e.use_stderr() => ExitCode::from(code),
+                Err(io) => {
+                    warnln!("{}", output::StdoutError(io));
+                    ExitCode::FAILURE
+                }
+            };
+        }
+    };
     let result = match cli.command {
         Command::Topo(a) => cmd::topo::run(a),
         Command::Where(a) => cmd::where_::run(a),
@@ -58,11 +85,19 @@ fn main() -> ExitCode {
         Command::Daemon(a) => cmd::daemon::run(a),
         Command::Bench(a) => cmd::bench::run(a),
     };
+    // Text still buffered is written here, so its write errors are caught too.
+    let result = result.and_then(|code| output::flush_out().map(|_| code));
     match result {
         Ok(code) => code,
+        // The reader is gone: nobody is left to tell, and nothing was lost that it wanted.
+        Err(e) if output::is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("numaio: {e:#}");
-            ExitCode::FAILURE
+            warnln!("{e:#}");
+            if e.downcast_ref::<args::UsageError>().is_some() {
+                ExitCode::from(args::USAGE_EXIT)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }

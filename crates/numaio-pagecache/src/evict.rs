@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 /// Resident pages before and after an eviction.
 #[derive(Debug, Clone, Serialize)]
 pub struct EvictReport {
+    #[serde(serialize_with = "crate::serialize_path")]
     pub path: PathBuf,
     pub pages: u64,
     /// `None` when mincore hides this file's residency from the caller.

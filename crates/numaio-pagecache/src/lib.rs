@@ -59,3 +59,9 @@ pub use residency::{
 };
 pub use target::Target;
 pub use warm::{warm_file, Progress, WarmOptions, WarmReport};
+
+/// Serializes a path as a JSON string: exact for UTF-8 names; bytes that are not UTF-8
+/// (which JSON cannot hold) become U+FFFD, rather than failing the whole output.
+pub fn serialize_path<S: serde::Serializer>(p: &std::path::Path, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&p.to_string_lossy())
+}

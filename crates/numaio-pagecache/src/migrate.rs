@@ -36,6 +36,7 @@ impl Default for MoveOptions {
 /// What a move did, in pages.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct MoveReport {
+    #[serde(serialize_with = "crate::serialize_path")]
     pub path: PathBuf,
     pub pages: u64,
     /// Pages resident when the move looked (mincore).

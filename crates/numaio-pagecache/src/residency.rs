@@ -70,6 +70,7 @@ pub struct ByteRange {
 /// Residency of one file (or of a range of it).
 #[derive(Debug, Clone, Serialize)]
 pub struct FileResidency {
+    #[serde(serialize_with = "crate::serialize_path")]
     pub path: PathBuf,
     pub size_bytes: u64,
     /// Pages examined (the whole file, or the range).

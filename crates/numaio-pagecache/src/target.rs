@@ -4,6 +4,42 @@ use crate::error::PagecacheError;
 use serde::Serialize;
 use std::fmt;
 
+/// Largest node id a target may name: the kernel's `MAX_NUMNODES` is at most 1024.
+pub const MAX_NODE_ID: u32 = 1023;
+
+/// Most `NODE:WEIGHT` entries a weights list may have.
+pub const MAX_WEIGHTS: usize = 1024;
+
+/// Largest weight of one node (pages per cycle).
+pub const MAX_WEIGHT: u32 = 1 << 20;
+
+fn invalid(s: String) -> PagecacheError {
+    PagecacheError::InvalidTarget(s)
+}
+
+/// Parses a node list such as `0-3` or `0,2` (kernel list format) whose ids are at most
+/// `max_node` (also capped at [`MAX_NODE_ID`]). Pure: reads nothing from the system.
+pub fn parse_node_list(s: &str, max_node: u32) -> Result<Vec<u32>, PagecacheError> {
+    let v = numaio_sys::cpulist::parse_bounded(s, max_node.min(MAX_NODE_ID))
+        .map_err(|e| invalid(format!("bad node list: {e}")))?;
+    if v.is_empty() {
+        return Err(invalid(format!("empty node list {s:?}")));
+    }
+    Ok(v)
+}
+
+/// Parses a stripe chunk size such as `1M` (K/M/G/T suffixes); zero is refused here, the
+/// page-size multiple is checked by [`Target::check_shape`].
+pub fn parse_chunk(s: &str) -> Result<u64, PagecacheError> {
+    numaio_sys::topology::parse_size(s)
+        .filter(|&c| c > 0)
+        .ok_or_else(|| {
+            invalid(format!(
+                "bad --chunk size {s:?}: use a non-zero size such as 1M"
+            ))
+        })
+}
+
 /// Where a file's pages should go.
 /// Serialized as `{"kind":"node","node":N}`, `{"kind":"interleave","nodes":[..]}`,
 /// `{"kind":"stripe","nodes":[..],"chunk":BYTES}` or `{"kind":"weights","weights":[[N,W],..]}`.
@@ -91,8 +127,9 @@ impl Target {
         }
     }
 
-    /// Checks the target's shape, and that each node exists and has memory.
-    pub fn validate(&self, page_size: u64) -> Result<(), PagecacheError> {
+    /// Checks the target's shape (non-empty lists, chunk a multiple of `page_size`, some
+    /// weight above 0), without looking at the machine.
+    pub fn check_shape(&self, page_size: u64) -> Result<(), PagecacheError> {
         let bad = |s: String| Err(PagecacheError::InvalidTarget(s));
         match self {
             Target::Interleave(n) if n.is_empty() => return bad("empty node list".into()),
@@ -109,6 +146,13 @@ impl Target {
             }
             _ => {}
         }
+        Ok(())
+    }
+
+    /// Checks the target's shape, and that each node exists and has memory.
+    pub fn validate(&self, page_size: u64) -> Result<(), PagecacheError> {
+        let bad = |s: String| Err(PagecacheError::InvalidTarget(s));
+        self.check_shape(page_size)?;
         let topo = numaio_sys::Topology::detect()
             .map_err(|e| PagecacheError::InvalidTarget(format!("cannot read topology: {e}")))?;
         let with_mem: Vec<u32> = topo
@@ -129,27 +173,101 @@ impl Target {
         Ok(())
     }
 
-    /// Parses `N:W,N:W,...` for [`Target::Weights`].
+    /// Parses `N:W,N:W,...` for [`Target::Weights`] (nodes up to [`MAX_NODE_ID`]).
     pub fn parse_weights(s: &str) -> Result<Target, PagecacheError> {
+        Self::parse_weights_bounded(s, MAX_NODE_ID)
+    }
+
+    /// Parses `N:W,N:W,...` with every node at most `max_node`, at most [`MAX_WEIGHTS`]
+    /// entries and weights up to [`MAX_WEIGHT`]. Pure: reads nothing from the system.
+    pub fn parse_weights_bounded(s: &str, max_node: u32) -> Result<Target, PagecacheError> {
+        let max_node = max_node.min(MAX_NODE_ID);
+        let short = |t: &str| t.chars().take(24).collect::<String>();
         let mut w = Vec::new();
         for part in s.split(',').filter(|p| !p.trim().is_empty()) {
-            let (n, wt) = part.split_once(':').ok_or_else(|| {
-                PagecacheError::InvalidTarget(format!("weight {part:?} is not NODE:WEIGHT"))
-            })?;
-            let n: u32 = n.trim().parse().map_err(|_| {
-                PagecacheError::InvalidTarget(format!("bad node {n:?} in weights {s:?}"))
-            })?;
-            let wt: u32 = wt.trim().parse().map_err(|_| {
-                PagecacheError::InvalidTarget(format!("bad weight {wt:?} in weights {s:?}"))
-            })?;
+            if w.len() == MAX_WEIGHTS {
+                return Err(invalid(format!(
+                    "more than {MAX_WEIGHTS} entries in weights"
+                )));
+            }
+            let (n, wt) = part
+                .split_once(':')
+                .ok_or_else(|| invalid(format!("weight {:?} is not NODE:WEIGHT", short(part))))?;
+            let n: u32 = n
+                .trim()
+                .parse()
+                .ok()
+                .filter(|&n| n <= max_node)
+                .ok_or_else(|| {
+                    invalid(format!(
+                        "bad node {:?} in weights: use a node id from 0 to {max_node}",
+                        short(n)
+                    ))
+                })?;
+            let wt: u32 = wt
+                .trim()
+                .parse()
+                .ok()
+                .filter(|&w| w <= MAX_WEIGHT)
+                .ok_or_else(|| {
+                    invalid(format!(
+                        "bad weight {:?} in weights: use a whole number from 0 to {MAX_WEIGHT}",
+                        short(wt)
+                    ))
+                })?;
             w.push((n, wt));
         }
         if w.is_empty() {
-            return Err(PagecacheError::InvalidTarget(format!(
-                "no weights in {s:?} (expected NODE:WEIGHT,...)"
+            return Err(invalid(format!(
+                "no weights in {:?} (expected NODE:WEIGHT,...)",
+                short(s)
             )));
         }
         Ok(Target::Weights(w))
+    }
+
+    /// Builds a target from the command-line spellings (exactly one of `node`, `interleave`,
+    /// `stripe` with `chunk`, `weights`) and checks its shape with [`Target::check_shape`].
+    /// Pure: reads nothing from the system, so it suits fuzzing; [`Target::validate`] then
+    /// checks the nodes against this machine.
+    pub fn from_flags(
+        node: Option<u32>,
+        interleave: Option<&str>,
+        stripe: Option<&str>,
+        chunk: Option<&str>,
+        weights: Option<&str>,
+        max_node: u32,
+        page_size: u64,
+    ) -> Result<Target, PagecacheError> {
+        let max_node = max_node.min(MAX_NODE_ID);
+        let t = match (node, interleave, stripe, weights) {
+            (Some(n), None, None, None) => {
+                if n > max_node {
+                    return Err(invalid(format!(
+                        "node {n} does not exist: node ids go from 0 to {max_node}; run `numaio topo`"
+                    )));
+                }
+                Target::Node(n)
+            }
+            (None, Some(s), None, None) => Target::Interleave(parse_node_list(s, max_node)?),
+            (None, None, Some(s), None) => {
+                let c = chunk.ok_or_else(|| invalid("--stripe needs --chunk SIZE".into()))?;
+                Target::Stripe {
+                    nodes: parse_node_list(s, max_node)?,
+                    chunk: parse_chunk(c)?,
+                }
+            }
+            (None, None, None, Some(w)) => Target::parse_weights_bounded(w, max_node)?,
+            (None, None, None, None) => {
+                return Err(invalid(
+                    "give a target: --node, --interleave, --stripe with --chunk, or --weights"
+                        .into(),
+                ))
+            }
+            _ => return Err(invalid("give only one target".into())),
+        };
+        t.check_shape(page_size)?;
+        Ok(t)
     }
 }
 
@@ -256,5 +374,31 @@ mod tests {
         let e = Target::Node(999).validate(4096).unwrap_err();
         assert!(e.to_string().contains("node 999"), "{e}");
         assert!(Target::Node(0).validate(4096).is_ok());
+    }
+
+    #[test]
+    fn hostile_lists_are_bounded() {
+        let t = std::time::Instant::now();
+        let e = parse_node_list("0-1048576", 7).unwrap_err().to_string();
+        assert!(e.contains("above the largest allowed, 7"), "{e}");
+        assert!(parse_node_list("", 7).is_err());
+        assert_eq!(parse_node_list("0,2", 7).unwrap(), vec![0, 2]);
+        let long = vec!["0:1"; MAX_WEIGHTS + 1].join(",");
+        assert!(Target::parse_weights(&long).is_err());
+        assert!(Target::parse_weights("0:4294967295").is_err());
+        assert!(Target::parse_weights_bounded("8:1", 7).is_err());
+        assert!(t.elapsed() < std::time::Duration::from_secs(1));
+        assert_eq!(
+            Target::from_flags(None, None, Some("0-1"), Some("8K"), None, 7, 4096).unwrap(),
+            Target::Stripe {
+                nodes: vec![0, 1],
+                chunk: 8192
+            }
+        );
+        assert!(Target::from_flags(None, None, Some("0"), Some("0"), None, 7, 4096).is_err());
+        assert!(Target::from_flags(None, None, Some("0"), None, None, 7, 4096).is_err());
+        assert!(Target::from_flags(Some(8), None, None, None, None, 7, 4096).is_err());
+        assert!(Target::from_flags(None, None, None, None, None, 7, 4096).is_err());
+        assert!(Target::from_flags(Some(0), Some("0"), None, None, None, 7, 4096).is_err());
     }
 }

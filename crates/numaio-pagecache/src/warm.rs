@@ -59,6 +59,7 @@ pub struct WarmOptions<'a> {
 /// What a warm did and the verified result.
 #[derive(Debug, Clone, Serialize)]
 pub struct WarmReport {
+    #[serde(serialize_with = "crate::serialize_path")]
     pub path: PathBuf,
     pub target: Target,
     pub pages: u64,

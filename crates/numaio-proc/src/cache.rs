@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 /// Where a file's cached pages are.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct FileNodes {
+    #[serde(serialize_with = "numaio_pagecache::serialize_path")]
     pub path: PathBuf,
     pub size_bytes: u64,
     /// Resident bytes per node.

@@ -3,7 +3,15 @@
 
 use crate::error::{ProcError, ProcResult};
 use serde::{Deserialize, Serialize};
+use std::io::Read;
 use std::path::Path;
+
+/// Largest configuration file accepted: real ones are a few KiB; the bound keeps
+/// `--config /dev/zero` or a runaway file from growing memory.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// Longest duration (seconds) any `*_secs` setting may have: one day.
+pub const MAX_SECS: f64 = 86_400.0;
 
 /// Which way to restore locality.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -185,33 +193,108 @@ impl Config {
         Ok(c)
     }
 
+    /// Reads and validates the file at `path`: a regular file of at most
+    /// [`MAX_CONFIG_BYTES`]. It is opened non-blocking and checked with `fstat` before any
+    /// read, so a FIFO or a device is refused instead of blocking or reading forever.
     pub fn load(path: &Path) -> ProcResult<Config> {
-        let text = std::fs::read_to_string(path).map_err(|e| ProcError::Config {
+        let err = |what: String| ProcError::Config {
             path: path.to_path_buf(),
-            what: format!("cannot read: {e}"),
-        })?;
+            what,
+        };
+        use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
+            .open(path)
+            .map_err(|e| err(format!("cannot open: {e}")))?;
+        let meta = f.metadata().map_err(|e| err(format!("cannot stat: {e}")))?;
+        let ft = meta.file_type();
+        if !ft.is_file() {
+            let kind = if ft.is_dir() {
+                "a directory"
+            } else if ft.is_fifo() {
+                "a FIFO"
+            } else if ft.is_socket() {
+                "a socket"
+            } else if ft.is_char_device() {
+                "a character device"
+            } else if ft.is_block_device() {
+                "a block device"
+            } else {
+                "not a regular file"
+            };
+            return Err(err(format!(
+                "is {kind}; give a regular TOML file (see dist/numaio.toml)"
+            )));
+        }
+        let mut bytes = Vec::new();
+        f.take(MAX_CONFIG_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| err(format!("cannot read: {e}")))?;
+        if bytes.len() as u64 > MAX_CONFIG_BYTES {
+            return Err(err(format!(
+                "larger than {MAX_CONFIG_BYTES} bytes; a configuration is a few KiB (see dist/numaio.toml)"
+            )));
+        }
+        let text = String::from_utf8(bytes).map_err(|e| err(format!("not UTF-8 text: {e}")))?;
         Self::from_toml(&text, path)
     }
 
-    /// Checks ranges; the message names the field.
+    /// Checks every number is finite and in range; the message names the field and the
+    /// accepted range.
     pub fn validate(&self) -> Result<(), String> {
-        if !(self.interval_secs > 0.0 && self.interval_secs <= 3600.0) {
+        fn range(name: &str, v: f64, lo: f64, lo_open: bool, hi: f64) -> Result<(), String> {
+            let ok = v.is_finite() && (if lo_open { v > lo } else { v >= lo }) && v <= hi;
+            if ok {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{name} must be a number in {}{lo}, {hi}], got {v}",
+                    if lo_open { "(" } else { "[" }
+                ))
+            }
+        }
+        range("interval_secs", self.interval_secs, 0.0, true, 3600.0)?;
+        range("remote_threshold", self.remote_threshold, 0.0, false, 1.0)?;
+        range("win_factor", self.win_factor, 1.0, false, 1e6)?;
+        range(
+            "cpu_busy_threshold",
+            self.cpu_busy_threshold,
+            0.0,
+            false,
+            1.0,
+        )?;
+        range(
+            "min_residence_secs",
+            self.min_residence_secs,
+            0.0,
+            false,
+            MAX_SECS,
+        )?;
+        range(
+            "residency_ttl_secs",
+            self.residency_ttl_secs,
+            0.0,
+            false,
+            MAX_SECS,
+        )?;
+        range("auto.max_gain", self.auto.max_gain, 0.0, false, 1.0)?;
+        range("auto.reduction", self.auto.reduction, 0.0, false, 1e6)?;
+        range("auto.min_gain", self.auto.min_gain, 0.0, false, 1.0)?;
+        if self.max_files_per_process > 1 << 20 {
             return Err(format!(
-                "interval_secs must be in (0, 3600], got {}",
-                self.interval_secs
+                "max_files_per_process must be at most {}, got {}",
+                1 << 20,
+                self.max_files_per_process
             ));
         }
-        if !(0.0..=1.0).contains(&self.remote_threshold) {
-            return Err("remote_threshold must be between 0 and 1".into());
-        }
-        if self.win_factor < 1.0 {
-            return Err("win_factor must be at least 1".into());
-        }
-        if !(0.0..=1.0).contains(&self.cpu_busy_threshold) {
-            return Err("cpu_busy_threshold must be between 0 and 1".into());
-        }
-        if self.min_residence_secs < 0.0 {
-            return Err("min_residence_secs must not be negative".into());
+        for (name, pids) in [
+            ("filter.include_pids", &self.filter.include_pids),
+            ("filter.exclude_pids", &self.filter.exclude_pids),
+        ] {
+            if let Some(p) = pids.iter().find(|&&p| p <= 0) {
+                return Err(format!("{name} must hold process ids above 0, got {p}"));
+            }
         }
         if let Some(m) = self.metrics.as_ref().filter(|m| m.parse::<u16>().is_err()) {
             m.parse::<std::net::SocketAddr>().map_err(|_| {
@@ -264,5 +347,58 @@ mod tests {
             PolicyKind::PullData
         );
         assert!("x".parse::<PolicyKind>().is_err());
+    }
+
+    #[test]
+    fn non_finite_and_out_of_range_numbers_are_refused() {
+        let p = Path::new("t.toml");
+        for (text, field) in [
+            ("residency_ttl_secs = inf\n", "residency_ttl_secs"),
+            ("residency_ttl_secs = nan\n", "residency_ttl_secs"),
+            ("residency_ttl_secs = 1e300\n", "residency_ttl_secs"),
+            ("interval_secs = nan\n", "interval_secs"),
+            ("interval_secs = inf\n", "interval_secs"),
+            ("win_factor = nan\n", "win_factor"),
+            ("win_factor = inf\n", "win_factor"),
+            ("min_residence_secs = inf\n", "min_residence_secs"),
+            ("min_residence_secs = -1\n", "min_residence_secs"),
+            ("remote_threshold = nan\n", "remote_threshold"),
+            ("[auto]\nmax_gain = inf\n", "auto.max_gain"),
+            ("[auto]\nreduction = -inf\n", "auto.reduction"),
+            (
+                "max_files_per_process = 100000000\n",
+                "max_files_per_process",
+            ),
+        ] {
+            let e = Config::from_toml(text, p).unwrap_err().to_string();
+            assert!(e.contains(field) && e.contains("t.toml"), "{text}: {e}");
+        }
+        assert!(Config::from_toml("residency_ttl_secs = 0\n", p).is_ok());
+    }
+
+    #[test]
+    fn load_refuses_fifos_devices_and_huge_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo reads a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let t = std::time::Instant::now();
+        let e = Config::load(&fifo).unwrap_err().to_string();
+        assert!(e.contains("FIFO") && e.contains("fifo"), "{e}");
+        let e = Config::load(Path::new("/dev/zero"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("character device"), "{e}");
+        let e = Config::load(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("directory"), "{e}");
+        let big = dir.path().join("big.toml");
+        std::fs::write(&big, vec![b'#'; MAX_CONFIG_BYTES as usize + 1]).unwrap();
+        let e = Config::load(&big).unwrap_err().to_string();
+        assert!(e.contains("larger than"), "{e}");
+        assert!(t.elapsed() < std::time::Duration::from_secs(5));
+        let ok = dir.path().join("ok.toml");
+        std::fs::write(&ok, "policy = \"auto\"\n").unwrap();
+        assert_eq!(Config::load(&ok).unwrap().policy, PolicyKind::Auto);
     }
 }

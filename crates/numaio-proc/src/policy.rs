@@ -136,6 +136,7 @@ fn read_files(v: &ProcessView) -> Vec<&crate::sample::FileView> {
 /// One file's share of a pull.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PullFile {
+    #[serde(serialize_with = "numaio_pagecache::serialize_path")]
     pub path: PathBuf,
     /// Its cached bytes not on the target node.
     pub remote_bytes: u64,

@@ -184,6 +184,7 @@ pub fn deep(pid: i32, memory: bool) -> ProcResult<Deep> {
 /// One file a process uses, with where its cache is.
 #[derive(Debug, Clone, Serialize)]
 pub struct FileView {
+    #[serde(serialize_with = "numaio_pagecache::serialize_path")]
     pub path: PathBuf,
     /// `fd`, `map` or `fd+map`.
     pub via: String,

@@ -25,6 +25,7 @@ pub mod mempolicy;
 pub mod migrate;
 pub mod move_pages;
 pub mod topology;
+pub mod units;
 
 pub use affinity::{get_affinity, set_affinity};
 pub use error::{SysError, SysResult};

@@ -2,15 +2,15 @@
 //! plain memcpy loop (the physical limit for cached reads), with the same threads, offsets
 //! and duration, so results can be compared as ratios.
 
-use crate::output::{human_bytes, print_json};
+use crate::benchfile::{self, Permissions};
+use crate::output::{describe_io_error, human_bytes, print_json, quote};
+use crate::usage_bail;
 use anyhow::{bail, Context};
 use numaio_engine::{Engine, EngineConfig, FileHandle, IndexKind, OpenOptions, PolicyKind};
-use numaio_sys::topology::parse_size;
 use serde::Serialize;
 use std::fs::File;
-use std::io::Write;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -54,6 +54,14 @@ pub enum Api {
 }
 
 #[derive(clap::Args, Debug, Clone)]
+#[command(
+    after_help = "Data files: a missing --file is created and filled with non-zero data, \
+and kept for later runs. An existing file is never extended, truncated or rewritten by a read \
+workload (it must hold --size bytes); a write workload on an existing file needs --overwrite. \
+Devices (a block device's size comes from BLKGETSIZE64) and files under /dev, /proc and /sys \
+need --allow-device; FIFOs, sockets and directories are refused. I/O errors end the run with \
+exit status 1 and name the errno."
+)]
 pub struct BenchArgs {
     /// What to measure.
     #[arg(long, value_enum, default_value = "engine")]
@@ -61,31 +69,39 @@ pub struct BenchArgs {
     #[arg(long, value_enum, default_value = "randread")]
     pub workload: Workload,
     /// Request size (e.g. 4K, 1M).
-    #[arg(long, default_value = "4K", value_parser = size_arg)]
+    #[arg(long, default_value = "4K", value_parser = crate::args::request_size)]
     pub bs: u64,
-    #[arg(long, default_value_t = 1)]
+    /// Threads issuing requests (1 to 1024).
+    #[arg(long, default_value_t = 1, value_parser = crate::args::threads)]
     pub threads: usize,
-    /// Bytes of the file used by the workload; the file is created or extended (filled with
-    /// non-zero data) if it is shorter.
-    #[arg(long, default_value = "256M", value_parser = size_arg)]
+    /// Bytes of the file used by the workload. A file bench creates gets this size; an
+    /// existing file must be at least this long (see below).
+    #[arg(long, default_value = "256M", value_parser = crate::args::nonzero_size)]
     pub size: u64,
     /// The data file (not used with --files).
     #[arg(long, default_value = "numaio-bench.dat")]
     pub file: PathBuf,
-    /// Seconds to run (after warm-up).
-    #[arg(long, default_value_t = 5.0)]
+    /// Let a write workload overwrite (and extend) an existing file's data.
+    #[arg(long)]
+    pub overwrite: bool,
+    /// Allow block and character devices and files under /dev, /proc and /sys.
+    #[arg(long)]
+    pub allow_device: bool,
+    /// Seconds to run (after warm-up), in (0, 86400].
+    #[arg(long, default_value_t = 5.0, value_parser = crate::args::secs)]
     pub duration: f64,
     /// Engine replacement policy: arc, split-lru, split-lru:N, clock.
     #[arg(long, default_value = "arc")]
     pub policy: String,
     /// LRU_FACTOR for split-lru (overrides split-lru:N).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::args::lru_factor)]
     pub lru_factor: Option<usize>,
     /// Engine slices (default one per NUMA node).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::args::slices)]
     pub slices: Option<usize>,
-    /// Engine cache size (default: the file size plus 1/16, so reads are all hits after warm-up).
-    #[arg(long, value_parser = size_arg)]
+    /// Engine cache size (default: the file size plus 1/16, so reads are all hits after
+    /// warm-up); at most the machine's memory.
+    #[arg(long, value_parser = crate::args::nonzero_size)]
     pub cache: Option<u64>,
     /// Engine index layout: buckets (per-bucket locks) or sharded:N (N RwLock shards).
     #[arg(long, default_value = "buckets")]
@@ -109,20 +125,20 @@ pub struct BenchArgs {
     #[arg(long)]
     pub cold: bool,
     /// Engine: I/O queue depth per slice worker.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = crate::args::queue_depth)]
     pub queue_depth: u32,
     /// Engine: cache block size (power of two, >= 4K for O_DIRECT).
-    #[arg(long, default_value = "4K", value_parser = size_arg)]
+    #[arg(long, default_value = "4K", value_parser = crate::args::block_size)]
     pub block_size: u64,
     /// Engine reads: issue N requests per call with `pread_batch` (requests of at most one
     /// cache block), so one thread keeps N reads in flight.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = crate::args::batch)]
     pub batch: usize,
     /// Engine: read ahead on sequential reads.
     #[arg(long)]
     pub readahead: bool,
     /// Engine: I/O worker threads per slice.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = crate::args::io_workers)]
     pub io_workers: usize,
     /// Engine: disable O_DIRECT (buffered I/O under the engine).
     #[arg(long)]
@@ -133,11 +149,6 @@ pub struct BenchArgs {
     /// Issue 6: placement, work moving, accounting, checksums, the --files workload.
     #[command(flatten)]
     pub numa: super::bench_numa::NumaBenchArgs,
-}
-
-fn size_arg(s: &str) -> Result<u64, String> {
-    parse_size(s)
-        .ok_or_else(|| format!("bad size {s:?}: use a number with an optional K/M/G suffix"))
 }
 
 #[derive(Serialize, Debug, Default)]
@@ -168,6 +179,10 @@ pub struct BenchResult {
     /// Fraction of the engine's buffer pages found on their slice's node at start-up.
     pub buffer_local_fraction: Option<f64>,
     pub warm_s: f64,
+    /// Whether this run created the data file (else it existed and kept its data).
+    pub file_created: Option<bool>,
+    /// Usable bytes of the data file (a block device's size).
+    pub file_bytes: Option<u64>,
     /// Issue 6 (with --placement, --move-work, ...): `local_fraction` and the accounting.
     #[serde(flatten)]
     pub numa: serde_json::Map<String, serde_json::Value>,
@@ -232,31 +247,53 @@ impl Offsets {
 }
 
 pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
-    if a.bs == 0 || a.threads == 0 || a.size < a.bs || a.duration <= 0.0 {
-        bail!("need --bs > 0, --threads > 0, --size >= --bs and --duration > 0");
+    if a.size < a.bs {
+        usage_bail!("--size ({}) must be at least --bs ({})", a.size, a.bs);
     }
     if a.target == Target::Memcpy && a.workload.is_write() {
-        bail!("--target memcpy measures reads only");
+        usage_bail!("--target memcpy measures reads only");
     }
     if a.api == Api::Get && a.workload.is_write() {
-        bail!("--api get measures reads only (use pread for write workloads)");
+        usage_bail!("--api get measures reads only (use pread for write workloads)");
     }
     if a.numa.files.is_some() {
         if a.target != Target::Engine {
-            bail!("--files runs the engine only (--target engine)");
+            usage_bail!("--files runs the engine only (--target engine)");
         }
         return super::bench_numa::run_bench(&a);
     }
-    prepare_file(&a.file, a.size, a.workload.is_write())?;
-    let r = match a.target {
+    let perm = Permissions {
+        write: a.workload.is_write(),
+        overwrite: a.overwrite,
+        allow_device: a.allow_device,
+    };
+    // Every engine option is checked before the data file is touched.
+    if a.target == Target::Engine {
+        engine_cache(&a)?;
+        parse_policy(&a.policy, a.lru_factor)?;
+        parse_index(&a.index)?;
+        if a.numa.active() {
+            a.numa.options()?;
+        }
+    }
+    let bf = benchfile::prepare(&a.file, a.size, perm, 0)?;
+    if bf.kind == benchfile::Kind::CharDevice && a.target == Target::Engine {
+        usage_bail!(
+            "{} is a character device; the engine needs a regular file or a block device",
+            quote(&a.file)
+        );
+    }
+    let mut r = match a.target {
         Target::Engine => run_engine(&a)?,
         Target::Kernel => run_kernel(&a)?,
         Target::Memcpy => run_memcpy(&a)?,
     };
+    r.file_created = Some(bf.created);
+    r.file_bytes = Some(bf.len);
     if a.json {
         print_json(&r)?;
     } else {
-        println!(
+        crate::outln!(
             "{} {} bs={} threads={}: {:.0} ops/s, {}/s{}",
             r.target,
             r.workload,
@@ -277,90 +314,134 @@ pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
             } else {
                 String::new()
             }
-        );
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// Creates or extends the file to `size` bytes of non-zero data (reads need real data).
-fn prepare_file(path: &Path, size: u64, write: bool) -> anyhow::Result<()> {
-    let cur = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-    if cur >= size {
-        return Ok(());
-    }
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(false)
-        .open(path)
-        .with_context(|| {
-            format!(
-                "cannot create {} (choose a writable --file)",
-                path.display()
-            )
-        })?;
-    let _ = write;
-    let chunk: Vec<u8> = (0..1 << 20)
-        .map(|i: u32| (i.wrapping_mul(2654435761) >> 13) as u8 | 1)
-        .collect();
-    let mut off = cur - cur % (1 << 20);
-    while off < size {
-        let n = ((size - off) as usize).min(chunk.len());
-        f.write_all_at(&chunk[..n], off)
-            .with_context(|| format!("cannot fill {} to {} bytes", path.display(), size))?;
-        off += n as u64;
-    }
-    f.sync_all().ok();
-    Ok(())
-}
-
-fn run_threads<F>(a: &BenchArgs, body: F) -> (u64, f64)
+/// Runs `body` on `a.threads` threads until the deadline; returns the summed operations and
+/// the elapsed seconds. A thread that cannot be started is an error, not a panic.
+fn run_threads<F>(a: &BenchArgs, body: F) -> anyhow::Result<(u64, f64)>
 where
     F: Fn(usize, Instant) -> u64 + Sync,
 {
     let deadline = Instant::now() + Duration::from_secs_f64(a.duration);
     let t0 = Instant::now();
-    let ops: u64 = std::thread::scope(|s| {
+    let ops: anyhow::Result<u64> = std::thread::scope(|s| {
         let body = &body;
-        let hs: Vec<_> = (0..a.threads)
-            .map(|t| s.spawn(move || body(t, deadline)))
-            .collect();
-        hs.into_iter()
-            .map(|h| h.join().expect("bench thread panicked"))
-            .sum()
+        let mut hs = Vec::with_capacity(a.threads);
+        let mut spawn_err = None;
+        for t in 0..a.threads {
+            match std::thread::Builder::new()
+                .name(format!("bench-{t}"))
+                .spawn_scoped(s, move || body(t, deadline))
+            {
+                Ok(h) => hs.push(h),
+                Err(e) => {
+                    spawn_err = Some(e);
+                    break;
+                }
+            }
+        }
+        // Threads already started run to the deadline; they are joined either way.
+        let mut sum = 0u64;
+        let mut panicked = false;
+        for h in hs {
+            match h.join() {
+                Ok(n) => sum += n,
+                Err(_) => panicked = true,
+            }
+        }
+        if let Some(e) = spawn_err {
+            bail!(
+                "cannot start {} bench threads: {e}; use fewer --threads",
+                a.threads
+            );
+        }
+        if panicked {
+            bail!("a bench thread panicked");
+        }
+        Ok(sum)
     });
-    (ops, t0.elapsed().as_secs_f64())
+    Ok((ops?, t0.elapsed().as_secs_f64()))
 }
 
-fn parse_policy(a: &BenchArgs) -> anyhow::Result<PolicyKind> {
-    let mut p: PolicyKind = a.policy.parse().map_err(|e: String| anyhow::anyhow!(e))?;
-    if let (PolicyKind::SplitLru { .. }, Some(f)) = (p, a.lru_factor) {
-        p = PolicyKind::SplitLru {
-            lru_factor: f.max(1),
-        };
+/// The replacement policy from `--policy` and `--lru-factor`, with LRU_FACTOR bounded
+/// (the engine allocates that many sub-lists).
+pub(crate) fn parse_policy(policy: &str, lru_factor: Option<usize>) -> anyhow::Result<PolicyKind> {
+    let mut p: PolicyKind = policy
+        .parse()
+        .map_err(|e: String| crate::args::UsageError(format!("--policy: {e}")))?;
+    if let (PolicyKind::SplitLru { .. }, Some(f)) = (p, lru_factor) {
+        p = PolicyKind::SplitLru { lru_factor: f };
+    }
+    if let PolicyKind::SplitLru { lru_factor } = p {
+        if !(1..=crate::args::MAX_LRU_FACTOR).contains(&lru_factor) {
+            usage_bail!(
+                "--policy split-lru:{lru_factor}: LRU_FACTOR must be 1 to {}",
+                crate::args::MAX_LRU_FACTOR
+            );
+        }
     }
     Ok(p)
 }
 
+/// `buckets`, `sharded` or `sharded:N` with N from 1 to 65536.
 fn parse_index(s: &str) -> anyhow::Result<IndexKind> {
     if s == "buckets" {
         return Ok(IndexKind::Buckets);
     }
-    if let Some(n) = s.strip_prefix("sharded:").and_then(|n| n.parse().ok()) {
-        return Ok(IndexKind::Sharded { shards: n });
-    }
     if s == "sharded" {
         return Ok(IndexKind::Sharded { shards: 64 });
     }
-    bail!("bad --index {s:?}: use buckets or sharded:N")
+    if let Some(n) = s
+        .strip_prefix("sharded:")
+        .and_then(|n| crate::args::parse_count_in(n, 1, 65_536).ok())
+    {
+        return Ok(IndexKind::Sharded { shards: n as usize });
+    }
+    usage_bail!("bad --index {s:?}: use buckets, sharded or sharded:N with N from 1 to 65536")
+}
+
+/// Total memory of the machine (bytes), if known.
+fn total_memory() -> Option<u64> {
+    // SAFETY: sysinfo fills the zeroed struct we own.
+    let mut si: libc::sysinfo = unsafe { std::mem::zeroed() };
+    // SAFETY: the pointer is to our local struct.
+    if unsafe { libc::sysinfo(&mut si) } != 0 {
+        return None;
+    }
+    Some((si.totalram as u64).saturating_mul(si.mem_unit.max(1) as u64))
+}
+
+/// The engine's cache size, checked against the machine's memory: the engine allocates
+/// the whole cache up front, so more than the machine has cannot work.
+fn engine_cache(a: &BenchArgs) -> anyhow::Result<u64> {
+    let cache = a
+        .cache
+        .unwrap_or(a.size.saturating_add(a.size / 16 + (16 << 20)));
+    check_cache_fits(cache)?;
+    Ok(cache)
+}
+
+/// Refuses an engine cache larger than the machine's memory (a usage error).
+pub(crate) fn check_cache_fits(cache: u64) -> anyhow::Result<()> {
+    if let Some(mem) = total_memory().filter(|&m| cache > m) {
+        usage_bail!(
+            "the engine cache would be {} but this machine has {} of memory; give a smaller --cache (or --size)",
+            human_bytes(cache),
+            human_bytes(mem)
+        );
+    }
+    Ok(())
 }
 
 fn run_engine(a: &BenchArgs) -> anyhow::Result<BenchResult> {
-    let cache = a.cache.unwrap_or(a.size + a.size / 16 + (16 << 20));
+    let cache = engine_cache(a)?;
     let mut cfg = EngineConfig {
         cache_bytes: cache,
         slices: a.slices,
-        policy: parse_policy(a)?,
+        policy: parse_policy(&a.policy, a.lru_factor)?,
         index: parse_index(&a.index)?,
         queue_depth: a.queue_depth,
         direct_io: !a.no_direct,
@@ -383,7 +464,7 @@ fn run_engine(a: &BenchArgs) -> anyhow::Result<BenchResult> {
                 create: false,
             },
         )
-        .with_context(|| format!("cannot open {}", a.file.display()))?;
+        .with_context(|| format!("cannot open {}", quote(&a.file)))?;
     let f: Arc<FileHandle> = Arc::new(f);
     let bs = a.bs as usize;
     let warm = a.warm.unwrap_or(cache >= a.size);
@@ -455,7 +536,7 @@ fn run_engine(a: &BenchArgs) -> anyhow::Result<BenchResult> {
                 return n;
             }
         }
-    });
+    })?;
     if let Some(e) = err.into_inner().unwrap() {
         bail!("engine I/O failed during the run: {e}");
     }
@@ -499,6 +580,8 @@ fn run_engine(a: &BenchArgs) -> anyhow::Result<BenchResult> {
         fsync_s,
         buffer_local_fraction: Some(local),
         warm_s,
+        file_created: None,
+        file_bytes: None,
         numa: super::bench_numa::result_fields(numa.as_ref(), &a.numa)?,
     };
     drop(f);
@@ -507,12 +590,13 @@ fn run_engine(a: &BenchArgs) -> anyhow::Result<BenchResult> {
 }
 
 fn run_kernel(a: &BenchArgs) -> anyhow::Result<BenchResult> {
+    let shown = quote(&a.file);
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(a.workload.is_write())
-        .custom_flags(libc::O_CLOEXEC)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOCTTY)
         .open(&a.file)
-        .with_context(|| format!("cannot open {}", a.file.display()))?;
+        .with_context(|| format!("cannot open {shown}"))?;
     use std::os::fd::AsRawFd;
     if a.cold {
         // SAFETY: advisory call on our descriptor.
@@ -523,7 +607,12 @@ fn run_kernel(a: &BenchArgs) -> anyhow::Result<BenchResult> {
         let mut buf = vec![0u8; 1 << 20];
         let mut off = 0;
         while off < a.size {
-            let n = file.read_at(&mut buf, off)?;
+            let n = file.read_at(&mut buf, off).map_err(|e| {
+                anyhow::anyhow!(
+                    "warm-up read of {shown} at offset {off} failed: {}",
+                    describe_io_error(&e)
+                )
+            })?;
             if n == 0 {
                 break;
             }
@@ -533,6 +622,10 @@ fn run_kernel(a: &BenchArgs) -> anyhow::Result<BenchResult> {
     let warm_s = tw.elapsed().as_secs_f64();
     let bs = a.bs as usize;
     let file = &file;
+    let write = a.workload.is_write();
+    // The first failure of any thread: it ends every thread's run.
+    let failed = std::sync::atomic::AtomicBool::new(false);
+    let first_err = std::sync::Mutex::new(None::<(u64, std::io::Error)>);
     let (ops, secs) = run_threads(a, |t, deadline| {
         let mut offs = Offsets::new(a, t);
         let mut buf = vec![0x5Au8; bs];
@@ -540,24 +633,40 @@ fn run_kernel(a: &BenchArgs) -> anyhow::Result<BenchResult> {
         loop {
             for _ in 0..64 {
                 let off = offs.next();
-                let r = if a.workload.is_write() {
-                    file.write_at(&buf, off)
+                let r = if write {
+                    file.write_all_at(&buf, off)
                 } else {
-                    file.read_at(&mut buf, off)
+                    file.read_exact_at(&mut buf, off)
                 };
-                if r.is_err() {
+                if let Err(e) = r {
+                    let mut slot = first_err.lock().unwrap_or_else(|p| p.into_inner());
+                    slot.get_or_insert((off, e));
+                    failed.store(true, std::sync::atomic::Ordering::Relaxed);
                     return n;
                 }
                 n += 1;
             }
-            if Instant::now() >= deadline {
+            if Instant::now() >= deadline || failed.load(std::sync::atomic::Ordering::Relaxed) {
                 return n;
             }
         }
-    });
-    let fsync_s = if a.workload.is_write() {
+    })?;
+    let err = first_err.into_inner().unwrap_or_else(|p| p.into_inner());
+    if let Some((off, e)) = err {
+        bail!(
+            "kernel {} of {bs} bytes at offset {off} of {shown} failed after {ops} operations: {}",
+            if write { "write" } else { "read" },
+            describe_io_error(&e)
+        );
+    }
+    let fsync_s = if write {
         let t = Instant::now();
-        file.sync_data()?;
+        file.sync_data().map_err(|e| {
+            anyhow::anyhow!(
+                "final fdatasync of {shown} failed: {}",
+                describe_io_error(&e)
+            )
+        })?;
         Some(t.elapsed().as_secs_f64())
     } else {
         None
@@ -580,10 +689,25 @@ fn run_kernel(a: &BenchArgs) -> anyhow::Result<BenchResult> {
 }
 
 fn run_memcpy(a: &BenchArgs) -> anyhow::Result<BenchResult> {
-    let mut data = vec![0u8; a.size as usize];
-    File::open(&a.file)?
+    let shown = quote(&a.file);
+    let mut data = Vec::new();
+    let len = usize::try_from(a.size).unwrap_or(usize::MAX);
+    data.try_reserve_exact(len).map_err(|_| {
+        crate::args::UsageError(format!(
+            "cannot allocate {} for --target memcpy; give a smaller --size",
+            human_bytes(a.size)
+        ))
+    })?;
+    data.resize(len, 0);
+    File::open(&a.file)
+        .with_context(|| format!("cannot open {shown}"))?
         .read_exact_at(&mut data, 0)
-        .context("reading the file into memory")?;
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "reading {shown} into memory failed: {}",
+                describe_io_error(&e)
+            )
+        })?;
     let bs = a.bs as usize;
     let data = &data;
     let (ops, secs) = run_threads(a, |t, deadline| {
@@ -601,8 +725,7 @@ fn run_memcpy(a: &BenchArgs) -> anyhow::Result<BenchResult> {
                 return n;
             }
         }
-    });
-    std::io::stdout().flush().ok();
+    })?;
     Ok(BenchResult {
         target: "memcpy".into(),
         workload: format!("{:?}", a.workload).to_lowercase(),

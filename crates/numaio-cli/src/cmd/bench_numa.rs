@@ -22,13 +22,13 @@ use serde_json::{json, Value};
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct NumaBenchArgs {
     /// Number of files, each read (or written) by its own thread (thread i uses file i mod N).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = crate::args::files)]
     pub files: Option<usize>,
     /// Directory for the --files workload; files go to PATH/dJ/fileI.
     #[arg(long, value_name = "PATH")]
     pub dir: Option<PathBuf>,
     /// Number of top-level directories the files are spread over (default: one per slice).
-    #[arg(long, value_name = "D")]
+    #[arg(long, value_name = "D", value_parser = crate::args::files)]
     pub dirs: Option<usize>,
     /// Data placement: range[:BLOCKS] | directory | writer-local | interleave |
     /// stripe:K[:CHUNK] | fixed:N.
@@ -41,7 +41,7 @@ pub struct NumaBenchArgs {
     #[arg(long, value_name = "TRIGGER", default_value = "consecutive:4")]
     pub hysteresis: String,
     /// At least this many accesses between two moves of a thread (the bound).
-    #[arg(long, value_name = "N", default_value_t = 64)]
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = crate::args::count)]
     pub cooldown: u64,
     /// migrate-thread: also restrict the parent process.
     #[arg(long)]
@@ -52,7 +52,7 @@ pub struct NumaBenchArgs {
     #[arg(long, value_name = "none|spread|blocks", default_value = "none")]
     pub pin: String,
     /// Thread i alternates between file i and file i+1 every B requests.
-    #[arg(long, value_name = "B")]
+    #[arg(long, value_name = "B", value_parser = crate::args::positive)]
     pub alternate: Option<u64>,
     /// Do not read the files into the cache before the measured run. A cold start lets the
     /// misses, completed by I/O workers pinned to each slice's node, wake the readers there
@@ -85,8 +85,13 @@ impl NumaBenchArgs {
             || self.prometheus.is_some()
     }
 
-    /// Parses the options into engine settings.
+    /// Parses the options into engine settings; a bad option is a usage error.
     pub fn options(&self) -> anyhow::Result<NumaOptions> {
+        self.parse_options()
+            .map_err(|e| crate::args::UsageError(format!("{e:#}")).into())
+    }
+
+    fn parse_options(&self) -> anyhow::Result<NumaOptions> {
         let mut o = NumaOptions::default();
         if let Some(p) = &self.placement {
             o.placement = p.parse::<PlacementPolicy>()?;
@@ -147,6 +152,9 @@ pub struct Common {
     /// `--warm true|false` of the core bench (default: see `NumaBenchArgs::no_warm`).
     pub warm: Option<bool>,
     pub cfg: EngineConfig,
+    /// `--overwrite` / `--allow-device` of the core bench (see `crate::benchfile`).
+    pub overwrite: bool,
+    pub allow_device: bool,
 }
 
 /// Adds the issue-6 fields to a bench JSON result.
@@ -199,17 +207,13 @@ fn export(parts: &NumaParts, a: &NumaBenchArgs) -> anyhow::Result<()> {
 pub fn run_bench(b: &super::bench::BenchArgs) -> anyhow::Result<std::process::ExitCode> {
     let a = &b.numa;
     let files = a.files.unwrap_or(1).max(1) as u64;
-    let mut policy: numaio_engine::PolicyKind =
-        b.policy.parse().map_err(|e: String| anyhow::anyhow!(e))?;
-    if let (numaio_engine::PolicyKind::SplitLru { .. }, Some(f)) = (policy, b.lru_factor) {
-        policy = numaio_engine::PolicyKind::SplitLru {
-            lru_factor: f.max(1),
-        };
-    }
+    let policy = super::bench::parse_policy(&b.policy, b.lru_factor)?;
     let total = b.size.saturating_mul(files);
     let cfg = EngineConfig {
         // Default: every file fits, in whichever slices the placement puts it.
-        cache_bytes: b.cache.unwrap_or(total + total / 16 + (16 << 20)),
+        cache_bytes: b
+            .cache
+            .unwrap_or(total.saturating_add(total / 16 + (16 << 20))),
         slices: b.slices,
         policy,
         queue_depth: b.queue_depth,
@@ -220,6 +224,8 @@ pub fn run_bench(b: &super::bench::BenchArgs) -> anyhow::Result<std::process::Ex
         block_size: b.block_size as usize,
         ..Default::default()
     };
+    super::bench::check_cache_fits(cfg.cache_bytes)?;
+    a.options()?;
     let c = Common {
         workload: format!("{:?}", b.workload).to_lowercase(),
         bs: b.bs as usize,
@@ -229,45 +235,20 @@ pub fn run_bench(b: &super::bench::BenchArgs) -> anyhow::Result<std::process::Ex
         duration: Duration::from_secs_f64(b.duration),
         warm: b.warm,
         cfg,
+        overwrite: b.overwrite,
+        allow_device: b.allow_device,
     };
     let v = run_files(&c, a)?;
     if b.json {
         crate::output::print_json(&v)?;
     } else {
-        print_human(&v);
+        print_human(&v)?;
     }
     Ok(std::process::ExitCode::SUCCESS)
 }
 
 fn file_path(dir: &Path, i: usize, dirs: usize) -> PathBuf {
     dir.join(format!("d{}", i % dirs)).join(format!("file{i}"))
-}
-
-/// Creates (or keeps, if it has the right size) a file of `size` bytes.
-fn prepare_file(path: &Path, size: u64, seed: u64) -> anyhow::Result<()> {
-    if std::fs::metadata(path)
-        .map(|m| m.len() == size)
-        .unwrap_or(false)
-    {
-        return Ok(());
-    }
-    std::fs::create_dir_all(path.parent().expect("file has a parent"))
-        .with_context(|| format!("creating {}", path.parent().unwrap().display()))?;
-    let mut data = vec![0u8; (1 << 20).min(size as usize).max(1)];
-    let f = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
-    use std::os::unix::fs::FileExt;
-    let mut off = 0u64;
-    while off < size {
-        let n = (data.len() as u64).min(size - off) as usize;
-        for (i, b) in data[..n].iter_mut().enumerate().step_by(64) {
-            *b = (seed as usize + i + off as usize) as u8;
-        }
-        f.write_all_at(&data[..n], off)
-            .with_context(|| format!("writing {}", path.display()))?;
-        off += n as u64;
-    }
-    f.sync_all().ok();
-    Ok(())
 }
 
 /// Physical node of the cache buffers holding `blocks` of `f` (pinned with get, queried
@@ -331,12 +312,21 @@ pub fn run_files(c: &Common, a: &NumaBenchArgs) -> anyhow::Result<Value> {
     let parts = apply(&mut cfg, &opts).map_err(anyhow::Error::msg)?;
     let dirs = a.dirs.unwrap_or(parts.slice_nodes.len()).max(1);
     let paths: Vec<PathBuf> = (0..nfiles).map(|i| file_path(&dir, i, dirs)).collect();
+    let perm = crate::benchfile::Permissions {
+        write,
+        overwrite: c.overwrite,
+        allow_device: c.allow_device,
+    };
     for (i, p) in paths.iter().enumerate() {
-        if write {
-            std::fs::create_dir_all(p.parent().unwrap())
-                .with_context(|| format!("creating {}", p.parent().unwrap().display()))?;
-        } else {
-            prepare_file(p, c.size, i as u64)?;
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent).with_context(|| {
+                format!("cannot create directory {}", crate::output::quote(parent))
+            })?;
+        }
+        // A write workload lets the engine create missing files; existing ones are checked
+        // (and refused without --overwrite) like the single-file bench's.
+        if !write || std::fs::symlink_metadata(p).is_ok() {
+            crate::benchfile::prepare(p, c.size, perm, i as u64)?;
         }
     }
     let engine = Engine::new(cfg).context("starting the engine")?;
@@ -352,7 +342,7 @@ pub fn run_files(c: &Common, a: &NumaBenchArgs) -> anyhow::Result<Value> {
                         create: write,
                     },
                 )
-                .with_context(|| format!("opening {}", p.display()))
+                .with_context(|| format!("opening {}", crate::output::quote(p)))
         })
         .collect::<anyhow::Result<_>>()?;
     let nthreads = c.threads.unwrap_or(nfiles).max(1);
@@ -573,9 +563,9 @@ pub fn run_files(c: &Common, a: &NumaBenchArgs) -> anyhow::Result<Value> {
 }
 
 /// Human summary of a --files result.
-pub fn print_human(v: &Value) {
+pub fn print_human(v: &Value) -> anyhow::Result<()> {
     let f = |k: &str| v[k].as_f64().unwrap_or(0.0);
-    println!(
+    crate::outln!(
         "engine {} bs={} files={} threads={} placement={} move-work={}",
         v["workload"].as_str().unwrap_or(""),
         v["bs"],
@@ -583,8 +573,8 @@ pub fn print_human(v: &Value) {
         v["threads"],
         v["placement"].as_str().unwrap_or(""),
         v["move_work"].as_str().unwrap_or("")
-    );
-    println!(
+    )?;
+    crate::outln!(
         "  {:.0} ops/s, {:.1} MiB/s, local accesses {}, migrations {}, forwards {}",
         f("ops_per_s"),
         f("bytes_per_s") / (1 << 20) as f64,
@@ -593,8 +583,8 @@ pub fn print_human(v: &Value) {
             .map_or("n/a".to_string(), |x| format!("{:.1} %", 100.0 * x)),
         v["run_accounting"]["migrations"],
         v["run_accounting"]["forwards"]
-    );
-    print!("{}", v["numa_io"].as_str().unwrap_or(""));
+    )?;
+    crate::out!("{}", v["numa_io"].as_str().unwrap_or(""))
 }
 
 #[cfg(test)]
@@ -615,6 +605,8 @@ mod tests {
                 queue_depth: 8,
                 ..Default::default()
             },
+            overwrite: false,
+            allow_device: false,
         }
     }
 
@@ -632,6 +624,8 @@ mod tests {
             ..Default::default()
         };
         let v = run_files(&common("randread"), &a).unwrap();
+        // A second run reuses the files it created.
+        run_files(&common("randread"), &a).unwrap();
         assert_eq!(v["files"], 4);
         assert_eq!(v["dirs"], 2);
         assert!(v["ops"].as_u64().unwrap() > 0);
@@ -674,6 +668,33 @@ mod tests {
                 .len(),
             256 << 10
         );
+        // The files exist now: writing them again needs --overwrite.
+        let e = run_files(&common("seqwrite"), &a).unwrap_err();
+        assert!(e.to_string().contains("--overwrite"), "{e}");
+        let mut c = common("seqwrite");
+        c.overwrite = true;
+        run_files(&c, &a).unwrap();
+    }
+
+    #[test]
+    fn existing_files_are_never_truncated() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("d0")).unwrap();
+        let f = dir.path().join("d0/file0");
+        std::fs::write(&f, b"IMPORTANT\n").unwrap();
+        let a = NumaBenchArgs {
+            files: Some(1),
+            dirs: Some(1),
+            dir: Some(dir.path().to_path_buf()),
+            placement: Some("directory".into()),
+            hysteresis: "consecutive:4".into(),
+            cooldown: 64,
+            pin: "none".into(),
+            ..Default::default()
+        };
+        let e = run_files(&common("randread"), &a).unwrap_err();
+        assert!(e.to_string().contains("shorter than --size"), "{e}");
+        assert_eq!(std::fs::read(&f).unwrap(), b"IMPORTANT\n");
     }
 
     #[test]

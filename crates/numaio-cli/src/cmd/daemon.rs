@@ -19,8 +19,8 @@ pub struct DaemonArgs {
     /// follow-data (move the process), pull-data (move the cache) or auto (by cost).
     #[arg(long)]
     policy: Option<PolicyKind>,
-    /// Seconds between decisions (default 2).
-    #[arg(long, value_name = "SECS")]
+    /// Seconds between decisions (default 2; at most 3600).
+    #[arg(long, value_name = "SECS", value_parser = crate::args::interval_secs)]
     interval: Option<f64>,
     /// Print the advice, take no action (like `numad -w`).
     #[arg(long)]
@@ -32,22 +32,22 @@ pub struct DaemonArgs {
     #[arg(long, value_name = "ADDR:PORT")]
     metrics: Option<String>,
     /// Stop after N intervals (for tests and measurements).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = crate::args::positive)]
     iterations: Option<u64>,
     /// One interval, then exit (same as --iterations 1).
     #[arg(long)]
     once: bool,
     /// Read rate (bytes/s, K/M/G suffixes) above which a process counts as I/O-active.
-    #[arg(long, value_name = "SIZE")]
-    min_read_rate: Option<String>,
-    /// Seconds a moved process or file stays put.
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SIZE", value_parser = crate::args::size)]
+    min_read_rate: Option<u64>,
+    /// Seconds a moved process or file stays put (0 to 86400).
+    #[arg(long, value_name = "SECS", value_parser = crate::args::secs_or_zero)]
     min_residence: Option<f64>,
     /// Do not migrate a followed process's memory.
     #[arg(long)]
     no_migrate_memory: bool,
     /// Never touch this pid (repeatable).
-    #[arg(long, value_name = "PID")]
+    #[arg(long, value_name = "PID", value_parser = crate::args::pid)]
     exclude_pid: Vec<i32>,
     /// Never touch processes with this command name; `name*` matches a prefix (repeatable).
     #[arg(long, value_name = "COMM")]
@@ -56,7 +56,7 @@ pub struct DaemonArgs {
     #[arg(long, value_name = "COMM")]
     include_comm: Vec<String>,
     /// Only touch this pid (repeatable).
-    #[arg(long, value_name = "PID")]
+    #[arg(long, value_name = "PID", value_parser = crate::args::pid)]
     include_pid: Vec<i32>,
     /// Never touch processes in this cgroup or below it (repeatable).
     #[arg(long, value_name = "PATH")]
@@ -80,7 +80,8 @@ extern "C" fn on_signal(_: libc::c_int) {
 
 fn build_config(a: &DaemonArgs) -> anyhow::Result<Config> {
     let mut c = match &a.config {
-        Some(p) => Config::load(p)?,
+        // A configuration that cannot be used is a usage error, like a bad flag.
+        Some(p) => Config::load(p).map_err(|e| crate::args::UsageError(e.to_string()))?,
         None => Config::default(),
     };
     if let Some(p) = a.policy {
@@ -101,9 +102,7 @@ fn build_config(a: &DaemonArgs) -> anyhow::Result<Config> {
     if let Some(port) = c.metrics.as_deref().and_then(|m| m.parse::<u16>().ok()) {
         c.metrics = Some(format!("127.0.0.1:{port}"));
     }
-    if let Some(r) = &a.min_read_rate {
-        let b = numaio_sys::topology::parse_size(r)
-            .ok_or_else(|| anyhow::anyhow!("--min-read-rate {r:?}: use a size such as 1M"))?;
+    if let Some(b) = a.min_read_rate {
         c.min_read_bytes_per_sec = Bytes(b);
     }
     if let Some(s) = a.min_residence {
@@ -127,7 +126,7 @@ fn build_config(a: &DaemonArgs) -> anyhow::Result<Config> {
         c.log_file = Some(f.display().to_string());
     }
     c.validate()
-        .map_err(|e| anyhow::anyhow!("invalid setting: {e}"))?;
+        .map_err(|e| crate::args::UsageError(format!("invalid setting: {e}")))?;
     Ok(c)
 }
 
@@ -215,6 +214,30 @@ fn raise_nofile_limit() {
     }
 }
 
+/// Opens the log file for appending: non-blocking, so a FIFO without a reader fails at once
+/// instead of hanging start-up, and only a regular file or a character device is accepted.
+fn open_log(p: &std::path::Path) -> anyhow::Result<std::fs::File> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let shown = crate::output::quote(p);
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o640)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
+        .open(p)
+        .map_err(|e| anyhow::anyhow!("cannot open log file {shown}: {e}"))?;
+    let ft = f
+        .metadata()
+        .map_err(|e| anyhow::anyhow!("cannot stat log file {shown}: {e}"))?
+        .file_type();
+    if !(ft.is_file() || ft.is_char_device()) {
+        crate::usage_bail!(
+            "log file {shown} is not a regular file; give a file path for --log-file"
+        );
+    }
+    Ok(f)
+}
+
 pub fn run(a: DaemonArgs) -> anyhow::Result<ExitCode> {
     let cfg = build_config(&a)?;
     raise_nofile_limit();
@@ -223,19 +246,13 @@ pub fn run(a: DaemonArgs) -> anyhow::Result<ExitCode> {
             let m = Arc::new(Metrics::new());
             let bound = metrics::serve(m.clone(), addr)
                 .map_err(|e| anyhow::anyhow!("cannot serve metrics on {addr}: {e}"))?;
-            eprintln!("numaio: metrics on http://{bound}/metrics");
+            crate::warnln!("metrics on http://{bound}/metrics");
             Some(m)
         }
         None => None,
     };
     let mut log_file = match &cfg.log_file {
-        Some(p) => Some(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(p)
-                .map_err(|e| anyhow::anyhow!("cannot open log file {p}: {e}"))?,
-        ),
+        Some(p) => Some(open_log(std::path::Path::new(p))?),
         None => None,
     };
     // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
@@ -244,19 +261,42 @@ pub fn run(a: DaemonArgs) -> anyhow::Result<ExitCode> {
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
     }
     let json = a.json;
+    // The first failed write to stdout stops the daemon; main then ends quietly on a closed
+    // pipe and reports any other error.
+    let out_err: Arc<std::sync::Mutex<Option<std::io::Error>>> = Arc::default();
+    let sink_err = out_err.clone();
+    let log_path = cfg.log_file.clone().unwrap_or_default();
+    let mut log_warned = false;
     let sink = Box::new(move |v: &serde_json::Value| {
+        let line = if json {
+            v.to_string()
+        } else {
+            crate::output::escape_message(&human(v)).into_owned()
+        };
         let mut out = std::io::stdout().lock();
-        let line = if json { v.to_string() } else { human(v) };
-        let _ = writeln!(out, "{line}");
-        let _ = out.flush();
+        if let Err(e) = writeln!(out, "{line}").and_then(|_| out.flush()) {
+            let mut slot = sink_err.lock().unwrap_or_else(|p| p.into_inner());
+            slot.get_or_insert(e);
+            STOP.store(true, Ordering::Relaxed);
+        }
         if let Some(f) = log_file.as_mut() {
-            let _ = writeln!(f, "{v}");
+            if let Err(e) = writeln!(f, "{v}") {
+                if !log_warned {
+                    crate::warnln!("cannot write log file {log_path}: {e} (the daemon goes on)");
+                    log_warned = true;
+                }
+            }
         }
     });
     let iterations = if a.once { Some(1) } else { a.iterations };
     let cache = PageCache;
     let mut d = Daemon::new(cfg, &cache, metrics, sink);
     d.run(iterations, &STOP)?;
+    drop(d);
+    let err = out_err.lock().unwrap_or_else(|p| p.into_inner()).take();
+    if let Some(e) = err {
+        return Err(crate::output::StdoutError(e).into());
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -307,11 +347,17 @@ mod tests {
         assert_eq!(c.min_read_bytes_per_sec, Bytes(2 << 20));
         assert_eq!(c.metrics.as_deref(), Some("127.0.0.1:9477"));
         assert_eq!(c.filter.exclude_cgroups, vec!["/system.slice".to_string()]);
-        let bad = Cli::parse_from(["d", "--interval", "0"]);
-        assert!(build_config(&bad.a)
-            .unwrap_err()
-            .to_string()
-            .contains("interval"));
+        for bad in [
+            ["d", "--interval", "0"],
+            ["d", "--interval", "nan"],
+            ["d", "--interval", "1e300"],
+            ["d", "--min-residence", "inf"],
+            ["d", "--iterations", "0"],
+            ["d", "--exclude-pid", "-3"],
+        ] {
+            let e = Cli::try_parse_from(bad).err().expect("refused");
+            assert_eq!(e.exit_code(), 2, "{bad:?}");
+        }
         let missing = Cli::parse_from(["d", "--config", "/nonexistent/n.toml"]);
         assert!(build_config(&missing.a)
             .unwrap_err()

@@ -2,7 +2,8 @@
 //! pages are written first (fdatasync), so nothing is lost. File contents never change.
 
 use crate::cmd::where_::{report_error, JsonError};
-use crate::output::print_json;
+use crate::outln;
+use crate::output::{print_json, quote};
 use numaio_pagecache::{evict_file, EvictReport, PagecacheError};
 use serde::Serialize;
 use std::path::PathBuf;
@@ -47,22 +48,22 @@ pub fn run(a: EvictArgs) -> anyhow::Result<ExitCode> {
                 total.resident_after += r.resident_after.unwrap_or(0);
                 if !a.json {
                     let show = |v: Option<u64>| v.map_or("unknown".to_string(), |v| v.to_string());
-                    println!(
+                    outln!(
                         "{}: {} pages, resident before {}, after {}",
-                        r.path.display(),
+                        quote(&r.path),
                         r.pages,
                         show(r.resident_before),
                         show(r.resident_after)
-                    );
+                    )?;
                     if r.resident_before.is_none() {
-                        println!("  (the kernel hides this file's residency from this user: not the owner, no write permission)");
+                        outln!("  (the kernel hides this file's residency from this user: not the owner, no write permission)")?;
                     }
                     if let Some(left) = r.resident_after.filter(|&n| n > 0) {
-                        println!(
+                        outln!(
                             "  {} pages stay: mapped by a process, locked, or dirty{}",
                             left,
                             if a.sync { "" } else { " (try --sync)" }
-                        );
+                        )?;
                     }
                 }
                 files.push(r);

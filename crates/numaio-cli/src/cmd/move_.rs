@@ -6,7 +6,8 @@
 
 use crate::cmd::warm::build_target;
 use crate::cmd::where_::{nodes_text, pct, report_error, JsonError};
-use crate::output::print_json;
+use crate::outln;
+use crate::output::{print_json, quote};
 use numaio_pagecache::{
     file_residency, move_file, FileResidency, MoveOptions, MoveReport, PagecacheError, WhereOptions,
 };
@@ -21,7 +22,7 @@ pub struct MoveArgs {
     #[arg(required = true, value_name = "PATH")]
     paths: Vec<PathBuf>,
     /// Move every resident page to this node.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = crate::args::node)]
     to: Option<u32>,
     /// Page-by-page round robin over these nodes (e.g. 0-3 or 0,2).
     #[arg(long, value_name = "NODES")]
@@ -77,9 +78,9 @@ pub fn run(a: MoveArgs) -> anyhow::Result<ExitCode> {
                 let after = file_residency(path, &WhereOptions::default()).ok();
                 if !a.json {
                     let r = &report;
-                    println!(
+                    outln!(
                         "{}: {} resident of {} pages: moved {}, already in place {}, busy {}, mapped by others {}, no memory {}, failed {}",
-                        r.path.display(),
+                        quote(&r.path),
                         r.resident_pages,
                         r.pages,
                         r.moved,
@@ -88,17 +89,17 @@ pub fn run(a: MoveArgs) -> anyhow::Result<ExitCode> {
                         r.mapped_by_others,
                         r.no_memory,
                         r.failed
-                    );
+                    )?;
                     if let Some(f) = &after {
-                        println!(
+                        outln!(
                             "  now resident {} ({}){}",
                             f.resident_pages,
                             pct(f.resident_pages, f.pages),
                             nodes_text(&f.nodes, f.resident_pages)
-                        );
+                        )?;
                     }
                     if r.mapped_by_others > 0 && !a.all {
-                        println!("  pages mapped by other processes stay put; rerun with --all as root (CAP_SYS_NICE)");
+                        outln!("  pages mapped by other processes stay put; rerun with --all as root (CAP_SYS_NICE)")?;
                     }
                 }
                 files.push(FileOut { report, after });

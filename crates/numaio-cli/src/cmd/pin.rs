@@ -1,16 +1,18 @@
 //! `numaio pin PID --node N [--migrate-memory]`: every thread of a process onto a node's
 //! CPUs (within its cpuset), optionally with its memory.
 
-use crate::output::{human_bytes, print_json};
+use crate::outln;
+use crate::output::{escape_message, human_bytes, print_json, quote};
 use numaio_sys::{cpulist, Topology};
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
 pub struct PinArgs {
     /// The process to pin.
+    #[arg(value_parser = crate::args::pid)]
     pid: i32,
     /// The node whose CPUs the threads are restricted to.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::args::node)]
     node: u32,
     /// Also migrate the process's memory to the node (migrate_pages, most-loaded node first).
     #[arg(long)]
@@ -28,10 +30,10 @@ pub fn run(a: PinArgs) -> anyhow::Result<ExitCode> {
     if a.json {
         print_json(&rep)?;
     } else {
-        println!(
+        outln!(
             "pid {} ({}): {} thread(s) pinned to node {} (cpus {}){}",
             rep.pid,
-            rep.comm,
+            quote(&rep.comm),
             rep.affinity.threads_set,
             rep.node,
             cpulist::format(&rep.cpus),
@@ -40,19 +42,23 @@ pub fn run(a: PinArgs) -> anyhow::Result<ExitCode> {
             } else {
                 String::new()
             }
-        );
+        )?;
         for f in &rep.affinity.failed {
-            println!("  thread failed: {f}");
+            outln!("  thread failed: {}", escape_message(&f.to_string()))?;
         }
         for s in &rep.memory_steps {
             match &s.error {
-                Some(e) => println!("  memory on node {}: {e}", s.from),
-                None => println!(
+                Some(e) => outln!(
+                    "  memory on node {}: {}",
+                    s.from,
+                    escape_message(&e.to_string())
+                )?,
+                None => outln!(
                     "  memory on node {} ({}): migrated, {} page(s) could not move",
                     s.from,
                     human_bytes(s.bytes_before),
                     s.pages_not_moved
-                ),
+                )?,
             }
         }
         if a.migrate_memory {
@@ -62,11 +68,11 @@ pub fn run(a: PinArgs) -> anyhow::Result<ExitCode> {
                     .collect::<Vec<_>>()
                     .join(" ")
             };
-            println!(
+            outln!(
                 "  memory per node: before {}  after {}",
                 fmt(&rep.memory_per_node_before),
                 fmt(&rep.memory_per_node_after)
-            );
+            )?;
         }
     }
     let failed =

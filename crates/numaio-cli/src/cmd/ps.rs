@@ -5,7 +5,7 @@
 //! memory per node, read/write rates, its open and mapped files with their cache per node,
 //! the locality estimate and the estimated `numa<N>_read_bytes`.
 
-use crate::output::{human_bytes, print_json};
+use crate::output::{human_bytes, print_json, quote};
 use numaio_proc::sample::ProcessView;
 use numaio_proc::{PageCache, ScanOptions, Scanner};
 use numaio_sys::{cpulist, Topology};
@@ -16,16 +16,16 @@ use std::time::Duration;
 #[derive(clap::Args)]
 pub struct PsArgs {
     /// Processes to show (default: every process that did I/O during the interval).
-    #[arg(value_name = "PID")]
+    #[arg(value_name = "PID", value_parser = crate::args::pid)]
     pids: Vec<i32>,
     /// Seconds between the two samples that rates and read estimates come from.
-    #[arg(long, default_value_t = 1.0, value_name = "SECS")]
+    #[arg(long, default_value_t = 1.0, value_name = "SECS", value_parser = crate::args::secs)]
     interval: f64,
     /// Keep sampling every SECS seconds until interrupted; `numa_io_total` accumulates.
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", value_parser = crate::args::secs)]
     watch: Option<f64>,
     /// Stop --watch after N rounds.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = crate::args::positive)]
     count: Option<u64>,
     /// Also list processes that did no I/O.
     #[arg(long)]
@@ -39,13 +39,13 @@ pub struct PsArgs {
 
 pub fn run(a: PsArgs) -> anyhow::Result<ExitCode> {
     let period = a.watch.unwrap_or(a.interval);
-    if !(period > 0.0 && period.is_finite()) {
-        anyhow::bail!("--interval/--watch must be a positive number of seconds");
+    if !(period > 0.0 && period <= crate::args::MAX_SECS) {
+        crate::usage_bail!(
+            "--interval/--watch must be seconds in (0, {}]",
+            crate::args::MAX_SECS
+        );
     }
     for &p in &a.pids {
-        if p <= 0 {
-            anyhow::bail!("invalid pid {p}");
-        }
         if numaio_proc::procfs::read_stat(p).is_err() {
             anyhow::bail!("no process with pid {p} (it may have exited); list processes with `numaio ps --all`");
         }
@@ -79,8 +79,8 @@ pub fn run(a: PsArgs) -> anyhow::Result<ExitCode> {
         if a.json {
             let procs: Vec<serde_json::Value> = views
                 .iter()
-                .map(|v| {
-                    let mut j = serde_json::to_value(v).unwrap_or_default();
+                .map(|v| -> anyhow::Result<serde_json::Value> {
+                    let mut j = serde_json::to_value(v)?;
                     if let (Some(o), Some(t)) =
                         (j.as_object_mut(), totals.get(&(v.pid, v.start_ticks)))
                     {
@@ -96,9 +96,9 @@ pub fn run(a: PsArgs) -> anyhow::Result<ExitCode> {
                             .collect();
                         o.insert("numa_io_total".into(), serde_json::json!(tot));
                     }
-                    j
+                    Ok(j)
                 })
-                .collect();
+                .collect::<anyhow::Result<_>>()?;
             print_json(&serde_json::json!({
                 "interval_secs": period,
                 "scanned": res.scanned,
@@ -106,7 +106,7 @@ pub fn run(a: PsArgs) -> anyhow::Result<ExitCode> {
                 "processes": procs,
             }))?;
         } else {
-            print!("{}", render(&views, &topo, period, res.unreadable));
+            crate::out!("{}", render(&views, &topo, period, res.unreadable))?;
         }
         if a.watch.is_none() || a.count.is_some_and(|c| round >= c) {
             break;
@@ -141,7 +141,7 @@ fn render(views: &[ProcessView], topo: &Topology, secs: f64, unreadable: usize) 
         s += &format!(
             "{} {}  threads: {}  cpus allowed {}  mems allowed {}{}\n",
             v.pid,
-            v.comm,
+            quote(&v.comm),
             if ran.is_empty() {
                 "-".into()
             } else {
@@ -171,12 +171,19 @@ fn render(views: &[ProcessView], topo: &Topology, secs: f64, unreadable: usize) 
         }
         for f in &v.files {
             match &f.error {
-                Some(e) => s += &format!("    {:<6} {}  ({e})\n", f.via, f.path.display()),
+                Some(e) => {
+                    s += &format!(
+                        "    {:<6} {}  ({})\n",
+                        f.via,
+                        quote(&f.path),
+                        crate::output::escape_message(e)
+                    )
+                }
                 None => {
                     s += &format!(
                         "    {:<6} {}  {} of {} cached: {}\n",
                         f.via,
-                        f.path.display(),
+                        quote(&f.path),
                         human_bytes(f.cached_bytes),
                         human_bytes(f.size_bytes),
                         nodes_bytes(&f.nodes)
@@ -185,7 +192,7 @@ fn render(views: &[ProcessView], topo: &Topology, secs: f64, unreadable: usize) 
             }
         }
         for e in &v.errors {
-            s += &format!("    note: {e}\n");
+            s += &format!("    note: {}\n", crate::output::escape_message(e));
         }
     }
     if unreadable > 0 {
@@ -212,6 +219,22 @@ mod tests {
         );
         assert!(out.contains("2 process(es) could not be read"), "{out}");
         assert!(render(&[], &topo, 1.0, 0).contains("no process did file I/O"));
+    }
+
+    #[test]
+    fn hostile_names_are_quoted() {
+        let topo = Topology::synthetic("n0=0-1@1G").unwrap();
+        let mut v = sample_view();
+        v.comm = "x\u{1b}]0;pwned\u{7}".into();
+        v.files[0].path = "/data/f\n    fd     /etc/shadow  0 B of 0 B cached: -".into();
+        let out = render(&[v], &topo, 1.0, 0);
+        assert!(!out.contains('\u{1b}') && !out.contains('\u{7}'), "{out}");
+        assert!(out.contains("77 $'x\\033]0;pwned\\a'  threads"), "{out}");
+        assert!(
+            !out.lines()
+                .any(|l| l.contains("fd") && l.contains("shadow") && !l.contains("$'")),
+            "{out}"
+        );
     }
 
     fn sample_view() -> ProcessView {

@@ -4,8 +4,11 @@
 //! The command is exec'd directly (no shell) after restricting this process's CPUs to the
 //! node, so CMD and every thread it creates start there.
 
+use crate::output::quote;
+use crate::warnln;
 use numaio_proc::{near, CacheOps, PageCache};
 use numaio_sys::{cpulist, CpuSet, Topology};
+use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -19,7 +22,7 @@ pub struct RunArgs {
     #[arg(long)]
     warm: bool,
     /// Use this node instead of the one holding most of the cache.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::args::node)]
     node: Option<u32>,
     /// Print the choice as JSON on stderr: {node,cached_per_node,reason,cpus,warmed}.
     #[arg(long)]
@@ -37,11 +40,11 @@ pub fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     let cache = PageCache;
     let mut files = Vec::new();
     for p in &a.near {
-        std::fs::metadata(p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
+        std::fs::metadata(p).map_err(|e| anyhow::anyhow!("{}: {e}", quote(p)))?;
         match cache.residency(p) {
             Ok(r) => files.push(r),
             // Still runnable: the choice just cannot count this file's cache.
-            Err(e) if !a.quiet => eprintln!("numaio: warning: {e}; its cache is not counted"),
+            Err(e) if !a.quiet => warnln!("warning: {e}; its cache is not counted"),
             Err(_) => {}
         }
     }
@@ -60,7 +63,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     if a.warm {
         for p in &a.near {
             cache.warm(p, choice.node).map_err(|e| {
-                anyhow::anyhow!("cannot warm {} on node {}: {e}", p.display(), choice.node)
+                anyhow::anyhow!("cannot warm {} on node {}: {e}", quote(p), choice.node)
             })?;
         }
     }
@@ -84,11 +87,12 @@ pub fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
             o.insert("cpus".into(), serde_json::json!(cpus));
             o.insert("warmed".into(), serde_json::json!(a.warm));
         }
-        eprintln!("{}", serde_json::to_string(&j)?);
+        let line = serde_json::to_string(&j)?;
+        let _ = writeln!(std::io::stderr().lock(), "{line}");
     } else if !a.quiet {
-        eprintln!(
-            "numaio: running {} on node {} (cpus {}): {}",
-            a.cmd[0],
+        warnln!(
+            "running {} on node {} (cpus {}): {}",
+            quote(&a.cmd[0]),
             choice.node,
             cpulist::format(&cpus),
             choice.reason
@@ -98,5 +102,5 @@ pub fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     let err = std::process::Command::new(&a.cmd[0])
         .args(&a.cmd[1..])
         .exec();
-    anyhow::bail!("cannot run {}: {err}", a.cmd[0])
+    anyhow::bail!("cannot run {}: {err}", quote(&a.cmd[0]))
 }

@@ -16,15 +16,43 @@ pub struct TopoArgs {
 
 pub fn run(a: TopoArgs) -> anyhow::Result<ExitCode> {
     let topo = match &a.synthetic {
-        Some(spec) => Topology::synthetic(spec)?,
+        Some(spec) => {
+            check_synthetic_size(spec)?;
+            Topology::synthetic(spec)
+                .map_err(|e| crate::args::UsageError(format!("--synthetic: {e}")))?
+        }
         None => Topology::detect()?,
     };
     if a.json {
         print_json(&topo)?;
     } else {
-        print!("{}", render(&topo));
+        crate::out!("{}", render(&topo))?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Most nodes a synthetic topology may have (the kernel's largest `MAX_NUMNODES`), and the
+/// longest spec: the work grows faster than the node count.
+const MAX_SYNTHETIC_NODES: usize = 1024;
+const MAX_SYNTHETIC_BYTES: usize = 64 << 10;
+
+fn check_synthetic_size(spec: &str) -> anyhow::Result<()> {
+    if spec.len() > MAX_SYNTHETIC_BYTES {
+        crate::usage_bail!(
+            "--synthetic: the spec is {} bytes; at most {MAX_SYNTHETIC_BYTES} are accepted",
+            spec.len()
+        );
+    }
+    let nodes = spec
+        .split_whitespace()
+        .filter(|t| t.starts_with('n') && t[1..].starts_with(|c: char| c.is_ascii_digit()))
+        .count();
+    if nodes > MAX_SYNTHETIC_NODES {
+        crate::usage_bail!(
+            "--synthetic: {nodes} nodes; at most {MAX_SYNTHETIC_NODES} are accepted"
+        );
+    }
+    Ok(())
 }
 
 fn render(t: &Topology) -> String {

@@ -4,7 +4,7 @@
 //! distribution says how far it got), 1 on errors.
 
 use crate::cmd::where_::{nodes_text, pct, report_error, JsonError};
-use crate::output::{human_bytes, print_json};
+use crate::output::{human_bytes, print_json, quote};
 use numaio_pagecache::{warm_file, PagecacheError, Target, WarmOptions, WarmReport};
 use serde::Serialize;
 use std::io::IsTerminal;
@@ -21,7 +21,7 @@ pub struct WarmArgs {
     #[arg(required = true, value_name = "PATH")]
     paths: Vec<PathBuf>,
     /// Put every page on this node.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = crate::args::node)]
     node: Option<u32>,
     /// Page-by-page round robin over these nodes (e.g. 0-3 or 0,2).
     #[arg(long, value_name = "NODES")]
@@ -43,7 +43,8 @@ pub struct WarmArgs {
     json: bool,
 }
 
-/// Builds a target from the shared target flags of `warm` and `move`.
+/// Builds a target from the shared target flags of `warm` and `move`. Node ids are bounded
+/// by the kernel's possible nodes before anything is expanded; every error is a usage error.
 pub(crate) fn build_target(
     node: Option<u32>,
     interleave: Option<&str>,
@@ -51,32 +52,12 @@ pub(crate) fn build_target(
     chunk: Option<&str>,
     weights: Option<&str>,
 ) -> anyhow::Result<Target> {
-    let nodes = |s: &str| -> anyhow::Result<Vec<u32>> {
-        let v = numaio_sys::cpulist::parse(s)
-            .map_err(|e| anyhow::anyhow!("bad node list {s:?}: {e}"))?;
-        if v.is_empty() {
-            anyhow::bail!("empty node list {s:?}");
-        }
-        Ok(v)
-    };
-    let t = if let Some(n) = node {
-        Target::Node(n)
-    } else if let Some(s) = interleave {
-        Target::Interleave(nodes(s)?)
-    } else if let Some(s) = stripe {
-        let c = chunk.unwrap_or_default();
-        let chunk = numaio_sys::topology::parse_size(c)
-            .ok_or_else(|| anyhow::anyhow!("bad --chunk size {c:?} (e.g. 1M)"))?;
-        Target::Stripe {
-            nodes: nodes(s)?,
-            chunk,
-        }
-    } else if let Some(w) = weights {
-        Target::parse_weights(w)?
-    } else {
-        anyhow::bail!("give a target: --node, --interleave, --stripe with --chunk, or --weights");
-    };
-    t.validate(numaio_sys::page_size() as u64)?;
+    let max_node = (numaio_sys::mask::possible_nodes().max(1) - 1) as u32;
+    let page = numaio_sys::page_size() as u64;
+    let usage = |e: PagecacheError| crate::args::UsageError(e.to_string());
+    let t = Target::from_flags(node, interleave, stripe, chunk, weights, max_node, page)
+        .map_err(usage)?;
+    t.validate(page).map_err(usage)?;
     Ok(t)
 }
 
@@ -106,7 +87,7 @@ pub fn run(a: WarmArgs) -> anyhow::Result<ExitCode> {
             ) {
                 b.set_style(style.progress_chars("=> "));
             }
-            b.set_message(format!("warming {}", path.display()));
+            b.set_message(format!("warming {}", quote(path)));
             Some(b)
         } else {
             None
@@ -131,7 +112,7 @@ pub fn run(a: WarmArgs) -> anyhow::Result<ExitCode> {
         match res {
             Ok(r) => {
                 if !a.json {
-                    print!("{}", render(&r));
+                    crate::out!("{}", render(&r))?;
                 }
                 reports.push(r);
             }
@@ -160,7 +141,7 @@ fn render(r: &WarmReport) -> String {
     let m = &r.migration;
     let mut s = format!(
         "{}: {} ({} pages) onto {} in {:.2} s: read {} pages, migrated {}, evicted for re-read {}\n",
-        r.path.display(),
+        quote(&r.path),
         human_bytes(r.residency.size_bytes),
         r.pages,
         r.target,
@@ -220,9 +201,14 @@ mod tests {
         );
         let e = build_target(None, Some("x"), None, None, None).unwrap_err();
         assert!(e.to_string().contains("bad node list"), "{e}");
+        assert!(e.downcast_ref::<crate::args::UsageError>().is_some());
         let e = build_target(None, None, Some("0"), Some("1Q"), None).unwrap_err();
         assert!(e.to_string().contains("bad --chunk"), "{e}");
         let e = build_target(Some(4000), None, None, None, None).unwrap_err();
         assert!(e.to_string().contains("node 4000"), "{e}");
+        let t = std::time::Instant::now();
+        let e = build_target(None, Some("0-1048576"), None, None, None).unwrap_err();
+        assert!(e.to_string().contains("above the largest allowed"), "{e}");
+        assert!(t.elapsed() < std::time::Duration::from_secs(1));
     }
 }

@@ -1,6 +1,7 @@
 //! `numaio where`: on which nodes files' cached pages sit. Never reads uncached pages in.
 
-use crate::output::{human_bytes, print_json};
+use crate::output::{human_bytes, print_json, quote};
+use crate::{outln, warnln};
 use numaio_pagecache::{
     collect_files, file_residency, FileResidency, PagecacheError, Totals, WhereOptions,
 };
@@ -25,7 +26,7 @@ pub struct WhereArgs {
     json: bool,
     /// Show a map of which node holds which part of the file: one cell per CELL bytes
     /// (e.g. --map=1M; plain --map splits each file into 64 cells).
-    #[arg(long, value_name = "CELL", num_args = 0..=1, default_missing_value = "auto", require_equals = true)]
+    #[arg(long, value_name = "CELL", num_args = 0..=1, default_missing_value = "auto", require_equals = true, value_parser = map_cell)]
     map: Option<String>,
     /// Only this byte range: OFF:LEN with K/M/G suffixes; OFF: means to the end.
     #[arg(long, value_name = "OFF:LEN", value_parser = parse_range)]
@@ -48,10 +49,19 @@ pub(crate) fn parse_range(s: &str) -> Result<(u64, u64), String> {
     Ok((off, len))
 }
 
+/// `auto` or a cell size from 1 byte to 1 TiB.
+fn map_cell(s: &str) -> Result<String, String> {
+    if s == "auto" {
+        return Ok(s.into());
+    }
+    crate::args::parse_size_in(s, 1, 1 << 40).map(|_| s.to_string())
+}
+
 /// One error in JSON output.
 #[derive(Serialize)]
 pub(crate) struct JsonError {
-    pub path: Option<PathBuf>,
+    /// Lossy only where the name is not UTF-8, which JSON cannot hold.
+    pub path: Option<String>,
     pub kind: &'static str,
     pub error: String,
 }
@@ -59,7 +69,7 @@ pub(crate) struct JsonError {
 impl From<&PagecacheError> for JsonError {
     fn from(e: &PagecacheError) -> Self {
         JsonError {
-            path: e.path().map(|p| p.to_path_buf()),
+            path: e.path().map(|p| p.to_string_lossy().into_owned()),
             kind: e.kind(),
             error: e.to_string(),
         }
@@ -79,7 +89,9 @@ pub fn run(a: WhereArgs) -> anyhow::Result<ExitCode> {
         Some(s) => Some(
             numaio_sys::topology::parse_size(s)
                 .filter(|&c| c > 0)
-                .ok_or_else(|| anyhow::anyhow!("bad --map cell size {s:?} (e.g. --map=1M)"))?,
+                .ok_or_else(|| {
+                    crate::args::UsageError(format!("bad --map cell size {s:?} (e.g. --map=1M)"))
+                })?,
         ),
     };
     let mut files = Vec::new();
@@ -108,7 +120,7 @@ pub fn run(a: WhereArgs) -> anyhow::Result<ExitCode> {
             Ok(r) => {
                 total.add(&r);
                 if !a.json {
-                    print!("{}", render_file(&r));
+                    crate::out!("{}", render_file(&r))?;
                 }
                 warn_file(&r);
                 files.push(r);
@@ -126,13 +138,13 @@ pub fn run(a: WhereArgs) -> anyhow::Result<ExitCode> {
             errors: errors.iter().map(JsonError::from).collect(),
         })?;
     } else if files.len() > 1 {
-        println!(
+        outln!(
             "total: {} pages, {} resident ({}){}",
             total.pages,
             total.resident_pages,
             pct(total.resident_pages, total.pages),
             nodes_text(&total.nodes, total.resident_pages)
-        );
+        )?;
     }
     Ok(if errors.is_empty() {
         ExitCode::SUCCESS
@@ -143,7 +155,7 @@ pub fn run(a: WhereArgs) -> anyhow::Result<ExitCode> {
 
 /// Prints an error on stderr (in JSON mode too: stdout then holds only the JSON).
 pub(crate) fn report_error(e: &PagecacheError, _json: bool) {
-    eprintln!("numaio: {e}");
+    warnln!("{e}");
 }
 
 /// 64 cells per file (or range), whole pages each.
@@ -159,15 +171,15 @@ fn auto_cell(path: &std::path::Path, range: Option<(u64, u64)>) -> u64 {
 
 fn warn_file(r: &FileResidency) {
     if !r.mincore_truthful {
-        eprintln!(
-            "numaio: warning: {}: mincore cannot see this file's page cache for this user (not the owner, no write permission, not root); residency may read as 0. Run as the owner or root.",
-            r.path.display()
+        warnln!(
+            "warning: {}: mincore cannot see this file's page cache for this user (not the owner, no write permission, not root); residency may read as 0. Run as the owner or root.",
+            quote(&r.path)
         );
     }
     if r.evicted_during_query > 0 || r.read_in_during_query > 0 {
-        eprintln!(
-            "numaio: note: {}: {} page(s) were evicted while being inspected (not counted); {} page(s) evicted between check and touch were read back in",
-            r.path.display(),
+        warnln!(
+            "note: {}: {} page(s) were evicted while being inspected (not counted); {} page(s) evicted between check and touch were read back in",
+            quote(&r.path),
             r.evicted_during_query,
             r.read_in_during_query
         );
@@ -194,7 +206,7 @@ pub(crate) fn nodes_text(nodes: &BTreeMap<u32, u64>, of: u64) -> String {
 fn render_file(r: &FileResidency) -> String {
     let mut s = format!(
         "{}: {} ({} pages{}), {} resident ({}){}\n",
-        r.path.display(),
+        quote(&r.path),
         human_bytes(r.size_bytes),
         r.pages,
         match &r.range {
@@ -264,6 +276,27 @@ mod tests {
         assert!(out.starts_with("/d/f: 64.0 KiB (16 pages), 8 resident (50.0%)  node 0: 4 (50.0%)  node 11: 4 (50.0%)"), "{out}");
         assert!(out.contains("16.0 KiB per cell"), "{out}");
         assert!(out.lines().any(|l| l.trim() == "0 0.*b"), "{out}");
+    }
+
+    #[test]
+    fn hostile_names_are_quoted() {
+        let r = FileResidency {
+            path: "/d/a\n/fake: 0 B\u{1b}[2J".into(),
+            size_bytes: 0,
+            pages: 0,
+            resident_pages: 0,
+            nodes: Default::default(),
+            range: None,
+            page_size: 4096,
+            evicted_during_query: 0,
+            read_in_during_query: 0,
+            unknown_node_pages: 0,
+            mincore_truthful: true,
+            map: None,
+        };
+        let out = render_file(&r);
+        assert_eq!(out.lines().count(), 1, "{out}");
+        assert!(out.starts_with("$'/d/a\\n/fake: 0 B\\033[2J': "), "{out}");
     }
 
     #[test]
