@@ -236,10 +236,7 @@ fn block_devices_are_refused_without_allow_device() {
             std::fs::metadata(p).is_ok_and(|m| m.file_type().is_block_device())
         });
     let Some(dev) = dev else {
-        skip(
-            "block_devices_are_refused_without_allow_device",
-            "no block device under /dev",
-        );
+        skip("block-device", "no block device under /dev");
         return;
     };
     let d = dev.to_str().unwrap();
@@ -310,9 +307,8 @@ fn kernel_target_write_errors_end_the_run_with_the_errno() {
 
 #[test]
 fn kernel_target_enospc_on_a_full_tmpfs() {
-    const NAME: &str = "kernel_target_enospc_on_a_full_tmpfs";
     if !is_root() {
-        skip(NAME, "needs root to mount a tmpfs");
+        skip(numaio_testkit::needs::ROOT, "to mount a tmpfs");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -326,7 +322,7 @@ fn kernel_target_enospc_on_a_full_tmpfs() {
         Ok(o) if o.status.success() => {}
         Ok(o) => {
             skip(
-                NAME,
+                numaio_testkit::needs::TMPFS,
                 &format!(
                     "mount failed: {}",
                     String::from_utf8_lossy(&o.stderr).trim()
@@ -335,7 +331,10 @@ fn kernel_target_enospc_on_a_full_tmpfs() {
             return;
         }
         Err(e) => {
-            skip(NAME, &format!("cannot run mount: {e}"));
+            skip(
+                numaio_testkit::needs::TMPFS,
+                &format!("cannot run mount: {e}"),
+            );
             return;
         }
     }

@@ -211,7 +211,7 @@ fn ps_quotes_hostile_command_and_file_names() {
         .into_iter()
         .find(|p| Path::new(p).exists())
     else {
-        skip("ps_quotes_hostile_command_and_file_names", "no tail binary");
+        skip("tail", "no tail binary");
         return;
     };
     let dir = tempfile::tempdir().unwrap();

@@ -76,13 +76,13 @@ pub fn wait_limited(child: &mut Child, limit: Duration) -> Option<i32> {
     }
 }
 
-pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
+#[allow(unused_imports)] // not every test binary needs it
+pub use numaio_testkit::is_root;
 
-pub fn skip(test: &str, reason: &str) {
-    eprintln!("SKIPPED: {test}: {reason}");
+/// Records a visible skip of the running test (`needs`: what this machine lacks); fails
+/// instead where `NUMAIO_REQUIRE` says the machine must have it.
+pub fn skip(needs: &str, reason: &str) {
+    numaio_testkit::skipped(needs, reason);
 }
 
 pub fn mkfifo(p: &std::path::Path) {
