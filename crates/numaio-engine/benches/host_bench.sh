@@ -45,8 +45,8 @@ if command -v fio >/dev/null; then
   echo "r$rep.miss.fio.seqread1m $(fio --name=s --filename="$COLD" --rw=read --bs=1M --size=2G --ioengine=io_uring --direct=1 --iodepth=1 --runtime="$T" --time_based --output-format=json | python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0]["read"]; print(json.dumps({"ops_per_s": j["iops"], "bytes_per_s": j["bw_bytes"]}))')"
 fi
 # Writes through a cache smaller than the data (write-back, coalescing) vs the page cache.
-run "r$rep.write.engine.seqwrite1m" --target engine --workload seqwrite --bs 1M --threads 1 --size 1G --cache 256M --file "$DIR/w-1g"
-run "r$rep.write.kernel.seqwrite1m" --target kernel --workload seqwrite --bs 1M --threads 1 --size 1G --file "$DIR/w-1g"
-run "r$rep.write.engine.randwrite4k.t2" --target engine --workload randwrite --bs 4K --threads 2 --size 1G --cache 256M --file "$DIR/w-1g"
-run "r$rep.write.kernel.randwrite4k.t2" --target kernel --workload randwrite --bs 4K --threads 2 --size 1G --file "$DIR/w-1g"
+run "r$rep.write.engine.seqwrite1m" --target engine --workload seqwrite --bs 1M --threads 1 --size 1G --cache 256M --overwrite --file "$DIR/w-1g"
+run "r$rep.write.kernel.seqwrite1m" --target kernel --workload seqwrite --bs 1M --threads 1 --size 1G --overwrite --file "$DIR/w-1g"
+run "r$rep.write.engine.randwrite4k.t2" --target engine --workload randwrite --bs 4K --threads 2 --size 1G --cache 256M --overwrite --file "$DIR/w-1g"
+run "r$rep.write.kernel.randwrite4k.t2" --target kernel --workload randwrite --bs 4K --threads 2 --size 1G --overwrite --file "$DIR/w-1g"
 done
