@@ -342,3 +342,138 @@ fn writes_reads_and_fsyncs_racing_keep_the_file_consistent() {
         })
     });
 }
+
+/// Holds the first write submitted after `hold` is set until `release`: makes one
+/// write-back stay in flight while the test does other things.
+#[derive(Default)]
+struct HoldGate {
+    hold: std::sync::atomic::AtomicBool,
+    state: std::sync::Mutex<(bool, bool)>, // (holding, released)
+    cv: std::sync::Condvar,
+}
+
+impl HoldGate {
+    fn wait_holding(&self) {
+        let g = self.state.lock().unwrap();
+        let (g, t) = self
+            .cv
+            .wait_timeout_while(g, Duration::from_secs(10), |s| !s.0)
+            .unwrap();
+        assert!(!t.timed_out() && g.0, "no write was held");
+    }
+    fn release(&self) {
+        self.state.lock().unwrap().1 = true;
+        self.cv.notify_all();
+    }
+}
+
+struct HoldBackend(Arc<HoldGate>);
+
+struct HoldQueue {
+    inner: Box<dyn IoQueue>,
+    gate: Arc<HoldGate>,
+}
+
+impl IoQueue for HoldQueue {
+    fn run(&mut self, reqs: &mut [IoRequest], done: &mut dyn FnMut(usize, io::Result<usize>)) {
+        let writes = reqs.iter().any(|r| r.kind == numaio_engine::IoKind::Write);
+        // The held write's data is taken now, as a device that has fetched the buffers
+        // but not yet completed would have it.
+        let mut copies: Vec<Vec<u8>> = Vec::new();
+        if writes && self.gate.hold.swap(false, Ordering::SeqCst) {
+            for r in reqs.iter_mut() {
+                // 4 KiB aligned, so an O_DIRECT write of the copy is accepted.
+                let mut c = vec![0u8; r.len() + 4096];
+                let at = c.as_ptr().align_offset(4096);
+                let mut n = 0;
+                for v in &r.iovecs {
+                    // SAFETY: the engine keeps the request's buffers pinned until it completes.
+                    let src =
+                        unsafe { std::slice::from_raw_parts(v.iov_base as *const u8, v.iov_len) };
+                    c[at + n..at + n + v.iov_len].copy_from_slice(src);
+                    n += v.iov_len;
+                }
+                r.iovecs = vec![libc::iovec {
+                    iov_base: c[at..].as_mut_ptr() as *mut _,
+                    iov_len: n,
+                }];
+                copies.push(c);
+            }
+            let mut g = self.gate.state.lock().unwrap();
+            g.0 = true;
+            self.gate.cv.notify_all();
+            while !g.1 {
+                g = self.gate.cv.wait(g).unwrap();
+            }
+        }
+        self.inner.run(reqs, done);
+        drop(copies);
+    }
+}
+
+impl Backend for HoldBackend {
+    fn name(&self) -> String {
+        "hold".into()
+    }
+    fn queue(&self, depth: u32) -> io::Result<Box<dyn IoQueue>> {
+        Ok(Box::new(HoldQueue {
+            inner: PsyncBackend.queue(depth)?,
+            gate: self.0.clone(),
+        }))
+    }
+    fn datasync(&self, fd: RawFd) -> io::Result<()> {
+        PsyncBackend.datasync(fd)
+    }
+}
+
+#[test]
+fn an_older_write_back_never_lands_after_fsync() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f");
+    let gate = Arc::new(HoldGate::default());
+    let engine = Engine::new(EngineConfig {
+        cache_bytes: 64 * 4096,
+        slices: Some(1),
+        policy: PolicyKind::Clock,
+        io_workers_per_slice: 4,
+        backend: Some(Arc::new(HoldBackend(gate.clone()))),
+        ..Default::default()
+    })
+    .unwrap();
+    let f = engine.open(&path, OpenOptions::create_rw()).unwrap();
+    let old = vec![b'o'; 4096];
+    let new = vec![b'n'; 4096];
+    f.pwrite(&old, 0).unwrap();
+    // A write-back of the old data (here by a first fsync; the evictor takes the same
+    // path) is in flight on one I/O worker...
+    gate.hold.store(true, Ordering::SeqCst);
+    let f1 = f.clone();
+    let first = std::thread::spawn(move || f1.fsync());
+    gate.wait_holding();
+    // ...when the block is modified and fsync'd again.
+    f.pwrite(&new, 0).unwrap();
+    let g2 = gate.clone();
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        g2.release();
+    });
+    let t0 = std::time::Instant::now();
+    f.fsync().unwrap();
+    eprintln!(
+        "DEBUG fsync took {:?}, disk now {:?}",
+        t0.elapsed(),
+        std::fs::read(&path).unwrap().first()
+    );
+    releaser.join().unwrap();
+    first.join().unwrap().unwrap();
+    // Whatever the order of the two writes, the data of the last fsync must be the file's.
+    assert!(
+        std::fs::read(&path).unwrap() == new,
+        "the older write-back landed after fsync returned"
+    );
+    engine.close().unwrap();
+    assert!(
+        std::fs::read(&path).unwrap() == new,
+        "the block was left clean with the older data on disk"
+    );
+}
