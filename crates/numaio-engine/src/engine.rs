@@ -313,36 +313,17 @@ impl Engine {
         });
         let workers = cfg.io_workers_per_slice.max(1);
         let mut threads = Vec::new();
-        for (i, rx) in rxs.into_iter().enumerate() {
-            let node = nodes[i];
-            let cpus: Vec<u32> = if cfg.pin_threads {
-                topo.node(node).map(|n| n.cpus.clone()).unwrap_or_default()
-            } else {
-                Vec::new()
-            };
-            for w in 0..workers {
-                let queue = backend.queue(cfg.queue_depth)?;
-                let rx = rx.clone();
-                let cpus = cpus.clone();
-                let depth = cfg.queue_depth.max(1) as usize;
-                threads.push(
-                    std::thread::Builder::new()
-                        .name(format!("numaio-io-{i}.{w}"))
-                        .spawn(move || {
-                            pin_self(&cpus);
-                            worker::run(rx, queue, depth)
-                        })?,
-                );
+        if let Err(e) = spawn_threads(&inner, &topo, &nodes, rxs, workers, &mut threads) {
+            // Stop what did start: evictors see the shutdown flag, and the I/O workers see
+            // their channels close once the last reference to the slices is gone.
+            for s in &inner.slices {
+                s.stop();
             }
-            let inner2 = inner.clone();
-            threads.push(
-                std::thread::Builder::new()
-                    .name(format!("numaio-evict-{i}"))
-                    .spawn(move || {
-                        pin_self(&cpus);
-                        evictor(&inner2, i)
-                    })?,
-            );
+            drop(inner);
+            for t in threads {
+                let _ = t.join();
+            }
+            return Err(e);
         }
         Ok(Engine {
             inner,
@@ -516,6 +497,64 @@ fn merged_iovecs(bufs: impl Iterator<Item = *mut u8>, bs: usize) -> Vec<libc::io
         });
     }
     v
+}
+
+/// Starts each slice's I/O workers and evictor, pushing their handles as they start.
+fn spawn_threads(
+    inner: &Arc<Inner>,
+    topo: &Topology,
+    nodes: &[u32],
+    rxs: Vec<Arc<Mutex<std::sync::mpsc::Receiver<worker::Msg>>>>,
+    workers: usize,
+    threads: &mut Vec<JoinHandle<()>>,
+) -> io::Result<()> {
+    let cfg = &inner.cfg;
+    for (i, rx) in rxs.into_iter().enumerate() {
+        let node = nodes[i];
+        let cpus: Vec<u32> = if cfg.pin_threads {
+            topo.node(node).map(|n| n.cpus.clone()).unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        for w in 0..workers {
+            let queue = inner.backend.queue(cfg.queue_depth).map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!(
+                        "cannot set up an I/O queue ({}) for slice {i}: {e}",
+                        inner.backend.name()
+                    ),
+                )
+            })?;
+            let rx = rx.clone();
+            let cpus = cpus.clone();
+            let depth = cfg.queue_depth.max(1) as usize;
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("numaio-io-{i}.{w}"))
+                    .spawn(move || {
+                        pin_self(&cpus);
+                        worker::run(rx, queue, depth)
+                    })
+                    .map_err(|e| thread_error(&format!("numaio-io-{i}.{w}"), e))?,
+            );
+        }
+        let inner2 = inner.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name(format!("numaio-evict-{i}"))
+                .spawn(move || {
+                    pin_self(&cpus);
+                    evictor(&inner2, i)
+                })
+                .map_err(|e| thread_error(&format!("numaio-evict-{i}"), e))?,
+        );
+    }
+    Ok(())
+}
+
+fn thread_error(name: &str, e: io::Error) -> io::Error {
+    io::Error::new(e.kind(), format!("cannot start engine thread {name}: {e}"))
 }
 
 fn pin_self(cpus: &[u32]) {

@@ -125,6 +125,12 @@ impl Slice {
                 file: AtomicU32::new(0),
                 stamp: AtomicU32::new(u32::MAX),
                 block: AtomicU64::new(0),
+            })
+            .map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("slice {id}: cannot allocate the table of {nslots} slots: {e}"),
+                )
             })?,
             epoch: AtomicU32::new(0),
             hit_gating,
