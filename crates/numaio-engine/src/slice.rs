@@ -7,7 +7,9 @@
 //!   LOADING into the index, send the read to the slice's I/O worker; others who find the
 //!   block LOADING wait on a striped condvar ("clashed");
 //! * evict: the evictor thread asks the policy for victims and reclaims them under the index
-//!   write lock with one CAS on the slot word (fails if pinned, loading or dirty).
+//!   write lock with one CAS on the slot word (fails if pinned, loading or dirty);
+//! * write-back: one writer per block at a time (the WRITEBACK bit, `writeback.rs`); `fsync`
+//!   waits for write-backs others have in flight.
 
 use crate::arena::{Arena, PlacementCheck};
 use crate::backend::IoRequest;
