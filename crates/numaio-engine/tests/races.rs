@@ -477,3 +477,47 @@ fn an_older_write_back_never_lands_after_fsync() {
         "the block was left clean with the older data on disk"
     );
 }
+
+#[test]
+fn fsync_waits_for_the_evictors_write_back_in_flight() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f");
+    let gate = Arc::new(HoldGate::default());
+    let slots = 64u64;
+    let engine = Engine::new(EngineConfig {
+        cache_bytes: slots * 4096,
+        slices: Some(1),
+        policy: PolicyKind::Clock,
+        io_workers_per_slice: 4,
+        backend: Some(Arc::new(HoldBackend(gate.clone()))),
+        ..Default::default()
+    })
+    .unwrap();
+    let f = engine.open(&path, OpenOptions::create_rw()).unwrap();
+    // Filling the cache with dirty blocks wakes the evictor; its first write-back is held.
+    gate.hold.store(true, Ordering::SeqCst);
+    f.pwrite(&stamped(0, slots, 1, 1), 0).unwrap();
+    gate.wait_holding();
+    // Every block is modified again (all hits: nothing needs a free buffer) and fsync'd.
+    let new = stamped(0, slots, 2, 2);
+    f.pwrite(&new, 0).unwrap();
+    let g2 = gate.clone();
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        g2.release();
+    });
+    f.fsync().unwrap();
+    releaser.join().unwrap();
+    // Let the evictor's held write finish before looking at the file.
+    let t0 = std::time::Instant::now();
+    while engine.stats().write_ios < 2 && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        std::fs::read(&path).unwrap() == new,
+        "the evictor's older write-back landed after fsync returned"
+    );
+    engine.close().unwrap();
+    assert!(std::fs::read(&path).unwrap() == new);
+}
