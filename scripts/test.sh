@@ -31,6 +31,9 @@ step clippy   cargo clippy --workspace --all-targets --keep-going -- -D warnings
 # release binaries go into the lab guests; build them before any test can boot one
 step build    cargo build --release --workspace --bins
 step unit     cargo test --workspace --no-fail-fast
+# loom models (the real index, and write-back + fsync + pwrite on one block) need --cfg loom,
+# so they build in their own target directory and leave the main build cache alone.
+step loom     env RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p numaio-engine --release --test loom_slot --test loom_writeback
 step lab      cargo test -p numaio-lab --no-fail-fast -- --ignored --test-threads=2
 
 echo

@@ -292,10 +292,7 @@ impl Drop for SmallFs {
 fn full_tmpfs_fails_writes_and_fsync_with_enospc_promptly() {
     let fs = match SmallFs::mount("2m") {
         Ok(fs) => fs,
-        Err(why) => {
-            eprintln!("SKIPPED: full_tmpfs_fails_writes_and_fsync_with_enospc_promptly: {why}");
-            return;
-        }
+        Err(why) => numaio_testkit::skip!(numaio_testkit::needs::TMPFS, "mount: {why}"),
     };
     // A cache larger than the file system: everything fits in the cache, fsync must fail.
     {
