@@ -43,6 +43,7 @@ pub mod integrity;
 pub mod move_work;
 pub mod numa;
 pub mod placement;
+pub mod power_loss;
 pub mod policy;
 pub mod range_placement;
 pub mod slice;
