@@ -98,6 +98,15 @@ pub struct PowerLossStats {
     pub syncs: u64,
     /// Requests and syncs refused with EIO after the cut.
     pub refused: u64,
+    /// Writes submitted before a `datasync` of their file began that completed only after
+    /// it returned: a sync that did not wait for a write in flight. Such a write can land
+    /// on top of newer synced data (or past the synced end of the file). Harmless only when
+    /// the sync was not meant to cover it (a range sync elsewhere in the file).
+    pub late_writes: u64,
+    /// Writes submitted while another write to an overlapping range of the same file was
+    /// still in flight: their order on the disk is up to the device, so the older data may
+    /// win.
+    pub overlapping_writes: u64,
 }
 
 /// What a power cut did.
@@ -126,6 +135,10 @@ struct FileModel {
     path: PathBuf,
     durable: Vec<u8>,
     volatile: Vec<Volatile>,
+    /// Completed syncs of this file (to spot writes that straddle one).
+    syncs: u64,
+    /// Writes in flight: (id, start, end).
+    in_flight: Vec<(u64, u64, u64)>,
 }
 
 type FileKey = (u64, u64);
@@ -141,6 +154,9 @@ pub struct PowerLossControl {
     write_bytes: AtomicU64,
     syncs: AtomicU64,
     refused: AtomicU64,
+    late_writes: AtomicU64,
+    overlapping_writes: AtomicU64,
+    next_id: AtomicU64,
 }
 
 /// The [`Backend`] wrapper; see the [module documentation](self).
@@ -160,6 +176,9 @@ impl PowerLossBackend {
             write_bytes: AtomicU64::new(0),
             syncs: AtomicU64::new(0),
             refused: AtomicU64::new(0),
+            late_writes: AtomicU64::new(0),
+            overlapping_writes: AtomicU64::new(0),
+            next_id: AtomicU64::new(0),
         });
         (
             PowerLossBackend {
@@ -237,7 +256,10 @@ fn write_all(fd: RawFd, data: &[u8]) -> io::Result<()> {
             return Err(e);
         }
         if r == 0 {
-            return Err(io::Error::new(io::ErrorKind::WriteZero, "pwrite wrote 0 bytes"));
+            return Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                "pwrite wrote 0 bytes",
+            ));
         }
         done += r as usize;
     }
@@ -311,6 +333,8 @@ impl PowerLossControl {
                 path,
                 durable,
                 volatile: Vec::new(),
+                syncs: 0,
+                in_flight: Vec::new(),
             });
         }
         Ok((files.get_mut(&key).expect("inserted above"), st))
@@ -332,6 +356,8 @@ impl PowerLossControl {
             write_bytes: self.write_bytes.load(Ordering::Relaxed),
             syncs: self.syncs.load(Ordering::Relaxed),
             refused: self.refused.load(Ordering::Relaxed),
+            late_writes: self.late_writes.load(Ordering::Relaxed),
+            overlapping_writes: self.overlapping_writes.load(Ordering::Relaxed),
         }
     }
 
@@ -443,6 +469,16 @@ struct PowerLossQueue {
     ctl: Arc<PowerLossControl>,
 }
 
+/// A write on its way through a [`PowerLossQueue`].
+struct Outgoing {
+    /// Our copy of the data, which is what goes to the disk.
+    copy: Aligned,
+    /// The file's sync count at submission.
+    epoch: u64,
+    /// Key in the file's in-flight list.
+    id: u64,
+}
+
 impl IoQueue for PowerLossQueue {
     fn run(&mut self, reqs: &mut [IoRequest], done: &mut dyn FnMut(usize, io::Result<usize>)) {
         let cut = self.ctl.cut.read();
@@ -452,81 +488,94 @@ impl IoQueue for PowerLossQueue {
             }
             return;
         }
-        // Each write goes out from our own copy, so what is recorded is exactly what was
-        // written even if the caller's buffer changes while the write is in flight.
-        let mut copies: Vec<Option<Aligned>> = Vec::with_capacity(reqs.len());
-        let mut failed: Vec<(usize, io::Error)> = Vec::new();
-        for r in reqs.iter_mut() {
-            if r.kind != IoKind::Write {
-                copies.push(None);
-                continue;
-            }
-            // Track the file before its first write lands, so the write is not mistaken
-            // for durable contents.
-            if let Err(e) = PowerLossControl::model(&mut self.ctl.files.lock(), r.fd) {
-                failed.push((copies.len(), e));
-                copies.push(None);
-                continue;
-            }
-            let mut a = Aligned::new(r.len());
-            let mut at = 0;
-            for v in &r.iovecs {
-                // SAFETY: the request's iovecs describe live buffers until it completes.
-                let src = unsafe { std::slice::from_raw_parts(v.iov_base as *const u8, v.iov_len) };
-                a.as_mut_slice()[at..at + src.len()].copy_from_slice(src);
-                at += src.len();
-            }
-            r.iovecs = vec![libc::iovec {
-                iov_base: a.as_mut_slice().as_mut_ptr() as *mut _,
-                iov_len: a.len,
-            }];
-            copies.push(Some(a));
-        }
-        // Writes whose file cannot be modelled fail without reaching the disk.
         let mut pass_idx: Vec<usize> = Vec::with_capacity(reqs.len());
         let mut pass: Vec<IoRequest> = Vec::with_capacity(reqs.len());
-        let mut failed = failed.into_iter().peekable();
+        let mut outgoing: Vec<Option<Outgoing>> = Vec::with_capacity(reqs.len());
         for (i, r) in reqs.iter_mut().enumerate() {
-            if failed.peek().is_some_and(|(j, _)| *j == i) {
-                let (_, e) = failed.next().expect("peeked");
-                done(i, Err(e));
-                continue;
+            let mut iovecs = std::mem::take(&mut r.iovecs);
+            let mut out = None;
+            if r.kind == IoKind::Write {
+                // Track the file before its first write lands, so the write is not taken
+                // for durable contents.
+                let mut files = self.ctl.files.lock();
+                let m = match PowerLossControl::model(&mut files, r.fd) {
+                    Ok((m, _)) => m,
+                    Err(e) => {
+                        // Unmodelled data must not reach the disk.
+                        drop(files);
+                        done(i, Err(e));
+                        continue;
+                    }
+                };
+                let len: usize = iovecs.iter().map(|v| v.iov_len).sum();
+                let end = r.offset + len as u64;
+                if m.in_flight.iter().any(|&(_, a, b)| a < end && r.offset < b) {
+                    self.ctl.overlapping_writes.fetch_add(1, Ordering::Relaxed);
+                }
+                let id = self.ctl.next_id.fetch_add(1, Ordering::Relaxed);
+                m.in_flight.push((id, r.offset, end));
+                // The write goes out from our own copy, so what is recorded is exactly what
+                // was written even if the caller's buffer changes while it is in flight.
+                let mut copy = Aligned::new(len);
+                let mut at = 0;
+                for v in &iovecs {
+                    // SAFETY: the request's iovecs describe live buffers until it completes.
+                    let src =
+                        unsafe { std::slice::from_raw_parts(v.iov_base as *const u8, v.iov_len) };
+                    copy.as_mut_slice()[at..at + src.len()].copy_from_slice(src);
+                    at += src.len();
+                }
+                iovecs = vec![libc::iovec {
+                    iov_base: copy.as_mut_slice().as_mut_ptr() as *mut _,
+                    iov_len: len,
+                }];
+                out = Some(Outgoing {
+                    copy,
+                    epoch: m.syncs,
+                    id,
+                });
             }
             pass_idx.push(i);
+            outgoing.push(out);
             pass.push(IoRequest {
                 kind: r.kind,
                 fd: r.fd,
                 offset: r.offset,
-                iovecs: std::mem::take(&mut r.iovecs),
+                iovecs,
             });
         }
         let meta: Vec<(RawFd, u64)> = pass.iter().map(|r| (r.fd, r.offset)).collect();
         let ctl = &self.ctl;
         self.inner.run(&mut pass, &mut |j, res| {
-            let i = pass_idx[j];
-            let res = match (&copies[i], res) {
-                (Some(a), Ok(n)) => {
+            let res = match &outgoing[j] {
+                None => res,
+                Some(w) => {
                     let (fd, off) = meta[j];
                     let mut files = ctl.files.lock();
                     match PowerLossControl::model(&mut files, fd) {
                         Ok((m, _)) => {
-                            m.volatile.push(Volatile {
-                                off,
-                                data: a.as_slice()[..n].to_vec(),
-                            });
-                            ctl.writes.fetch_add(1, Ordering::Relaxed);
-                            ctl.write_bytes.fetch_add(n as u64, Ordering::Relaxed);
-                            Ok(n)
+                            m.in_flight.retain(|&(id, _, _)| id != w.id);
+                            if let Ok(n) = res {
+                                if m.syncs != w.epoch {
+                                    ctl.late_writes.fetch_add(1, Ordering::Relaxed);
+                                }
+                                m.volatile.push(Volatile {
+                                    off,
+                                    data: w.copy.as_slice()[..n].to_vec(),
+                                });
+                                ctl.writes.fetch_add(1, Ordering::Relaxed);
+                                ctl.write_bytes.fetch_add(n as u64, Ordering::Relaxed);
+                            }
+                            res
                         }
-                        // Unmodelled data must not count as written.
+                        // Written but not modelled: report it as failed.
                         Err(e) => Err(e),
                     }
                 }
-                (_, r) => r,
             };
-            done(i, res);
+            done(pass_idx[j], res);
         });
-        drop(copies);
+        drop(outgoing);
         drop(cut);
     }
 }
@@ -556,6 +605,7 @@ impl Backend for PowerLossBackend {
         }
         // fdatasync makes the size durable too (it is needed to read the data back).
         m.durable.resize(st.st_size as usize, 0);
+        m.syncs += 1;
         self.ctl.syncs.fetch_add(1, Ordering::Relaxed);
         drop(cut);
         Ok(())
@@ -599,9 +649,15 @@ mod tests {
         let fd = file.as_raw_fd();
         let (b, ctl) = PowerLossBackend::new(Arc::new(PsyncBackend), PowerLossOptions::default());
         let mut q = b.queue(4).unwrap();
-        assert_eq!(run(&mut *q, write_req(fd, 2, &mut *b"ab".to_vec())).unwrap(), 2);
+        assert_eq!(
+            run(&mut *q, write_req(fd, 2, &mut *b"ab".to_vec())).unwrap(),
+            2
+        );
         b.datasync(fd).unwrap();
-        assert_eq!(run(&mut *q, write_req(fd, 8, &mut *b"XYZW".to_vec())).unwrap(), 4);
+        assert_eq!(
+            run(&mut *q, write_req(fd, 8, &mut *b"XYZW".to_vec())).unwrap(),
+            4
+        );
         // Before the cut the file holds everything, as the page cache would.
         assert_eq!(std::fs::read(&path).unwrap(), b"01ab4567XYZW");
         let rep = ctl.power_cut().unwrap();
@@ -611,10 +667,7 @@ mod tests {
         // Nothing gets through afterwards.
         let e = run(&mut *q, write_req(fd, 0, &mut *b"zz".to_vec())).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::EIO));
-        assert_eq!(
-            b.datasync(fd).unwrap_err().raw_os_error(),
-            Some(libc::EIO)
-        );
+        assert_eq!(b.datasync(fd).unwrap_err().raw_os_error(), Some(libc::EIO));
         assert_eq!(std::fs::read(&path).unwrap(), b"01ab456789");
         assert_eq!(ctl.stats().refused, 2);
         assert_eq!(ctl.stats().writes, 2);
@@ -629,7 +682,11 @@ mod tests {
         let s = std::fs::File::open(&path).unwrap();
         let (b, ctl) = PowerLossBackend::new(Arc::new(PsyncBackend), PowerLossOptions::default());
         let mut q = b.queue(1).unwrap();
-        run(&mut *q, write_req(w.as_raw_fd(), 0, &mut *b"hello".to_vec())).unwrap();
+        run(
+            &mut *q,
+            write_req(w.as_raw_fd(), 0, &mut *b"hello".to_vec()),
+        )
+        .unwrap();
         b.datasync(s.as_raw_fd()).unwrap();
         ctl.power_cut().unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"hello");
