@@ -73,6 +73,8 @@ pub struct PowerLossOptions {
     /// Also call the inner backend's `datasync` (off: the model alone decides durability,
     /// which keeps thousands of cut points fast).
     pub real_sync: bool,
+    /// Print every write, sync and cut to stderr (for debugging a failing seed).
+    pub trace: bool,
 }
 
 impl Default for PowerLossOptions {
@@ -83,6 +85,7 @@ impl Default for PowerLossOptions {
             sector: 512,
             seed: 0,
             real_sync: false,
+            trace: false,
         }
     }
 }
@@ -293,10 +296,10 @@ fn apply(image: &mut Vec<u8>, off: u64, data: &[u8]) {
 
 impl PowerLossControl {
     /// The model of the file behind `fd`, tracking it from now on if it is new.
-    fn model<'a>(
-        files: &'a mut HashMap<FileKey, FileModel>,
+    fn model(
+        files: &mut HashMap<FileKey, FileModel>,
         fd: RawFd,
-    ) -> io::Result<(&'a mut FileModel, libc::stat)> {
+    ) -> io::Result<(&mut FileModel, libc::stat)> {
         let st = fstat(fd)?;
         let key = (st.st_dev, st.st_ino);
         if let std::collections::hash_map::Entry::Vacant(v) = files.entry(key) {
@@ -376,7 +379,7 @@ impl PowerLossControl {
             return Ok(report);
         }
         *cut = true;
-        let mut rng = Rng(self.opts.seed ^ 0x5EED_0F_C0FFEE);
+        let mut rng = Rng(self.opts.seed ^ 0x5EED_0FC0_FFEE);
         let sector = self.opts.sector.max(1);
         let mut files = self.files.lock();
         // Same seed, same choices: visit files in a fixed order.
@@ -559,6 +562,15 @@ impl IoQueue for PowerLossQueue {
                                 if m.syncs != w.epoch {
                                     ctl.late_writes.fetch_add(1, Ordering::Relaxed);
                                 }
+                                if ctl.opts.trace {
+                                    eprintln!(
+                                        "power-loss: write {} [{off}, {}) done (submitted at sync {}, now {})",
+                                        m.path.display(),
+                                        off + n as u64,
+                                        w.epoch,
+                                        m.syncs
+                                    );
+                                }
                                 m.volatile.push(Volatile {
                                     off,
                                     data: w.copy.as_slice()[..n].to_vec(),
@@ -606,6 +618,14 @@ impl Backend for PowerLossBackend {
         // fdatasync makes the size durable too (it is needed to read the data back).
         m.durable.resize(st.st_size as usize, 0);
         m.syncs += 1;
+        if self.ctl.opts.trace {
+            eprintln!(
+                "power-loss: datasync {} -> sync {}, durable size {}",
+                m.path.display(),
+                m.syncs,
+                st.st_size
+            );
+        }
         self.ctl.syncs.fetch_add(1, Ordering::Relaxed);
         drop(cut);
         Ok(())
@@ -650,12 +670,12 @@ mod tests {
         let (b, ctl) = PowerLossBackend::new(Arc::new(PsyncBackend), PowerLossOptions::default());
         let mut q = b.queue(4).unwrap();
         assert_eq!(
-            run(&mut *q, write_req(fd, 2, &mut *b"ab".to_vec())).unwrap(),
+            run(&mut *q, write_req(fd, 2, &mut b"ab".to_vec())).unwrap(),
             2
         );
         b.datasync(fd).unwrap();
         assert_eq!(
-            run(&mut *q, write_req(fd, 8, &mut *b"XYZW".to_vec())).unwrap(),
+            run(&mut *q, write_req(fd, 8, &mut b"XYZW".to_vec())).unwrap(),
             4
         );
         // Before the cut the file holds everything, as the page cache would.
@@ -665,7 +685,7 @@ mod tests {
         assert_eq!(rep.dropped_writes, 1);
         assert_eq!(std::fs::read(&path).unwrap(), b"01ab456789");
         // Nothing gets through afterwards.
-        let e = run(&mut *q, write_req(fd, 0, &mut *b"zz".to_vec())).unwrap_err();
+        let e = run(&mut *q, write_req(fd, 0, &mut b"zz".to_vec())).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::EIO));
         assert_eq!(b.datasync(fd).unwrap_err().raw_os_error(), Some(libc::EIO));
         assert_eq!(std::fs::read(&path).unwrap(), b"01ab456789");
@@ -682,11 +702,7 @@ mod tests {
         let s = std::fs::File::open(&path).unwrap();
         let (b, ctl) = PowerLossBackend::new(Arc::new(PsyncBackend), PowerLossOptions::default());
         let mut q = b.queue(1).unwrap();
-        run(
-            &mut *q,
-            write_req(w.as_raw_fd(), 0, &mut *b"hello".to_vec()),
-        )
-        .unwrap();
+        run(&mut *q, write_req(w.as_raw_fd(), 0, &mut b"hello".to_vec())).unwrap();
         b.datasync(s.as_raw_fd()).unwrap();
         ctl.power_cut().unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"hello");
