@@ -674,8 +674,8 @@ struct NthOutcome {
 
 /// A small workload: writes across blocks, a read, fsyncs, more writes past the end; the
 /// N-th I/O fails (EIO or ENOSPC). Acknowledged data must survive a power cut afterwards.
-fn nth_workload(dir: &Path, n: u64, errno_pick: u64) -> Result<NthOutcome, String> {
-    let path = dir.join(format!("n{n}"));
+fn nth_workload(dir: &Path, n: u64, errno_pick: u64, slots: usize) -> Result<NthOutcome, String> {
+    let path = dir.join(format!("n{n}-{errno_pick}-{slots}"));
     let pre = pattern(n, 3 * BS + 100);
     std::fs::write(&path, &pre).unwrap();
     let plan = Plan::new();
@@ -692,7 +692,7 @@ fn nth_workload(dir: &Path, n: u64, errno_pick: u64) -> Result<NthOutcome, Strin
         },
     );
     let engine = Engine::new(EngineConfig {
-        cache_bytes: 8 * BS as u64,
+        cache_bytes: (slots * BS) as u64,
         slices: Some(1),
         queue_depth: 4,
         io_workers_per_slice: 1,
@@ -802,32 +802,39 @@ fn nth_workload(dir: &Path, n: u64, errno_pick: u64) -> Result<NthOutcome, Strin
 #[test]
 fn fail_the_nth_io_for_every_n() {
     let dir = scratch_dir();
-    let mut n = 0u64;
-    let mut injected = 0u64;
     let t0 = Instant::now();
-    loop {
-        let out =
-            nth_workload(dir.path(), n, n).unwrap_or_else(|e| panic!("fail the I/O #{n}: {e}"));
-        if out.injected {
-            injected += 1;
+    let mut runs = 0u64;
+    let mut surfaced = 0u64;
+    // An 8-block cache (the evictor writes back mid-workload) and a 64-block one (only fsync
+    // does); each position failed once with each errno draw.
+    for (slots, pick) in [(8usize, 0u64), (8, 1), (64, 0), (64, 1)] {
+        let mut n = 0u64;
+        loop {
+            let out = nth_workload(dir.path(), n, pick, slots).unwrap_or_else(|e| {
+                panic!("cache of {slots} blocks, I/O #{n} failed (errno draw {pick}): {e}")
+            });
+            if !out.injected {
+                // The workload did fewer than n+1 I/Os: every position has been failed once.
+                assert!(n >= 5, "the workload did only {n} I/Os");
+                break;
+            }
+            runs += 1;
             assert!(
                 out.errors > 0,
-                "I/O #{n} failed but no caller saw an error ({} I/Os)",
+                "cache of {slots} blocks: I/O #{n} failed but no caller saw an error \
+                 ({} I/Os)",
                 out.ios
             );
-        } else {
-            // The workload did fewer than n+1 I/Os: every position has been failed once.
-            eprintln!(
-                "fail-nth: {injected} workloads with one failed I/O each (positions 0..{n}), \
-                 every error surfaced, nothing acknowledged lost; {:.1} s",
-                t0.elapsed().as_secs_f64()
-            );
-            assert!(injected >= 5, "the workload did only {injected} I/Os");
-            return;
+            surfaced += 1;
+            n += 1;
+            assert!(n < 10_000, "the workload never ends");
         }
-        n += 1;
-        assert!(n < 10_000, "the workload never ends");
     }
+    eprintln!(
+        "fail-nth: {runs} workloads with one failed I/O each, {surfaced} errors surfaced, \
+         nothing acknowledged lost across a power cut; {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
 }
 
 // ---------------------------------------------------------------------------------------
