@@ -694,6 +694,29 @@ mod tests {
     }
 
     #[test]
+    fn overlapping_writes_in_flight_are_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, b"").unwrap();
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        let (b, ctl) = PowerLossBackend::new(Arc::new(PsyncBackend), PowerLossOptions::default());
+        let mut q = b.queue(2).unwrap();
+        let (mut x, mut y, mut z) = (b"aaaa".to_vec(), b"bb".to_vec(), b"cc".to_vec());
+        let mut batch = [
+            write_req(f.as_raw_fd(), 0, &mut x),
+            write_req(f.as_raw_fd(), 2, &mut y),
+            write_req(f.as_raw_fd(), 4, &mut z),
+        ];
+        let mut ok = 0;
+        q.run(&mut batch, &mut |_, r| ok += r.is_ok() as usize);
+        assert_eq!(ok, 3);
+        // The second overlaps the first while both are in flight; the third touches neither.
+        assert_eq!(ctl.stats().overlapping_writes, 1);
+        assert_eq!(ctl.stats().late_writes, 0);
+        assert_eq!(std::fs::read(&path).unwrap(), b"aabbcc");
+    }
+
+    #[test]
     fn sync_through_another_descriptor_covers_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
