@@ -42,8 +42,8 @@ fn lookups(ix: &dyn Index, pins: &[AtomicU64], n: u64, seed: u64) {
 fn bench(c: &mut Criterion) {
     let pins: Vec<AtomicU64> = (0..SLOTS).map(|_| AtomicU64::new(0)).collect();
     let layouts: Vec<(&str, Box<dyn Index>)> = vec![
-        ("buckets", Box::new(BucketIndex::new(SLOTS, None))),
-        ("sharded64", Box::new(ShardedIndex::new(64, SLOTS))),
+        ("buckets", Box::new(BucketIndex::new(SLOTS, None).unwrap())),
+        ("sharded64", Box::new(ShardedIndex::new(64, SLOTS).unwrap())),
     ];
     let mut g = c.benchmark_group("index_lookup_pin");
     const BATCH: u64 = 100_000;

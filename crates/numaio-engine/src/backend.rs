@@ -6,7 +6,7 @@
 
 use std::io;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -151,7 +151,18 @@ pub struct FaultState {
     pub fail_writes: AtomicBool,
     pub fail_reads: AtomicBool,
     pub fail_sync: AtomicBool,
+    /// The errno of injected failures; 0 means EIO.
+    pub errno: AtomicI32,
     pub failed: AtomicU64,
+}
+
+impl FaultState {
+    fn error(&self) -> io::Error {
+        match self.errno.load(Ordering::SeqCst) {
+            0 => io::Error::from_raw_os_error(libc::EIO),
+            e => io::Error::from_raw_os_error(e),
+        }
+    }
 }
 
 impl FaultBackend {
@@ -183,7 +194,7 @@ impl IoQueue for FaultQueue {
             };
             if fail {
                 self.state.failed.fetch_add(1, Ordering::SeqCst);
-                done(i, Err(io::Error::from_raw_os_error(libc::EIO)));
+                done(i, Err(self.state.error()));
             } else {
                 pass_idx.push(i);
                 pass.push(IoRequest {
@@ -211,7 +222,7 @@ impl Backend for FaultBackend {
     fn datasync(&self, fd: RawFd) -> io::Result<()> {
         if self.state.fail_sync.load(Ordering::SeqCst) {
             self.state.failed.fetch_add(1, Ordering::SeqCst);
-            return Err(io::Error::from_raw_os_error(libc::EIO));
+            return Err(self.state.error());
         }
         self.inner.datasync(fd)
     }

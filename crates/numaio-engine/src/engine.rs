@@ -7,10 +7,11 @@ use crate::index::IndexKind;
 use crate::policy::{BlockKey, FileId, PolicyKind, SlotId};
 use crate::range_placement::{AccessCtx, AccessHook, Placement, RangePlacement};
 use crate::slice::Slice;
-use crate::slot::{DIRTY, LOADING};
+use crate::slot::LOADING;
 use crate::stats::{EngineStats, SliceCounters};
 use crate::uring::UringBackend;
 use crate::worker;
+use crate::writeback::{Claimed, WriteBackError};
 use numaio_sys::{CpuSet, Topology};
 use parking_lot::{Mutex, RwLock};
 use smallvec::SmallVec;
@@ -107,7 +108,7 @@ pub struct FileEntry {
     /// Logical length (bytes); the device may hold up to one block more until fsync.
     size: AtomicU64,
     /// First write-back error since the last fsync (reported once, like errseq).
-    wb_error: Mutex<Option<io::Error>>,
+    wb_error: Mutex<Option<WriteBackError>>,
     fell_back: AtomicBool,
     /// The block after the last chunk read (sequential detection) and the end of the
     /// readahead window already issued.
@@ -136,13 +137,10 @@ impl FileEntry {
     pub fn fell_back_to_buffered(&self) -> bool {
         self.fell_back.load(Ordering::Relaxed)
     }
-    fn record_error(&self, e: &io::Error) {
+    fn record_error(&self, e: &WriteBackError) {
         let mut g = self.wb_error.lock();
         if g.is_none() {
-            *g = Some(io::Error::new(
-                e.kind(),
-                format!("write-back to {} failed: {e}", self.path.display()),
-            ));
+            *g = Some(e.clone());
         }
     }
 }
@@ -246,7 +244,22 @@ impl Engine {
                 "too many slices",
             ));
         }
-        let slots_per_slice = ((cfg.cache_bytes / nslices as u64) / bs as u64) as usize;
+        // Arenas are prefaulted: a cache larger than the machine would be OOM-killed at start.
+        // SAFETY: sysconf has no memory-safety preconditions.
+        let phys = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) };
+        let phys_bytes = (phys.max(0) as u64).saturating_mul(numaio_sys::page_size() as u64);
+        if phys > 0 && cfg.cache_bytes > phys_bytes {
+            return Err(io::Error::new(
+                io::ErrorKind::OutOfMemory,
+                format!(
+                    "a cache of {} bytes is larger than this machine's memory ({phys_bytes} bytes); \
+                     use a smaller cache",
+                    cfg.cache_bytes
+                ),
+            ));
+        }
+        let slots_per_slice =
+            usize::try_from((cfg.cache_bytes / nslices as u64) / bs as u64).unwrap_or(usize::MAX);
         if slots_per_slice < 4 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -300,36 +313,17 @@ impl Engine {
         });
         let workers = cfg.io_workers_per_slice.max(1);
         let mut threads = Vec::new();
-        for (i, rx) in rxs.into_iter().enumerate() {
-            let node = nodes[i];
-            let cpus: Vec<u32> = if cfg.pin_threads {
-                topo.node(node).map(|n| n.cpus.clone()).unwrap_or_default()
-            } else {
-                Vec::new()
-            };
-            for w in 0..workers {
-                let queue = backend.queue(cfg.queue_depth)?;
-                let rx = rx.clone();
-                let cpus = cpus.clone();
-                let depth = cfg.queue_depth.max(1) as usize;
-                threads.push(
-                    std::thread::Builder::new()
-                        .name(format!("numaio-io-{i}.{w}"))
-                        .spawn(move || {
-                            pin_self(&cpus);
-                            worker::run(rx, queue, depth)
-                        })?,
-                );
+        if let Err(e) = spawn_threads(&inner, &topo, &nodes, rxs, workers, &mut threads) {
+            // Stop what did start: evictors see the shutdown flag, and the I/O workers see
+            // their channels close once the last reference to the slices is gone.
+            for s in &inner.slices {
+                s.stop();
             }
-            let inner2 = inner.clone();
-            threads.push(
-                std::thread::Builder::new()
-                    .name(format!("numaio-evict-{i}"))
-                    .spawn(move || {
-                        pin_self(&cpus);
-                        evictor(&inner2, i)
-                    })?,
-            );
+            drop(inner);
+            for t in threads {
+                let _ = t.join();
+            }
+            return Err(e);
         }
         Ok(Engine {
             inner,
@@ -505,6 +499,64 @@ fn merged_iovecs(bufs: impl Iterator<Item = *mut u8>, bs: usize) -> Vec<libc::io
     v
 }
 
+/// Starts each slice's I/O workers and evictor, pushing their handles as they start.
+fn spawn_threads(
+    inner: &Arc<Inner>,
+    topo: &Topology,
+    nodes: &[u32],
+    rxs: Vec<Arc<Mutex<std::sync::mpsc::Receiver<worker::Msg>>>>,
+    workers: usize,
+    threads: &mut Vec<JoinHandle<()>>,
+) -> io::Result<()> {
+    let cfg = &inner.cfg;
+    for (i, rx) in rxs.into_iter().enumerate() {
+        let node = nodes[i];
+        let cpus: Vec<u32> = if cfg.pin_threads {
+            topo.node(node).map(|n| n.cpus.clone()).unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        for w in 0..workers {
+            let queue = inner.backend.queue(cfg.queue_depth).map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!(
+                        "cannot set up an I/O queue ({}) for slice {i}: {e}",
+                        inner.backend.name()
+                    ),
+                )
+            })?;
+            let rx = rx.clone();
+            let cpus = cpus.clone();
+            let depth = cfg.queue_depth.max(1) as usize;
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("numaio-io-{i}.{w}"))
+                    .spawn(move || {
+                        pin_self(&cpus);
+                        worker::run(rx, queue, depth)
+                    })
+                    .map_err(|e| thread_error(&format!("numaio-io-{i}.{w}"), e))?,
+            );
+        }
+        let inner2 = inner.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name(format!("numaio-evict-{i}"))
+                .spawn(move || {
+                    pin_self(&cpus);
+                    evictor(&inner2, i)
+                })
+                .map_err(|e| thread_error(&format!("numaio-evict-{i}"), e))?,
+        );
+    }
+    Ok(())
+}
+
+fn thread_error(name: &str, e: io::Error) -> io::Error {
+    io::Error::new(e.kind(), format!("cannot start engine thread {name}: {e}"))
+}
+
 fn pin_self(cpus: &[u32]) {
     // CPU-less nodes have no CPUs to pin to; a failed pin only costs locality.
     if !cpus.is_empty() {
@@ -567,6 +619,15 @@ impl Inner {
         }
     }
 
+    /// One attempt of [`acquire_blocks`](Self::acquire_blocks).
+    ///
+    /// Deadlock freedom: a request never blocks while it holds a slot that others may wait
+    /// for and that only it can complete. Reads it inserted are issued before it waits
+    /// (on a clashing block or for a free buffer), so they complete on their own. What
+    /// remains held are the LOADING "fill" slots of a whole-block write, which the caller ends
+    /// after the copy; writes acquire their blocks in ascending order and wait for a clashing
+    /// block as soon as they meet it, so a writer only ever waits for a block above every
+    /// fill slot it holds and waits cannot form a cycle.
     fn acquire_once(
         &self,
         f: &FileEntry,
@@ -578,7 +639,7 @@ impl Inner {
         let ctx = AccessCtx::new(write_range.is_some());
         let mut segs: Segs = SmallVec::with_capacity(n);
         let mut loads: SmallVec<[(usize, u64, SlotId); 4]> = SmallVec::new();
-        let mut waits: SmallVec<[(usize, SlotId); 4]> = SmallVec::new();
+        let mut err: Option<(io::Error, bool)> = None;
         for b in blocks {
             let si = self.slice_of(f.id, b, &ctx);
             let slice = &self.slices[si];
@@ -586,14 +647,26 @@ impl Inner {
                 file: f.id,
                 block: b,
             };
-            let (slot, word, hit) = match slice.lookup_pin(&key) {
-                Some((slot, word)) => (slot, word, true),
+            let (slot, word) = match slice.lookup_pin(&key) {
+                Some(found) => found,
                 None => {
-                    let slot = match slice.alloc() {
-                        Ok(s) => s,
-                        Err(e) => {
-                            self.abort(&segs, &loads);
-                            return Err((e, false));
+                    let slot = match slice.try_alloc() {
+                        Some(s) => s,
+                        None => {
+                            // About to stall: let our pending reads go first.
+                            if let Err(e) = self.load(f, &loads) {
+                                loads.clear();
+                                err = Some((e, false));
+                                break;
+                            }
+                            loads.clear();
+                            match slice.alloc() {
+                                Ok(s) => s,
+                                Err(e) => {
+                                    err = Some((e, false));
+                                    break;
+                                }
+                            }
                         }
                     };
                     match slice.insert_claimed(slot, key) {
@@ -615,17 +688,12 @@ impl Inner {
                             }
                             continue;
                         }
-                        Err((existing, word)) => (existing, word, true),
+                        Err(existing) => existing,
                     }
                 }
             };
-            debug_assert!(hit);
             slice.counters.hits.add(1);
             slice.note_hit(slot);
-            if word & LOADING != 0 {
-                SliceCounters::add(&slice.counters.clashed, 1);
-                waits.push((si, slot));
-            }
             segs.push(Seg {
                 slice: si as u16,
                 fill: false,
@@ -634,30 +702,35 @@ impl Inner {
             for h in &self.cfg.hooks {
                 h.on_access(f.id, b, si, true, &ctx);
             }
+            if word & LOADING != 0 {
+                SliceCounters::add(&slice.counters.clashed, 1);
+                if let Err(e) = self.load(f, &loads) {
+                    loads.clear();
+                    err = Some((e, false));
+                    break;
+                }
+                loads.clear();
+                if !slice.wait_loaded(slot) {
+                    err = Some((
+                        io::Error::other(format!(
+                            "read of {} failed (in another request)",
+                            f.path.display()
+                        )),
+                        true,
+                    ));
+                    break;
+                }
+            }
         }
-        let mut err = None;
-        if !loads.is_empty() {
+        if err.is_none() && !loads.is_empty() {
             if let Err(e) = self.load(f, &loads) {
                 err = Some((e, false));
             }
-        }
-        for &(si, slot) in &waits {
-            if !self.slices[si].wait_loaded(slot) && err.is_none() {
-                err = Some((
-                    io::Error::other(format!(
-                        "read of {} failed (in another request)",
-                        f.path.display()
-                    )),
-                    true,
-                ));
-            }
+            loads.clear();
         }
         if let Some(e) = err {
-            // Fill slots were never exposed with data: fail them too.
-            for s in segs.iter().filter(|s| s.fill) {
-                self.slices[s.slice as usize].finish_load(s.slot, false);
-            }
-            self.release(&segs);
+            // Reads never issued and fill slots never exposed with data: fail them.
+            self.abort(&segs, &loads);
             return Err(e);
         }
         Ok(segs)
@@ -986,24 +1059,32 @@ impl Inner {
         Ok(len)
     }
 
-    /// Writes back the given dirty blocks of one slice (sorted), coalescing runs.
+    /// Writes back the given dirty blocks of one slice (sorted), coalescing runs; blocks
+    /// whose write-back another thread has in flight are skipped (see `writeback.rs`), and
+    /// returned still pinned in `in_flight` when `keep_in_flight` is set.
     /// Returns the first error; failed blocks stay dirty.
-    fn writeback(&self, si: usize, keys: &[BlockKey]) -> io::Result<()> {
+    fn writeback(
+        &self,
+        si: usize,
+        keys: &[BlockKey],
+        keep_in_flight: bool,
+    ) -> (io::Result<()>, Vec<(BlockKey, SlotId)>) {
         let slice = &self.slices[si];
         let files = self.files.read().clone();
-        // Pin each block so it cannot be reclaimed and reused while the write is in flight.
-        let mut pinned: Vec<(BlockKey, SlotId, u32)> = Vec::with_capacity(keys.len());
-        for k in keys {
-            if let Some((slot, word)) = slice.lookup_pin(k) {
-                if word & DIRTY != 0 && word & LOADING == 0 {
-                    pinned.push((*k, slot, slice.slots[slot as usize].state.generation()));
-                } else {
-                    slice.unpin(slot);
-                }
+        // Each claimed block stays pinned, so it cannot be reclaimed and reused while the
+        // write is in flight.
+        let Claimed {
+            mine: pinned,
+            in_flight,
+        } = slice.claim_writeback(keys);
+        let in_flight = if keep_in_flight {
+            in_flight
+        } else {
+            for &(_, slot) in &in_flight {
+                slice.unpin(slot);
             }
-        }
-        pinned.sort_by_key(|p| p.0);
-        pinned.dedup_by_key(|p| p.0);
+            Vec::new()
+        };
         let mut first_err: Option<io::Error> = None;
         let mut i = 0;
         while i < pinned.len() {
@@ -1067,28 +1148,27 @@ impl Inner {
                         }
                     }
                 }
+                let ok = r.is_ok();
                 match r {
                     Ok(_) => {
                         SliceCounters::add(&slice.counters.write_ios, 1);
                         SliceCounters::add(&slice.counters.write_bytes, (n * self.bs) as u64);
                         SliceCounters::add(&slice.counters.written_back, n as u64);
-                        let mut d = slice.dirty.lock();
-                        for &(k, slot, gen) in &group[s..s + n] {
-                            if slice.slots[slot as usize].state.clear_dirty_if(gen) {
-                                d.remove(&k);
-                            }
-                        }
                     }
                     Err(e) => {
                         SliceCounters::add(&slice.counters.write_errors, 1);
-                        f.record_error(&e);
+                        let w = WriteBackError::new(
+                            format!("write-back to {} failed", f.path.display()),
+                            &e,
+                        );
+                        f.record_error(&w);
                         if first_err.is_none() {
-                            first_err = Some(io::Error::new(
-                                e.kind(),
-                                format!("write-back to {} failed: {e}", f.path.display()),
-                            ));
+                            first_err = Some(w.to_io());
                         }
                     }
+                }
+                for &(k, slot, gen) in &group[s..s + n] {
+                    slice.end_writeback(&k, slot, gen, ok);
                 }
             }
             i = j;
@@ -1096,15 +1176,19 @@ impl Inner {
         for &(_, slot, _) in &pinned {
             slice.unpin(slot);
         }
-        first_err.map_or(Ok(()), Err)
+        (first_err.map_or(Ok(()), Err), in_flight)
     }
 
-    /// Writes back the dirty blocks of `f` in `[first, last]` from every slice.
+    /// Writes back the dirty blocks of `f` in `[first, last]` from every slice, and waits
+    /// for write-backs of them that other threads (the evictor, another `fsync`) have in
+    /// flight: when this returns, every modification made before the call is on the device
+    /// or its failure has been returned or recorded for `fsync`.
     fn flush_range(&self, f: &FileEntry, first: u64, last: u64) -> io::Result<()> {
         let mut first_err = Ok(());
         for si in 0..self.slices.len() {
-            let keys: Vec<BlockKey> = {
-                let d = self.slices[si].dirty.lock();
+            let slice = &self.slices[si];
+            let mut keys: Vec<BlockKey> = {
+                let d = slice.dirty.lock();
                 d.range(
                     BlockKey {
                         file: f.id,
@@ -1117,12 +1201,24 @@ impl Inner {
                 .copied()
                 .collect()
             };
-            for chunk in keys.chunks(4096) {
-                if let Err(e) = self.writeback(si, chunk) {
-                    if first_err.is_ok() {
-                        first_err = Err(e);
+            // A block another thread was writing may have been modified during that write
+            // (or the write failed): once it ends, write what is still dirty ourselves.
+            while !keys.is_empty() {
+                let mut again = Vec::new();
+                for chunk in keys.chunks(4096) {
+                    let (r, in_flight) = self.writeback(si, chunk, true);
+                    if let Err(e) = r {
+                        if first_err.is_ok() {
+                            first_err = Err(e);
+                        }
+                    }
+                    for (k, slot) in in_flight {
+                        slice.wait_writeback(slot);
+                        slice.unpin(slot);
+                        again.push(k);
                     }
                 }
+                keys = again;
             }
         }
         first_err
@@ -1130,7 +1226,7 @@ impl Inner {
 
     fn take_error(&self, f: &FileEntry) -> io::Result<()> {
         match f.wb_error.lock().take() {
-            Some(e) => Err(e),
+            Some(e) => Err(e.to_io()),
             None => Ok(()),
         }
     }
@@ -1142,21 +1238,38 @@ impl Inner {
         recorded?;
         // Whole-block writes may have extended the file past its logical end.
         let size = f.len();
-        // SAFETY: fstat/ftruncate on our own descriptor.
+        let fd = f.buffered_fd.as_raw_fd();
+        // SAFETY: a zeroed stat is a valid out-parameter.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        if unsafe { libc::fstat(f.buffered_fd.as_raw_fd(), &mut st) } == 0
-            && st.st_size as u64 > size
-        {
-            let _ = unsafe { libc::ftruncate(f.buffered_fd.as_raw_fd(), size as libc::off_t) };
+        // SAFETY: fstat on our own descriptor into a live stat.
+        if unsafe { libc::fstat(fd, &mut st) } != 0 {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(
+                e.kind(),
+                format!("fsync of {}: fstat failed: {e}", f.path.display()),
+            ));
         }
-        self.backend
-            .datasync(f.buffered_fd.as_raw_fd())
-            .map_err(|e| {
-                io::Error::new(
+        if st.st_size as u64 > size {
+            // SAFETY: ftruncate on our own descriptor.
+            if unsafe { libc::ftruncate(fd, size as libc::off_t) } != 0 {
+                let e = io::Error::last_os_error();
+                return Err(io::Error::new(
                     e.kind(),
-                    format!("fdatasync of {} failed: {e}", f.path.display()),
-                )
-            })
+                    format!(
+                        "fsync of {}: cannot trim the file from {} to its length of {size} bytes \
+                         after whole-block writes (ftruncate: {e})",
+                        f.path.display(),
+                        st.st_size
+                    ),
+                ));
+            }
+        }
+        self.backend.datasync(fd).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("fdatasync of {} failed: {e}", f.path.display()),
+            )
+        })
     }
 }
 
@@ -1228,7 +1341,14 @@ fn evictor(inner: &Inner, si: usize) {
                 }
                 dirty.sort();
                 dirty.dedup();
-                if inner.writeback(si, &dirty).is_err() {
+                if let (Err(e), _) = inner.writeback(si, &dirty, false) {
+                    // Requests stalled for a free buffer fail with this error at once.
+                    let w = e
+                        .get_ref()
+                        .and_then(|x| x.downcast_ref::<WriteBackError>())
+                        .cloned()
+                        .unwrap_or_else(|| WriteBackError::new("write-back failed".into(), &e));
+                    slice.wb_failure.report(w);
                     backoff = true;
                     break;
                 }

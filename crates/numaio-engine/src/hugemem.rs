@@ -26,8 +26,20 @@ impl<T> HugeArray<T> {
     ) -> std::io::Result<Self> {
         let align = std::mem::align_of::<T>().max(8);
         assert!(align <= 4096);
-        let bytes =
-            (len.max(1) * std::mem::size_of::<T>()).next_multiple_of(numaio_sys::page_size());
+        let too_big = || {
+            std::io::Error::new(
+                std::io::ErrorKind::OutOfMemory,
+                format!(
+                    "{len} elements of {} bytes overflow the address space",
+                    std::mem::size_of::<T>()
+                ),
+            )
+        };
+        let bytes = len
+            .max(1)
+            .checked_mul(std::mem::size_of::<T>())
+            .and_then(|b| b.checked_next_multiple_of(numaio_sys::page_size()))
+            .ok_or_else(too_big)?;
         // SAFETY: anonymous private mapping checked below.
         let p = unsafe {
             libc::mmap(
@@ -40,7 +52,11 @@ impl<T> HugeArray<T> {
             )
         };
         if p == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
+            let e = std::io::Error::last_os_error();
+            return Err(std::io::Error::new(
+                e.kind(),
+                format!("mmap of {bytes} bytes failed: {e}"),
+            ));
         }
         // SAFETY: advisory calls on our fresh mapping.
         unsafe {

@@ -11,11 +11,12 @@
 
 use crate::hugemem::HugeArray;
 use crate::policy::{BlockKey, Padded, SlotId};
-use parking_lot::RwLock;
+use crate::sync::RwLock;
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::io;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum IndexKind {
@@ -78,11 +79,19 @@ pub fn key_hash(key: &BlockKey) -> u64 {
 
 type Map = HashMap<BlockKey, SlotId, BuildHasherDefault<KeyHasher>>;
 
-pub fn build(kind: IndexKind, slots: usize, node: Option<u32>) -> Box<dyn Index> {
-    match kind {
-        IndexKind::Sharded { shards } => Box::new(ShardedIndex::new(shards, slots)),
-        IndexKind::Buckets => Box::new(BucketIndex::new(slots, node)),
-    }
+/// Builds an index for `slots` slots. Fails (never aborts) if its memory cannot be had.
+pub fn build(kind: IndexKind, slots: usize, node: Option<u32>) -> io::Result<Box<dyn Index>> {
+    Ok(match kind {
+        IndexKind::Sharded { shards } => Box::new(ShardedIndex::new(shards, slots)?),
+        IndexKind::Buckets => Box::new(BucketIndex::new(slots, node)?),
+    })
+}
+
+fn no_memory(what: &str, bytes: usize, e: impl std::fmt::Display) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::OutOfMemory,
+        format!("cannot allocate {what} of {bytes} bytes: {e}; use a smaller cache"),
+    )
 }
 
 pub struct ShardedIndex {
@@ -91,20 +100,28 @@ pub struct ShardedIndex {
 }
 
 impl ShardedIndex {
-    pub fn new(shards: usize, slots: usize) -> Self {
-        let n = shards.max(1).next_power_of_two();
+    pub fn new(shards: usize, slots: usize) -> io::Result<Self> {
+        let n = shards.clamp(1, 1 << 16).next_power_of_two();
         let per = slots / n + 1;
-        ShardedIndex {
-            shards: (0..n)
-                .map(|_| {
-                    Padded(RwLock::new(Map::with_capacity_and_hasher(
-                        per,
-                        Default::default(),
-                    )))
-                })
-                .collect(),
-            mask: n as u64 - 1,
+        let entry = std::mem::size_of::<(BlockKey, SlotId)>();
+        let mut v = Vec::new();
+        v.try_reserve_exact(n).map_err(|e| {
+            no_memory(
+                "the index shards",
+                n * std::mem::size_of::<RwLock<Map>>(),
+                e,
+            )
+        })?;
+        for _ in 0..n {
+            let mut m = Map::default();
+            m.try_reserve(per)
+                .map_err(|e| no_memory("an index shard", per.saturating_mul(entry), e))?;
+            v.push(Padded(RwLock::new(m)));
         }
+        Ok(ShardedIndex {
+            shards: v,
+            mask: n as u64 - 1,
+        })
     }
     fn shard(&self, key: &BlockKey) -> &RwLock<Map> {
         &self.shards[((key_hash(key) >> 32) & self.mask) as usize]
@@ -177,14 +194,23 @@ pub struct BucketIndex {
 }
 
 impl BucketIndex {
-    pub fn new(slots: usize, node: Option<u32>) -> Self {
-        let n = (slots / 2).max(1).next_power_of_two();
-        let buckets = HugeArray::new(n, node, |_| Bucket(RwLock::new(SmallVec::new())))
-            .expect("mapping the index buckets");
-        BucketIndex {
+    pub fn new(slots: usize, node: Option<u32>) -> io::Result<Self> {
+        let n = (slots / 2)
+            .max(1)
+            .checked_next_power_of_two()
+            .ok_or_else(|| no_memory("the index buckets", usize::MAX, "too many slots"))?;
+        let buckets =
+            HugeArray::new(n, node, |_| Bucket(RwLock::new(SmallVec::new()))).map_err(|e| {
+                no_memory(
+                    "the index buckets",
+                    n.saturating_mul(std::mem::size_of::<Bucket>()),
+                    e,
+                )
+            })?;
+        Ok(BucketIndex {
             buckets,
             mask: n as u64 - 1,
-        }
+        })
     }
     #[inline]
     fn bucket(&self, key: &BlockKey) -> &RwLock<SmallVec<[Entry; 3]>> {
@@ -264,8 +290,25 @@ mod tests {
 
     #[test]
     fn sharded_and_bucket_indexes_agree() {
-        exercise(&ShardedIndex::new(8, 100));
-        exercise(&BucketIndex::new(100, None));
-        exercise(&BucketIndex::new(1, None));
+        exercise(&ShardedIndex::new(8, 100).unwrap());
+        exercise(&BucketIndex::new(100, None).unwrap());
+        exercise(&BucketIndex::new(1, None).unwrap());
+    }
+
+    #[test]
+    fn absurd_index_sizes_are_errors_not_panics() {
+        // More buckets than the address space can hold: the mapping must fail cleanly.
+        for slots in [usize::MAX, 1usize << 50] {
+            let e = BucketIndex::new(slots, None)
+                .err()
+                .expect("an index this large cannot be mapped");
+            assert_eq!(e.kind(), io::ErrorKind::OutOfMemory, "{e}");
+            assert!(e.to_string().contains("bytes"), "{e}");
+        }
+        let e = ShardedIndex::new(4, usize::MAX / 2)
+            .err()
+            .expect("shards this large cannot be allocated");
+        assert_eq!(e.kind(), io::ErrorKind::OutOfMemory, "{e}");
+        assert!(e.to_string().contains("index shard"), "{e}");
     }
 }

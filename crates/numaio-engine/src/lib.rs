@@ -53,6 +53,7 @@ pub mod stats;
 mod sync;
 pub mod uring;
 pub mod worker;
+pub mod writeback;
 
 pub use arena::PlacementCheck;
 pub use backend::{Backend, FaultBackend, FaultState, IoKind, IoQueue, IoRequest, PsyncBackend};
@@ -63,3 +64,4 @@ pub use range_placement::{AccessCtx, AccessHook, Placement, RangePlacement};
 pub use slot::Reclaim;
 pub use stats::{EngineStats, SliceStats};
 pub use uring::UringBackend;
+pub use writeback::{os_error, WriteBackError};

@@ -7,7 +7,9 @@
 //!   LOADING into the index, send the read to the slice's I/O worker; others who find the
 //!   block LOADING wait on a striped condvar ("clashed");
 //! * evict: the evictor thread asks the policy for victims and reclaims them under the index
-//!   write lock with one CAS on the slot word (fails if pinned, loading or dirty).
+//!   write lock with one CAS on the slot word (fails if pinned, loading or dirty);
+//! * write-back: one writer per block at a time (the WRITEBACK bit, `writeback.rs`); `fsync`
+//!   waits for write-backs others have in flight.
 
 use crate::arena::{Arena, PlacementCheck};
 use crate::backend::IoRequest;
@@ -17,6 +19,7 @@ use crate::policy::{BlockKey, FileId, Padded, PolicyKind, ReplacementPolicy, Slo
 use crate::slot::{Reclaim, SlotState, DIRTY, ERROR, LOADING};
 use crate::stats::{SliceCounters, SliceStats};
 use crate::worker::{Completion, Done, Msg};
+use crate::writeback::FailureLatch;
 use parking_lot::{Condvar, Mutex};
 use std::collections::BTreeSet;
 use std::io;
@@ -74,6 +77,8 @@ pub struct Slice {
     pub io_tx: SyncSender<Msg>,
     pub counters: SliceCounters,
     pub shutdown: AtomicBool,
+    /// The evictor's failed write-backs, for requests stalled for a free buffer.
+    pub(crate) wb_failure: FailureLatch,
 }
 
 impl Slice {
@@ -90,7 +95,26 @@ impl Slice {
         io_tx: SyncSender<Msg>,
     ) -> io::Result<Slice> {
         let nslots = nslots.max(1);
-        let arena = Arena::new(nslots * block_size, node, bind)?;
+        let arena_bytes = nslots.checked_mul(block_size).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::OutOfMemory,
+                format!(
+                    "slice {id}: {nslots} blocks of {block_size} bytes overflow the address space"
+                ),
+            )
+        })?;
+        let arena = Arena::new(arena_bytes, node, bind)?;
+        let mut free = Vec::new();
+        free.try_reserve_exact(nslots).map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::OutOfMemory,
+                format!(
+                    "slice {id}: cannot allocate the free list of {nslots} blocks ({} bytes): {e}",
+                    nslots.saturating_mul(std::mem::size_of::<SlotId>())
+                ),
+            )
+        })?;
+        free.extend((0..nslots as SlotId).rev());
         let low = (nslots / 64).max(1);
         let high = (nslots / 32).max(low + 1).min(nslots);
         Ok(Slice {
@@ -103,12 +127,19 @@ impl Slice {
                 file: AtomicU32::new(0),
                 stamp: AtomicU32::new(u32::MAX),
                 block: AtomicU64::new(0),
+            })
+            .map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("slice {id}: cannot allocate the table of {nslots} slots: {e}"),
+                )
             })?,
             epoch: AtomicU32::new(0),
             hit_gating,
-            index: index::build(index_kind, nslots, bind.then_some(node)),
+            index: index::build(index_kind, nslots, bind.then_some(node))
+                .map_err(|e| io::Error::new(e.kind(), format!("slice {id}: {e}")))?,
             policy: policy.build(nslots),
-            free: Mutex::new((0..nslots as SlotId).rev().collect()),
+            free: Mutex::new(free),
             free_cv: Condvar::new(),
             free_count: AtomicUsize::new(nslots),
             dirty: Mutex::new(BTreeSet::new()),
@@ -123,6 +154,7 @@ impl Slice {
             io_tx,
             counters: SliceCounters::default(),
             shutdown: AtomicBool::new(false),
+            wb_failure: FailureLatch::default(),
         })
     }
 
@@ -176,7 +208,6 @@ impl Slice {
         self.epoch.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Takes a free slot, waiting for the evictor if there is none ("stalled").
     /// Sends a request whose completion runs `done` on the worker (for readahead). Fails
     /// rather than blocks if the queue is full.
     pub fn submit_async(
@@ -214,9 +245,12 @@ impl Slice {
         s
     }
 
+    /// Takes a free slot, waiting for the evictor if there is none ("stalled"). Fails at
+    /// once, with the device's errno, if the evictor's write-back fails while we wait.
     pub fn alloc(&self) -> io::Result<SlotId> {
         let mut free = self.free.lock();
         let mut stalled_since: Option<Instant> = None;
+        let failures_before = self.wb_failure.seq();
         loop {
             if let Some(s) = free.pop() {
                 self.free_count.store(free.len(), Ordering::Relaxed);
@@ -229,6 +263,15 @@ impl Slice {
             }
             if self.shutdown.load(Ordering::Acquire) {
                 return Err(io::Error::other("numaio engine is shutting down"));
+            }
+            if let Some(w) = self.wb_failure.since(failures_before) {
+                return Err(w
+                    .context(format_args!(
+                        "no free buffer in slice {}: the dirty buffers cannot be written back \
+                         (fix the device or free space on it, then fsync)",
+                        self.id
+                    ))
+                    .to_io());
             }
             let since = *stalled_since.get_or_insert_with(|| {
                 SliceCounters::add(&self.counters.stalled, 1);
@@ -333,6 +376,11 @@ impl Slice {
         let (m, cv) = &self.waits[slot as usize % WAIT_STRIPES].0;
         let _g = m.lock();
         cv.notify_all();
+    }
+
+    /// The condvar stripe on which waiters for `slot` (loading, write-back) sleep.
+    pub(crate) fn wait_stripe(&self, slot: SlotId) -> &Padded<(Mutex<()>, Condvar)> {
+        &self.waits[slot as usize % WAIT_STRIPES]
     }
 
     /// Waits while `slot` is LOADING ("clashed"). Returns false if the load failed.

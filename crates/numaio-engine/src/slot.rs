@@ -22,6 +22,9 @@ pub const DIRTY: u64 = 1 << 26;
 pub const ERROR: u64 = 1 << 27;
 /// Not in the index: on the free list.
 pub const FREE: u64 = 1 << 28;
+/// A write of the buffer to the device is in flight; only one at a time per slot, so an
+/// older write can never land after a newer one.
+pub const WRITEBACK: u64 = 1 << 29;
 pub const GEN_SHIFT: u32 = 32;
 pub const GEN_ONE: u64 = 1 << GEN_SHIFT;
 
@@ -36,6 +39,17 @@ pub enum Reclaim {
     Dirty,
     /// Already free (stale policy entry).
     Gone,
+}
+
+/// The outcome of [`SlotState::begin_writeback`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WritebackClaim {
+    /// The caller now owns the write-back of this generation.
+    Claimed(u32),
+    /// Another write-back of the slot is in flight.
+    InFlight,
+    /// Nothing to write (clean, loading or free).
+    NotDirty,
 }
 
 #[derive(Debug)]
@@ -161,6 +175,53 @@ impl SlotState {
                 Ordering::Acquire,
             ) {
                 Ok(_) => return true,
+                Err(o) => old = o,
+            }
+        }
+    }
+
+    /// Claims the slot for a write-back: sets WRITEBACK if the slot is dirty, loaded and no
+    /// other write-back of it is in flight. Returns the generation being written.
+    pub fn begin_writeback(&self) -> WritebackClaim {
+        let mut old = self.word.load(Ordering::Acquire);
+        loop {
+            if old & WRITEBACK != 0 {
+                return WritebackClaim::InFlight;
+            }
+            if old & DIRTY == 0 || old & (LOADING | FREE) != 0 {
+                return WritebackClaim::NotDirty;
+            }
+            match self.word.compare_exchange_weak(
+                old,
+                old | WRITEBACK,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return WritebackClaim::Claimed((old >> GEN_SHIFT) as u32),
+                Err(o) => old = o,
+            }
+        }
+    }
+
+    /// Ends the write-back begun by [`begin_writeback`](Self::begin_writeback): clears
+    /// WRITEBACK, and DIRTY too if the write succeeded and nobody modified the buffer since
+    /// generation `gen` was written (a write during write-back leaves the slot dirty).
+    /// Caller holds the dirty-set lock. Returns true if the slot is now clean.
+    pub fn end_writeback(&self, gen: u32, ok: bool) -> bool {
+        let mut old = self.word.load(Ordering::Acquire);
+        loop {
+            debug_assert!(old & WRITEBACK != 0, "end_writeback without a write-back");
+            let clean = ok && (old >> GEN_SHIFT) as u32 == gen;
+            let new = if clean {
+                old & !(WRITEBACK | DIRTY)
+            } else {
+                old & !WRITEBACK
+            };
+            match self
+                .word
+                .compare_exchange_weak(old, new, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return new & DIRTY == 0,
                 Err(o) => old = o,
             }
         }

@@ -1,7 +1,29 @@
-//! Atomics used by the buffer-slot state machine, swapped for loom's under `--cfg loom` so the
-//! hit/miss/evict races can be model-checked (tests/loom_slot.rs).
+//! Synchronisation primitives of the slot state machine and the index, swapped for loom's
+//! under `--cfg loom` so the hit/miss/evict/write-back races can be model-checked
+//! (tests/loom_*.rs).
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
+
+#[cfg(not(loom))]
+pub(crate) use parking_lot::RwLock;
+
+/// loom's `RwLock` with parking_lot's signatures (no poisoning), so the index code is the
+/// same under both.
+#[cfg(loom)]
+pub(crate) struct RwLock<T>(loom::sync::RwLock<T>);
+
+#[cfg(loom)]
+impl<T> RwLock<T> {
+    pub fn new(v: T) -> Self {
+        RwLock(loom::sync::RwLock::new(v))
+    }
+    pub fn read(&self) -> loom::sync::RwLockReadGuard<'_, T> {
+        self.0.read().unwrap()
+    }
+    pub fn write(&self) -> loom::sync::RwLockWriteGuard<'_, T> {
+        self.0.write().unwrap()
+    }
+}

@@ -150,3 +150,109 @@ fn pread_batch_reads_scattered_blocks_in_one_go() {
         assert!(f.pread_batch(&mut [(4000, b.as_mut_slice())]).is_err());
     }
 }
+
+#[test]
+fn absurd_cache_sizes_are_errors_naming_the_size() {
+    for (cache_bytes, slices) in [(u64::MAX, 1), (1u64 << 62, 1), (1u64 << 60, 3)] {
+        let r = numaio_engine::Engine::new(numaio_engine::EngineConfig {
+            cache_bytes,
+            slices: Some(slices),
+            ..Default::default()
+        });
+        let e = r.err().expect("no machine has this much memory");
+        assert_eq!(e.kind(), std::io::ErrorKind::OutOfMemory, "{e}");
+        assert!(e.to_string().contains(&cache_bytes.to_string()), "{e}");
+    }
+}
+
+const RLIMIT_CHILD: &str = "NUMAIO_TEST_RLIMIT_CHILD";
+
+/// Under an address-space limit every allocation of `Engine::new` may fail: it must return
+/// an error, never panic or abort. The limit applies to the whole process, so the sweep runs
+/// in a child (this test binary again).
+#[test]
+fn engine_new_under_an_address_space_limit_fails_cleanly() {
+    if std::env::var_os(RLIMIT_CHILD).is_some() {
+        return rlimit_sweep();
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "engine_new_under_an_address_space_limit_fails_cleanly",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(RLIMIT_CHILD, "1")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the sweep child failed ({:?}):\n{text}",
+        out.status
+    );
+    assert!(text.contains("sweep done"), "{text}");
+}
+
+fn vm_size() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap();
+    let l = s.lines().find(|l| l.starts_with("VmSize:")).unwrap();
+    l.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+}
+
+fn set_soft_as_limit(bytes: u64) {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: get/setrlimit with a valid struct.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_AS, &mut r), 0);
+        r.rlim_cur = bytes.min(r.rlim_max);
+        assert_eq!(libc::setrlimit(libc::RLIMIT_AS, &r), 0);
+    }
+}
+
+fn rlimit_sweep() {
+    let cache = 8u64 << 20;
+    let (mut ok, mut failed) = (0, 0);
+    let base = vm_size();
+    // From far too little to enough, in steps that land in every allocation of the start-up.
+    let mut extra = 0u64;
+    let mut seen = std::collections::BTreeSet::new();
+    while extra <= cache + (200 << 20) {
+        set_soft_as_limit(base + extra);
+        let r = std::panic::catch_unwind(|| {
+            numaio_engine::Engine::new(numaio_engine::EngineConfig {
+                cache_bytes: cache,
+                slices: Some(1),
+                io_workers_per_slice: 1,
+                ..Default::default()
+            })
+        });
+        set_soft_as_limit(libc::RLIM_INFINITY);
+        match r {
+            Ok(Ok(engine)) => {
+                ok += 1;
+                drop(engine);
+            }
+            Ok(Err(e)) => {
+                failed += 1;
+                let msg = e.to_string();
+                assert!(!msg.is_empty());
+                if seen.insert(msg.clone()) {
+                    eprintln!("refused with {extra} bytes to spare: {msg}");
+                }
+            }
+            Err(_) => panic!("Engine::new panicked with {extra} bytes of address space to spare"),
+        }
+        // Fine steps where the slot table and the index are mapped, after the arena.
+        extra += if (cache..cache + (1 << 20)).contains(&extra) {
+            16 << 10
+        } else {
+            1 << 20
+        };
+    }
+    eprintln!("sweep done: {ok} started, {failed} refused");
+    assert!(failed > 0, "the smallest limits must be refused");
+}

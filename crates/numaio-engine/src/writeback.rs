@@ -1,0 +1,157 @@
+//! The write-back protocol of one slice, shared by the evictor, `fsync` and `sync_range`.
+//!
+//! * One write-back per block at a time: a writer claims a dirty block by setting its
+//!   WRITEBACK bit ([`SlotState::begin_writeback`]); a second writer finds it in flight and
+//!   either skips it (the evictor) or waits for it and looks again (`fsync`). Without this, two
+//!   I/O workers could write the same block and the older write could land last, after an
+//!   `fsync` had returned and marked the block clean.
+//! * A `pwrite` during a write-back bumps the generation, so the end of the write-back leaves
+//!   the block dirty for the next one.
+//! * A failed write-back of the evictor is latched per slice ([`FailureLatch`]) so that
+//!   requests stalled for a free buffer fail at once with the device's errno instead of
+//!   waiting for a timeout.
+
+use crate::policy::{BlockKey, SlotId};
+use crate::slice::Slice;
+use crate::slot::{WritebackClaim, WRITEBACK};
+use parking_lot::Mutex;
+use std::fmt;
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Dirty blocks of one slice claimed for writing, and the ones another writer has in flight.
+/// Every listed slot is pinned by the caller.
+#[derive(Default)]
+pub(crate) struct Claimed {
+    /// `(key, slot, generation being written)`, in key order.
+    pub mine: Vec<(BlockKey, SlotId, u32)>,
+    /// Blocks whose write-back by another thread is in flight.
+    pub in_flight: Vec<(BlockKey, SlotId)>,
+}
+
+impl Slice {
+    /// Pins and claims the dirty blocks among `keys` for a write-back.
+    pub(crate) fn claim_writeback(&self, keys: &[BlockKey]) -> Claimed {
+        let mut c = Claimed::default();
+        for k in keys {
+            let Some((slot, _)) = self.lookup_pin(k) else {
+                continue;
+            };
+            match self.slots[slot as usize].state.begin_writeback() {
+                WritebackClaim::Claimed(gen) => c.mine.push((*k, slot, gen)),
+                WritebackClaim::InFlight => c.in_flight.push((*k, slot)),
+                WritebackClaim::NotDirty => self.unpin(slot),
+            }
+        }
+        c.mine.sort_by_key(|p| p.0);
+        c.mine.dedup_by_key(|p| p.0);
+        c
+    }
+
+    /// Ends a claimed write-back (the caller still holds its pin); wakes `fsync`s waiting
+    /// for it. Returns true if the block is clean now.
+    pub(crate) fn end_writeback(&self, key: &BlockKey, slot: SlotId, gen: u32, ok: bool) -> bool {
+        let clean = {
+            let mut d = self.dirty.lock();
+            let clean = self.slots[slot as usize].state.end_writeback(gen, ok);
+            if clean {
+                d.remove(key);
+            }
+            clean
+        };
+        let (m, cv) = &self.wait_stripe(slot).0;
+        let _g = m.lock();
+        cv.notify_all();
+        clean
+    }
+
+    /// Waits until no write-back of `slot` is in flight (the caller holds a pin on it).
+    pub(crate) fn wait_writeback(&self, slot: SlotId) {
+        let st = &self.slots[slot as usize].state;
+        if st.load() & WRITEBACK == 0 {
+            return;
+        }
+        let (m, cv) = &self.wait_stripe(slot).0;
+        let mut g = m.lock();
+        while st.load() & WRITEBACK != 0 {
+            cv.wait(&mut g);
+        }
+    }
+}
+
+/// A write-back failure, kept with its errno so that callers far from the device (a writer
+/// waiting for a free buffer, the next `fsync`) can tell ENOSPC from EIO.
+#[derive(Debug, Clone)]
+pub struct WriteBackError {
+    /// What failed, naming the file.
+    pub what: String,
+    /// The device's errno, if the failure came from a system call.
+    pub errno: Option<i32>,
+    kind: io::ErrorKind,
+    cause: String,
+}
+
+impl WriteBackError {
+    pub fn new(what: String, e: &io::Error) -> Self {
+        WriteBackError {
+            what,
+            errno: os_error(e),
+            kind: e.kind(),
+            cause: e.to_string(),
+        }
+    }
+    /// The same failure, explained from a caller's point of view.
+    pub fn context(&self, what: impl fmt::Display) -> Self {
+        WriteBackError {
+            what: format!("{what}: {}", self.what),
+            ..self.clone()
+        }
+    }
+    /// As an `io::Error` of the original kind; [`os_error`] finds the errno again.
+    pub fn to_io(&self) -> io::Error {
+        io::Error::new(self.kind, self.clone())
+    }
+}
+
+impl fmt::Display for WriteBackError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.what, self.cause)
+    }
+}
+
+impl std::error::Error for WriteBackError {}
+
+/// The errno behind an engine error: the raw OS error, or the one a [`WriteBackError`]
+/// carries.
+pub fn os_error(e: &io::Error) -> Option<i32> {
+    e.raw_os_error().or_else(|| {
+        e.get_ref()
+            .and_then(|inner| inner.downcast_ref::<WriteBackError>())
+            .and_then(|w| w.errno)
+    })
+}
+
+/// The evictor's last failed write-back, with a sequence number so a stalled request only
+/// reacts to failures that happened while it waited.
+#[derive(Default)]
+pub(crate) struct FailureLatch {
+    seq: AtomicU64,
+    last: Mutex<Option<WriteBackError>>,
+}
+
+impl FailureLatch {
+    pub fn seq(&self) -> u64 {
+        self.seq.load(Ordering::Acquire)
+    }
+    pub fn report(&self, e: WriteBackError) {
+        *self.last.lock() = Some(e);
+        self.seq.fetch_add(1, Ordering::AcqRel);
+    }
+    /// The failure, if one was reported after sequence number `since`.
+    pub fn since(&self, since: u64) -> Option<WriteBackError> {
+        if self.seq() == since {
+            return None;
+        }
+        self.last.lock().clone()
+    }
+}
