@@ -20,19 +20,20 @@ hours="${1:-1}"
 case "$hours" in
     ''|*[!0-9.]*) echo "soak.sh: HOURS must be a number, got '$hours'" >&2; exit 2 ;;
 esac
-end=$(( $(date +%s) + $(awk -v h="$hours" 'BEGIN { printf "%d", h * 3600 }') ))
 logdir=target/soak
 mkdir -p "$logdir"
 
 export CARGO_PROFILE_RELEASE_DEBUG_ASSERTIONS=true
 cargo test --release -p numaio-engine --test stress --test power_loss --no-run || exit 1
+# The clock starts after the build; at least one round runs.
+end=$(( $(date +%s) + $(awk -v h="$hours" 'BEGIN { printf "%d", h * 3600 }') ))
 
 round_secs="${NUMAIO_SOAK_ROUND_SECS:-600}"
 cuts="${NUMAIO_SOAK_CUTS:-20000}"
 strict="${NUMAIO_SOAK_STRICT:-1}"
 round=0
 seed="${NUMAIO_SOAK_SEED:-$(date +%s)}"
-while [ "$(date +%s)" -lt "$end" ]; do
+while [ "$round" -eq 0 ] || [ "$(date +%s)" -lt "$end" ]; do
     round=$((round + 1))
     s=$((seed + round * 100003))
     log="$logdir/round-$round.log"
@@ -52,6 +53,6 @@ while [ "$(date +%s)" -lt "$end" ]; do
         grep -E "seed [0-9]+|reproduce" "$log" | tail -5
         exit 1
     fi
-    grep -E "^(stress|power-loss|fail-nth):" "$log" | sed 's/^/[soak]   /'
+    grep -oE "(stress|power-loss|fail-nth): .*" "$log" | sed "s/^/[soak]   /"
 done
 echo "[soak] $round rounds passed in $hours h"
