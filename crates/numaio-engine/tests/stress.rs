@@ -655,9 +655,8 @@ fn stress_with_random_device_errors() {
         out.errors > 0,
         "{injected} faults injected, none reached a caller"
     );
-    if plan.write_side.load(Ordering::SeqCst) > 0 {
-        assert!(out.errors > 0, "write-back errors never reached anyone");
-    }
+    // Nothing acknowledged was lost: the last checkpoint (faults off) compared every byte.
+    assert!(out.checkpoints > 0);
 }
 
 // ---------------------------------------------------------------------------------------
