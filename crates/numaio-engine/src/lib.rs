@@ -44,6 +44,7 @@ pub mod move_work;
 pub mod numa;
 pub mod placement;
 pub mod policy;
+pub mod power_loss;
 pub mod range_placement;
 pub mod slice;
 pub mod slot;
