@@ -34,6 +34,13 @@ step unit     cargo test --workspace --no-fail-fast
 # loom models (the real index, and write-back + fsync + pwrite on one block) need --cfg loom,
 # so they build in their own target directory and leave the main build cache alone.
 step loom     env RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p numaio-engine --release --test loom_slot --test loom_writeback
+# The stress test under AddressSanitizer (nightly rustc; its own target directory).
+if rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
+    step asan env RUSTFLAGS=-Zsanitizer=address CARGO_TARGET_DIR=target/asan cargo +nightly test -p numaio-engine --test stress --target x86_64-unknown-linux-gnu
+else
+    echo "SKIPPED: asan step: needs the nightly toolchain (rustup toolchain install nightly)" | tee -a "$NUMAIO_SKIP_LOG"
+    [ -n "${CI:-}" ] && { names+=(asan); results+=(FAIL); times+=(0); }
+fi
 step lab      cargo test -p numaio-lab --no-fail-fast -- --ignored --test-threads=2
 
 echo
