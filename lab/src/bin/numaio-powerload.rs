@@ -1,0 +1,113 @@
+//! Guest-side workload of the lab's power-cut tests: `write` records through the numaio
+//! engine (O_DIRECT, fsync, `ACK <seq>` after each fsync) until the power is cut, then
+//! `verify` the file after the next boot. See `numaio_lab::powerload`.
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use numaio_lab::powerload::{self, Layout, WriteOpts};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "numaio-powerload",
+    about = "Power-cut workload for the numaio lab: write acknowledged records, verify them after reboot"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(clap::Args)]
+struct LayoutArgs {
+    /// The file (write creates it; it must not exist).
+    #[arg(long)]
+    file: PathBuf,
+    /// Seed of sizes, offsets, write order and payloads.
+    #[arg(long)]
+    seed: u64,
+    /// Number of records.
+    #[arg(long, default_value_t = 2000)]
+    records: u64,
+    /// Largest record in bytes.
+    #[arg(long, default_value_t = 256 << 10)]
+    max_record: u32,
+}
+
+impl LayoutArgs {
+    fn layout(&self) -> Layout {
+        Layout {
+            seed: self.seed,
+            records: self.records,
+            max_record: self.max_record,
+        }
+    }
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Write the records through the engine, printing `ACK <seq>` after each fsync.
+    Write {
+        #[command(flatten)]
+        layout: LayoutArgs,
+        /// Engine cache size in MiB (small: the evictor writes back between fsyncs).
+        #[arg(long, default_value_t = 4)]
+        cache_mib: u64,
+        /// Allow buffered I/O when O_DIRECT is refused (not a power-cut test then).
+        #[arg(long)]
+        allow_buffered: bool,
+    },
+    /// Check the file: every record up to --acked intact, no record forged. Prints a JSON
+    /// report; exit status 1 when the check fails.
+    Verify {
+        #[command(flatten)]
+        layout: LayoutArgs,
+        /// Highest acknowledged sequence number (leave out if nothing was acknowledged).
+        #[arg(long)]
+        acked: Option<u64>,
+    },
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.cmd {
+        Cmd::Write {
+            layout,
+            cache_mib,
+            allow_buffered,
+        } => {
+            if cache_mib == 0 || cache_mib > 1 << 20 {
+                anyhow::bail!("--cache-mib {cache_mib} out of range (1 to 1048576)");
+            }
+            let opts = WriteOpts {
+                layout: layout.layout(),
+                cache_bytes: cache_mib << 20,
+                require_direct: !allow_buffered,
+            };
+            let stdout = std::io::stdout();
+            powerload::write(&layout.file, &opts, &mut stdout.lock())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Verify { layout, acked } => {
+            let rep = powerload::verify(&layout.file, &layout.layout(), acked)?;
+            println!(
+                "{}",
+                serde_json::to_string(&rep).context("encoding the report")?
+            );
+            Ok(if rep.ok() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("numaio-powerload: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
