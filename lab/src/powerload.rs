@@ -23,6 +23,7 @@ use serde::Serialize;
 use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::sync::Mutex;
 
 /// First bytes of every record.
 pub const MAGIC: &[u8; 8] = b"NUMAIOPL";
@@ -124,19 +125,38 @@ pub fn checksum_ok(rec: &[u8]) -> bool {
 #[derive(Clone, Debug)]
 pub struct WriteOpts {
     pub layout: Layout,
+    /// Writer threads on the one file: thread `t` writes the records whose sequence number
+    /// is `t` modulo `threads`, in order, and fsyncs after its own records. Neighbouring
+    /// records share cache blocks, so threads update the same blocks concurrently.
+    pub threads: usize,
     /// Engine cache size; small, so the evictor writes back between fsyncs.
     pub cache_bytes: u64,
-    /// Fail unless the engine really uses O_DIRECT for the file.
-    pub require_direct: bool,
+    /// Engine I/O with O_DIRECT (else through the guest's page cache).
+    pub direct: bool,
+    /// Print acknowledgements without calling fsync: a broken writer, to show that the
+    /// harness catches lost acknowledged data.
+    pub skip_fsync: bool,
 }
 
 /// Writes the layout's records to `path` (created; it must not exist) through the engine,
-/// printing `ACK <seq>` to `out` after each completed fsync. Returns the last acknowledged
-/// sequence number.
-pub fn write(path: &Path, opts: &WriteOpts, out: &mut dyn Write) -> anyhow::Result<u64> {
+/// printing `ACK <seq>` to `out` after each completed fsync: every record of the same
+/// writer thread (same `seq % threads`) up to `seq` is durable. Returns the last
+/// acknowledged sequence number of each thread.
+pub fn write(
+    path: &Path,
+    opts: &WriteOpts,
+    out: &Mutex<dyn Write + Send>,
+) -> anyhow::Result<Vec<u64>> {
     use numaio_engine::{Engine, EngineConfig, OpenOptions};
     let layout = opts.layout;
     let records = layout.records()?;
+    if opts.threads == 0 || opts.threads as u64 > layout.records.min(64) {
+        bail!(
+            "{} writer threads: use 1 to {} (at most one per record, 64 at most)",
+            opts.threads,
+            layout.records.min(64)
+        );
+    }
     if path.exists() {
         bail!(
             "{} already exists; the workload writes a new file (pick another name)",
@@ -145,67 +165,106 @@ pub fn write(path: &Path, opts: &WriteOpts, out: &mut dyn Write) -> anyhow::Resu
     }
     let engine = Engine::new(EngineConfig {
         cache_bytes: opts.cache_bytes,
-        direct_io: true,
+        direct_io: opts.direct,
         ..EngineConfig::default()
     })
     .context("starting the engine")?;
     let f = engine
         .open(path, OpenOptions::create_rw())
         .with_context(|| format!("opening {} through the engine", path.display()))?;
-    if opts.require_direct && !f.direct() {
+    if opts.direct && !f.direct() {
         bail!(
-            "the engine fell back to buffered I/O for {}: O_DIRECT is needed for a power-cut test (is it on tmpfs?)",
+            "the engine fell back to buffered I/O for {}: O_DIRECT is needed for this power-cut test (is it on tmpfs?)",
             path.display()
         );
     }
-    writeln!(
-        out,
-        "POWERLOAD start file={} seed={} records={} max_record={} direct={} backend={} slices={}",
+    let say = |line: String| -> anyhow::Result<()> {
+        let mut o = out.lock().unwrap_or_else(|p| p.into_inner());
+        writeln!(o, "{line}")?;
+        o.flush()?;
+        Ok(())
+    };
+    say(format!(
+        "POWERLOAD start file={} seed={} records={} max_record={} threads={} direct={} skip_fsync={} backend={} slices={}",
         path.display(),
         layout.seed,
         layout.records,
         layout.max_record,
+        opts.threads,
         f.direct(),
+        opts.skip_fsync,
         engine.backend_name(),
         engine.slices()
-    )?;
-    out.flush()?;
-    let mut rng = fastrand::Rng::with_seed(layout.seed.rotate_left(17) ^ 0x5eed);
-    let mut until_sync = rng.u32(1..=16);
-    let mut acked = None;
-    for r in &records {
-        let b = layout.bytes(r);
-        let n = f.pwrite(&b, r.offset).with_context(|| {
-            format!(
-                "pwrite of record {} ({} bytes at {}) to {}",
-                r.seq,
-                r.len,
-                r.offset,
-                path.display()
-            )
-        })?;
-        if n != b.len() {
-            bail!(
-                "short pwrite of record {} to {}: {n} of {} bytes",
-                r.seq,
-                path.display(),
-                b.len()
-            );
-        }
-        until_sync -= 1;
-        if until_sync == 0 || r.seq + 1 == layout.records {
-            f.fsync()
-                .with_context(|| format!("fsync of {} after record {}", path.display(), r.seq))?;
-            writeln!(out, "{ACK_PREFIX}{}", r.seq)?;
-            out.flush()?;
-            acked = Some(r.seq);
-            until_sync = rng.u32(1..=16);
-        }
-    }
+    ))?;
+    let n = opts.threads;
+    let acked: Vec<anyhow::Result<u64>> = std::thread::scope(|sc| {
+        let handles: Vec<_> = (0..n)
+            .map(|t| {
+                let (f, records, say) = (&f, &records, &say);
+                sc.spawn(move || -> anyhow::Result<u64> {
+                    let mut rng =
+                        fastrand::Rng::with_seed(layout.seed.rotate_left(17) ^ (0x5eed + t as u64));
+                    let mine: Vec<&Record> = records.iter().skip(t).step_by(n).collect();
+                    let mut until_sync = rng.u32(1..=16);
+                    let mut acked = None;
+                    for (i, r) in mine.iter().enumerate() {
+                        let b = layout.bytes(r);
+                        let w = f.pwrite(&b, r.offset).with_context(|| {
+                            format!(
+                                "pwrite of record {} ({} bytes at {}) to {}",
+                                r.seq,
+                                r.len,
+                                r.offset,
+                                path.display()
+                            )
+                        })?;
+                        if w != b.len() {
+                            bail!(
+                                "short pwrite of record {} to {}: {w} of {} bytes",
+                                r.seq,
+                                path.display(),
+                                b.len()
+                            );
+                        }
+                        until_sync -= 1;
+                        if until_sync == 0 || i + 1 == mine.len() {
+                            if !opts.skip_fsync {
+                                f.fsync().with_context(|| {
+                                    format!("fsync of {} after record {}", path.display(), r.seq)
+                                })?;
+                            }
+                            say(format!("{ACK_PREFIX}{}", r.seq))?;
+                            acked = Some(r.seq);
+                            until_sync = rng.u32(1..=16);
+                        }
+                    }
+                    acked.context("a writer thread without records")
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a writer thread panicked")))
+            })
+            .collect()
+    });
+    let acked = acked.into_iter().collect::<anyhow::Result<Vec<u64>>>()?;
     engine.close().context("closing the engine")?;
-    writeln!(out, "POWERLOAD done")?;
-    out.flush()?;
-    Ok(acked.expect("at least one record"))
+    say("POWERLOAD done".into())?;
+    Ok(acked)
+}
+
+/// The highest acknowledged sequence number of each writer thread, from the acknowledged
+/// numbers seen in any order (`None`: the thread acknowledged nothing).
+pub fn acked_per_thread(acks: &[u64], threads: usize) -> Vec<Option<u64>> {
+    let mut out = vec![None; threads.max(1)];
+    for &a in acks {
+        let t = (a % out.len() as u64) as usize;
+        out[t] = out[t].max(Some(a));
+    }
+    out
 }
 
 /// How a verification went.
@@ -213,9 +272,11 @@ pub fn write(path: &Path, opts: &WriteOpts, out: &mut dyn Write) -> anyhow::Resu
 pub struct Report {
     pub file: String,
     pub seed: u64,
-    /// Highest acknowledged sequence number (None: nothing was acknowledged).
-    pub acked: Option<u64>,
+    /// Highest acknowledged sequence number of each writer thread (None: nothing).
+    pub acked: Vec<Option<u64>>,
     pub file_len: u64,
+    /// The file does not exist (every record counts as absent).
+    pub file_missing: bool,
     pub acked_intact: u64,
     pub unacked_intact: u64,
     pub unacked_absent: u64,
@@ -239,20 +300,34 @@ impl Report {
     }
 }
 
-/// Checks `path` against the layout, given the highest acknowledged sequence number.
-pub fn verify(path: &Path, layout: &Layout, acked: Option<u64>) -> anyhow::Result<Report> {
+/// Checks `path` against the layout, given the highest acknowledged sequence number of each
+/// writer thread (see [`acked_per_thread`]; one entry for a single writer).
+pub fn verify(path: &Path, layout: &Layout, acked: &[Option<u64>]) -> anyhow::Result<Report> {
     let records = layout.records()?;
-    let file = std::fs::File::open(path)
-        .with_context(|| format!("opening {} for verification", path.display()))?;
-    let file_len = file
-        .metadata()
-        .with_context(|| format!("stat {}", path.display()))?
-        .len();
+    if acked.is_empty() {
+        bail!("give the acknowledged sequence number of at least one writer thread");
+    }
+    // a file that did not survive is checked as an empty one: its acknowledged records are lost
+    let file = match std::fs::File::open(path) {
+        Ok(f) => Some(f),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => {
+            return Err(e).with_context(|| format!("opening {} for verification", path.display()))
+        }
+    };
+    let file_len = match &file {
+        Some(f) => f
+            .metadata()
+            .with_context(|| format!("stat {}", path.display()))?
+            .len(),
+        None => 0,
+    };
     let mut rep = Report {
         file: path.display().to_string(),
         seed: layout.seed,
-        acked,
+        acked: acked.to_vec(),
         file_len,
+        file_missing: file.is_none(),
         ..Report::default()
     };
     let mut buf = Vec::new();
@@ -260,7 +335,7 @@ pub fn verify(path: &Path, layout: &Layout, acked: Option<u64>) -> anyhow::Resul
         let want = layout.bytes(r);
         buf.resize(want.len(), 0);
         let mut got = 0;
-        while got < buf.len() {
+        while let Some(file) = file.as_ref().filter(|_| got < buf.len()) {
             match file.read_at(&mut buf[got..], r.offset + got as u64) {
                 Ok(0) => break,
                 Ok(n) => got += n,
@@ -277,7 +352,7 @@ pub fn verify(path: &Path, layout: &Layout, acked: Option<u64>) -> anyhow::Resul
                 }
             }
         }
-        let is_acked = acked.is_some_and(|a| r.seq <= a);
+        let is_acked = acked[(r.seq % acked.len() as u64) as usize].is_some_and(|a| r.seq <= a);
         let intact = got == want.len() && buf == want;
         if intact {
             if is_acked {
@@ -368,7 +443,7 @@ mod tests {
         for r in &recs[..200] {
             f.write_all_at(&l.bytes(r), r.offset).unwrap();
         }
-        let rep = verify(&path, &l, Some(149)).unwrap();
+        let rep = verify(&path, &l, &[Some(149)]).unwrap();
         assert!(rep.ok(), "{rep:?}");
         assert_eq!(rep.acked_intact, 150);
         assert_eq!(rep.unacked_intact, 50);
@@ -379,7 +454,7 @@ mod tests {
         let mut b = l.bytes(&t);
         b.truncate(HEADER + (b.len() - HEADER) / 2);
         f.write_all_at(&b, t.offset).unwrap();
-        let rep = verify(&path, &l, Some(149)).unwrap();
+        let rep = verify(&path, &l, &[Some(149)]).unwrap();
         assert!(rep.ok(), "{rep:?}");
 
         // record 220's header with other payload and a recomputed checksum: contents the
@@ -391,7 +466,7 @@ mod tests {
         forged[28..32].copy_from_slice(&crc.to_le_bytes());
         assert!(checksum_ok(&forged));
         f.write_all_at(&forged, victim.offset).unwrap();
-        let rep = verify(&path, &l, Some(149)).unwrap();
+        let rep = verify(&path, &l, &[Some(149)]).unwrap();
         assert_eq!(rep.failure_count, 1, "{rep:?}");
         assert!(rep.failures[0].contains("valid checksum"), "{rep:?}");
         f.write_all_at(&vec![0u8; forged.len()], victim.offset)
@@ -401,7 +476,7 @@ mod tests {
         let a = recs[3];
         f.write_all_at(&[0xff], a.offset + u64::from(a.len) - 1)
             .unwrap();
-        let rep = verify(&path, &l, Some(149)).unwrap();
+        let rep = verify(&path, &l, &[Some(149)]).unwrap();
         assert_eq!(rep.failure_count, 1, "{rep:?}");
         assert!(
             rep.failures[0].contains("acknowledged record 3 "),
@@ -409,36 +484,57 @@ mod tests {
         );
     }
 
-    /// The writer through the engine on the host's file system; the file verifies with every
-    /// record acknowledged.
-    #[test]
-    fn engine_writer_round_trip() {
+    fn write_and_verify(threads: usize, cache_bytes: u64) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("w");
         let opts = WriteOpts {
             layout: Layout {
-                seed: 7,
+                seed: 7 + threads as u64,
                 records: 120,
                 max_record: 100_000,
             },
-            cache_bytes: 2 << 20,
-            require_direct: false,
+            threads,
+            cache_bytes,
+            direct: false,
+            skip_fsync: false,
         };
-        let mut out = Vec::new();
-        let last = write(&path, &opts, &mut out).unwrap();
-        assert_eq!(last, 119);
-        let text = String::from_utf8(out).unwrap();
+        let out = Mutex::new(Vec::new());
+        let last = write(&path, &opts, &out).unwrap();
+        assert_eq!(last.len(), threads);
+        let text = String::from_utf8(out.into_inner().unwrap()).unwrap();
         let acks: Vec<u64> = text
             .lines()
             .filter_map(|l| l.strip_prefix(ACK_PREFIX))
             .map(|s| s.parse().unwrap())
             .collect();
         assert!(acks.len() >= 120 / 16, "{text}");
-        assert!(acks.windows(2).all(|w| w[0] < w[1]), "{text}");
-        let rep = verify(&path, &opts.layout, Some(last)).unwrap();
+        let per = acked_per_thread(&acks, threads);
+        assert_eq!(per, last.iter().map(|&a| Some(a)).collect::<Vec<_>>());
+        assert_eq!(per.iter().flatten().max(), Some(&119));
+        let rep = verify(&path, &opts.layout, &per).unwrap();
         assert!(rep.ok(), "{rep:?}");
         assert_eq!(rep.acked_intact, 120);
         // the writer refuses to reuse a file
-        assert!(write(&path, &opts, &mut Vec::new()).is_err());
+        assert!(write(&path, &opts, &Mutex::new(Vec::new())).is_err());
+    }
+
+    /// The writer through the engine on the host's file system; the file verifies with every
+    /// record acknowledged.
+    #[test]
+    fn engine_writer_round_trip() {
+        write_and_verify(1, 2 << 20);
+    }
+
+    #[test]
+    fn acks_per_thread() {
+        assert_eq!(
+            acked_per_thread(&[0, 3, 1, 5, 4], 2),
+            vec![Some(4), Some(5)]
+        );
+        assert_eq!(acked_per_thread(&[2], 3), vec![None, None, Some(2)]);
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, b"").unwrap();
+        assert!(verify(&p, &layout(), &[]).is_err());
     }
 }

@@ -11,7 +11,7 @@
 //!
 //! Needs release binaries: `cargo build --release -p numaio -p numaio-lab --bins`.
 
-use numaio_lab::powerload::ACK_PREFIX;
+use numaio_lab::powerload::{self, ACK_PREFIX};
 use numaio_lab::{CutOutcome, DiskImage, DiskSpec, LabTopology, Outcome, PowerCut, Scenario};
 use serde_json::Value;
 use std::time::{Duration, Instant};
@@ -22,14 +22,16 @@ struct Run {
     seed: u64,
     records: u64,
     max_record: u32,
-    acked: Option<u64>,
+    threads: usize,
+    /// Highest acknowledged record of each writer thread.
+    acked: Vec<Option<u64>>,
 }
 
 impl Run {
     fn layout_args(&self) -> String {
         format!(
-            "--file {} --seed {} --records {} --max-record {}",
-            self.file, self.seed, self.records, self.max_record
+            "--file {} --seed {} --records {} --max-record {} --threads {}",
+            self.file, self.seed, self.records, self.max_record, self.threads
         )
     }
 }
@@ -39,6 +41,10 @@ struct Workload {
     records: u64,
     max_record: u32,
     cache_mib: u64,
+    /// Writer threads of each cut, in turn (starting at a seeded position).
+    threads: &'static [usize],
+    /// Extra writer options (`--buffered`, `--skip-fsync`).
+    writer_flags: &'static str,
     /// The cut comes after 1..=max_acks acknowledgements, then 0..max_delay_ms.
     max_acks: usize,
     max_delay_ms: u64,
@@ -59,28 +65,35 @@ fn topology() -> LabTopology {
 
 /// Verifies every earlier run (one `VERIFY <i> <json>` line each), then optionally starts
 /// a writer.
-fn script(runs: &[Run], writer: Option<(&Run, u64)>) -> String {
+fn script(runs: &[Run], writer: Option<(&Run, &Workload)>) -> String {
     let mut s = String::new();
     for (i, r) in runs.iter().enumerate() {
-        let acked = r.acked.map(|a| format!(" --acked {a}")).unwrap_or_default();
+        let acked = r
+            .acked
+            .iter()
+            .map(|a| a.map_or("-".to_string(), |a| a.to_string()))
+            .collect::<Vec<_>>()
+            .join(",");
         s.push_str(&format!(
-            "out=$(numaio-powerload verify {}{acked} 2>&1 | tr -d '\\n'); echo \"VERIFY {i} $out\"\n",
+            "out=$(numaio-powerload verify {} --acked {acked} 2>&1 | tr -d '\\n'); echo \"VERIFY {i} $out\"\n",
             r.layout_args()
         ));
     }
-    if let Some((r, cache_mib)) = writer {
+    if let Some((r, w)) = writer {
         s.push_str(&format!(
-            "numaio-powerload write {} --cache-mib {cache_mib}\necho \"WRITER-EXIT $?\"\n",
-            r.layout_args()
+            "numaio-powerload write {} --cache-mib {} {}\necho \"WRITER-EXIT $?\"\n",
+            r.layout_args(),
+            w.cache_mib,
+            w.writer_flags
         ));
     }
     s
 }
 
 /// Checks the `VERIFY` lines of a boot's output against the runs.
-fn check_verified(output: &str, runs: &[Run], seed: u64, ctx: &str) -> Vec<Value> {
+fn verify_reports(output: &str, runs: &[Run], seed: u64, ctx: &str) -> Vec<Value> {
     let mut reports = Vec::new();
-    for (i, r) in runs.iter().enumerate() {
+    for i in 0..runs.len() {
         let prefix = format!("VERIFY {i} ");
         let line = output
             .lines()
@@ -89,17 +102,31 @@ fn check_verified(output: &str, runs: &[Run], seed: u64, ctx: &str) -> Vec<Value
         let v: Value = serde_json::from_str(line.trim()).unwrap_or_else(|e| {
             panic!("seed {seed}: {ctx}: run {i}: verifier output is not JSON ({e}): {line}")
         });
+        reports.push(v);
+    }
+    reports
+}
+
+/// Checks that every run verified: no acknowledged record lost, nothing forged.
+fn check_verified(output: &str, runs: &[Run], seed: u64, ctx: &str) -> Vec<Value> {
+    let reports = verify_reports(output, runs, seed, ctx);
+    for (i, (r, v)) in runs.iter().zip(&reports).enumerate() {
         assert_eq!(
             v["failure_count"], 0,
-            "seed {seed}: {ctx}: run {i} ({}, run seed {}, acked {:?}) lost acknowledged data or holds forged records: {v:#}",
-            r.file, r.seed, r.acked
+            "seed {seed}: {ctx}: run {i} ({}, run seed {}, {} writer threads, acked {:?}) lost acknowledged data or holds forged records: {v:#}",
+            r.file, r.seed, r.threads, r.acked
         );
+        let acked: u64 = r
+            .acked
+            .iter()
+            .enumerate()
+            .map(|(t, a)| a.map_or(0, |a| (a - t as u64) / r.threads as u64 + 1))
+            .sum();
         assert_eq!(
             v["acked_intact"].as_u64(),
-            Some(r.acked.map_or(0, |a| a + 1)),
+            Some(acked),
             "seed {seed}: {ctx}: run {i}: {v}"
         );
-        reports.push(v);
     }
     reports
 }
@@ -117,87 +144,124 @@ fn acks(output: &str) -> Vec<u64> {
         .collect()
 }
 
-fn power_cut_cycles(w: &Workload, default_cuts: u64) {
-    let seed = env_u64("NUMAIO_POWERCUT_SEED").unwrap_or_else(|| {
+fn seed() -> u64 {
+    env_u64("NUMAIO_POWERCUT_SEED").unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(1)
+    })
+}
+
+/// Boots a writer on the image and cuts its power at a random moment; checks the earlier
+/// runs' verification on the way and e2fsck afterwards. Returns the run with what the host
+/// saw acknowledged.
+fn cut_one(
+    img: &DiskImage,
+    runs: &[Run],
+    w: &Workload,
+    index: usize,
+    threads: usize,
+    rng: &mut fastrand::Rng,
+    seed: u64,
+) -> Run {
+    let run = Run {
+        file: format!("/mnt/run-{index}.dat"),
+        seed: rng.u64(..),
+        records: w.records,
+        max_record: w.max_record,
+        threads,
+        acked: Vec::new(),
+    };
+    let after = rng.usize(1..=w.max_acks);
+    let delay = Duration::from_millis(rng.u64(0..=w.max_delay_ms));
+    let ctx = format!(
+        "cut {index} ({threads} writer threads, after {after} acks + {} ms)",
+        delay.as_millis()
+    );
+    let out: CutOutcome = Scenario::new(topology(), script(runs, Some((&run, w))))
+        .disk_image(img)
+        .timeout(Duration::from_secs(120))
+        .run_with_cut(&PowerCut::after_lines(ACK_PREFIX, after).then_wait(delay))
+        .unwrap_or_else(|e| {
+            panic!("seed {seed}: {ctx}: the lab run failed (a writer that hangs shows here as a timeout): {e}")
+        });
+    check_verified(&out.output, runs, seed, &ctx);
+    let direct = !w.writer_flags.contains("--buffered");
+    assert!(
+        out.output.contains(&format!("direct={direct}")),
+        "seed {seed}: {ctx}: the writer did not report direct={direct}:\n{}",
+        out.report()
+    );
+    let cut_at = out.cut_at.unwrap_or_else(|| {
+        panic!(
+            "seed {seed}: {ctx}: the writer ended before the power cut (make the workload longer):\n{}",
+            out.report()
+        )
     });
+    let seen = acks(&out.output);
+    assert!(seen.len() >= after, "seed {seed}: {ctx}: acks {seen:?}");
+    let acked = powerload::acked_per_thread(&seen, threads);
+    let fsck = img.fsck().expect("running e2fsck");
+    assert!(
+        fsck.clean(),
+        "seed {seed}: {ctx}: the file system needed repairs after the cut:\n{}",
+        fsck.report()
+    );
+    eprintln!(
+        "seed {seed}: {ctx}: cut {:.1} s after QEMU started ({:.1} s boot), {} fsyncs acknowledged, last acked per thread {:?}; e2fsck clean{}",
+        cut_at.as_secs_f64(),
+        out.boot_time.as_secs_f64(),
+        seen.len(),
+        acked,
+        if fsck.recovered_journal() { " after journal replay" } else { "" }
+    );
+    Run { acked, ..run }
+}
+
+/// Boots a guest that only verifies the runs; returns the reports.
+fn verify_all(img: &DiskImage, runs: &[Run], seed: u64) -> Vec<Value> {
+    let out: Outcome = Scenario::new(topology(), script(runs, None))
+        .disk_image(img)
+        .timeout(Duration::from_secs(120))
+        .must_run();
+    assert!(
+        out.success(),
+        "seed {seed}: verification boot:\n{}",
+        out.report()
+    );
+    verify_reports(&out.output, runs, seed, "verification boot")
+}
+
+fn power_cut_cycles(w: &Workload, default_cuts: u64) {
+    let seed = seed();
     let cuts = env_u64("NUMAIO_POWERCUT_CUTS")
         .unwrap_or(default_cuts)
-        .max(1);
+        .max(1) as usize;
     eprintln!("power-cut test: seed {seed} (NUMAIO_POWERCUT_SEED={seed} repeats it), {cuts} cuts");
     let mut rng = fastrand::Rng::with_seed(seed);
     let started = Instant::now();
     let img = DiskImage::build(&DiskSpec::new().size_mib(1024)).expect("building the disk image");
     let mut runs: Vec<Run> = Vec::new();
-    let mut journal_replays = 0;
+    let first = rng.usize(..w.threads.len());
     for cut in 0..cuts {
-        let run = Run {
-            file: format!("/mnt/run-{cut}.dat"),
-            seed: rng.u64(..),
-            records: w.records,
-            max_record: w.max_record,
-            acked: None,
-        };
-        let after = rng.usize(1..=w.max_acks);
-        let delay = Duration::from_millis(rng.u64(0..=w.max_delay_ms));
-        let ctx = format!("cut {cut} (after {after} acks + {} ms)", delay.as_millis());
-        let out: CutOutcome = Scenario::new(topology(), script(&runs, Some((&run, w.cache_mib))))
-            .disk_image(&img)
-            .timeout(Duration::from_secs(180))
-            .run_with_cut(&PowerCut::after_lines(ACK_PREFIX, after).then_wait(delay))
-            .unwrap_or_else(|e| panic!("seed {seed}: {ctx}: the lab could not run: {e}"));
-        check_verified(&out.output, &runs, seed, &ctx);
-        assert!(
-            out.output.contains("direct=true"),
-            "seed {seed}: {ctx}: the writer did not report O_DIRECT I/O:\n{}",
-            out.report()
-        );
-        let cut_at = out.cut_at.unwrap_or_else(|| {
-            panic!(
-                "seed {seed}: {ctx}: the writer ended before the power cut (make the workload longer):\n{}",
-                out.report()
-            )
-        });
-        let seen = acks(&out.output);
-        assert!(
-            seen.len() >= after && seen.windows(2).all(|p| p[0] < p[1]),
-            "seed {seed}: {ctx}: acks {seen:?}"
-        );
-        let acked = seen.last().copied();
-        let fsck = img.fsck().expect("running e2fsck");
-        assert!(
-            fsck.clean(),
-            "seed {seed}: {ctx}: the file system needed repairs after the cut:\n{}",
-            fsck.report()
-        );
-        journal_replays += usize::from(fsck.recovered_journal());
-        eprintln!(
-            "seed {seed}: {ctx}: cut {:.1} s after QEMU started ({:.1} s boot), {} fsyncs acknowledged, last acked record {:?}; e2fsck clean{}",
-            cut_at.as_secs_f64(),
-            out.boot_time.as_secs_f64(),
-            seen.len(),
-            acked,
-            if fsck.recovered_journal() { " after journal replay" } else { "" }
-        );
-        runs.push(Run { acked, ..run });
+        let threads = w.threads[(first + cut) % w.threads.len()];
+        let run = cut_one(&img, &runs, w, cut, threads, &mut rng, seed);
+        runs.push(run);
     }
-    // the last boot only verifies
-    let out: Outcome = Scenario::new(topology(), script(&runs, None))
-        .disk_image(&img)
-        .timeout(Duration::from_secs(180))
-        .must_run();
-    assert!(
-        out.success(),
-        "seed {seed}: final verification:\n{}",
-        out.report()
-    );
-    let reports = check_verified(&out.output, &runs, seed, "final verification");
+    let out = verify_all(&img, &runs, seed);
+    let reports = {
+        // re-check through the same assertions as the cut boots
+        let text: String = out
+            .iter()
+            .enumerate()
+            .map(|(i, v)| format!("VERIFY {i} {v}\n"))
+            .collect();
+        check_verified(&text, &runs, seed, "final verification")
+    };
     let sum = |k: &str| -> u64 { reports.iter().map(|v| v[k].as_u64().unwrap_or(0)).sum() };
     eprintln!(
-        "seed {seed}: {cuts} power cuts survived in {:.0} s: {} acknowledged records intact; unacknowledged: {} intact, {} absent, {} torn; {journal_replays} journal replays",
+        "seed {seed}: {cuts} power cuts survived in {:.0} s: {} acknowledged records intact; unacknowledged: {} intact, {} absent, {} torn",
         started.elapsed().as_secs_f64(),
         sum("acked_intact"),
         sum("unacked_intact"),
@@ -212,6 +276,8 @@ fn power_cut_cycles(w: &Workload, default_cuts: u64) {
     );
 }
 
+/// The main test: O_DIRECT writes through the engine by 1, 2 or 4 threads (in turn) on one
+/// file, a small engine cache so the evictor writes back between fsyncs, 4 random cuts.
 #[test]
 #[ignore = "lab: needs QEMU and the lab kernel; run by scripts/test.sh"]
 fn acknowledged_records_survive_power_cuts() {
@@ -219,10 +285,54 @@ fn acknowledged_records_survive_power_cuts() {
         &Workload {
             records: 2000,
             max_record: 256 << 10,
-            cache_mib: 4,
+            cache_mib: 1,
+            threads: &[1, 2, 4],
+            writer_flags: "",
             max_acks: 40,
             max_delay_ms: 1500,
         },
         4,
+    );
+}
+
+/// The harness catches a writer that acknowledges without fsync: its records, held in the
+/// engine's cache and the guest's page cache, die with the power. (Killing only the process
+/// would not show it: the kernel's page cache survives a process kill.)
+#[test]
+#[ignore = "lab: needs QEMU and the lab kernel; run by scripts/test.sh"]
+fn power_cut_exposes_acknowledgements_without_fsync() {
+    let seed = seed();
+    eprintln!("power-cut control: seed {seed} (NUMAIO_POWERCUT_SEED={seed} repeats it)");
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let w = Workload {
+        records: 2000,
+        max_record: 256 << 10,
+        cache_mib: 1,
+        threads: &[1],
+        writer_flags: "--buffered --skip-fsync",
+        // early enough that the kernel's write-back (30 s expiry) has not saved the data
+        max_acks: 20,
+        max_delay_ms: 500,
+    };
+    let img = DiskImage::build(&DiskSpec::new().size_mib(256)).expect("building the disk image");
+    let run = cut_one(&img, &[], &w, 0, 1, &mut rng, seed);
+    let reports = verify_all(&img, std::slice::from_ref(&run), seed);
+    let lost = reports[0]["failure_count"].as_u64().unwrap_or(0);
+    eprintln!(
+        "seed {seed}: acknowledged without fsync and cut: {lost} of {} acknowledged records lost (file missing: {})",
+        run.acked[0].map_or(0, |a| a + 1),
+        reports[0]["file_missing"]
+    );
+    assert!(
+        lost > 0,
+        "seed {seed}: a writer that never syncs lost nothing at a power cut: the cut does not drop unsynced data ({})",
+        reports[0]
+    );
+    assert!(
+        reports[0]["failures"][0]
+            .as_str()
+            .is_some_and(|f| f.contains("acknowledged record")),
+        "{}",
+        reports[0]
     );
 }

@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 use numaio_lab::powerload::{self, Layout, WriteOpts};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Mutex;
 
 #[derive(Parser)]
 #[command(
@@ -32,6 +33,9 @@ struct LayoutArgs {
     /// Largest record in bytes.
     #[arg(long, default_value_t = 256 << 10)]
     max_record: u32,
+    /// Writer threads (thread t writes the records with seq % threads == t).
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
 }
 
 impl LayoutArgs {
@@ -53,18 +57,23 @@ enum Cmd {
         /// Engine cache size in MiB (small: the evictor writes back between fsyncs).
         #[arg(long, default_value_t = 4)]
         cache_mib: u64,
-        /// Allow buffered I/O when O_DIRECT is refused (not a power-cut test then).
+        /// Engine I/O through the page cache instead of O_DIRECT.
         #[arg(long)]
-        allow_buffered: bool,
+        buffered: bool,
+        /// Print acknowledgements without calling fsync (a deliberately broken writer, to
+        /// check that a power cut exposes it).
+        #[arg(long)]
+        skip_fsync: bool,
     },
     /// Check the file: every record up to --acked intact, no record forged. Prints a JSON
     /// report; exit status 1 when the check fails.
     Verify {
         #[command(flatten)]
         layout: LayoutArgs,
-        /// Highest acknowledged sequence number (leave out if nothing was acknowledged).
+        /// Highest acknowledged sequence number of each writer thread, comma-separated,
+        /// `-` for a thread that acknowledged nothing (leave out if nothing was).
         #[arg(long)]
-        acked: Option<u64>,
+        acked: Option<String>,
     },
 }
 
@@ -73,22 +82,25 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Write {
             layout,
             cache_mib,
-            allow_buffered,
+            buffered,
+            skip_fsync,
         } => {
             if cache_mib == 0 || cache_mib > 1 << 20 {
                 anyhow::bail!("--cache-mib {cache_mib} out of range (1 to 1048576)");
             }
             let opts = WriteOpts {
                 layout: layout.layout(),
+                threads: layout.threads,
                 cache_bytes: cache_mib << 20,
-                require_direct: !allow_buffered,
+                direct: !buffered,
+                skip_fsync,
             };
-            let stdout = std::io::stdout();
-            powerload::write(&layout.file, &opts, &mut stdout.lock())?;
+            powerload::write(&layout.file, &opts, &Mutex::new(std::io::stdout()))?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Verify { layout, acked } => {
-            let rep = powerload::verify(&layout.file, &layout.layout(), acked)?;
+            let acked = parse_acked(acked.as_deref(), layout.threads)?;
+            let rep = powerload::verify(&layout.file, &layout.layout(), &acked)?;
             println!(
                 "{}",
                 serde_json::to_string(&rep).context("encoding the report")?
@@ -100,6 +112,29 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             })
         }
     }
+}
+
+/// `12,-,15` -> [Some(12), None, Some(15)]; one entry per writer thread.
+fn parse_acked(arg: Option<&str>, threads: usize) -> anyhow::Result<Vec<Option<u64>>> {
+    let Some(arg) = arg else {
+        return Ok(vec![None; threads.max(1)]);
+    };
+    let list = arg
+        .split(',')
+        .map(|v| match v.trim() {
+            "-" => Ok(None),
+            n => n.parse().map(Some).map_err(|_| {
+                anyhow::anyhow!("--acked {arg:?}: {n:?} is neither a sequence number nor `-`")
+            }),
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    if list.len() != threads.max(1) {
+        anyhow::bail!(
+            "--acked {arg:?} has {} entries; give one per writer thread ({threads})",
+            list.len()
+        );
+    }
+    Ok(list)
 }
 
 fn main() -> ExitCode {
