@@ -284,11 +284,57 @@ impl DiskImage {
         &self.path
     }
 
+    /// Copies the image to `path` (kept: not removed on drop), e.g. the state before a boot
+    /// whose write log will be replayed onto it.
+    pub fn copy_to(&self, path: impl Into<PathBuf>) -> LabResult<DiskImage> {
+        let path = path.into();
+        std::fs::copy(&self.path, &path).map_err(LabError::io(format!(
+            "copying {} to {}",
+            self.path.display(),
+            path.display()
+        )))?;
+        Ok(DiskImage { path, _dir: None })
+    }
+
+    /// Copies the file at `path` (relative to the disk's root) out of the image with
+    /// debugfs, without mounting; `Ok(false)` if the file does not exist. Run
+    /// [`DiskImage::fsck`] first after a cut: debugfs does not replay the journal.
+    pub fn dump_file(&self, path: &str, out: &Path) -> LabResult<bool> {
+        let _ = std::fs::remove_file(out);
+        let res = Command::new(find_tool("debugfs"))
+            .arg("-R")
+            .arg(format!(
+                "dump /{} {}",
+                path.trim_start_matches('/'),
+                out.display()
+            ))
+            .arg(&self.path)
+            .output()
+            .map_err(|e| LabError::MissingHostFile {
+                what: "debugfs".into(),
+                path: "debugfs".into(),
+                hint: format!("{e}; install it with `apt-get install e2fsprogs`"),
+            })?;
+        // debugfs exits 0 even when the file is missing; it says so on stderr
+        let err = String::from_utf8_lossy(&res.stderr);
+        if err.contains("File not found") {
+            return Ok(false);
+        }
+        if !out.is_file() {
+            return Err(LabError::BadDisk(format!(
+                "debugfs could not copy {path} out of {}: {}",
+                self.path.display(),
+                err.trim()
+            )));
+        }
+        Ok(true)
+    }
+
     /// Runs `e2fsck -f -y` (replays the journal, repairs) and then `e2fsck -f -n` (must find
     /// nothing) on the image. Call it only while no guest uses the image.
     pub fn fsck(&self) -> LabResult<FsckReport> {
         let run = |mode: &str| -> LabResult<(i32, String)> {
-            let out = Command::new(find_e2fsck())
+            let out = Command::new(find_tool("e2fsck"))
                 .args(["-f", mode])
                 .arg(&self.path)
                 .output()
@@ -316,13 +362,13 @@ impl DiskImage {
     }
 }
 
-/// e2fsck lives in /sbin, which is not on every user's PATH.
-fn find_e2fsck() -> PathBuf {
-    ["/usr/sbin/e2fsck", "/sbin/e2fsck"]
+/// e2fsprogs tools live in /sbin, which is not on every user's PATH.
+fn find_tool(name: &str) -> PathBuf {
+    ["/usr/sbin", "/sbin"]
         .iter()
-        .map(PathBuf::from)
+        .map(|d| Path::new(d).join(name))
         .find(|p| p.is_file())
-        .unwrap_or_else(|| PathBuf::from("e2fsck"))
+        .unwrap_or_else(|| PathBuf::from(name))
 }
 
 fn write_file(path: &Path, f: &DiskFile) -> LabResult<()> {

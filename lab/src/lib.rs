@@ -28,6 +28,7 @@ pub mod powerload;
 pub mod probe;
 pub mod qemu;
 pub mod topology;
+pub mod writelog;
 
 pub use disk::{Content, DiskFile, DiskImage, DiskSpec, FsckReport, GUEST_MOUNT};
 pub use error::{LabError, LabResult};
@@ -132,6 +133,17 @@ impl LabConfig {
                 )));
             }
         }
+        if let Some(log) = &s.write_log {
+            if s.disk_image.is_none() {
+                return Err(LabError::BadDisk(
+                    "a write log needs a disk image (Scenario::disk_image)".into(),
+                ));
+            }
+            std::fs::File::create(log).map_err(LabError::io(format!(
+                "creating the write log {}",
+                log.display()
+            )))?;
+        }
         let has_disk = s.disk.is_some() || s.disk_image.is_some();
         let qemu = qemu::find_qemu()?;
         let kernel = kernel::find(self.kernel.as_deref(), &self.cache)?;
@@ -168,6 +180,7 @@ impl LabConfig {
                 initrd: &initrd,
                 disk: disk.as_deref(),
                 persistent_disk: s.disk_image.is_some(),
+                write_log: s.write_log.as_deref(),
                 topology_args: s.topology.qemu_args(),
                 kernel_args: &s.kernel_args,
                 timeout: s.timeout,
@@ -240,6 +253,8 @@ pub struct Scenario {
     pub disk: Option<DiskSpec>,
     /// An existing image to attach instead of building one (kept across runs).
     pub disk_image: Option<PathBuf>,
+    /// Log every write the guest sends to the disk image here (see [`writelog`]).
+    pub write_log: Option<PathBuf>,
     pub files: Vec<GuestFile>,
     pub timeout: Duration,
     /// Extra kernel command-line words (e.g. `numa_balancing=disable`).
@@ -253,6 +268,7 @@ impl Scenario {
             script: script.into(),
             disk: None,
             disk_image: None,
+            write_log: None,
             files: Vec::new(),
             timeout: DEFAULT_TIMEOUT,
             kernel_args: Vec::new(),
@@ -270,6 +286,14 @@ impl Scenario {
     /// layer of QEMU's own.
     pub fn disk_image(mut self, img: &DiskImage) -> Scenario {
         self.disk_image = Some(img.path().to_path_buf());
+        self
+    }
+
+    /// Records every write, discard and flush the guest sends to its disk image in `log`
+    /// (created or emptied; QEMU's `blklogwrites`, read it with [`writelog::WriteLog`]).
+    /// Needs [`Scenario::disk_image`].
+    pub fn write_log(mut self, log: impl Into<PathBuf>) -> Scenario {
+        self.write_log = Some(log.into());
         self
     }
 

@@ -31,6 +31,10 @@ pub const MAGIC: &[u8; 8] = b"NUMAIOPL";
 pub const HEADER: usize = 32;
 /// Prefix of the line the writer prints after each completed `fsync`.
 pub const ACK_PREFIX: &str = "ACK ";
+/// First bytes of an acknowledgement block in the ack file.
+pub const ACK_MAGIC: &[u8; 8] = b"NUMAIOAK";
+/// Size of one acknowledgement block (one per slot of the ack file).
+pub const ACK_BLOCK: usize = 4096;
 
 /// Everything that determines a run's records.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -136,6 +140,102 @@ pub struct WriteOpts {
     /// Print acknowledgements without calling fsync: a broken writer, to show that the
     /// harness catches lost acknowledged data.
     pub skip_fsync: bool,
+    /// Also record each acknowledgement on disk: a block ([`ack_block`]) written with
+    /// O_DIRECT | O_DSYNC to this file, preallocated with zeros first. A disk's write log
+    /// then shows where in the write stream each acknowledgement happened.
+    pub ack_file: Option<std::path::PathBuf>,
+}
+
+/// The on-disk acknowledgement of record `seq`: magic, seq, crc32c of both, zeros.
+pub fn ack_block(seq: u64) -> Vec<u8> {
+    let mut b = vec![0u8; ACK_BLOCK];
+    b[..8].copy_from_slice(ACK_MAGIC);
+    b[8..16].copy_from_slice(&seq.to_le_bytes());
+    let crc = crc32c::crc32c(&b[..16]);
+    b[16..20].copy_from_slice(&crc.to_le_bytes());
+    b
+}
+
+/// The acknowledged sequence numbers found in `data` (any 512-byte-aligned position).
+pub fn find_acks(data: &[u8]) -> Vec<u64> {
+    data.chunks(512)
+        .filter(|c| c.len() >= 20 && &c[..8] == ACK_MAGIC)
+        .filter(|c| u32::from_le_bytes(c[16..20].try_into().unwrap()) == crc32c::crc32c(&c[..16]))
+        .map(|c| u64::from_le_bytes(c[8..16].try_into().unwrap()))
+        .collect()
+}
+
+/// The ack file: preallocated with written zeros (not fallocate, whose unwritten extents
+/// would turn each acknowledgement into a metadata change), one block per possible ack.
+struct AckFile {
+    file: std::fs::File,
+    next: std::sync::atomic::AtomicU64,
+    slots: u64,
+    buf: Mutex<AlignedBlock>,
+}
+
+/// One O_DIRECT-aligned block.
+struct AlignedBlock(Box<[u8]>, usize);
+
+impl AlignedBlock {
+    fn new() -> AlignedBlock {
+        let raw = vec![0u8; 2 * ACK_BLOCK].into_boxed_slice();
+        let pad = raw.as_ptr().align_offset(ACK_BLOCK);
+        AlignedBlock(raw, pad)
+    }
+    fn get(&mut self) -> &mut [u8] {
+        &mut self.0[self.1..self.1 + ACK_BLOCK]
+    }
+}
+
+impl AckFile {
+    fn create(path: &Path, slots: u64) -> anyhow::Result<AckFile> {
+        use std::os::unix::fs::OpenOptionsExt;
+        {
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(path)
+                .with_context(|| format!("creating the ack file {}", path.display()))?;
+            let zeros = vec![0u8; 1 << 20];
+            let mut left = slots * ACK_BLOCK as u64;
+            let mut w = std::io::BufWriter::new(&f);
+            while left > 0 {
+                let n = left.min(zeros.len() as u64) as usize;
+                w.write_all(&zeros[..n])
+                    .with_context(|| format!("filling {}", path.display()))?;
+                left -= n as u64;
+            }
+            w.flush()
+                .with_context(|| format!("filling {}", path.display()))?;
+            drop(w);
+            f.sync_all()
+                .with_context(|| format!("fsync of {}", path.display()))?;
+        }
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_DIRECT | libc::O_DSYNC)
+            .open(path)
+            .with_context(|| format!("opening {} with O_DIRECT | O_DSYNC", path.display()))?;
+        Ok(AckFile {
+            file,
+            next: std::sync::atomic::AtomicU64::new(0),
+            slots,
+            buf: Mutex::new(AlignedBlock::new()),
+        })
+    }
+
+    fn record(&self, seq: u64) -> anyhow::Result<()> {
+        let slot = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if slot >= self.slots {
+            bail!("the ack file has only {} slots", self.slots);
+        }
+        let mut b = self.buf.lock().unwrap_or_else(|p| p.into_inner());
+        b.get().copy_from_slice(&ack_block(seq));
+        self.file
+            .write_all_at(b.get(), slot * ACK_BLOCK as u64)
+            .with_context(|| format!("writing acknowledgement {seq} to the ack file"))
+    }
 }
 
 /// Writes the layout's records to `path` (created; it must not exist) through the engine,
@@ -178,6 +278,10 @@ pub fn write(
             path.display()
         );
     }
+    let ack_file = match &opts.ack_file {
+        Some(p) => Some(AckFile::create(p, layout.records)?),
+        None => None,
+    };
     let say = |line: String| -> anyhow::Result<()> {
         let mut o = out.lock().unwrap_or_else(|p| p.into_inner());
         writeln!(o, "{line}")?;
@@ -200,7 +304,7 @@ pub fn write(
     let acked: Vec<anyhow::Result<u64>> = std::thread::scope(|sc| {
         let handles: Vec<_> = (0..n)
             .map(|t| {
-                let (f, records, say) = (&f, &records, &say);
+                let (f, records, say, ack_file) = (&f, &records, &say, &ack_file);
                 sc.spawn(move || -> anyhow::Result<u64> {
                     let mut rng =
                         fastrand::Rng::with_seed(layout.seed.rotate_left(17) ^ (0x5eed + t as u64));
@@ -234,6 +338,9 @@ pub fn write(
                                 })?;
                             }
                             say(format!("{ACK_PREFIX}{}", r.seq))?;
+                            if let Some(a) = ack_file {
+                                a.record(r.seq)?;
+                            }
                             acked = Some(r.seq);
                             until_sync = rng.u32(1..=16);
                         }
@@ -484,6 +591,17 @@ mod tests {
         );
     }
 
+    #[test]
+    fn ack_blocks_are_found_at_sector_boundaries() {
+        let mut data = vec![7u8; 3 * 512];
+        data.extend(ack_block(41));
+        data.extend(vec![0u8; 512]);
+        assert_eq!(find_acks(&data), vec![41]);
+        let mut bad = ack_block(3);
+        bad[9] ^= 1;
+        assert!(find_acks(&bad).is_empty());
+    }
+
     fn write_and_verify(threads: usize, cache_bytes: u64) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("w");
@@ -497,6 +615,7 @@ mod tests {
             cache_bytes,
             direct: false,
             skip_fsync: false,
+            ack_file: Some(dir.path().join("acks")),
         };
         let out = Mutex::new(Vec::new());
         let last = write(&path, &opts, &out).unwrap();
@@ -514,6 +633,11 @@ mod tests {
         let rep = verify(&path, &opts.layout, &per).unwrap();
         assert!(rep.ok(), "{rep:?}");
         assert_eq!(rep.acked_intact, 120);
+        let mut on_disk = find_acks(&std::fs::read(dir.path().join("acks")).unwrap());
+        on_disk.sort();
+        let mut printed = acks.clone();
+        printed.sort();
+        assert_eq!(on_disk, printed);
         // the writer refuses to reuse a file
         assert!(write(&path, &opts, &Mutex::new(Vec::new())).is_err());
     }

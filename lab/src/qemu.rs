@@ -43,6 +43,9 @@ pub struct Launch<'a> {
     /// The disk is an image kept across runs (power-cut tests): open it with
     /// `cache=none,aio=native` instead of `cache=unsafe`.
     pub persistent_disk: bool,
+    /// Record every write, discard and flush the guest sends to the disk in this file
+    /// (QEMU's `blklogwrites`, dm-log-writes format; see [`crate::writelog`]).
+    pub write_log: Option<&'a Path>,
     pub topology_args: Vec<String>,
     /// Extra kernel command-line words.
     pub kernel_args: &'a [String],
@@ -123,8 +126,33 @@ fn command(l: &Launch, accel: Accel) -> Command {
         } else {
             "cache=unsafe"
         };
-        c.arg("-drive")
-            .arg(format!("file={},format=raw,if=virtio,{cache}", d.display()));
+        match l.write_log {
+            None => {
+                c.arg("-drive")
+                    .arg(format!("file={},format=raw,if=virtio,{cache}", d.display()));
+            }
+            Some(log) => {
+                let direct = if l.persistent_disk {
+                    "cache.direct=on,aio=native"
+                } else {
+                    "cache.no-flush=on"
+                };
+                c.arg("-blockdev")
+                    .arg(format!(
+                        "driver=file,node-name=numaio-disk,filename={},{direct}",
+                        d.display()
+                    ))
+                    .arg("-blockdev")
+                    .arg(format!(
+                        "driver=file,node-name=numaio-log,filename={}",
+                        log.display()
+                    ))
+                    .arg("-blockdev")
+                    .arg("driver=blklogwrites,node-name=numaio-logged,file=numaio-disk,log=numaio-log,log-sector-size=512")
+                    .arg("-device")
+                    .arg("virtio-blk-pci,drive=numaio-logged,write-cache=on");
+            }
+        }
     }
     c.stdin(Stdio::null())
         .stdout(Stdio::piped())

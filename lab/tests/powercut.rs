@@ -336,3 +336,128 @@ fn power_cut_exposes_acknowledgements_without_fsync() {
         reports[0]
     );
 }
+
+/// Every crash state of one run, from its write log: QEMU records every write and flush the
+/// guest sends (`blklogwrites`); the host replays the log onto a copy of the image as it
+/// was before the boot and, at each flush (or an even sample of them:
+/// `NUMAIO_POWERCUT_PREFIXES`, default 40; `all` for every flush), checks the disk as a
+/// power cut right there would have left it: e2fsck clean, every record acknowledged by
+/// then intact. The writer records each acknowledgement as a block in an ack file
+/// (O_DIRECT | O_DSYNC) after its fsync returned, so the log shows which acknowledgements
+/// a prefix holds.
+#[test]
+#[ignore = "lab: needs QEMU and the lab kernel; run by scripts/test.sh"]
+fn every_flush_point_of_a_write_log_verifies() {
+    use numaio_lab::writelog::WriteLog;
+    let seed = seed();
+    let limit = match std::env::var("NUMAIO_POWERCUT_PREFIXES").ok().as_deref() {
+        Some("all") => usize::MAX,
+        _ => env_u64("NUMAIO_POWERCUT_PREFIXES").unwrap_or(40).max(1) as usize,
+    };
+    eprintln!("write-log replay: seed {seed} (NUMAIO_POWERCUT_SEED={seed} repeats it)");
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let threads = [1, 2][rng.usize(..2)];
+    let run = Run {
+        file: "/mnt/logged.dat".into(),
+        seed: rng.u64(..),
+        records: 300,
+        max_record: 128 << 10,
+        threads,
+        acked: Vec::new(),
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let img = DiskImage::build(&DiskSpec::new().size_mib(64)).expect("building the disk image");
+    let before = img
+        .copy_to(dir.path().join("before.img"))
+        .expect("copying the image");
+    let log_path = dir.path().join("write.log");
+    let out = Scenario::new(
+        topology(),
+        format!(
+            "numaio-powerload write {} --cache-mib 1 --ack-file /mnt/acks.dat\necho \"WRITER-EXIT $?\"\n",
+            run.layout_args()
+        ),
+    )
+    .disk_image(&img)
+    .write_log(&log_path)
+    .timeout(Duration::from_secs(300))
+    .must_run();
+    assert!(
+        out.success() && out.output.contains("WRITER-EXIT 0") && out.output.contains("direct=true"),
+        "seed {seed}: the logged run failed:\n{}",
+        out.report()
+    );
+    let printed = acks(&out.output);
+
+    let log = WriteLog::open(&log_path).expect("reading the write log");
+    let flushes: Vec<u64> = log
+        .entries()
+        .iter()
+        .filter(|e| e.is_flush())
+        .map(|e| e.index)
+        .collect();
+    // an even sample of the flush points, always including the last
+    let step = flushes.len().div_ceil(limit).max(1);
+    let checkpoints: std::collections::BTreeSet<u64> = flushes
+        .iter()
+        .copied()
+        .enumerate()
+        .filter(|(i, _)| i % step == step - 1 || *i + 1 == flushes.len())
+        .map(|(_, e)| e)
+        .collect();
+    let work_path = dir.path().join("work.img");
+    let work_img = before.copy_to(&work_path).expect("copying the image");
+    let work = std::fs::OpenOptions::new()
+        .write(true)
+        .open(work_img.path())
+        .expect("opening the replay image");
+    let layout = powerload::Layout {
+        seed: run.seed,
+        records: run.records,
+        max_record: run.max_record,
+    };
+    let mut on_disk: Vec<u64> = Vec::new();
+    let mut checked = 0;
+    let mut acked_checked = 0u64;
+    for e in log.entries() {
+        let data = log.data(e).expect("reading the log");
+        log.apply(e, &data, &work).expect("replaying the log");
+        on_disk.extend(powerload::find_acks(&data));
+        if !checkpoints.contains(&e.index) {
+            continue;
+        }
+        let ctx = format!(
+            "seed {seed}: prefix of {} of {} log entries ({threads} writer threads)",
+            e.index + 1,
+            log.entries().len()
+        );
+        let check = work_img
+            .copy_to(dir.path().join("check.img"))
+            .expect("copying the replayed image");
+        let fsck = check.fsck().expect("running e2fsck");
+        assert!(fsck.clean(), "{ctx}: e2fsck:\n{}", fsck.report());
+        let dumped = dir.path().join("logged.dat");
+        check
+            .dump_file("logged.dat", &dumped)
+            .expect("copying the file out of the image");
+        let acked = powerload::acked_per_thread(&on_disk, threads);
+        let rep = powerload::verify(&dumped, &layout, &acked).expect("verifying");
+        assert!(rep.ok(), "{ctx}: acknowledged {acked:?}: {rep:?}");
+        checked += 1;
+        acked_checked += rep.acked_intact;
+    }
+    on_disk.sort_unstable();
+    let mut printed_sorted = printed.clone();
+    printed_sorted.sort_unstable();
+    assert_eq!(
+        on_disk, printed_sorted,
+        "seed {seed}: the acknowledgements in the write log differ from those printed"
+    );
+    eprintln!(
+        "seed {seed}: write log of {} entries ({} flushes, {} acknowledgements, {threads} writer threads): {checked} flush points replayed and verified, {acked_checked} acknowledged records checked in all",
+        log.entries().len(),
+        flushes.len(),
+        printed.len()
+    );
+    assert!(checked > 0, "seed {seed}: the log has no flush");
+}

@@ -64,6 +64,10 @@ enum Cmd {
         /// check that a power cut exposes it).
         #[arg(long)]
         skip_fsync: bool,
+        /// Also write each acknowledgement as a block to this new file (O_DIRECT |
+        /// O_DSYNC), so a disk write log shows when it happened.
+        #[arg(long)]
+        ack_file: Option<PathBuf>,
     },
     /// Check the file: every record up to --acked intact, no record forged. Prints a JSON
     /// report; exit status 1 when the check fails.
@@ -84,6 +88,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             cache_mib,
             buffered,
             skip_fsync,
+            ack_file,
         } => {
             if cache_mib == 0 || cache_mib > 1 << 20 {
                 anyhow::bail!("--cache-mib {cache_mib} out of range (1 to 1048576)");
@@ -94,6 +99,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 cache_bytes: cache_mib << 20,
                 direct: !buffered,
                 skip_fsync,
+                ack_file,
             };
             powerload::write(&layout.file, &opts, &Mutex::new(std::io::stdout()))?;
             Ok(ExitCode::SUCCESS)
