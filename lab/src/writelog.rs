@@ -13,7 +13,7 @@ use crate::error::{LabError, LabResult};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-const MAGIC: u64 = 0x6a73_6677_7368_72;
+const MAGIC: u64 = 0x006a_7366_7773_6872;
 const VERSION: u64 = 1;
 pub const FLUSH: u64 = 1;
 pub const FUA: u64 = 1 << 1;
