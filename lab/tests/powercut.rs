@@ -348,6 +348,21 @@ fn power_cut_exposes_acknowledgements_without_fsync() {
 #[test]
 #[ignore = "lab: needs QEMU and the lab kernel; run by scripts/test.sh"]
 fn every_flush_point_of_a_write_log_verifies() {
+    replay_write_log("", false);
+}
+
+/// The replay catches a writer that acknowledges without fsync (buffered I/O): a prefix
+/// holds an acknowledgement whose records never reached the disk.
+#[test]
+#[ignore = "lab: needs QEMU and the lab kernel; run by scripts/test.sh"]
+fn write_log_replay_exposes_acknowledgements_without_fsync() {
+    replay_write_log("--buffered --skip-fsync", true);
+}
+
+/// Runs the writer with a write log, replays the log and checks flush points. With
+/// `expect_loss`, stops at the first prefix that lost acknowledged records and fails if
+/// none did.
+fn replay_write_log(writer_flags: &str, expect_loss: bool) {
     use numaio_lab::writelog::WriteLog;
     let seed = seed();
     let limit = match std::env::var("NUMAIO_POWERCUT_PREFIXES").ok().as_deref() {
@@ -374,7 +389,7 @@ fn every_flush_point_of_a_write_log_verifies() {
     let out = Scenario::new(
         topology(),
         format!(
-            "numaio-powerload write {} --cache-mib 1 --ack-file /mnt/acks.dat\necho \"WRITER-EXIT $?\"\n",
+            "numaio-powerload write {} --cache-mib 1 {writer_flags} --ack-file /mnt/acks.dat\necho \"WRITER-EXIT $?\"\n",
             run.layout_args()
         ),
     )
@@ -383,7 +398,11 @@ fn every_flush_point_of_a_write_log_verifies() {
     .timeout(Duration::from_secs(300))
     .must_run();
     assert!(
-        out.success() && out.output.contains("WRITER-EXIT 0") && out.output.contains("direct=true"),
+        out.success()
+            && out.output.contains("WRITER-EXIT 0")
+            && out
+                .output
+                .contains(&format!("direct={}", !writer_flags.contains("--buffered"))),
         "seed {seed}: the logged run failed:\n{}",
         out.report()
     );
@@ -442,6 +461,13 @@ fn every_flush_point_of_a_write_log_verifies() {
             .expect("copying the file out of the image");
         let acked = powerload::acked_per_thread(&on_disk, threads);
         let rep = powerload::verify(&dumped, &layout, &acked).expect("verifying");
+        if expect_loss && !rep.ok() {
+            eprintln!(
+                "{ctx}: acknowledged without fsync: {} acknowledged records lost, as expected: {}",
+                rep.failure_count, rep.failures[0]
+            );
+            return;
+        }
         assert!(rep.ok(), "{ctx}: acknowledged {acked:?}: {rep:?}");
         checked += 1;
         acked_checked += rep.acked_intact;
@@ -460,4 +486,8 @@ fn every_flush_point_of_a_write_log_verifies() {
         printed.len()
     );
     assert!(checked > 0, "seed {seed}: the log has no flush");
+    assert!(
+        !expect_loss,
+        "seed {seed}: a writer that never syncs lost nothing at any replayed flush point"
+    );
 }
