@@ -132,14 +132,11 @@ fn command(l: &Launch, accel: Accel) -> Command {
                     .arg(format!("file={},format=raw,if=virtio,{cache}", d.display()));
             }
             Some(log) => {
-                let direct = if l.persistent_disk {
-                    "cache.direct=on,aio=native"
-                } else {
-                    "cache.no-flush=on"
-                };
+                // the same caching as `cache=none,aio=native` above, under the logging
+                // filter; the guest is shown a write cache so it sends flushes to log
                 c.arg("-blockdev")
                     .arg(format!(
-                        "driver=file,node-name=numaio-disk,filename={},{direct}",
+                        "driver=file,node-name=numaio-disk,filename={},cache.direct=on,aio=native",
                         d.display()
                     ))
                     .arg("-blockdev")
