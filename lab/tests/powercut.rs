@@ -2,9 +2,9 @@
 //! `ACK <seq>` on the console after each fsync) to an ext4 disk image, and the host kills
 //! QEMU at a random moment mid-workload. The image is checked with e2fsck on the host, and
 //! the next guest, booted on the same image, verifies that every acknowledged record of
-//! the run cut last is intact (the last boot checks every run again) and that no record holds contents its checksum accepts but
+//! the run cut last is intact and that no record holds contents its checksum accepts but
 //! that are not its own (`numaio-powerload verify`). Then it starts the next run's writer,
-//! so N cuts take N + 1 boots.
+//! so N cuts take N + 1 boots; the last boot checks every run again.
 //!
 //! Seeded: the seed is printed; `NUMAIO_POWERCUT_SEED=S` repeats a sequence of cuts,
 //! `NUMAIO_POWERCUT_CUTS=N` sets the number of cuts (default 4).
