@@ -182,6 +182,198 @@ impl DiskSpec {
     }
 }
 
+/// An ext4 image that outlives a run: build it once, attach it to several scenarios in
+/// turn ([`crate::Scenario::disk_image`]), check it with e2fsck between them. The image
+/// lives in its own temp directory, removed when the `DiskImage` is dropped (unless it was
+/// opened with [`DiskImage::open`]).
+#[derive(Debug)]
+pub struct DiskImage {
+    path: PathBuf,
+    _dir: Option<tempfile::TempDir>,
+}
+
+/// What e2fsck said about an image after a power cut.
+#[derive(Clone, Debug)]
+pub struct FsckReport {
+    /// Exit status of `e2fsck -f -y` (journal replay and repairs): 0 clean, 1 errors
+    /// corrected, 4 errors left, 8 and up: e2fsck could not run.
+    pub repair_status: i32,
+    pub repair_output: String,
+    /// Exit status of the read-only `e2fsck -f -n` afterwards (0: consistent).
+    pub check_status: i32,
+    pub check_output: String,
+}
+
+impl FsckReport {
+    /// Whether the repair pass recovered the journal.
+    pub fn recovered_journal(&self) -> bool {
+        self.repair_output.contains("recovering journal")
+    }
+
+    /// The problems the repair pass fixed (the line before each "...? yes"), leaving out the
+    /// superblock's free block and inode totals (ext4 updates those lazily, so they are
+    /// stale after any unclean shutdown and the kernel recomputes them at mount) and
+    /// optimisations ("extent tree could be narrower. Optimize?").
+    pub fn repairs(&self) -> Vec<&str> {
+        let mut out = Vec::new();
+        let mut problem = "";
+        for line in self.repair_output.lines() {
+            let line = line.trim();
+            if line.ends_with("? yes") {
+                // "Fix? yes" on its own line, or after the problem on the same line
+                if line.split_whitespace().count() > 2 {
+                    problem = line;
+                }
+                let lazy_total = problem.starts_with("Free blocks count wrong (")
+                    || problem.starts_with("Free inodes count wrong (");
+                let optimisation = line.ends_with("Optimize? yes");
+                if !lazy_total && !optimisation {
+                    out.push(if problem.is_empty() { line } else { problem });
+                }
+                problem = "";
+            } else if !line.is_empty() {
+                problem = line;
+            }
+        }
+        out
+    }
+
+    /// The file system was consistent after journal replay alone: no repairs and a clean
+    /// read-only check.
+    pub fn clean(&self) -> bool {
+        self.repair_status <= 1 && self.repairs().is_empty() && self.check_status == 0
+    }
+
+    /// Both passes' output, for assertion messages.
+    pub fn report(&self) -> String {
+        format!(
+            "e2fsck -f -y: status {}\n{}\ne2fsck -f -n: status {}\n{}",
+            self.repair_status,
+            self.repair_output.trim(),
+            self.check_status,
+            self.check_output.trim()
+        )
+    }
+}
+
+impl DiskImage {
+    /// Builds the image from a spec in a fresh temp directory.
+    pub fn build(spec: &DiskSpec) -> LabResult<DiskImage> {
+        let dir = tempfile::Builder::new()
+            .prefix("numaio-lab-disk-")
+            .tempdir()
+            .map_err(LabError::io("creating a temp dir for a disk image"))?;
+        let path = spec.build(dir.path())?;
+        Ok(DiskImage {
+            path,
+            _dir: Some(dir),
+        })
+    }
+
+    /// Uses an existing image file (not removed on drop).
+    pub fn open(path: impl Into<PathBuf>) -> LabResult<DiskImage> {
+        let path = path.into();
+        if !path.is_file() {
+            return Err(LabError::BadDisk(format!(
+                "disk image {} does not exist or is not a regular file",
+                path.display()
+            )));
+        }
+        Ok(DiskImage { path, _dir: None })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Copies the image to `path` (kept: not removed on drop), e.g. the state before a boot
+    /// whose write log will be replayed onto it.
+    pub fn copy_to(&self, path: impl Into<PathBuf>) -> LabResult<DiskImage> {
+        let path = path.into();
+        std::fs::copy(&self.path, &path).map_err(LabError::io(format!(
+            "copying {} to {}",
+            self.path.display(),
+            path.display()
+        )))?;
+        Ok(DiskImage { path, _dir: None })
+    }
+
+    /// Copies the file at `path` (relative to the disk's root) out of the image with
+    /// debugfs, without mounting; `Ok(false)` if the file does not exist. Run
+    /// [`DiskImage::fsck`] first after a cut: debugfs does not replay the journal.
+    pub fn dump_file(&self, path: &str, out: &Path) -> LabResult<bool> {
+        let _ = std::fs::remove_file(out);
+        let res = Command::new(find_tool("debugfs"))
+            .arg("-R")
+            .arg(format!(
+                "dump /{} {}",
+                path.trim_start_matches('/'),
+                out.display()
+            ))
+            .arg(&self.path)
+            .output()
+            .map_err(|e| LabError::MissingHostFile {
+                what: "debugfs".into(),
+                path: "debugfs".into(),
+                hint: format!("{e}; install it with `apt-get install e2fsprogs`"),
+            })?;
+        // debugfs exits 0 even when the file is missing; it says so on stderr
+        let err = String::from_utf8_lossy(&res.stderr);
+        if err.contains("File not found") {
+            return Ok(false);
+        }
+        if !out.is_file() {
+            return Err(LabError::BadDisk(format!(
+                "debugfs could not copy {path} out of {}: {}",
+                self.path.display(),
+                err.trim()
+            )));
+        }
+        Ok(true)
+    }
+
+    /// Runs `e2fsck -f -y` (replays the journal, repairs) and then `e2fsck -f -n` (must find
+    /// nothing) on the image. Call it only while no guest uses the image.
+    pub fn fsck(&self) -> LabResult<FsckReport> {
+        let run = |mode: &str| -> LabResult<(i32, String)> {
+            let out = Command::new(find_tool("e2fsck"))
+                // extent trees that "could be narrower" are an optimisation, not damage
+                .args(["-f", "-E", "no_optimize_extents", mode])
+                .arg(&self.path)
+                .output()
+                .map_err(|e| LabError::MissingHostFile {
+                    what: "e2fsck".into(),
+                    path: "e2fsck".into(),
+                    hint: format!("{e}; install it with `apt-get install e2fsprogs`"),
+                })?;
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            // killed by a signal: report it like e2fsck's "operational error"
+            Ok((out.status.code().unwrap_or(8), text))
+        };
+        let (repair_status, repair_output) = run("-y")?;
+        let (check_status, check_output) = run("-n")?;
+        Ok(FsckReport {
+            repair_status,
+            repair_output,
+            check_status,
+            check_output,
+        })
+    }
+}
+
+/// e2fsprogs tools live in /sbin, which is not on every user's PATH.
+fn find_tool(name: &str) -> PathBuf {
+    ["/usr/sbin", "/sbin"]
+        .iter()
+        .map(|d| Path::new(d).join(name))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| PathBuf::from(name))
+}
+
 fn write_file(path: &Path, f: &DiskFile) -> LabResult<()> {
     use std::os::unix::fs::PermissionsExt;
     let ctx = || format!("writing {}", path.display());
@@ -232,6 +424,36 @@ mod tests {
         let mut c = vec![0u8; 16];
         pattern_fill(8192, &mut c);
         assert_eq!(&c[..], &b[8192..]);
+    }
+
+    #[test]
+    fn fsck_report_ignores_lazy_totals() {
+        let r = FsckReport {
+            repair_status: 1,
+            repair_output: "x: recovering journal\nPass 5: Checking group summary information\nFree blocks count wrong (249189, counted=244862).\nFix? yes\n\nFree inodes count wrong (65525, counted=65524).\nFix? yes\n".into(),
+            check_status: 0,
+            check_output: String::new(),
+        };
+        assert!(r.recovered_journal());
+        assert!(r.repairs().is_empty(), "{:?}", r.repairs());
+        let opt = FsckReport {
+            repair_output: format!(
+                "Inode 15 extent tree (at level 1) could be narrower.  Optimize? yes\n{}",
+                r.repair_output
+            ),
+            ..r.clone()
+        };
+        assert!(opt.clean(), "{:?}", opt.repairs());
+        assert!(r.clean());
+        let bad = FsckReport {
+            repair_output: format!(
+                "{}Inode 12, i_size is 4096, should be 8192.  Fix? yes\nFree blocks count wrong for group #0 (1, counted=2).\nFix? yes\n",
+                r.repair_output
+            ),
+            ..r.clone()
+        };
+        assert_eq!(bad.repairs().len(), 2, "{:?}", bad.repairs());
+        assert!(!bad.clean());
     }
 
     #[test]

@@ -23,13 +23,17 @@ pub mod disk;
 pub mod error;
 pub mod initramfs;
 pub mod kernel;
+pub mod powercut;
+pub mod powerload;
 pub mod probe;
 pub mod qemu;
 pub mod topology;
+pub mod writelog;
 
-pub use disk::{Content, DiskFile, DiskSpec, GUEST_MOUNT};
+pub use disk::{Content, DiskFile, DiskImage, DiskSpec, FsckReport, GUEST_MOUNT};
 pub use error::{LabError, LabResult};
 pub use initramfs::{GuestFile, GUEST_BIN_DIR};
+pub use powercut::PowerCut;
 pub use qemu::Accel;
 pub use topology::{ExpectedNode, LabNode, LabTopology};
 
@@ -90,16 +94,66 @@ impl LabConfig {
 
     /// Runs a scenario with this configuration.
     pub fn run(&self, s: &Scenario) -> LabResult<Outcome> {
+        let t = self.boot(s, None)?;
+        Ok(Outcome {
+            exit_code: t.exit_code,
+            output: t.output,
+            console_tail: console::tail(&t.console, qemu::TAIL_LINES),
+            boot_time: t.boot,
+            elapsed: t.elapsed,
+        })
+    }
+
+    /// Runs a scenario and cuts the guest's power (SIGKILL to QEMU) when `cut` says. The
+    /// scenario may also end on its own first: then [`CutOutcome::cut_at`] is `None`.
+    pub fn run_with_cut(&self, s: &Scenario, cut: &PowerCut) -> LabResult<CutOutcome> {
+        let t = self.boot(s, Some(cut))?;
+        Ok(CutOutcome {
+            exit_code: t.cut_at.is_none().then_some(t.exit_code),
+            cut_at: t.cut_at,
+            output: t.output,
+            console_tail: console::tail(&t.console, qemu::TAIL_LINES),
+            boot_time: t.boot,
+            elapsed: t.elapsed,
+        })
+    }
+
+    fn boot(&self, s: &Scenario, cut: Option<&PowerCut>) -> LabResult<qemu::Transcript> {
         s.topology.validate()?;
+        if s.disk.is_some() && s.disk_image.is_some() {
+            return Err(LabError::BadDisk(
+                "a scenario takes either a disk spec or an existing disk image, not both".into(),
+            ));
+        }
+        if let Some(img) = &s.disk_image {
+            if !img.is_file() {
+                return Err(LabError::BadDisk(format!(
+                    "disk image {} does not exist (build it with DiskImage::build)",
+                    img.display()
+                )));
+            }
+        }
+        if let Some(log) = &s.write_log {
+            if s.disk_image.is_none() {
+                return Err(LabError::BadDisk(
+                    "a write log needs a disk image (Scenario::disk_image)".into(),
+                ));
+            }
+            std::fs::File::create(log).map_err(LabError::io(format!(
+                "creating the write log {}",
+                log.display()
+            )))?;
+        }
+        let has_disk = s.disk.is_some() || s.disk_image.is_some();
         let qemu = qemu::find_qemu()?;
         let kernel = kernel::find(self.kernel.as_deref(), &self.cache)?;
-        if s.disk.is_some() {
+        if has_disk {
             kernel.virtio_modules()?;
         }
         warn_if_stale(&self.bin_dir);
         let base = initramfs::base(&self.cache, &kernel)?;
         let bins = initramfs::bins(&self.cache, &self.bin_dir)?;
-        let run = initramfs::run_archive(&s.script, s.disk.is_some(), &s.files)?;
+        let run = initramfs::run_archive(&s.script, has_disk, &s.files)?;
 
         // a private directory per run, so guests can run side by side
         let work = tempfile::Builder::new()
@@ -117,27 +171,23 @@ impl LabConfig {
             .map_err(LabError::io(format!("writing {}", initrd.display())))?;
         let disk = match &s.disk {
             Some(d) => Some(d.build(work.path())?),
-            None => None,
+            None => s.disk_image.clone(),
         };
-        let t = qemu::launch(
+        qemu::launch(
             &qemu::Launch {
                 qemu: &qemu,
                 vmlinuz: &kernel.vmlinuz,
                 initrd: &initrd,
                 disk: disk.as_deref(),
+                persistent_disk: s.disk_image.is_some(),
+                write_log: s.write_log.as_deref(),
                 topology_args: s.topology.qemu_args(),
                 kernel_args: &s.kernel_args,
                 timeout: s.timeout,
+                cut,
             },
             self.accel,
-        )?;
-        Ok(Outcome {
-            exit_code: t.exit_code,
-            output: t.output,
-            console_tail: console::tail(&t.console, qemu::TAIL_LINES),
-            boot_time: t.boot,
-            elapsed: t.elapsed,
-        })
+        )
     }
 }
 
@@ -173,6 +223,7 @@ fn warn_if_stale(bin_dir: &Path) {
     for (bin, dirs) in [
         ("numaio", &["crates"][..]),
         ("numaio-probe", &["lab/src"][..]),
+        ("numaio-powerload", &["lab/src", "crates/numaio-engine"][..]),
     ] {
         let path = bin_dir.join(bin);
         let built = std::fs::metadata(&path).and_then(|m| m.modified());
@@ -200,6 +251,10 @@ pub struct Scenario {
     pub topology: LabTopology,
     pub script: String,
     pub disk: Option<DiskSpec>,
+    /// An existing image to attach instead of building one (kept across runs).
+    pub disk_image: Option<PathBuf>,
+    /// Log every write the guest sends to the disk image here (see [`writelog`]).
+    pub write_log: Option<PathBuf>,
     pub files: Vec<GuestFile>,
     pub timeout: Duration,
     /// Extra kernel command-line words (e.g. `numa_balancing=disable`).
@@ -212,6 +267,8 @@ impl Scenario {
             topology,
             script: script.into(),
             disk: None,
+            disk_image: None,
+            write_log: None,
             files: Vec::new(),
             timeout: DEFAULT_TIMEOUT,
             kernel_args: Vec::new(),
@@ -220,6 +277,23 @@ impl Scenario {
 
     pub fn disk(mut self, d: DiskSpec) -> Scenario {
         self.disk = Some(d);
+        self
+    }
+
+    /// Attaches an existing image (e.g. one a previous run wrote to and whose power was cut)
+    /// instead of building a disk; the guest mounts it on `/mnt` as usual. QEMU opens it
+    /// with `cache=none`, so writes the guest did not flush are not kept by a host cache
+    /// layer of QEMU's own.
+    pub fn disk_image(mut self, img: &DiskImage) -> Scenario {
+        self.disk_image = Some(img.path().to_path_buf());
+        self
+    }
+
+    /// Records every write, discard and flush the guest sends to its disk image in `log`
+    /// (created or emptied; QEMU's `blklogwrites`, read it with [`writelog::WriteLog`]).
+    /// Needs [`Scenario::disk_image`].
+    pub fn write_log(mut self, log: impl Into<PathBuf>) -> Scenario {
+        self.write_log = Some(log.into());
         self
     }
 
@@ -270,6 +344,39 @@ impl Scenario {
     pub fn must_run(&self) -> Outcome {
         self.run()
             .unwrap_or_else(|e| panic!("numaio lab could not run the scenario: {e}"))
+    }
+
+    /// Runs with [`LabConfig::from_env`] and cuts the power as `cut` says.
+    pub fn run_with_cut(&self, cut: &PowerCut) -> LabResult<CutOutcome> {
+        LabConfig::from_env().run_with_cut(self, cut)
+    }
+}
+
+/// The result of [`Scenario::run_with_cut`].
+#[derive(Clone, Debug)]
+pub struct CutOutcome {
+    /// When the power was cut (from QEMU's start); `None` if the scenario ended first.
+    pub cut_at: Option<Duration>,
+    /// The scenario's exit status when it ended before the cut.
+    pub exit_code: Option<i32>,
+    /// The scenario's output up to the cut (everything QEMU had sent by then).
+    pub output: String,
+    pub console_tail: String,
+    pub boot_time: Duration,
+    pub elapsed: Duration,
+}
+
+impl CutOutcome {
+    /// Cut time or exit status, output and console tail, for assertion messages.
+    pub fn report(&self) -> String {
+        let how = match (self.cut_at, self.exit_code) {
+            (Some(t), _) => format!("power cut after {:.1} s", t.as_secs_f64()),
+            (None, c) => format!("ended before the cut with status {c:?}"),
+        };
+        format!(
+            "{how}\n--- scenario output ---\n{}\n--- console tail ---\n{}",
+            self.output, self.console_tail
+        )
     }
 }
 

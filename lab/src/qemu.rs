@@ -3,6 +3,7 @@
 
 use crate::console::{self, Progress};
 use crate::error::{LabError, LabResult};
+use crate::powercut::{LineWatcher, PowerCut};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -39,19 +40,30 @@ pub struct Launch<'a> {
     pub vmlinuz: &'a Path,
     pub initrd: &'a Path,
     pub disk: Option<&'a Path>,
+    /// The disk is an image kept across runs (power-cut tests): open it with
+    /// `cache=none,aio=native` instead of `cache=unsafe`.
+    pub persistent_disk: bool,
+    /// Record every write, discard and flush the guest sends to the disk in this file
+    /// (QEMU's `blklogwrites`, dm-log-writes format; see [`crate::writelog`]).
+    pub write_log: Option<&'a Path>,
     pub topology_args: Vec<String>,
     /// Extra kernel command-line words.
     pub kernel_args: &'a [String],
     pub timeout: Duration,
+    /// Kill QEMU (SIGKILL) mid-scenario when this says.
+    pub cut: Option<&'a PowerCut>,
 }
 
 /// What the console showed.
 pub struct Transcript {
     pub console: String,
     pub output: String,
+    /// Meaningless (-1) when the power was cut.
     pub exit_code: i32,
     pub boot: Duration,
     pub elapsed: Duration,
+    /// When the power was cut, from QEMU's start.
+    pub cut_at: Option<Duration>,
 }
 
 /// Locates the QEMU binary: `NUMAIO_LAB_QEMU`, else `qemu-system-x86_64` on PATH.
@@ -103,11 +115,41 @@ fn command(l: &Launch, accel: Accel) -> Command {
                 .join(" "),
         );
     if let Some(d) = l.disk {
-        // the image is private to this run; cache=unsafe skips host flushes
-        c.arg("-drive").arg(format!(
-            "file={},format=raw,if=virtio,cache=unsafe",
-            d.display()
-        ));
+        // A private image needs no durability: cache=unsafe skips host flushes. An image
+        // that outlives a power cut uses cache=none: QEMU writes with O_DIRECT and keeps no
+        // cache of its own, the guest is shown a volatile write cache so its fsync must
+        // send FLUSH (which QEMU turns into fdatasync on the image, and which dm-log-writes
+        // records), and aio=native hands requests straight to the host kernel instead of
+        // queueing them in QEMU's thread pool.
+        let cache = if l.persistent_disk {
+            "cache=none,aio=native"
+        } else {
+            "cache=unsafe"
+        };
+        match l.write_log {
+            None => {
+                c.arg("-drive")
+                    .arg(format!("file={},format=raw,if=virtio,{cache}", d.display()));
+            }
+            Some(log) => {
+                // the same caching as `cache=none,aio=native` above, under the logging
+                // filter; the guest is shown a write cache so it sends flushes to log
+                c.arg("-blockdev")
+                    .arg(format!(
+                        "driver=file,node-name=numaio-disk,filename={},cache.direct=on,aio=native",
+                        d.display()
+                    ))
+                    .arg("-blockdev")
+                    .arg(format!(
+                        "driver=file,node-name=numaio-log,filename={}",
+                        log.display()
+                    ))
+                    .arg("-blockdev")
+                    .arg("driver=blklogwrites,node-name=numaio-logged,file=numaio-disk,log=numaio-log,log-sector-size=512")
+                    .arg("-device")
+                    .arg("virtio-blk-pci,drive=numaio-logged,write-cache=on");
+            }
+        }
     }
     c.stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -163,8 +205,25 @@ fn once(l: &Launch, accel: Accel) -> LabResult<Ended> {
     let mut finished: Option<(String, i32)> = None;
     let mut finished_at: Option<Instant> = None;
     let deadline = start + l.timeout;
+    let mut watcher = l.cut.map(|c| LineWatcher::new(&c.prefix));
+    let mut cut_due: Option<Instant> = None;
+    let mut cut_at: Option<Duration> = None;
     loop {
         let now = Instant::now();
+        if cut_due.is_some_and(|d| now >= d) && finished.is_none() {
+            let _ = guard.0.kill();
+            cut_at = Some(start.elapsed());
+            // everything QEMU wrote before it died is still in the pipes
+            let drain_until = Instant::now() + Duration::from_secs(3);
+            while let Some(left) = drain_until.checked_duration_since(Instant::now()) {
+                match rx.recv_timeout(left) {
+                    Ok((true, bytes)) => raw.extend_from_slice(&bytes),
+                    Ok((false, bytes)) => stderr.extend_from_slice(&bytes),
+                    Err(_) => break,
+                }
+            }
+            break;
+        }
         // after the end marker QEMU should power off at once; don't wait for it long
         let limit = match finished_at {
             Some(t) => (t + Duration::from_secs(5)).min(deadline.max(now)),
@@ -176,10 +235,16 @@ fn once(l: &Launch, accel: Accel) -> LabResult<Ended> {
         if accel == Accel::KvmOrTcg && raw.is_empty() && now - start > KVM_PROBE {
             return Ok(Ended::KvmSilent);
         }
+        let limit = cut_due.map_or(limit, |d| d.max(now).min(limit));
         let wait = (limit - now).min(Duration::from_millis(200));
         match rx.recv_timeout(wait) {
             Ok((true, bytes)) => {
                 raw.extend_from_slice(&bytes);
+                if let (Some(w), Some(c), None) = (watcher.as_mut(), l.cut, cut_due) {
+                    if w.feed(&raw) >= c.lines {
+                        cut_due = Some(Instant::now() + c.delay);
+                    }
+                }
                 // parse the whole transcript only when a marker may have arrived (new
                 // bytes plus a marker's length before them hold "@@"), so long outputs
                 // stay linear
@@ -204,6 +269,35 @@ fn once(l: &Launch, accel: Accel) -> LabResult<Ended> {
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => break, // both pipes closed: QEMU exited
         }
+    }
+    if cut_at.is_some() {
+        let console = console::strip_escapes(&String::from_utf8_lossy(&raw));
+        let boot = boot.unwrap_or_default();
+        let progress = match console::parse(&console) {
+            // the watcher saw the start marker; parse is stricter about its line
+            Progress::Booting => Progress::Running(String::new()),
+            p => p,
+        };
+        return Ok(Ended::Done(match progress {
+            // the end marker came in with the last bytes: the scenario finished first
+            Progress::Done { output, exit_code } => Transcript {
+                console,
+                output,
+                exit_code,
+                boot,
+                elapsed: start.elapsed(),
+                cut_at: None,
+            },
+            Progress::Running(output) => Transcript {
+                console,
+                output,
+                exit_code: -1,
+                boot,
+                elapsed: start.elapsed(),
+                cut_at,
+            },
+            Progress::Booting => unreachable!("mapped to Running above"),
+        }));
     }
     let status = if finished.is_some() || Instant::now() < deadline {
         // QEMU exited (or is about to); collect its status
@@ -233,6 +327,7 @@ fn once(l: &Launch, accel: Accel) -> LabResult<Ended> {
             exit_code,
             boot: boot.unwrap_or_default(),
             elapsed: start.elapsed(),
+            cut_at: None,
         })),
         None if Instant::now() >= deadline => {
             if accel == Accel::KvmOrTcg && raw.is_empty() {
