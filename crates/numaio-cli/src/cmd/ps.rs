@@ -47,7 +47,7 @@ pub fn run(a: PsArgs) -> anyhow::Result<ExitCode> {
     }
     for &p in &a.pids {
         if numaio_proc::procfs::read_stat(p).is_err() {
-            anyhow::bail!("no process with pid {p} (it may have exited); list processes with `numaio ps --all`");
+            crate::usage_bail!("no process with pid {p} (it may have exited); list processes with `numaio ps --all`");
         }
     }
     let topo = Topology::detect()?;
