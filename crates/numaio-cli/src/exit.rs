@@ -68,7 +68,10 @@ mod tests {
     #[test]
     fn help_lists_every_code() {
         for c in [OK, ERROR, USAGE, PARTIAL, CANNOT_EXECUTE, NOT_FOUND] {
-            assert!(HELP.contains(&format!("\n  {c} ")), "{c} missing from:\n{HELP}");
+            assert!(
+                HELP.contains(&format!("\n  {c} ")),
+                "{c} missing from:\n{HELP}"
+            );
         }
     }
 }

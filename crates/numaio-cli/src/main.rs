@@ -51,7 +51,7 @@ enum Command {
     /// Pin a process's threads (and optionally its memory) to a node.
     #[command(after_help = exit::HELP)]
     Pin(cmd::pin::PinArgs),
-    /// Run a command on the node that holds most of the given files' cache.
+    /// Run a command near its files' cache, or with numactl's CPU and memory bindings.
     #[command(after_help = exit::HELP)]
     Run(cmd::run::RunArgs),
     /// The placement daemon: move I/O-heavy processes next to their data, or the data to them.
@@ -100,7 +100,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         // The reader is gone: nobody is left to tell, and nothing was lost that it wanted.
-        Err(e) if output::is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) if output::is_broken_pipe(&e) => exit::code(exit::OK),
         Err(e) => {
             warnln!("{e:#}");
             if e.downcast_ref::<args::UsageError>().is_some() {

@@ -54,13 +54,9 @@ pub fn choose_node(topo: &Topology, files: &[FileNodes]) -> Option<NearChoice> {
             (c.id, u64::try_from(c_cost).unwrap_or(u64::MAX))
         })
         .collect();
-    let best = cpu_nodes.iter().min_by_key(|n| {
-        (
-            cost[&n.id],
-            std::cmp::Reverse(n.mem.mem_free_bytes),
-            n.id,
-        )
-    })?;
+    let best = cpu_nodes
+        .iter()
+        .min_by_key(|n| (cost[&n.id], std::cmp::Reverse(n.mem.mem_free_bytes), n.id))?;
     let total: u64 = per.values().sum();
     let local = per.get(&best.id).copied().unwrap_or(0);
     // The node holding most of the cache, to say why a node with less of it won.
@@ -130,10 +126,9 @@ mod tests {
     #[test]
     fn cpuless_cache_picks_nearest_cpu_node() {
         // n2 is far memory behind n1: distance 14 from n1, 26 from n0.
-        let mut t = Topology::synthetic(
-            "n0=0-1@4G n1=2-3@4G n2=@16G dist=10,20,26;20,10,14;26,14,10",
-        )
-        .unwrap();
+        let mut t =
+            Topology::synthetic("n0=0-1@4G n1=2-3@4G n2=@16G dist=10,20,26;20,10,14;26,14,10")
+                .unwrap();
         t.nodes[0].mem.mem_free_bytes = 4 << 30;
         t.nodes[1].mem.mem_free_bytes = 1 << 30;
         let c = choose_node(&t, &[f(&[(2, 100 << 20)])]).unwrap();
@@ -142,20 +137,16 @@ mod tests {
         assert!(c.reason.contains("distance 14"), "{}", c.reason);
         assert!(c.distance_cost[&1] < c.distance_cost[&0]);
         // Mirrored distances: the far memory sits behind n0 now.
-        let t2 = Topology::synthetic(
-            "n0=0-1@4G n1=2-3@4G n2=@16G dist=10,20,14;20,10,26;14,26,10",
-        )
-        .unwrap();
+        let t2 = Topology::synthetic("n0=0-1@4G n1=2-3@4G n2=@16G dist=10,20,14;20,10,26;14,26,10")
+            .unwrap();
         assert_eq!(choose_node(&t2, &[f(&[(2, 100 << 20)])]).unwrap().node, 0);
     }
 
     /// Local cache outweighs a larger amount on far memory only as far as distances say.
     #[test]
     fn distance_weighs_local_against_far() {
-        let t = Topology::synthetic(
-            "n0=0@1G n1=1@1G n2=@1G dist=10,20,12;20,10,30;12,30,10",
-        )
-        .unwrap();
+        let t =
+            Topology::synthetic("n0=0@1G n1=1@1G n2=@1G dist=10,20,12;20,10,30;12,30,10").unwrap();
         // n1 holds 40 bytes locally; n0 none, but the 50 on n2 are close to it.
         let c = choose_node(&t, &[f(&[(1, 40), (2, 50)])]).unwrap();
         // cost(n0) = (40*20 + 50*12)/10 = 140; cost(n1) = (40*10 + 50*30)/10 = 190.
