@@ -11,7 +11,7 @@ use crate::args::UsageError;
 use crate::exit;
 use crate::output::quote;
 use crate::warnln;
-use numaio_proc::{near, CacheOps, PageCache};
+use numaio_proc::{near, CacheOps, FileRef, PageCache};
 use numaio_sys::{cpulist, CpuSet, Policy, Topology};
 use serde::Serialize;
 use std::io::Write;
@@ -248,7 +248,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
         let mut files = Vec::new();
         for p in &a.near {
             std::fs::metadata(p).map_err(|e| anyhow::anyhow!("{}: {e}", quote(p)))?;
-            match cache.residency(p) {
+            match cache.residency(&FileRef::plain(p)) {
                 Ok(r) => files.push(r),
                 // Still runnable: the choice just cannot count this file's cache.
                 Err(e) if !a.quiet => warnln!("warning: {e}; its cache is not counted"),
@@ -276,7 +276,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
         if let Some(c) = &choice {
             let cache = PageCache;
             for p in &a.near {
-                cache.warm(p, c.node).map_err(|e| {
+                cache.warm(&FileRef::plain(p), c.node).map_err(|e| {
                     anyhow::anyhow!("cannot warm {} on node {}: {e}", quote(p), c.node)
                 })?;
             }
