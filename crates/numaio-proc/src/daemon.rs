@@ -572,4 +572,29 @@ mod tests {
             .unwrap_err()
             .is_gone());
     }
+
+    /// A pulled file is reached through the handle its scan found; without one, through
+    /// the process's root, never through the path in our own namespace.
+    #[test]
+    fn pull_targets_use_proc_handles() {
+        let file = crate::sample::FileView {
+            path: "/tmp/x".into(),
+            open: Some("/proc/42/fd/3".into()),
+            dev: 7,
+            ino: 9,
+            ..Default::default()
+        };
+        let v = ProcessView {
+            pid: 42,
+            files: vec![file],
+            ..Default::default()
+        };
+        let (fr, key) = pull_target(42, Some(&v), std::path::Path::new("/tmp/x"));
+        assert_eq!(fr.open, std::path::PathBuf::from("/proc/42/fd/3"));
+        assert_eq!(fr.path, std::path::PathBuf::from("/tmp/x"));
+        assert_eq!(key, Some((7, 9)));
+        let (fr, key) = pull_target(42, None, std::path::Path::new("/tmp/x"));
+        assert_eq!(fr.open, std::path::PathBuf::from("/proc/42/root/tmp/x"));
+        assert_eq!(key, None);
+    }
 }

@@ -264,7 +264,7 @@ impl FileView {
 }
 
 /// Everything `numaio ps` shows about one process, and what the daemon decides on.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct ProcessView {
     pub pid: i32,
     /// Start time in clock ticks since boot: with the pid, identifies the process.
