@@ -13,10 +13,7 @@ fn err(f: &FileRef, e: impl std::fmt::Display) -> ProcError {
     let open = f.open.to_string_lossy();
     let shown = f.path.display();
     if f.open != f.path && msg.contains(&*open) {
-        ProcError::Cache(format!(
-            "{}",
-            msg.replace(&*open, &format!("{shown} (via {open})"))
-        ))
+        ProcError::Cache(msg.replace(&*open, &format!("{shown} (via {open})")))
     } else if msg.contains(&*f.path.to_string_lossy()) {
         ProcError::Cache(msg)
     } else if f.open != f.path {
