@@ -7,11 +7,8 @@
 
 use std::fmt;
 
-/// Exit status for usage errors (bad arguments), as clap uses.
-pub const USAGE_EXIT: u8 = 2;
-
 /// A usage error found after parsing (a combination of arguments, a target that does not
-/// exist on this machine): `main` prints it and exits [`USAGE_EXIT`].
+/// exist on this machine): `main` prints it and exits [`crate::exit::USAGE`].
 #[derive(Debug)]
 pub struct UsageError(pub String);
 

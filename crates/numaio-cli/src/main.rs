@@ -6,6 +6,7 @@
 mod args;
 mod benchfile;
 mod cmd;
+mod exit;
 mod output;
 
 use clap::{Parser, Subcommand};
@@ -16,11 +17,11 @@ use std::process::ExitCode;
     name = "numaio",
     version,
     about = "Keep file data and the threads that use it on the same NUMA node",
-    after_help = "Exit status: 0 on success, 1 on errors, 2 on usage errors (some commands \
-                  document more). Names in human output are quoted like `ls` does when they \
-                  hold control characters ($'a\\nb'); --json output is exact. When the \
-                  reader of the output goes away (a closed pipe), numaio stops quietly with \
-                  status 0."
+    after_help = concat!(
+        "Names in human output are quoted like `ls` does when they hold control characters \
+         ($'a\\nb'); --json output is exact.\n\n",
+        exit_status_help!()
+    )
 )]
 struct Cli {
     #[command(subcommand)]
@@ -30,22 +31,31 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Show the NUMA topology: nodes, CPUs, memory, file cache per node, distances.
+    #[command(after_help = exit::HELP)]
     Topo(cmd::topo::TopoArgs),
     /// Show on which nodes files' cached pages sit (never reads uncached pages in).
+    #[command(after_help = exit::HELP)]
     Where(cmd::where_::WhereArgs),
     /// Make files' pages resident on chosen nodes, and verify it.
+    #[command(after_help = exit::HELP)]
     Warm(cmd::warm::WarmArgs),
     /// Migrate files' resident pages to chosen nodes (reads nothing new).
+    #[command(after_help = exit::HELP)]
     Move(cmd::move_::MoveArgs),
     /// Drop files' clean cached pages.
+    #[command(after_help = exit::HELP)]
     Evict(cmd::evict::EvictArgs),
     /// Show processes' file I/O locality per node.
+    #[command(after_help = exit::HELP)]
     Ps(cmd::ps::PsArgs),
     /// Pin a process's threads (and optionally its memory) to a node.
+    #[command(after_help = exit::HELP)]
     Pin(cmd::pin::PinArgs),
-    /// Run a command on the node that holds most of the given files' cache.
+    /// Run a command near its files' cache, or with numactl's CPU and memory bindings.
+    #[command(after_help = exit::HELP)]
     Run(cmd::run::RunArgs),
     /// The placement daemon: move I/O-heavy processes next to their data, or the data to them.
+    #[command(after_help = exit::HELP)]
     Daemon(cmd::daemon::DaemonArgs),
     /// Benchmark the I/O engine or the kernel page cache.
     Bench(cmd::bench::BenchArgs),
@@ -57,7 +67,7 @@ fn main() -> ExitCode {
         // Usage errors (exit 2) go to stderr; --help and --version (exit 0) to stdout, whose
         // write errors count like any command's.
         Err(e) => {
-            let code = u8::try_from(e.exit_code()).unwrap_or(args::USAGE_EXIT);
+            let code = u8::try_from(e.exit_code()).unwrap_or(exit::USAGE);
             return match e
                 .print()
                 .and_then(|_| std::io::Write::flush(&mut std::io::stdout()))
@@ -68,7 +78,7 @@ fn main() -> ExitCode {
                 Err(_) if e.use_stderr() => ExitCode::from(code),
                 Err(io) => {
                     warnln!("{}", output::StdoutError(io));
-                    ExitCode::FAILURE
+                    exit::code(exit::ERROR)
                 }
             };
         }
@@ -90,13 +100,13 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         // The reader is gone: nobody is left to tell, and nothing was lost that it wanted.
-        Err(e) if output::is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) if output::is_broken_pipe(&e) => exit::code(exit::OK),
         Err(e) => {
             warnln!("{e:#}");
             if e.downcast_ref::<args::UsageError>().is_some() {
-                ExitCode::from(args::USAGE_EXIT)
+                exit::code(exit::USAGE)
             } else {
-                ExitCode::FAILURE
+                exit::code(exit::ERROR)
             }
         }
     }

@@ -35,11 +35,33 @@ pub struct MoveOutcome {
     pub left_bytes: u64,
 }
 
-/// Page-cache operations used by `ps`, `run --near` and the daemon.
+/// A file to look at or act on: the path to show, and the path that opens it from here.
+///
+/// The two differ for another process's files: the path it sees may name another file, or
+/// none, in our mount namespace, so its files are opened through `/proc/PID/fd/N`,
+/// `/proc/PID/map_files/...` or `/proc/PID/root/...` while reports name the path it sees.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct FileRef {
+    pub path: PathBuf,
+    pub open: PathBuf,
+}
+
+impl FileRef {
+    /// A file named by a path valid here (a command-line operand).
+    pub fn plain(path: &Path) -> Self {
+        FileRef {
+            path: path.to_path_buf(),
+            open: path.to_path_buf(),
+        }
+    }
+}
+
+/// Page-cache operations used by `ps`, `run --near` and the daemon. Results and errors name
+/// `f.path`; the file itself is opened by `f.open`.
 pub trait CacheOps {
-    fn residency(&self, path: &Path) -> ProcResult<FileNodes>;
-    fn move_to(&self, path: &Path, node: u32) -> ProcResult<MoveOutcome>;
-    fn warm(&self, path: &Path, node: u32) -> ProcResult<()>;
+    fn residency(&self, f: &FileRef) -> ProcResult<FileNodes>;
+    fn move_to(&self, f: &FileRef, node: u32) -> ProcResult<MoveOutcome>;
+    fn warm(&self, f: &FileRef, node: u32) -> ProcResult<()>;
 }
 
 /// The real page cache, through `numaio-pagecache`.
@@ -47,14 +69,14 @@ pub trait CacheOps {
 pub struct PageCache;
 
 impl CacheOps for PageCache {
-    fn residency(&self, path: &Path) -> ProcResult<FileNodes> {
-        crate::pagecache_glue::residency(path)
+    fn residency(&self, f: &FileRef) -> ProcResult<FileNodes> {
+        crate::pagecache_glue::residency(f)
     }
-    fn move_to(&self, path: &Path, node: u32) -> ProcResult<MoveOutcome> {
-        crate::pagecache_glue::move_to(path, node)
+    fn move_to(&self, f: &FileRef, node: u32) -> ProcResult<MoveOutcome> {
+        crate::pagecache_glue::move_to(f, node)
     }
-    fn warm(&self, path: &Path, node: u32) -> ProcResult<()> {
-        crate::pagecache_glue::warm(path, node)
+    fn warm(&self, f: &FileRef, node: u32) -> ProcResult<()> {
+        crate::pagecache_glue::warm(f, node)
     }
 }
 
@@ -85,8 +107,10 @@ impl FakeCache {
     }
 }
 
+/// Fake files are found by the path shown, so tests need not know the handles.
 impl CacheOps for FakeCache {
-    fn residency(&self, path: &Path) -> ProcResult<FileNodes> {
+    fn residency(&self, f: &FileRef) -> ProcResult<FileNodes> {
+        let path = &f.path;
         self.files
             .lock()
             .unwrap()
@@ -94,7 +118,8 @@ impl CacheOps for FakeCache {
             .cloned()
             .ok_or_else(|| ProcError::Cache(format!("{}: no such file", path.display())))
     }
-    fn move_to(&self, path: &Path, node: u32) -> ProcResult<MoveOutcome> {
+    fn move_to(&self, fr: &FileRef, node: u32) -> ProcResult<MoveOutcome> {
+        let path = &fr.path;
         let mut files = self.files.lock().unwrap();
         let f = files
             .get_mut(path)
@@ -109,7 +134,8 @@ impl CacheOps for FakeCache {
             left_bytes: 0,
         })
     }
-    fn warm(&self, path: &Path, node: u32) -> ProcResult<()> {
+    fn warm(&self, fr: &FileRef, node: u32) -> ProcResult<()> {
+        let path = &fr.path;
         let mut files = self.files.lock().unwrap();
         let f = files
             .get_mut(path)

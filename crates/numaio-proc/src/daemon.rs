@@ -6,14 +6,14 @@
 //! one per interval. Nothing a process does can stop the loop: a process that exits, a file
 //! that vanishes or a permission error becomes the outcome of that one decision.
 
-use crate::cache::CacheOps;
+use crate::cache::{CacheOps, FileRef};
 use crate::config::Config;
 use crate::error::{ProcError, ProcResult};
 use crate::metrics::{label, Metrics};
 use crate::pin;
 use crate::policy::{self, Action, Decision, History, NodeState, Verdict, World};
 use crate::procfs;
-use crate::sample::{ScanOptions, Scanner};
+use crate::sample::{FileKey, ProcessView, ScanOptions, Scanner};
 use numaio_sys::Topology;
 use serde::Serialize;
 use serde_json::json;
@@ -206,7 +206,7 @@ impl<'a> Daemon<'a> {
         };
         for d in &decisions {
             let outcome = if d.verdict == Verdict::Act {
-                let o = self.execute(d);
+                let o = self.execute(d, &res.views);
                 match &o {
                     Ok(_) => {
                         sum.actions += 1;
@@ -308,7 +308,7 @@ impl<'a> Daemon<'a> {
     }
 
     /// Carries out one decision. The pid is re-checked first so a reused pid is never moved.
-    fn execute(&mut self, d: &Decision) -> ProcResult<serde_json::Value> {
+    fn execute(&mut self, d: &Decision, views: &[ProcessView]) -> ProcResult<serde_json::Value> {
         let st = procfs::read_stat(d.pid)?;
         // A zombie has exited; only its parent has not collected it yet.
         if st.start_ticks != d.start_ticks || matches!(st.state, 'Z' | 'X') {
@@ -356,9 +356,15 @@ impl<'a> Daemon<'a> {
             Some(Action::PullData { to, files }) => {
                 let mut per_file = Vec::new();
                 let (mut moved, mut errors) = (0u64, 0usize);
+                let view = views
+                    .iter()
+                    .find(|v| (v.pid, v.start_ticks) == (d.pid, d.start_ticks));
                 for f in files {
-                    self.scanner.memo.invalidate(&f.path);
-                    match self.cache.move_to(&f.path, *to) {
+                    let (fr, key) = pull_target(d.pid, view, &f.path);
+                    if let Some(k) = key {
+                        self.scanner.memo.invalidate(k);
+                    }
+                    match self.cache.move_to(&fr, *to) {
                         Ok(o) => {
                             moved += o.moved_bytes;
                             per_file.push(json!({"path": f.path, "moved_bytes": o.moved_bytes,
@@ -419,6 +425,34 @@ impl<'a> Daemon<'a> {
         );
         Ok(())
     }
+}
+
+/// How to reach a file the process reads: through the handle found when it was scanned (its
+/// descriptor or mapping), else through the process's root, so that a file of another mount
+/// namespace is never confused with the file its path names here.
+fn pull_target(
+    pid: i32,
+    view: Option<&ProcessView>,
+    path: &std::path::Path,
+) -> (FileRef, Option<FileKey>) {
+    if let Some(f) = view
+        .into_iter()
+        .flat_map(|v| v.files.iter())
+        .find(|f| f.path == path && f.open.is_some())
+    {
+        if let Some(fr) = f.file_ref() {
+            return (fr, Some((f.dev, f.ino)));
+        }
+    }
+    let rel = path.strip_prefix("/").unwrap_or(path);
+    let open = std::path::PathBuf::from(format!("/proc/{pid}/root")).join(rel);
+    (
+        FileRef {
+            path: path.to_path_buf(),
+            open,
+        },
+        None,
+    )
 }
 
 #[cfg(test)]
@@ -504,11 +538,13 @@ mod tests {
                 .collect(),
         };
         // Every file vanished: failed.
-        let e = d.execute(&decision(pid, st, pull(&["/gone"]))).unwrap_err();
+        let e = d
+            .execute(&decision(pid, st, pull(&["/gone"])), &[])
+            .unwrap_err();
         assert!(e.to_string().contains("/gone"), "{e}");
         // One of two vanished: done, with the error per file.
         let r = d
-            .execute(&decision(pid, st, pull(&["/gone", "/present"])))
+            .execute(&decision(pid, st, pull(&["/gone", "/present"])), &[])
             .unwrap();
         assert_eq!(r["moved_bytes"], 4096);
         assert!(r["files"][0]["error"].is_string());
@@ -519,7 +555,7 @@ mod tests {
             migrate_memory: false,
         };
         assert!(d
-            .execute(&decision(pid, st + 1, follow.clone()))
+            .execute(&decision(pid, st + 1, follow.clone()), &[])
             .unwrap_err()
             .is_gone());
         // Killed but not yet collected (a zombie): gone too.
@@ -527,10 +563,38 @@ mod tests {
         std::thread::sleep(Duration::from_millis(100));
         assert_eq!(procfs::read_stat(pid).unwrap().state, 'Z');
         assert!(d
-            .execute(&decision(pid, st, follow.clone()))
+            .execute(&decision(pid, st, follow.clone()), &[])
             .unwrap_err()
             .is_gone());
         child.wait().unwrap();
-        assert!(d.execute(&decision(pid, st, follow)).unwrap_err().is_gone());
+        assert!(d
+            .execute(&decision(pid, st, follow), &[])
+            .unwrap_err()
+            .is_gone());
+    }
+
+    /// A pulled file is reached through the handle its scan found; without one, through
+    /// the process's root, never through the path in our own namespace.
+    #[test]
+    fn pull_targets_use_proc_handles() {
+        let file = crate::sample::FileView {
+            path: "/tmp/x".into(),
+            open: Some("/proc/42/fd/3".into()),
+            dev: 7,
+            ino: 9,
+            ..Default::default()
+        };
+        let v = ProcessView {
+            pid: 42,
+            files: vec![file],
+            ..Default::default()
+        };
+        let (fr, key) = pull_target(42, Some(&v), std::path::Path::new("/tmp/x"));
+        assert_eq!(fr.open, std::path::PathBuf::from("/proc/42/fd/3"));
+        assert_eq!(fr.path, std::path::PathBuf::from("/tmp/x"));
+        assert_eq!(key, Some((7, 9)));
+        let (fr, key) = pull_target(42, None, std::path::Path::new("/tmp/x"));
+        assert_eq!(fr.open, std::path::PathBuf::from("/proc/42/root/tmp/x"));
+        assert_eq!(key, None);
     }
 }

@@ -35,6 +35,6 @@ pub mod policy;
 pub mod procfs;
 pub mod sample;
 
-pub use cache::{CacheOps, FileNodes, MoveOutcome, PageCache};
+pub use cache::{CacheOps, FileNodes, FileRef, MoveOutcome, PageCache};
 pub use error::{ProcError, ProcResult};
 pub use sample::{ProcessView, ScanOptions, Scanner};

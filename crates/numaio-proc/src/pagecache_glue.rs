@@ -1,41 +1,48 @@
 //! Adapter from `numaio-pagecache` to [`crate::cache::CacheOps`]: pages become bytes, and
 //! a residency that `mincore` cannot see truthfully becomes an error instead of a zero.
 
-use crate::cache::{FileNodes, MoveOutcome};
+use crate::cache::{FileNodes, FileRef, MoveOutcome};
 use crate::error::{ProcError, ProcResult};
 use numaio_pagecache::{MoveOptions, Target, WarmOptions, WhereOptions};
-use std::path::Path;
 
-/// The page-cache errors already name the path; only add it when they do not.
-fn err(path: &Path, e: impl std::fmt::Display) -> ProcError {
+/// Errors name the path the user knows: the page-cache layer names what it opened, which
+/// for another process's file is a `/proc` handle, so that is replaced (and kept in
+/// parentheses, since it says how the file was reached).
+fn err(f: &FileRef, e: impl std::fmt::Display) -> ProcError {
     let msg = e.to_string();
-    if msg.contains(&*path.to_string_lossy()) {
+    let open = f.open.to_string_lossy();
+    let shown = f.path.display();
+    if f.open != f.path && msg.contains(&*open) {
+        ProcError::Cache(msg.replace(&*open, &format!("{shown} (via {open})")))
+    } else if msg.contains(&*f.path.to_string_lossy()) {
         ProcError::Cache(msg)
+    } else if f.open != f.path {
+        ProcError::Cache(format!("{shown} (via {open}): {msg}"))
     } else {
-        ProcError::Cache(format!("{}: {msg}", path.display()))
+        ProcError::Cache(format!("{shown}: {msg}"))
     }
 }
 
-pub fn residency(path: &Path) -> ProcResult<FileNodes> {
-    let r = numaio_pagecache::file_residency(path, &WhereOptions::default())
-        .map_err(|e| err(path, e))?;
+pub fn residency(f: &FileRef) -> ProcResult<FileNodes> {
+    let r = numaio_pagecache::file_residency(&f.open, &WhereOptions::default())
+        .map_err(|e| err(f, e))?;
     if !r.mincore_truthful {
         return Err(err(
-            path,
+            f,
             "its cache is invisible to this user (mincore needs root, the owner or write permission)",
         ));
     }
     let ps = r.page_size;
     Ok(FileNodes {
-        path: path.to_path_buf(),
+        path: f.path.clone(),
         size_bytes: r.size_bytes,
         nodes: r.nodes.iter().map(|(&n, &p)| (n, p * ps)).collect(),
     })
 }
 
-pub fn move_to(path: &Path, node: u32) -> ProcResult<MoveOutcome> {
-    let r = numaio_pagecache::move_file(path, &Target::Node(node), &MoveOptions::default())
-        .map_err(|e| err(path, e))?;
+pub fn move_to(f: &FileRef, node: u32) -> ProcResult<MoveOutcome> {
+    let r = numaio_pagecache::move_file(&f.open, &Target::Node(node), &MoveOptions::default())
+        .map_err(|e| err(f, e))?;
     let ps = numaio_sys::page_size() as u64;
     Ok(MoveOutcome {
         moved_bytes: r.moved * ps,
@@ -44,12 +51,12 @@ pub fn move_to(path: &Path, node: u32) -> ProcResult<MoveOutcome> {
     })
 }
 
-pub fn warm(path: &Path, node: u32) -> ProcResult<()> {
-    let r = numaio_pagecache::warm_file(path, &Target::Node(node), WarmOptions::default())
-        .map_err(|e| err(path, e))?;
+pub fn warm(f: &FileRef, node: u32) -> ProcResult<()> {
+    let r = numaio_pagecache::warm_file(&f.open, &Target::Node(node), WarmOptions::default())
+        .map_err(|e| err(f, e))?;
     if !r.target_reached {
         return Err(err(
-            path,
+            f,
             format!(
                 "warmed, but only {} of {} pages are on node {node}",
                 r.on_target_pages, r.pages
@@ -57,4 +64,25 @@ pub fn warm(path: &Path, node: u32) -> ProcResult<()> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    #[test]
+    fn errors_name_the_shown_path() {
+        let f = FileRef {
+            path: PathBuf::from("/tmp/x"),
+            open: PathBuf::from("/proc/9/fd/3"),
+        };
+        let e = err(&f, "/proc/9/fd/3: open for reading: Permission denied").to_string();
+        assert!(e.contains("/tmp/x (via /proc/9/fd/3): open"), "{e}");
+        let e = err(&f, "no luck").to_string();
+        assert!(e.contains("/tmp/x (via /proc/9/fd/3): no luck"), "{e}");
+        let p = FileRef::plain(std::path::Path::new("/d/f"));
+        assert_eq!(err(&p, "/d/f: gone").to_string(), "page cache: /d/f: gone");
+        assert_eq!(err(&p, "gone").to_string(), "page cache: /d/f: gone");
+    }
 }

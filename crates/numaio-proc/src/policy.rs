@@ -583,6 +583,8 @@ mod tests {
             comm: "reader".into(),
             uid: 0,
             cgroup: "/".into(),
+            mount_ns: Default::default(),
+            mount_ns_inode: None,
             threads: 1,
             thread_nodes: [(node, 1)].into_iter().collect(),
             main_node: Some(node),
@@ -608,6 +610,7 @@ mod tests {
                 advanced_bytes: 200 * MB,
                 write_only: false,
                 error: None,
+                ..Default::default()
             }],
             read_distribution: nodes.iter().map(|(&n, &b)| (n, b as f64 / total)).collect(),
             locality: None,

@@ -163,36 +163,64 @@ pub fn parse_numa_maps(text: &str) -> BTreeMap<u32, u64> {
     out
 }
 
+/// One data file mapped in `/proc/PID/maps`, by its first data mapping.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MapsFile {
+    /// The path as the kernel prints it for us: relative to our root, or, for a file of a
+    /// mount namespace we cannot reach, relative to that namespace's root.
+    pub path: PathBuf,
+    /// The mapping's address range as `START-END` in hex, the name of its
+    /// `/proc/PID/map_files` entry.
+    pub range: String,
+    pub inode: u64,
+}
+
 /// The distinct data files mapped in `/proc/PID/maps`: deleted files are skipped, and so
 /// is any file with an executable mapping (program code and shared libraries are not the
-/// data a process reads, and querying them all would dominate the scan).
-pub fn parse_maps_files(text: &str) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = Vec::new();
-    let mut code: Vec<PathBuf> = Vec::new();
+/// data a process reads, and querying them all would dominate the scan). Files are told
+/// apart by device and inode, not path: two namespaces may map different files under one
+/// path.
+pub fn parse_maps_files(text: &str) -> Vec<MapsFile> {
+    let mut out: Vec<(String, MapsFile)> = Vec::new();
+    let mut code: Vec<String> = Vec::new();
     for line in text.lines() {
         // address perms offset dev inode pathname (the path may contain spaces)
         let mut it = line.splitn(6, ' ');
-        let perms = it.nth(1).unwrap_or("");
-        let inode = it.nth(2).unwrap_or("0");
+        let range = it.next().unwrap_or("");
+        let perms = it.next().unwrap_or("");
+        let dev = it.nth(1).unwrap_or("");
+        let inode = it.next().unwrap_or("0");
         let path = it.next().unwrap_or("").trim_start();
-        if inode == "0"
+        let Ok(ino) = inode.parse::<u64>() else {
+            continue;
+        };
+        if ino == 0
             || !path.starts_with('/')
             || path.ends_with(" (deleted)")
             || is_pseudo(Path::new(path))
         {
             continue;
         }
-        let p = PathBuf::from(path);
+        let key = format!("{dev} {ino}");
         if perms.contains('x') {
-            if !code.contains(&p) {
-                code.push(p);
+            if !code.contains(&key) {
+                code.push(key);
             }
-        } else if !out.contains(&p) {
-            out.push(p);
+        } else if !out.iter().any(|(k, _)| *k == key) {
+            out.push((
+                key,
+                MapsFile {
+                    path: PathBuf::from(path),
+                    range: range.to_string(),
+                    inode: ino,
+                },
+            ));
         }
     }
-    out.retain(|p| !code.contains(p));
-    out
+    out.into_iter()
+        .filter(|(k, _)| !code.contains(k))
+        .map(|(_, f)| f)
+        .collect()
 }
 
 /// The file offset (`pos:`) from `/proc/PID/fdinfo/FD`.
@@ -300,11 +328,32 @@ fn is_pseudo(p: &Path) -> bool {
     p.starts_with("/proc") || p.starts_with("/sys")
 }
 
+/// The inode of a process's mount namespace (`/proc/PID/ns/mnt`); `None` when it cannot be
+/// read (another user's process without CAP_SYS_PTRACE, or the process is gone).
+pub fn mount_ns(pid: i32) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(format!("/proc/{pid}/ns/mnt"))
+        .ok()
+        .map(|m| m.ino())
+}
+
+/// The inode of our own mount namespace.
+pub fn own_mount_ns() -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/ns/mnt").ok().map(|m| m.ino())
+}
+
 /// One regular file the process has open through a descriptor.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OpenFd {
     pub fd: i32,
+    /// The path as the kernel prints it for us (see [`MapsFile::path`]): for display only,
+    /// since in another mount namespace it may name a different file or none.
     pub path: PathBuf,
+    /// `/proc/PID/fd/FD`: opening it opens the process's file itself, in any namespace.
+    pub handle: PathBuf,
+    pub dev: u64,
+    pub ino: u64,
     /// The descriptor's file offset, if readable.
     pub pos: Option<u64>,
     /// Opened write-only: its offset moves with writes, not reads.
@@ -313,6 +362,7 @@ pub struct OpenFd {
 
 /// The regular files `pid` has open (sockets, pipes, devices and deleted files skipped).
 pub fn open_files(pid: i32) -> ProcResult<Vec<OpenFd>> {
+    use std::os::unix::fs::MetadataExt;
     let dir = PathBuf::from(format!("/proc/{pid}/fd"));
     let rd = std::fs::read_dir(&dir).map_err(|e| classify(pid, dir.clone(), e))?;
     let mut out = Vec::new();
@@ -329,15 +379,19 @@ pub fn open_files(pid: i32) -> ProcResult<Vec<OpenFd>> {
         {
             continue;
         }
-        // metadata through the fd link: the open file itself, even if renamed since.
-        match std::fs::metadata(ent.path()) {
-            Ok(m) if m.is_file() => {}
+        // Stat through the fd link: the open file itself, even if renamed since or in
+        // another mount namespace.
+        let m = match std::fs::metadata(ent.path()) {
+            Ok(m) if m.is_file() => m,
             _ => continue,
-        }
+        };
         let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")).unwrap_or_default();
         out.push(OpenFd {
             fd,
             path: target,
+            handle: ent.path(),
+            dev: m.dev(),
+            ino: m.ino(),
             pos: parse_fdinfo_pos(&info),
             write_only: parse_fdinfo_write_only(&info),
         });
@@ -346,9 +400,73 @@ pub fn open_files(pid: i32) -> ProcResult<Vec<OpenFd>> {
     Ok(out)
 }
 
-/// The regular files mapped by `pid`.
-pub fn mapped_files(pid: i32) -> ProcResult<Vec<PathBuf>> {
-    Ok(parse_maps_files(&read_proc(pid, "maps")?))
+/// A file mapped by a process, with a path that opens that very file from here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MappedFile {
+    /// As the kernel prints it for us (see [`MapsFile::path`]).
+    pub path: PathBuf,
+    /// What to open: `/proc/PID/map_files/RANGE` where we may (CAP_SYS_ADMIN), else the
+    /// path through `/proc/PID/root` (or the path itself when the process shares our mount
+    /// namespace), checked to be the mapped inode.
+    pub handle: Result<PathBuf, String>,
+    pub dev: u64,
+    pub ino: u64,
+}
+
+/// The data files mapped by `pid`. `same_ns` says whether the process shares our mount
+/// namespace (`None`: unknown, treated as not).
+pub fn mapped_files(pid: i32, same_ns: Option<bool>) -> ProcResult<Vec<MappedFile>> {
+    let maps = parse_maps_files(&read_proc(pid, "maps")?);
+    Ok(maps
+        .into_iter()
+        .map(|m| resolve_mapping(pid, m, same_ns == Some(true)))
+        .collect())
+}
+
+fn resolve_mapping(pid: i32, m: MapsFile, same_ns: bool) -> MappedFile {
+    use std::os::unix::fs::MetadataExt;
+    let map_files = PathBuf::from(format!("/proc/{pid}/map_files/{}", m.range));
+    // The path as printed is relative to our root when the file is reachable from it (the
+    // same namespace), else to the process's namespace root, which `/proc/PID/root` opens.
+    let by_path = if same_ns {
+        m.path.clone()
+    } else {
+        let rel = m.path.strip_prefix("/").unwrap_or(&m.path);
+        PathBuf::from(format!("/proc/{pid}/root")).join(rel)
+    };
+    let mut why = String::new();
+    for cand in [map_files, by_path] {
+        match std::fs::metadata(&cand) {
+            Ok(md) if md.is_file() && md.ino() == m.inode => {
+                return MappedFile {
+                    path: m.path,
+                    handle: Ok(cand),
+                    dev: md.dev(),
+                    ino: md.ino(),
+                };
+            }
+            Ok(_) => {
+                why = format!(
+                    "{} is no longer the mapped file (inode {}): replaced since it was mapped",
+                    cand.display(),
+                    m.inode
+                )
+            }
+            Err(e) if why.is_empty() || e.kind() != io::ErrorKind::PermissionDenied => {
+                why = format!(
+                    "cannot open the mapped file through {}: {e}",
+                    cand.display()
+                )
+            }
+            Err(_) => {}
+        }
+    }
+    MappedFile {
+        path: m.path,
+        handle: Err(why),
+        dev: 0,
+        ino: m.inode,
+    }
 }
 
 /// Bytes of the process's memory on each node.
@@ -470,10 +588,24 @@ mod tests {
                  7f00-7f01 rw-p 00000000 00:00 0 \n\
                  7f01-7f02 rw-p 00000000 00:00 0 [heap]\n\
                  7f02-7f03 r--s 00000000 08:01 99 /data/f (deleted)\n\
-                 7f03-7f04 r--s 00000000 08:01 98 /data/g\n";
-        assert_eq!(parse_maps_files(t), vec![PathBuf::from("/data/g")]);
+                 7f03-7f04 r--s 00000000 08:01 98 /data/g\n\
+                 7f04-7f05 r--s 00001000 08:01 98 /data/g\n";
+        assert_eq!(
+            parse_maps_files(t),
+            vec![MapsFile {
+                path: PathBuf::from("/data/g"),
+                range: "7f03-7f04".into(),
+                inode: 98
+            }]
+        );
         let t2 = "7f03-7f04 r--p 00000000 08:01 98 /data/my file\n";
-        assert_eq!(parse_maps_files(t2), vec![PathBuf::from("/data/my file")]);
+        assert_eq!(parse_maps_files(t2)[0].path, PathBuf::from("/data/my file"));
+        // One path, two files (two mount namespaces, or replaced): both listed.
+        let t3 =
+            "7f03-7f04 r--s 00000000 00:2a 5 /tmp/x\n7f05-7f06 r--s 00000000 08:01 77 /tmp/x\n";
+        let v = parse_maps_files(t3);
+        assert_eq!(v.len(), 2, "{v:?}");
+        assert_eq!((v[0].inode, v[1].inode), (5, 77));
     }
 
     #[test]
@@ -514,7 +646,66 @@ mod tests {
         let f = tempfile::NamedTempFile::new().unwrap();
         let files = open_files(me).unwrap();
         let canon = f.path().canonicalize().unwrap();
-        assert!(files.iter().any(|o| o.path == canon), "{files:?}");
+        let o = files
+            .iter()
+            .find(|o| o.path == canon)
+            .expect("open file listed");
+        let m = std::os::unix::fs::MetadataExt::ino(&f.as_file().metadata().unwrap());
+        assert_eq!(o.ino, m);
+        assert_eq!(o.handle, PathBuf::from(format!("/proc/{me}/fd/{}", o.fd)));
+        assert_eq!(mount_ns(me), own_mount_ns());
+        assert!(own_mount_ns().is_some());
         assert!(matches!(read_stat(i32::MAX), Err(ProcError::Gone { .. })));
+    }
+
+    /// A mapped file resolves to a handle that opens the mapped inode, by map_files or
+    /// by path; a file replaced since it was mapped is never read in its place.
+    #[test]
+    fn mapped_file_handles() {
+        use std::os::unix::fs::MetadataExt;
+        let me = std::process::id() as i32;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("mapped");
+        std::fs::write(&p, vec![1u8; 8192]).unwrap();
+        let f = std::fs::File::open(&p).unwrap();
+        let ino = f.metadata().unwrap().ino();
+        // SAFETY: a fresh shared read-only mapping of a file we hold open; unmapped below.
+        let addr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                8192,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                std::os::unix::io::AsRawFd::as_raw_fd(&f),
+                0,
+            )
+        };
+        assert_ne!(addr, libc::MAP_FAILED);
+        let canon = p.canonicalize().unwrap();
+        for same in [Some(true), None] {
+            let v = mapped_files(me, same).unwrap();
+            let m = v.iter().find(|m| m.path == canon).expect("mapping listed");
+            let h = m.handle.as_ref().expect("resolved");
+            assert_eq!(m.ino, ino);
+            assert_eq!(std::fs::metadata(h).unwrap().ino(), ino, "{h:?}");
+            assert!(
+                h.starts_with(format!("/proc/{me}/")) || *h == canon,
+                "{h:?}"
+            );
+        }
+        // Replace the file under its path: the path no longer leads to the mapped inode.
+        let maps = parse_maps_files(&read_proc(me, "maps").unwrap());
+        let mf = maps.into_iter().find(|m| m.path == canon).unwrap();
+        std::fs::remove_file(&p).unwrap();
+        std::fs::write(&p, b"other").unwrap();
+        let bad = MapsFile {
+            range: "0-1".into(),
+            ..mf
+        };
+        let r = resolve_mapping(me, bad, true);
+        assert!(r.handle.is_err(), "{r:?}");
+        assert!(r.handle.unwrap_err().contains("replaced"));
+        // SAFETY: the mapping made above, not used after this.
+        unsafe { libc::munmap(addr, 8192) };
     }
 }

@@ -4,14 +4,14 @@
 //! processes that did I/O get the *deep* look (threads, open files, mappings, numa_maps,
 //! cgroup, cpuset), which is what keeps the daemon cheap with hundreds of processes.
 
-use crate::cache::{CacheOps, FileNodes};
+use crate::cache::{CacheOps, FileNodes, FileRef};
 use crate::error::{ProcError, ProcResult};
 use crate::locality::{self, FileWeight};
-use crate::procfs::{self, Io, OpenFd, Status};
+use crate::procfs::{self, Io, MappedFile, OpenFd, Status};
 use numaio_sys::Topology;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 /// Stat + io of one process at one instant.
@@ -132,7 +132,9 @@ pub struct Deep {
     /// (tid, last CPU) per thread.
     pub threads: Vec<(i32, u32)>,
     pub fds: Vec<OpenFd>,
-    pub mapped: Vec<PathBuf>,
+    pub mapped: Vec<MappedFile>,
+    /// The inode of the process's mount namespace, when readable.
+    pub mount_ns_inode: Option<u64>,
     pub memory_per_node: BTreeMap<u32, u64>,
     pub cgroup: String,
     pub cpuset: Option<Vec<u32>>,
@@ -164,7 +166,12 @@ pub fn deep(pid: i32, memory: bool) -> ProcResult<Deep> {
         Ok(f) => d.fds = f,
         Err(e) => note(e, &mut d)?,
     }
-    match procfs::mapped_files(pid) {
+    d.mount_ns_inode = procfs::mount_ns(pid);
+    let same_ns = match (d.mount_ns_inode, own_mount_ns()) {
+        (Some(a), Some(b)) => Some(a == b),
+        _ => None,
+    };
+    match procfs::mapped_files(pid, same_ns) {
         Ok(m) => d.mapped = m,
         Err(e) => note(e, &mut d)?,
     }
@@ -181,11 +188,53 @@ pub fn deep(pid: i32, memory: bool) -> ProcResult<Deep> {
     Ok(d)
 }
 
+/// Our own mount namespace's inode, read once: it does not change while we run.
+fn own_mount_ns() -> Option<u64> {
+    static OWN: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *OWN.get_or_init(procfs::own_mount_ns)
+}
+
+/// Whether a process (and so the paths it sees) lives in our mount namespace.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MountNs {
+    #[default]
+    Own,
+    /// Another mount namespace (a container, a systemd unit with PrivateTmp=): its paths
+    /// may name other files, or none, here.
+    Foreign,
+    /// Its namespace could not be read (permission).
+    Unknown,
+}
+
+impl MountNs {
+    fn of(ns: Option<u64>) -> Self {
+        match (ns, own_mount_ns()) {
+            (Some(a), Some(b)) if a == b => MountNs::Own,
+            (Some(_), Some(_)) => MountNs::Foreign,
+            _ => MountNs::Unknown,
+        }
+    }
+}
+
 /// One file a process uses, with where its cache is.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct FileView {
+    /// The path as the process sees it (relative to its mount namespace's root).
     #[serde(serialize_with = "numaio_pagecache::serialize_path")]
     pub path: PathBuf,
+    /// What opens this very file from here (`/proc/PID/fd/N`, `/proc/PID/map_files/...`,
+    /// `/proc/PID/root/...`); `None` when it could not be resolved (see `error`).
+    #[serde(skip)]
+    pub open: Option<PathBuf>,
+    /// Device and inode: the file's identity, whatever its path.
+    pub dev: u64,
+    pub ino: u64,
+    /// `own`, `foreign` or `unknown`: the mount namespace the path is relative to.
+    pub mount_ns: MountNs,
+    /// The namespace's inode (as in `/proc/PID/ns/mnt`), for a foreign one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mount_ns_inode: Option<u64>,
     /// `fd`, `map` or `fd+map`.
     pub via: String,
     pub size_bytes: u64,
@@ -202,8 +251,20 @@ pub struct FileView {
     pub error: Option<String>,
 }
 
+impl FileView {
+    /// The file to hand to the page-cache operations: shown by its path, opened by its
+    /// handle. `None` when no handle could be resolved; the path itself is never opened,
+    /// since in another mount namespace it may be another file.
+    pub fn file_ref(&self) -> Option<FileRef> {
+        Some(FileRef {
+            path: self.path.clone(),
+            open: self.open.clone()?,
+        })
+    }
+}
+
 /// Everything `numaio ps` shows about one process, and what the daemon decides on.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct ProcessView {
     pub pid: i32,
     /// Start time in clock ticks since boot: with the pid, identifies the process.
@@ -211,6 +272,11 @@ pub struct ProcessView {
     pub comm: String,
     pub uid: u32,
     pub cgroup: String,
+    /// `own`, `foreign` or `unknown`, as for its files.
+    pub mount_ns: MountNs,
+    /// The inode of its mount namespace (`/proc/PID/ns/mnt`), when readable.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mount_ns_inode: Option<u64>,
     pub threads: usize,
     /// Threads per node they last ran on.
     pub thread_nodes: BTreeMap<u32, u32>,
@@ -256,9 +322,14 @@ impl ProcessView {
 /// Residency lookups shared by every process in one scan (readers of one file ask once),
 /// and, with a time to live, across scans: querying a multi-gigabyte file costs seconds of
 /// system time, far more than the rest of an interval.
+/// A file's identity: device and inode.
+pub type FileKey = (u64, u64);
+
 #[derive(Default)]
 pub struct ResidencyMemo {
-    memo: HashMap<PathBuf, (Instant, Result<FileNodes, String>)>,
+    /// Keyed by identity, not path: one path may name different files in different mount
+    /// namespaces, and one file many paths.
+    memo: HashMap<FileKey, (Instant, Result<FileNodes, String>)>,
     ttl: Option<std::time::Duration>,
     pub queries: usize,
 }
@@ -271,20 +342,28 @@ impl ResidencyMemo {
         }
     }
 
-    pub fn get(&mut self, cache: &dyn CacheOps, path: &Path) -> Result<FileNodes, String> {
-        if let Some((_, r)) = self.memo.get(path) {
-            return r.clone();
+    pub fn get(
+        &mut self,
+        cache: &dyn CacheOps,
+        key: FileKey,
+        f: &FileRef,
+    ) -> Result<FileNodes, String> {
+        if let Some((_, r)) = self.memo.get(&key) {
+            // Another reader may know the file by another path.
+            return r.clone().map(|mut n| {
+                n.path = f.path.clone();
+                n
+            });
         }
         self.queries += 1;
-        let r = cache.residency(path).map_err(|e| e.to_string());
-        self.memo
-            .insert(path.to_path_buf(), (Instant::now(), r.clone()));
+        let r = cache.residency(f).map_err(|e| e.to_string());
+        self.memo.insert(key, (Instant::now(), r.clone()));
         r
     }
 
-    /// Forgets `path` (after the daemon moved its pages).
-    pub fn invalidate(&mut self, path: &Path) {
-        self.memo.remove(path);
+    /// Forgets a file (after the daemon moved its pages).
+    pub fn invalidate(&mut self, key: FileKey) {
+        self.memo.remove(&key);
     }
 
     /// Drops entries older than the time to live (all of them without one).
@@ -301,8 +380,8 @@ impl ResidencyMemo {
 #[derive(Debug, Clone)]
 pub struct Prev {
     pub light: LightSample,
-    /// File offset per (fd, path) at the previous deep look.
-    pub fd_pos: HashMap<(i32, PathBuf), u64>,
+    /// File offset per (fd, file identity) at the previous deep look.
+    pub fd_pos: HashMap<(i32, FileKey), u64>,
     /// Whether the previous sample included the deep look (so `fd_pos` is complete).
     pub deep: bool,
 }
@@ -360,48 +439,61 @@ pub fn build_view(
         && d.status.cpus_allowed.len() < cpuset.len()
         && d.status.cpus_allowed.iter().all(|c| cpuset.contains(c));
 
-    // Files: descriptors first, then mappings, merged by path.
+    // Files: descriptors first, then mappings, merged by identity (device and inode).
+    let ns = MountNs::of(d.mount_ns_inode);
+    let ns_inode = d.mount_ns_inode.filter(|_| ns == MountNs::Foreign);
     let mut files: Vec<FileView> = Vec::new();
     for fd in &d.fds {
         // A descriptor opened since a complete previous look advanced from offset 0.
         let adv = match (prev, fd.pos) {
             (Some(p), Some(pos)) if p.deep => p
                 .fd_pos
-                .get(&(fd.fd, fd.path.clone()))
+                .get(&(fd.fd, (fd.dev, fd.ino)))
                 .map_or(pos, |&old| pos.saturating_sub(old)),
             _ => 0,
         };
         let adv = if fd.write_only { 0 } else { adv };
-        if let Some(f) = files.iter_mut().find(|f| f.path == fd.path) {
+        if let Some(f) = files
+            .iter_mut()
+            .find(|f| (f.dev, f.ino) == (fd.dev, fd.ino))
+        {
             f.advanced_bytes += adv;
             f.write_only &= fd.write_only;
             continue;
         }
         files.push(FileView {
             path: fd.path.clone(),
+            open: Some(fd.handle.clone()),
+            dev: fd.dev,
+            ino: fd.ino,
+            mount_ns: ns,
+            mount_ns_inode: ns_inode,
             via: "fd".into(),
-            size_bytes: 0,
-            cached_bytes: 0,
-            nodes: BTreeMap::new(),
             advanced_bytes: adv,
             write_only: fd.write_only,
-            error: None,
+            ..Default::default()
         });
     }
     for m in &d.mapped {
-        if let Some(f) = files.iter_mut().find(|f| &f.path == m) {
+        let same = |f: &&mut FileView| match &m.handle {
+            Ok(_) => (f.dev, f.ino) == (m.dev, m.ino),
+            // Unresolved: the inode number and path are all there is to match on.
+            Err(_) => f.ino == m.ino && f.path == m.path,
+        };
+        if let Some(f) = files.iter_mut().find(same) {
             f.via = "fd+map".into();
             f.write_only = false;
         } else {
             files.push(FileView {
-                path: m.clone(),
+                path: m.path.clone(),
+                open: m.handle.as_ref().ok().cloned(),
+                dev: m.dev,
+                ino: m.ino,
+                mount_ns: ns,
+                mount_ns_inode: ns_inode,
                 via: "map".into(),
-                size_bytes: 0,
-                cached_bytes: 0,
-                nodes: BTreeMap::new(),
-                advanced_bytes: 0,
-                write_only: false,
-                error: None,
+                error: m.handle.as_ref().err().cloned(),
+                ..Default::default()
             });
         }
     }
@@ -412,7 +504,10 @@ pub fn build_view(
             f.error = Some(format!("not queried (more than {max_files} files)"));
             continue;
         }
-        match memo.get(cache, &f.path) {
+        let Some(fr) = f.file_ref() else {
+            continue;
+        };
+        match memo.get(cache, (f.dev, f.ino), &fr) {
             Ok(r) => {
                 f.size_bytes = r.size_bytes;
                 f.cached_bytes = r.cached_bytes();
@@ -449,6 +544,8 @@ pub fn build_view(
         comm: cur.comm.clone(),
         uid: d.status.uid,
         cgroup: d.cgroup.clone(),
+        mount_ns: ns,
+        mount_ns_inode: d.mount_ns_inode,
         threads: d.threads.len(),
         thread_nodes,
         main_node,
@@ -633,7 +730,7 @@ impl Scanner {
                         deep_done = true;
                         for f in &d.fds {
                             if let Some(p) = f.pos {
-                                fd_pos.insert((f.fd, f.path.clone()), p);
+                                fd_pos.insert((f.fd, (f.dev, f.ino)), p);
                             }
                         }
                         if want_view {

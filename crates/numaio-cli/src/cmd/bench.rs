@@ -55,12 +55,15 @@ pub enum Api {
 
 #[derive(clap::Args, Debug, Clone)]
 #[command(
-    after_help = "Data files: a missing --file is created and filled with non-zero data, \
+    after_help = concat!(
+        "Data files: a missing --file is created and filled with non-zero data, \
 and kept for later runs. An existing file is never extended, truncated or rewritten by a read \
 workload (it must hold --size bytes); a write workload on an existing file needs --overwrite. \
 Devices (a block device's size comes from BLKGETSIZE64) and files under /dev, /proc and /sys \
 need --allow-device; FIFOs, sockets and directories are refused. I/O errors end the run with \
-exit status 1 and name the errno."
+exit status 1 and name the errno.\n\n",
+        crate::exit_status_help!()
+    )
 )]
 pub struct BenchArgs {
     /// What to measure.

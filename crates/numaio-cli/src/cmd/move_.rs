@@ -1,7 +1,7 @@
 //! `numaio move`: migrate files' resident pages to chosen nodes. Reads nothing new and never
 //! changes file contents.
 //!
-//! Exit status: 0 when every resident page is on its target node, 2 when some could not be
+//! Exit status: 0 when every resident page is on its target node, 3 when some could not be
 //! moved (busy, mapped by others, no memory), 1 on errors.
 
 use crate::cmd::warm::build_target;
@@ -122,6 +122,6 @@ pub fn run(a: MoveArgs) -> anyhow::Result<ExitCode> {
     } else if complete {
         ExitCode::SUCCESS
     } else {
-        ExitCode::from(2)
+        crate::exit::code(crate::exit::PARTIAL)
     })
 }

@@ -25,8 +25,21 @@ pub struct PinArgs {
 
 pub fn run(a: PinArgs) -> anyhow::Result<ExitCode> {
     let topo = Topology::detect()?;
-    let rep = numaio_proc::pin::pin(&topo, a.pid, a.node, a.migrate_memory)
-        .map_err(|e| anyhow::anyhow!("cannot pin pid {}: {e}", a.pid))?;
+    let rep = numaio_proc::pin::pin(&topo, a.pid, a.node, a.migrate_memory).map_err(|e| {
+        let msg = format!("cannot pin pid {}: {e}", a.pid);
+        // A process or node that does not exist, or a process never to be moved, is a
+        // usage error, like a bad argument.
+        if e.is_gone()
+            || matches!(
+                e,
+                numaio_proc::ProcError::Invalid(_) | numaio_proc::ProcError::Refused { .. }
+            )
+        {
+            anyhow::Error::new(crate::args::UsageError(msg))
+        } else {
+            anyhow::anyhow!(msg)
+        }
+    })?;
     if a.json {
         print_json(&rep)?;
     } else {

@@ -6,7 +6,7 @@
 //! the locality estimate and the estimated `numa<N>_read_bytes`.
 
 use crate::output::{human_bytes, print_json, quote};
-use numaio_proc::sample::ProcessView;
+use numaio_proc::sample::{FileView, MountNs, ProcessView};
 use numaio_proc::{PageCache, ScanOptions, Scanner};
 use numaio_sys::{cpulist, Topology};
 use std::collections::{BTreeMap, HashMap};
@@ -47,7 +47,7 @@ pub fn run(a: PsArgs) -> anyhow::Result<ExitCode> {
     }
     for &p in &a.pids {
         if numaio_proc::procfs::read_stat(p).is_err() {
-            anyhow::bail!("no process with pid {p} (it may have exited); list processes with `numaio ps --all`");
+            crate::usage_bail!("no process with pid {p} (it may have exited); list processes with `numaio ps --all`");
         }
     }
     let topo = Topology::detect()?;
@@ -125,21 +125,32 @@ fn nodes_bytes(m: &BTreeMap<u32, u64>) -> String {
         .join(" ")
 }
 
+/// The marker after a path relative to another mount namespace.
+fn ns_marker(f: &FileView) -> String {
+    match (f.mount_ns, f.mount_ns_inode) {
+        (MountNs::Foreign, Some(i)) => format!(" [mnt:{i}]"),
+        (MountNs::Foreign, None) => " [mnt:other]".into(),
+        _ => String::new(),
+    }
+}
+
 fn render(views: &[ProcessView], topo: &Topology, secs: f64, unreadable: usize) -> String {
     let mut s = String::new();
+    let mut foreign = false;
     if views.is_empty() {
         s += &format!(
             "no process did file I/O in the last {secs} s (use --all to list every process)\n"
         );
     }
     for v in views {
+        foreign |= v.mount_ns == MountNs::Foreign;
         let ran: Vec<String> = v
             .thread_nodes
             .iter()
             .map(|(n, c)| format!("{c} on node {n}"))
             .collect();
         s += &format!(
-            "{} {}  threads: {}  cpus allowed {}  mems allowed {}{}\n",
+            "{} {}  threads: {}  cpus allowed {}  mems allowed {}{}{}\n",
             v.pid,
             quote(&v.comm),
             if ran.is_empty() {
@@ -149,7 +160,11 @@ fn render(views: &[ProcessView], topo: &Topology, secs: f64, unreadable: usize) 
             },
             cpulist::format(&v.cpus_allowed),
             cpulist::format(&v.mems_allowed),
-            if v.pinned { "  (pinned)" } else { "" }
+            if v.pinned { "  (pinned)" } else { "" },
+            match (v.mount_ns, v.mount_ns_inode) {
+                (MountNs::Foreign, Some(i)) => format!("  mount ns [mnt:{i}]"),
+                _ => String::new(),
+            }
         );
         s += &format!(
             "    memory {} (rss {})  read {}/s  write {}/s  {:.0} % cpu",
@@ -173,17 +188,19 @@ fn render(views: &[ProcessView], topo: &Topology, secs: f64, unreadable: usize) 
             match &f.error {
                 Some(e) => {
                     s += &format!(
-                        "    {:<6} {}  ({})\n",
+                        "    {:<6} {}{}  ({})\n",
                         f.via,
                         quote(&f.path),
+                        ns_marker(f),
                         crate::output::escape_message(e)
                     )
                 }
                 None => {
                     s += &format!(
-                        "    {:<6} {}  {} of {} cached: {}\n",
+                        "    {:<6} {}{}  {} of {} cached: {}\n",
                         f.via,
                         quote(&f.path),
+                        ns_marker(f),
                         human_bytes(f.cached_bytes),
                         human_bytes(f.size_bytes),
                         nodes_bytes(&f.nodes)
@@ -194,6 +211,10 @@ fn render(views: &[ProcessView], topo: &Topology, secs: f64, unreadable: usize) 
         for e in &v.errors {
             s += &format!("    note: {}\n", crate::output::escape_message(e));
         }
+    }
+    if foreign {
+        s += "([mnt:N]: the path is inside another mount namespace, a container or a service \
+              with PrivateTmp=; the file shown is the process's own, read through /proc/PID)\n";
     }
     if unreadable > 0 {
         s += &format!("({unreadable} process(es) could not be read: run as root to see them)\n");
@@ -219,6 +240,24 @@ mod tests {
         );
         assert!(out.contains("2 process(es) could not be read"), "{out}");
         assert!(render(&[], &topo, 1.0, 0).contains("no process did file I/O"));
+        assert!(!out.contains("[mnt:"), "{out}");
+    }
+
+    #[test]
+    fn foreign_namespace_is_marked() {
+        let topo = Topology::synthetic("n0=0-1@1G n1=2-3@1G").unwrap();
+        let mut v = sample_view();
+        v.mount_ns = MountNs::Foreign;
+        v.mount_ns_inode = Some(4026532177);
+        v.files[0].mount_ns = MountNs::Foreign;
+        v.files[0].mount_ns_inode = Some(4026532177);
+        let out = render(&[v], &topo, 1.0, 0);
+        assert!(out.contains("mount ns [mnt:4026532177]"), "{out}");
+        assert!(
+            out.contains("/data/f [mnt:4026532177]  1.0 MiB of 2.0 MiB cached"),
+            "{out}"
+        );
+        assert!(out.contains("another mount namespace"), "{out}");
     }
 
     #[test]
@@ -245,6 +284,8 @@ mod tests {
             comm: "reader".into(),
             uid: 0,
             cgroup: "/".into(),
+            mount_ns: Default::default(),
+            mount_ns_inode: None,
             threads: 1,
             thread_nodes: [(0, 1)].into_iter().collect(),
             main_node: Some(0),
@@ -270,6 +311,7 @@ mod tests {
                 advanced_bytes: 1 << 20,
                 write_only: false,
                 error: None,
+                ..Default::default()
             }],
             read_distribution: [(1, 1.0)].into_iter().collect(),
             locality: Some(0.0),

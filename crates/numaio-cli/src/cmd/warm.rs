@@ -1,6 +1,6 @@
 //! `numaio warm`: make files' pages resident on chosen nodes, and verify it.
 //!
-//! Exit status: 0 when every file reached its target, 2 when some file did not (the
+//! Exit status: 0 when every file reached its target, 3 when some file did not (the
 //! distribution says how far it got), 1 on errors.
 
 use crate::cmd::where_::{nodes_text, pct, report_error, JsonError};
@@ -133,7 +133,7 @@ pub fn run(a: WarmArgs) -> anyhow::Result<ExitCode> {
     } else if reports.iter().all(|r| r.target_reached) {
         ExitCode::SUCCESS
     } else {
-        ExitCode::from(2)
+        crate::exit::code(crate::exit::PARTIAL)
     })
 }
 
