@@ -1,0 +1,85 @@
+//! Idle latency: one thread follows a chain of dependent pointers through a buffer much larger
+//! than the last-level cache, so every load waits for the previous one to come from memory.
+//!
+//! The chain visits 4 KiB pages in random order and, within each page, its 128-byte slots in
+//! random order (one pointer per 128 bytes, so the adjacent-line prefetcher never fetches a
+//! slot the chain will visit).
+
+use super::buffer::NodeBuffer;
+use super::stats::Rng;
+use std::time::Instant;
+
+/// Distance between two chain elements.
+pub const SLOT: usize = 128;
+
+/// Links every slot of `buf` into one cycle and returns its first element.
+pub fn build_chase(buf: &NodeBuffer, seed: u64) -> *const u8 {
+    let page = 4096;
+    let pages = buf.len() / page;
+    let per_page = page / SLOT;
+    let mut rng = Rng::new(seed);
+    let mut order: Vec<usize> = (0..pages).collect();
+    rng.shuffle(&mut order);
+    let mut slots: Vec<usize> = (0..per_page).collect();
+    let base = buf.as_ptr();
+    let mut first: *mut u8 = std::ptr::null_mut();
+    let mut prev: *mut u8 = std::ptr::null_mut();
+    for &pg in &order {
+        rng.shuffle(&mut slots);
+        for &s in &slots {
+            // SAFETY: pg < pages and s < per_page keep the address inside the buffer.
+            let cur = unsafe { base.add(pg * page + s * SLOT) };
+            if prev.is_null() {
+                first = cur;
+            } else {
+                // SAFETY: prev is a slot of the buffer, aligned for a pointer (SLOT-aligned).
+                unsafe { (prev as *mut *mut u8).write(cur) };
+            }
+            prev = cur;
+        }
+    }
+    // SAFETY: as above; closes the cycle.
+    unsafe { (prev as *mut *mut u8).write(first) };
+    first
+}
+
+/// Follows the chain for `steps` loads and returns ns per load.
+///
+/// # Safety
+/// `start` must be an element of a cycle built by [`build_chase`] whose buffer is alive.
+pub unsafe fn chase(start: *const u8, steps: u64) -> f64 {
+    let mut p = start as *const *const u8;
+    let t = Instant::now();
+    let mut left = steps;
+    while left >= 8 {
+        // SAFETY: the caller guarantees every element points at the next one.
+        unsafe {
+            for _ in 0..8 {
+                p = *p as *const *const u8;
+            }
+        }
+        left -= 8;
+    }
+    std::hint::black_box(p);
+    t.elapsed().as_nanos() as f64 / (steps - left).max(1) as f64
+}
+
+/// Median-ready samples: `repeats` timings of `steps` loads by a thread pinned to `cpu`,
+/// after one warm-up pass.
+pub fn measure(buf: &NodeBuffer, cpu: u32, steps: u64, repeats: usize) -> Vec<f64> {
+    let start = build_chase(buf, 0x5eed ^ u64::from(buf.node)) as usize;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let _ = super::pin::pin_to_cpu(cpu);
+            // SAFETY: start is an element of the cycle just built in the live `buf`.
+            unsafe {
+                chase(start as *const u8, steps / 4);
+                (0..repeats)
+                    .map(|_| chase(start as *const u8, steps))
+                    .collect()
+            }
+        })
+        .join()
+        .expect("latency thread panicked")
+    })
+}
