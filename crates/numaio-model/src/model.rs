@@ -9,9 +9,10 @@
 //! * resources: each memory controller (capacity mixed from read and write capacity as
 //!   `1 / ((1−w)/C_r + w/C_w)`), each link direction on the route between the nodes, each
 //!   (CPU node, memory node) pair whose bandwidth the profile gives, and, for shared files,
-//!   the cache line every request updates (capacity 1 / line-transfer latency);
+//!   the shared file's lines every request updates, per node holding them (capacity
+//!   1 / line-transfer latency);
 //! * rates are the max-min fair allocation of those capacities ([`crate::fairshare`]); an
-//!   over-subscribed memory controller loses capacity by the profile's `collapse` factor;
+//!   over-subscribed memory controller or node-to-memory path loses capacity by the profile's `collapse` factor;
 //! * latency per request is `bs / rate`; loaded memory latency is the idle latency times the
 //!   thread's demand/rate (a closed loop with a fixed number of lines in flight).
 
@@ -194,6 +195,7 @@ pub struct Prediction {
 struct Resource {
     name: String,
     capacity: f64,
+    /// Loses capacity when over-subscribed (memory controllers and node-to-memory paths).
     controller: bool,
 }
 
@@ -207,41 +209,48 @@ fn mixed(read: f64, write: Option<f64>, w: f64) -> f64 {
     1.0 / ((1.0 - w) / read + w / write)
 }
 
-/// Directed route of node indices from `from` to `to` over the profile's links (shortest in
-/// hops, ties to the lower node index), as link indices into `dirs` (a→b pairs).
-fn route(n: usize, dirs: &[(usize, usize)], from: usize, to: usize) -> Option<Vec<usize>> {
+/// How traffic from node index `from` to `to` spreads over the link directions `dirs` (a→b
+/// pairs): split evenly over every shortest path (in hops) at each node, as adaptive or
+/// interleaved routing does. Returns `(direction index, fraction)`; empty when `from == to`
+/// or the nodes are not connected.
+fn route(n: usize, dirs: &[(usize, usize)], from: usize, to: usize) -> Vec<(usize, f64)> {
     if from == to {
-        return Some(Vec::new());
+        return Vec::new();
     }
-    let mut prev: Vec<Option<usize>> = vec![None; n];
-    let mut seen = vec![false; n];
-    seen[from] = true;
-    let mut queue = std::collections::VecDeque::from([from]);
-    while let Some(u) = queue.pop_front() {
-        let mut out: Vec<(usize, usize)> = dirs
-            .iter()
-            .enumerate()
-            .filter(|(_, &(a, _))| a == u)
-            .map(|(k, &(_, b))| (b, k))
-            .collect();
-        out.sort_unstable();
-        for (v, k) in out {
-            if !seen[v] {
-                seen[v] = true;
-                prev[v] = Some(k);
-                queue.push_back(v);
+    // Hops to `to` from every node, following directions backwards.
+    let mut dist = vec![usize::MAX; n];
+    dist[to] = 0;
+    let mut queue = std::collections::VecDeque::from([to]);
+    while let Some(v) = queue.pop_front() {
+        for &(a, b) in dirs {
+            if b == v && dist[a] == usize::MAX {
+                dist[a] = dist[v] + 1;
+                queue.push_back(a);
             }
         }
     }
-    let mut path = Vec::new();
-    let mut v = to;
-    while v != from {
-        let k = prev[v]?;
-        path.push(k);
-        v = dirs[k].0;
+    if dist[from] == usize::MAX {
+        return Vec::new();
     }
-    path.reverse();
-    Some(path)
+    let mut share = vec![0.0; n];
+    share[from] = 1.0;
+    let mut out: Vec<(usize, f64)> = Vec::new();
+    let mut order: Vec<usize> = (0..n).filter(|&u| dist[u] != usize::MAX).collect();
+    order.sort_by_key(|&u| std::cmp::Reverse(dist[u]));
+    for u in order {
+        if share[u] == 0.0 || u == to {
+            continue;
+        }
+        let next: Vec<usize> = (0..dirs.len())
+            .filter(|&k| dirs[k].0 == u && dist[dirs[k].1] + 1 == dist[u])
+            .collect();
+        let part = share[u] / next.len() as f64;
+        for k in next {
+            share[dirs[k].1] += part;
+            out.push((k, part));
+        }
+    }
+    out
 }
 
 impl Placement {
@@ -395,36 +404,35 @@ pub fn predict(p: &Profile, w: &Workload) -> ModelResult<Prediction> {
                 res.push(Resource {
                     name: format!("node {} -> memory of node {}", p.nodes[i], p.nodes[j]),
                     capacity: cap,
-                    controller: false,
+                    controller: true,
                 });
             }
         }
     }
-    // The shared cache line of a shared file, in requests per second.
+    // The shared file's lines every request updates (inode atime, page reference counts) live
+    // with the data, on its node: one resource per memory node, in updates per second, each
+    // update costing one line transfer from the updating threads' nodes.
     let updates = w.sharing.shared_updates();
-    let shared_line = if updates > 0.0 {
-        let mut sum = 0.0;
-        let mut cnt = 0.0;
-        for (i, &ti) in w.threads_per_node.iter().enumerate() {
-            for (k, &tk) in w.threads_per_node.iter().enumerate() {
-                if let Some(l) = p.latency(i, k).or_else(|| p.latency(i, i)) {
-                    let weight = f64::from(ti) * f64::from(tk);
-                    sum += l * weight;
-                    cnt += weight;
+    let mut shared_line: Vec<Option<usize>> = vec![None; n];
+    if updates > 0.0 {
+        for (j, slot) in shared_line.iter_mut().enumerate() {
+            let mut sum = 0.0;
+            let mut cnt = 0.0;
+            for (i, &ti) in w.threads_per_node.iter().enumerate() {
+                if let Some(l) = p.latency(i, j).or_else(|| p.latency(i, i)) {
+                    sum += l * f64::from(ti);
+                    cnt += f64::from(ti);
                 }
             }
+            let bounce_ns = if cnt > 0.0 { sum / cnt } else { 100.0 };
+            *slot = Some(res.len());
+            res.push(Resource {
+                name: format!("shared file's lines on node {}", p.nodes[j]),
+                capacity: 1e9 / bounce_ns,
+                controller: false,
+            });
         }
-        let bounce_ns = if cnt > 0.0 { sum / cnt } else { 100.0 };
-        let idx = res.len();
-        res.push(Resource {
-            name: "shared file's inode/page line".into(),
-            capacity: 1e9 / bounce_ns,
-            controller: false,
-        });
-        Some(idx)
-    } else {
-        None
-    };
+    }
 
     let mut flows = Vec::new();
     let mut fracs = Vec::new();
@@ -453,20 +461,20 @@ pub fn predict(p: &Profile, w: &Workload) -> ModelResult<Prediction> {
             if let Some(r) = pair[i][j] {
                 uses.push((r, f[j]));
             }
+            if let Some(s) = shared_line[j] {
+                // Updates per second per MB/s of this thread's rate.
+                uses.push((s, f[j] * updates * 1e6 / bs));
+            }
             if w.read_fraction > 0.0 {
-                for k in route(n, &dirs, j, i).unwrap_or_default() {
-                    uses.push((dir_res[k], f[j] * w.read_fraction));
+                for (k, share) in route(n, &dirs, j, i) {
+                    uses.push((dir_res[k], f[j] * w.read_fraction * share));
                 }
             }
             if wf > 0.0 {
-                for k in route(n, &dirs, i, j).unwrap_or_default() {
-                    uses.push((dir_res[k], f[j] * wf));
+                for (k, share) in route(n, &dirs, i, j) {
+                    uses.push((dir_res[k], f[j] * wf * share));
                 }
             }
-        }
-        if let Some(s) = shared_line {
-            // ops/s per MB/s of this thread's rate.
-            uses.push((s, updates * 1e6 / bs));
         }
         flows.push(Flow {
             count: f64::from(t),

@@ -162,7 +162,8 @@ pub struct Profile {
     pub thread: ThreadLimits,
     #[serde(default)]
     pub io_path: IoPath,
-    /// How much a memory controller's capacity falls when offered more than it can carry:
+    /// How much a memory controller's (or a node-to-memory path's) capacity falls when offered
+    /// more than it can carry:
     /// capacity / (1 + collapse × (offered/capacity − 1)). 0 = no collapse.
     #[serde(default)]
     pub collapse: f64,
