@@ -34,6 +34,44 @@ pub fn load(name_or_path: &str) -> ModelResult<Profile> {
     Err(ModelError::UnknownProfile(name_or_path.to_string()))
 }
 
+/// Where this machine's own profile is kept: `$NUMAIO_PROFILE`, else
+/// `/var/lib/numaio/profile.json` (written by `numaio probe --save`).
+pub fn local_profile_path() -> std::path::PathBuf {
+    std::env::var_os("NUMAIO_PROFILE")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from("/var/lib/numaio/profile.json"))
+}
+
+/// This machine's profile if one is saved and matches the machine; otherwise one built from
+/// the SLIT distances. The string says which, and why a saved one was refused.
+pub fn local_or_slit(topo: &numaio_sys::Topology) -> (Profile, String) {
+    let path = local_profile_path();
+    match Profile::load(&path) {
+        Ok(p) => match p.matches(topo) {
+            crate::profile::MachineMatch::Same => {
+                let why = format!("profile {}", path.display());
+                (p, why)
+            }
+            crate::profile::MachineMatch::Different(w) => (
+                Profile::from_distances(topo),
+                format!(
+                    "SLIT distances ({} is from another machine: {})",
+                    path.display(),
+                    w.join("; ")
+                ),
+            ),
+        },
+        Err(ModelError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => (
+            Profile::from_distances(topo),
+            "SLIT distances (no saved profile)".into(),
+        ),
+        Err(e) => (
+            Profile::from_distances(topo),
+            format!("SLIT distances ({e})"),
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
