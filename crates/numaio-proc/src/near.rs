@@ -13,12 +13,54 @@ pub struct NearChoice {
     /// Cached bytes of the files per node.
     pub cached_per_node: BTreeMap<u32, u64>,
     pub reason: String,
+    /// Predicted seconds for one thread on each CPU node to read the cached bytes once.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub predicted_secs: BTreeMap<u32, f64>,
+    /// Predicted fraction of that time saved on the chosen node against the average CPU node
+    /// (where an unplaced command would run on average).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predicted_gain: Option<f64>,
+    /// Where the costs came from (a saved `numaio probe` profile, or the SLIT distances).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost_source: Option<String>,
 }
 
-/// The CPU node holding most of the files' cache. Ties and the nothing-cached case go to the
-/// CPU node with the most free memory (where a later read would most likely stay), then the
-/// lowest id. Nodes without CPUs cannot run the command; their cache counts for nothing.
+/// Like [`choose_node_with`], with this machine's saved profile or its SLIT distances.
 pub fn choose_node(topo: &Topology, files: &[FileNodes]) -> Option<NearChoice> {
+    let (profile, source) = numaio_model::shipped::local_or_slit(topo);
+    choose_node_with(topo, files, Some((&profile, source.as_str())))
+}
+
+/// Predicted seconds for one thread on CPU node `cpu` to read `per` (bytes per node) once, in
+/// 1 MiB requests; `None` when the profile cannot say.
+fn read_secs(profile: &numaio_model::Profile, cpu: u32, per: &BTreeMap<u32, u64>) -> Option<f64> {
+    let ci = profile.index(cpu)?;
+    let mut total = 0.0;
+    for (&node, &bytes) in per.iter().filter(|(_, &b)| b > 0) {
+        let mut threads = vec![0; profile.nodes.len()];
+        threads[ci] = 1;
+        let w = numaio_model::Workload {
+            threads_per_node: threads,
+            bs: 1 << 20,
+            read_fraction: 1.0,
+            placement: numaio_model::Placement::Single(Some(node)),
+            sharing: numaio_model::Sharing::Private,
+        };
+        let rate = numaio_model::predict(profile, &w).ok()?.throughput_mb_s;
+        total += bytes as f64 / (rate * 1e6);
+    }
+    Some(total)
+}
+
+/// The CPU node where reading the files' cache is predicted fastest by `costs` (a profile and
+/// where it came from), else the one holding most of it. Ties and the nothing-cached case go
+/// to the CPU node with the most free memory (where a later read would most likely stay), then
+/// the lowest id. Nodes without CPUs cannot run the command; they count only as data.
+pub fn choose_node_with(
+    topo: &Topology,
+    files: &[FileNodes],
+    costs: Option<(&numaio_model::Profile, &str)>,
+) -> Option<NearChoice> {
     let mut per: BTreeMap<u32, u64> = BTreeMap::new();
     for f in files {
         for (&n, &b) in &f.nodes {
@@ -26,15 +68,61 @@ pub fn choose_node(topo: &Topology, files: &[FileNodes]) -> Option<NearChoice> {
         }
     }
     let cpu_nodes: Vec<&numaio_sys::Node> = topo.nodes.iter().filter(|n| n.has_cpus()).collect();
-    let best = cpu_nodes.iter().max_by_key(|n| {
-        (
-            per.get(&n.id).copied().unwrap_or(0),
-            n.mem.mem_free_bytes,
-            std::cmp::Reverse(n.id),
-        )
-    })?;
+    let any_cached = per.values().any(|&b| b > 0);
+    let mut predicted: BTreeMap<u32, f64> = BTreeMap::new();
+    if let (Some((profile, _)), true) = (costs, any_cached) {
+        for n in &cpu_nodes {
+            match read_secs(profile, n.id, &per) {
+                Some(t) => {
+                    predicted.insert(n.id, t);
+                }
+                None => {
+                    predicted.clear();
+                    break;
+                }
+            }
+        }
+    }
+    let best = if predicted.is_empty() {
+        cpu_nodes.iter().max_by_key(|n| {
+            (
+                per.get(&n.id).copied().unwrap_or(0),
+                n.mem.mem_free_bytes,
+                std::cmp::Reverse(n.id),
+            )
+        })?
+    } else {
+        // Fastest first; times within 0.1 % count as a tie, settled as without costs.
+        let fastest = predicted.values().copied().fold(f64::MAX, f64::min);
+        cpu_nodes
+            .iter()
+            .filter(|n| predicted[&n.id] <= fastest * 1.001)
+            .max_by_key(|n| {
+                (
+                    per.get(&n.id).copied().unwrap_or(0),
+                    n.mem.mem_free_bytes,
+                    std::cmp::Reverse(n.id),
+                )
+            })?
+    };
     let cached = per.get(&best.id).copied().unwrap_or(0);
-    let reason = if cached > 0 {
+    let predicted_gain = (!predicted.is_empty()).then(|| {
+        let mean = predicted.values().sum::<f64>() / predicted.len() as f64;
+        if mean > 0.0 {
+            1.0 - predicted[&best.id] / mean
+        } else {
+            0.0
+        }
+    });
+    let reason = if let Some(g) = predicted_gain {
+        format!(
+            "reading the files' cache is predicted fastest from node {} ({:.3} s, {:.1} % less than the average node with CPUs; costs from {})",
+            best.id,
+            predicted[&best.id],
+            g * 100.0,
+            costs.map_or("-", |c| c.1)
+        )
+    } else if cached > 0 {
         format!(
             "node {} holds {cached} bytes of the files' cache, the most of any node with CPUs",
             best.id
@@ -49,6 +137,9 @@ pub fn choose_node(topo: &Topology, files: &[FileNodes]) -> Option<NearChoice> {
         node: best.id,
         cached_per_node: per,
         reason,
+        cost_source: predicted_gain.and(costs.map(|c| c.1.to_string())),
+        predicted_secs: predicted,
+        predicted_gain,
     })
 }
 
@@ -71,6 +162,28 @@ mod tests {
         let c = choose_node(&t, &[f(&[(0, 10), (1, 5)]), f(&[(1, 10), (2, 100)])]).unwrap();
         assert_eq!(c.node, 1);
         assert_eq!(c.cached_per_node[&1], 15);
+    }
+
+    #[test]
+    fn costs_rank_nodes_by_predicted_read_time() {
+        // Four nodes on a ring (distances 10 / 20 / 30): a third of the cache on each of
+        // nodes 1, 2 and 3 is read fastest from node 2, next to both 1 and 3, although node 2
+        // holds no more than they do; without costs the tie goes to the lowest id.
+        let t = Topology::synthetic(
+            "n0=0@1G n1=1@1G n2=2@1G n3=3@1G dist=10,20,30,20;20,10,20,30;30,20,10,20;20,30,20,10",
+        )
+        .unwrap();
+        let files = [f(&[(1, 100), (2, 100), (3, 100)])];
+        let p = numaio_model::Profile::from_distances(&t);
+        let c = choose_node_with(&t, &files, Some((&p, "slit"))).unwrap();
+        assert_eq!(c.node, 2, "{c:?}");
+        assert!(c.predicted_gain.unwrap() > 0.0);
+        assert_eq!(c.predicted_secs.len(), 4);
+        assert!(c.reason.contains("predicted fastest from node 2"), "{}", c.reason);
+        assert_eq!(c.cost_source.as_deref(), Some("slit"));
+        let plain = choose_node_with(&t, &files, None).unwrap();
+        assert_eq!(plain.node, 1);
+        assert!(plain.predicted_gain.is_none());
     }
 
     #[test]
