@@ -10,7 +10,10 @@ fn main() {
         let mut row = Vec::new();
         for pl in ["single", "local", "fair", "stripe:2", "stripe:4"] {
             let w = Workload::spread(&z, t, pl.parse().unwrap()).unwrap();
-            row.push(format!("{pl}={:.0}", predict(&z, &w).unwrap().throughput_mb_s));
+            row.push(format!(
+                "{pl}={:.0}",
+                predict(&z, &w).unwrap().throughput_mb_s
+            ));
         }
         println!("zonfs private t={t}: {}", row.join(" "));
         for sh in [Sharing::Medium, Sharing::High] {
@@ -18,7 +21,10 @@ fn main() {
             for pl in ["stripe:1", "stripe:2", "stripe:4"] {
                 let mut w = Workload::spread(&z, t, pl.parse().unwrap()).unwrap();
                 w.sharing = sh;
-                row.push(format!("{pl}={:.0}", predict(&z, &w).unwrap().throughput_mb_s));
+                row.push(format!(
+                    "{pl}={:.0}",
+                    predict(&z, &w).unwrap().throughput_mb_s
+                ));
             }
             println!("zonfs {sh:?} t={t}: {}", row.join(" "));
         }
@@ -32,7 +38,10 @@ fn main() {
             w.bs = bs;
             predict(&a, &w).unwrap().throughput_mb_s
         };
-        println!("adams bs={bs}: penalty {:.1}%", (one(0) / one(1) - 1.0) * 100.0);
+        println!(
+            "adams bs={bs}: penalty {:.1}%",
+            (one(0) / one(1) - 1.0) * 100.0
+        );
     }
     for p in [0u64, 256, 512, 1024] {
         let g = move_gain(&a, 1, 0, 1 << 30, p << 20, 1 << 20).unwrap();

@@ -200,7 +200,10 @@ mod tests {
         let t = table(&[0, 1], &[10, 20, 30, 40], &[100, 0, 300, 400]);
         let e = parse_hmat(&t).unwrap();
         let (lat, bw) = matrices_from_entries(&e, &[0, 1]);
-        assert_eq!(lat, vec![vec![Some(10.0), Some(20.0)], vec![Some(30.0), Some(40.0)]]);
+        assert_eq!(
+            lat,
+            vec![vec![Some(10.0), Some(20.0)], vec![Some(30.0), Some(40.0)]]
+        );
         assert_eq!(bw[0][1], None);
         assert_eq!(bw[1][0], Some(300.0));
     }

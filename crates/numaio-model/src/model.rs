@@ -351,10 +351,7 @@ pub fn predict(p: &Profile, w: &Workload) -> ModelResult<Prediction> {
     let mut ctrl: Vec<Option<usize>> = vec![None; n];
     for (j, slot) in ctrl.iter_mut().enumerate() {
         let (cr, cw) = match &p.controllers {
-            Some(c) => (
-                c.read_mb_s[j],
-                c.write_mb_s.as_ref().and_then(|v| v[j]),
-            ),
+            Some(c) => (c.read_mb_s[j], c.write_mb_s.as_ref().and_then(|v| v[j])),
             None => {
                 let col = |m: &Option<Matrix>| {
                     (0..n)
@@ -627,10 +624,24 @@ mod tests {
 
     #[test]
     fn placements_parse_and_print() {
-        for s in ["single", "single:2", "local", "fair", "stripe:4", "weights:1,3"] {
+        for s in [
+            "single",
+            "single:2",
+            "local",
+            "fair",
+            "stripe:4",
+            "weights:1,3",
+        ] {
             assert_eq!(s.parse::<Placement>().unwrap().to_string(), s);
         }
-        for s in ["stripe:0", "stripe", "weights:", "weights:-1,2", "nowhere", "single:x"] {
+        for s in [
+            "stripe:0",
+            "stripe",
+            "weights:",
+            "weights:-1,2",
+            "nowhere",
+            "single:x",
+        ] {
             assert!(s.parse::<Placement>().is_err(), "{s}");
         }
         assert!("any".parse::<Sharing>().is_err());

@@ -247,7 +247,11 @@ impl Profile {
             if m.len() != n || m.iter().any(|r| r.len() != n) {
                 return Err(self.bad(format!("{what} is not a {n}x{n} matrix")));
             }
-            if m.iter().flatten().flatten().any(|v| !v.is_finite() || *v < 0.0) {
+            if m.iter()
+                .flatten()
+                .flatten()
+                .any(|v| !v.is_finite() || *v < 0.0)
+            {
                 return Err(self.bad(format!("{what} holds a negative or non-finite value")));
             }
             Ok(())
@@ -401,8 +405,8 @@ mod tests {
         assert!(e.to_string().contains("2x2"), "{e}");
         let e = Profile::from_json(r#"{"nodes":[0,0]}"#).unwrap_err();
         assert!(e.to_string().contains("repeat"), "{e}");
-        let e = Profile::from_json(r#"{"nodes":[0,1],"links":[{"a":0,"b":5,"mb_s":1}]}"#)
-            .unwrap_err();
+        let e =
+            Profile::from_json(r#"{"nodes":[0,1],"links":[{"a":0,"b":5,"mb_s":1}]}"#).unwrap_err();
         assert!(e.to_string().contains("unknown node"), "{e}");
         assert!(Profile::from_json("not json").is_err());
     }

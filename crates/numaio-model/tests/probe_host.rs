@@ -56,30 +56,43 @@ impl Drop for Mapping {
     }
 }
 
-/// ns per load of a single random cycle (Sattolo's algorithm) over 128-byte slots.
+/// ns per load of a chase with the probe's definition of latency, written separately: 4 KiB
+/// blocks in random order, and inside each block its 32 slots of 128 bytes in random order,
+/// so a TLB miss costs once per block, not once per load.
 fn independent_chase(len: usize, loads: usize) -> f64 {
     let m = Mapping::new(len);
     let w = m.words();
-    let slots = len / 128;
-    let mut perm: Vec<usize> = (0..slots).collect();
+    let blocks = len / 4096;
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    for i in (1..slots).rev() {
+    let mut rnd = move |n: usize| {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        let j = (x % i as u64) as usize;
-        perm.swap(i, j);
+        (x % n as u64) as usize
+    };
+    let mut block_order: Vec<usize> = (0..blocks).collect();
+    for i in (1..blocks).rev() {
+        block_order.swap(i, rnd(i + 1));
     }
-    for (i, &n) in perm.iter().enumerate() {
-        w[i * 16] = n as u64;
+    // The whole visit order as word indices, then each element points at the next.
+    let mut order: Vec<usize> = Vec::with_capacity(blocks * 32);
+    for &b in &block_order {
+        let mut slots: [usize; 32] = std::array::from_fn(|k| k);
+        for i in (1..32).rev() {
+            slots.swap(i, rnd(i + 1));
+        }
+        order.extend(slots.iter().map(|&k| b * 512 + k * 16));
     }
-    let mut idx = 0usize;
+    for k in 0..order.len() {
+        w[order[k]] = order[(k + 1) % order.len()] as u64;
+    }
+    let mut idx = order[0];
     for _ in 0..loads / 4 {
-        idx = w[idx * 16] as usize;
+        idx = w[idx] as usize;
     }
     let t = Instant::now();
     for _ in 0..loads {
-        idx = w[idx * 16] as usize;
+        idx = w[idx] as usize;
     }
     black_box(idx);
     t.elapsed().as_nanos() as f64 / loads as f64
@@ -118,8 +131,14 @@ fn local_latency_agrees_with_an_independent_chase_and_with_itself() {
         }
     }
     let (p1, p2, mine) = last;
-    assert!(agree(p1, mine), "probe {p1:.1} ns vs independent chase {mine:.1} ns");
-    assert!(agree(p2, p1), "repeated probe runs disagree: {p1:.1} vs {p2:.1} ns");
+    assert!(
+        agree(p1, mine),
+        "probe {p1:.1} ns vs independent chase {mine:.1} ns"
+    );
+    assert!(
+        agree(p2, p1),
+        "repeated probe runs disagree: {p1:.1} vs {p2:.1} ns"
+    );
     // A chase that misses the caches takes far longer than a cache hit.
     assert!(p1 > 20.0, "latency {p1} ns is a cache hit, not memory");
 }
@@ -128,32 +147,54 @@ fn local_latency_agrees_with_an_independent_chase_and_with_itself() {
 /// counted as STREAM counts them.
 fn stream(cpus: &[u32], len: usize, time: Duration, add: bool) -> f64 {
     let per = len / cpus.len() / 4096 * 4096;
+    let start = std::sync::Barrier::new(cpus.len());
     let results: Vec<(f64, f64)> = std::thread::scope(|s| {
         let hs: Vec<_> = cpus
             .iter()
             .map(|&cpu| {
+                let start = &start;
                 s.spawn(move || {
                     pin::pin_to_cpu(cpu).unwrap();
                     let n = per / 8 / 3;
-                    let mut a = vec![1.0f64; n];
-                    let mut b = vec![2.0f64; n];
-                    let mut c = vec![0.0f64; n];
+                    // Huge pages where the kernel gives them, as the probe's buffers have: in
+                    // a virtual machine 4 KiB pages cost a nested page walk every 4 KiB.
+                    let m = Mapping::new(n * 3 * 8);
+                    let (a, rest) = m.words().split_at_mut(n);
+                    let (b, c) = rest.split_at_mut(n);
+                    let (a, b, c): (&mut [f64], &mut [f64], &mut [f64]) = unsafe {
+                        // SAFETY: u64 and f64 have the same size and alignment; every bit
+                        // pattern is a valid f64.
+                        (
+                            std::slice::from_raw_parts_mut(a.as_mut_ptr() as *mut f64, n),
+                            std::slice::from_raw_parts_mut(b.as_mut_ptr() as *mut f64, n),
+                            std::slice::from_raw_parts_mut(c.as_mut_ptr() as *mut f64, n),
+                        )
+                    };
+                    a.fill(1.0);
+                    b.fill(2.0);
+                    c.fill(0.5);
                     let q = black_box(3.0);
-                    let mut bytes = 0.0;
-                    let t = Instant::now();
-                    while t.elapsed() < time {
+                    let mut pass = || {
                         if add {
                             for i in 0..n {
                                 c[i] = a[i] + b[i];
                             }
-                            bytes += 24.0 * n as f64;
+                            black_box(&mut *c);
+                            24.0 * n as f64
                         } else {
                             for i in 0..n {
                                 b[i] = q * a[i];
                             }
-                            bytes += 16.0 * n as f64;
+                            black_box(&mut *b);
+                            16.0 * n as f64
                         }
-                        black_box((&mut a, &mut b, &mut c));
+                    };
+                    pass(); // untimed, as the probe's first pass
+                    start.wait(); // all threads stream at once
+                    let mut bytes = 0.0;
+                    let t = Instant::now();
+                    while t.elapsed() < time {
+                        bytes += pass();
                     }
                     (bytes, t.elapsed().as_secs_f64())
                 })
@@ -176,29 +217,39 @@ fn local_bandwidth_agrees_with_stream_kernels() {
     let buf = NodeBuffer::new(len, node, true).unwrap();
     let time = Duration::from_millis(150);
     for (kernel, add) in [(Kernel::Rw21, true), (Kernel::Copy, false)] {
-        let mut last = (0.0, 0.0);
+        // Back-to-back runs, so a change in the machine's load hits both sides alike. On a
+        // busy machine other tasks steal CPU time from some runs; as STREAM does, the best
+        // run of each side is compared, since it is the least disturbed.
+        let mut last = (0.0, 0.0, 0.0);
         for round in 0..3 {
-            let p: Vec<f64> = (0..3)
-                .map(|_| bandwidth::run(&buf, &cpus, kernel, time))
-                .collect();
-            let s: Vec<f64> = (0..3).map(|_| stream(&cpus, len, time, add)).collect();
-            let (p, s) = (stats::median(&p), stats::median(&s));
+            let mut ratios = Vec::new();
+            let (mut ps, mut ss) = (Vec::new(), Vec::new());
+            for _ in 0..5 {
+                let p = bandwidth::run(&buf, &cpus, kernel, time);
+                let s = stream(&cpus, len, time, add);
+                ratios.push(p / s);
+                ps.push(p);
+                ss.push(s);
+            }
+            let best = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
+            let (p, s) = (best(&ps), best(&ss));
+            let r = p / s;
+            eprintln!("  pair ratios {ratios:.2?}");
             eprintln!(
-                "bandwidth {} round {round}: probe {p:.0} MB/s, STREAM {} {s:.0} MB/s",
+                "bandwidth {} round {round}: probe {p:.0} MB/s, STREAM {} {s:.0} MB/s (best of 5 each), ratio {r:.3}",
                 kernel.name(),
                 if add { "add" } else { "scale" }
             );
-            last = (p, s);
-            if agree(p, s) {
+            last = (r, p, s);
+            if (r - 1.0).abs() <= 0.15 {
                 break;
             }
         }
+        let (r, p, s) = last;
         assert!(
-            agree(last.0, last.1),
-            "{}: probe {:.0} MB/s vs STREAM {:.0} MB/s",
-            kernel.name(),
-            last.0,
-            last.1
+            (r - 1.0).abs() <= 0.15,
+            "{}: probe {p:.0} MB/s vs STREAM {s:.0} MB/s (ratio of the best runs {r:.3})",
+            kernel.name()
         );
     }
 }
@@ -220,7 +271,10 @@ fn quick_probe_gives_a_complete_profile_in_the_documented_format() {
     })
     .unwrap();
     let secs = t.elapsed().as_secs_f64();
-    eprintln!("probe --quick: {secs:.1} s, {steps} steps; notes: {:?}", p.notes);
+    eprintln!(
+        "probe --quick: {secs:.1} s, {steps} steps; notes: {:?}",
+        p.notes
+    );
     // Under 10 s on an idle 2-core machine; the bound leaves room for a busy one.
     assert!(secs < 30.0, "quick probe took {secs:.1} s");
     assert!(steps > 0);
@@ -239,7 +293,9 @@ fn quick_probe_gives_a_complete_profile_in_the_documented_format() {
     for k in [
         "read", "write", "write_nt", "rw_3_1", "rw_2_1", "rw_1_1", "copy",
     ] {
-        let m = v["bandwidth_mb_s"][k].as_array().unwrap_or_else(|| panic!("{k}"));
+        let m = v["bandwidth_mb_s"][k]
+            .as_array()
+            .unwrap_or_else(|| panic!("{k}"));
         assert_eq!(m.len(), n);
     }
     for k in ["distance", "latency_ns", "bandwidth_mb_s"] {
@@ -247,7 +303,14 @@ fn quick_probe_gives_a_complete_profile_in_the_documented_format() {
     }
     assert!(v["loaded_latency"].is_array());
     assert!(v["spread"]["latency"].as_f64().unwrap() >= 0.0);
-    if topo.nodes.iter().filter(|n| n.has_cpus()).map(|n| n.cpus.len()).sum::<usize>() >= 2 {
+    if topo
+        .nodes
+        .iter()
+        .filter(|n| n.has_cpus())
+        .map(|n| n.cpus.len())
+        .sum::<usize>()
+        >= 2
+    {
         assert!(!p.loaded_latency.is_empty(), "{:?}", p.notes);
     }
     assert!(p.pagecache_read_mb_s.is_some(), "{:?}", p.notes);

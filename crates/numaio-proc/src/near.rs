@@ -179,7 +179,11 @@ mod tests {
         assert_eq!(c.node, 2, "{c:?}");
         assert!(c.predicted_gain.unwrap() > 0.0);
         assert_eq!(c.predicted_secs.len(), 4);
-        assert!(c.reason.contains("predicted fastest from node 2"), "{}", c.reason);
+        assert!(
+            c.reason.contains("predicted fastest from node 2"),
+            "{}",
+            c.reason
+        );
         assert_eq!(c.cost_source.as_deref(), Some("slit"));
         let plain = choose_node_with(&t, &files, None).unwrap();
         assert_eq!(plain.node, 1);

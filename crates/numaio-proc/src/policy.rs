@@ -973,7 +973,12 @@ mod tests {
             "{d:?}"
         );
         // Without costs nothing is predicted (the configured M and R decide).
-        let d = decide(&c, &world(), &[reader(100, 0, "/f", &[(1, 4 * GB)])], &History::default());
+        let d = decide(
+            &c,
+            &world(),
+            &[reader(100, 0, "/f", &[(1, 4 * GB)])],
+            &History::default(),
+        );
         assert_eq!(d[0].numbers.predicted_gain, None);
     }
 

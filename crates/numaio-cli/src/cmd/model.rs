@@ -93,11 +93,10 @@ pub fn run(a: ModelArgs) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let name = a.profile.clone().unwrap_or_else(|| {
-        shipped::local_profile_path()
-            .to_string_lossy()
-            .into_owned()
-    });
+    let name = a
+        .profile
+        .clone()
+        .unwrap_or_else(|| shipped::local_profile_path().to_string_lossy().into_owned());
     let profile = shipped::load(&name)?;
     let mut warnings = Vec::new();
     if profile.origin == Origin::Measured {

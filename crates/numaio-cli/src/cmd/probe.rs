@@ -225,6 +225,9 @@ mod tests {
         assert!(out.contains("1.63"), "{out}"); // 108.8 / 66.8
         assert!(out.contains("2.1"), "{out}");
         assert!(out.contains("raw HMAT needs root"), "{out}");
-        assert!(out.contains("bandwidth, write (MB/s): not measured"), "{out}");
+        assert!(
+            out.contains("bandwidth, write (MB/s): not measured"),
+            "{out}"
+        );
     }
 }

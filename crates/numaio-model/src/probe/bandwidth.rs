@@ -66,7 +66,7 @@ pub fn read_pass(s: &[u64]) -> u64 {
 
 #[cfg(target_arch = "x86_64")]
 fn write_nt_pass(s: &mut [u64], k: u64) {
-    use std::arch::x86_64::{_mm_set1_epi64x, _mm_sfence, _mm_stream_si128, __m128i};
+    use std::arch::x86_64::{__m128i, _mm_set1_epi64x, _mm_sfence, _mm_stream_si128};
     let (head, body, tail) = {
         // SAFETY: reinterpreting u64s as 16-byte vectors; align_to_mut keeps alignment right.
         unsafe { s.align_to_mut::<__m128i>() }

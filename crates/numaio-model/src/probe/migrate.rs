@@ -19,7 +19,11 @@ pub fn measure(from: u32, to: u32, bytes: usize) -> ModelResult<MovePages> {
     let t = Instant::now();
     let st = move_pages_to(0, &pages, &targets, false)?;
     let secs = t.elapsed().as_secs_f64();
-    let moved = st.iter().filter(|s| **s == PageStatus::Node(to)).count().max(1);
+    let moved = st
+        .iter()
+        .filter(|s| **s == PageStatus::Node(to))
+        .count()
+        .max(1);
     Ok(MovePages {
         us_per_page: secs * 1e6 / moved as f64,
         mb_s: (moved * page) as f64 / secs / 1e6,

@@ -204,10 +204,8 @@ pub fn probe(
     };
 
     let mut lat = matrix(n);
-    let mut bw: BTreeMap<&'static str, Matrix> = Kernel::ALL
-        .iter()
-        .map(|k| (k.name(), matrix(n)))
-        .collect();
+    let mut bw: BTreeMap<&'static str, Matrix> =
+        Kernel::ALL.iter().map(|k| (k.name(), matrix(n))).collect();
     let mut single_thread: Option<f64> = None;
     for &j in &mem_nodes {
         let lbuf = match NodeBuffer::new(plan.latency_bytes, nodes[j], opts.huge_pages) {
@@ -225,12 +223,7 @@ pub fn probe(
             }
         };
         for &i in &cpu_nodes {
-            let s = latency::measure(
-                &lbuf,
-                cpus[i][0],
-                plan.latency_steps,
-                plan.latency_repeats,
-            );
+            let s = latency::measure(&lbuf, cpus[i][0], plan.latency_steps, plan.latency_repeats);
             note_spread("latency", &s);
             lat[i][j] = Some(stats::median(&s));
             ctx.step(&format!("latency node {} -> {}", nodes[i], nodes[j]));
@@ -311,8 +304,7 @@ pub fn probe(
     let mut pc = matrix(n);
     let mut io_path = IoPath::default();
     for &j in &mem_nodes {
-        let file = match pagecache::CachedFile::create(&opts.dir, nodes[j], plan.pagecache_bytes)
-        {
+        let file = match pagecache::CachedFile::create(&opts.dir, nodes[j], plan.pagecache_bytes) {
             Ok(f) => f,
             Err(e) => {
                 notes.push(format!("page-cache read cost skipped: {e}"));
@@ -322,7 +314,10 @@ pub fn probe(
         ctx.step(&format!("page-cache file on node {}", nodes[j]));
         for &i in &cpu_nodes {
             let s: Vec<f64> = (0..plan.bandwidth_repeats)
-                .filter_map(|_| file.read_rate(cpus[i][0], 1 << 20, plan.pagecache_time).ok())
+                .filter_map(|_| {
+                    file.read_rate(cpus[i][0], 1 << 20, plan.pagecache_time)
+                        .ok()
+                })
                 .collect();
             if !s.is_empty() {
                 note_spread("pagecache_read", &s);
@@ -336,7 +331,10 @@ pub fn probe(
                     io_path = fit_io_path(small, big, single_thread);
                 }
             }
-            ctx.step(&format!("page-cache read node {} -> {}", nodes[i], nodes[j]));
+            ctx.step(&format!(
+                "page-cache read node {} -> {}",
+                nodes[i], nodes[j]
+            ));
         }
     }
 
@@ -356,14 +354,15 @@ pub fn probe(
     ctx.step("advertised SLIT/HMAT");
 
     let thread = match (single_thread, cpu_nodes.first()) {
-        (Some(bw1), Some(&i)) => match lat[i][i].or_else(|| lat[i].iter().flatten().next().copied())
-        {
-            Some(l) => ThreadLimits {
-                mlp: bw1 * l / 64.0 / 1000.0,
-                copy_mb_s: bw1,
-            },
-            None => ThreadLimits::default(),
-        },
+        (Some(bw1), Some(&i)) => {
+            match lat[i][i].or_else(|| lat[i].iter().flatten().next().copied()) {
+                Some(l) => ThreadLimits {
+                    mlp: bw1 * l / 64.0 / 1000.0,
+                    copy_mb_s: bw1,
+                },
+                None => ThreadLimits::default(),
+            }
+        }
         _ => ThreadLimits::default(),
     };
     ctx.step("done");

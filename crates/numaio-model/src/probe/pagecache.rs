@@ -18,17 +18,15 @@ pub struct CachedFile {
 impl CachedFile {
     /// Writes `len` bytes into a new file in `dir` from a thread bound to `node`.
     pub fn create(dir: &Path, node: u32, len: u64) -> ModelResult<CachedFile> {
-        let path = dir.join(format!(
-            ".numaio-probe-{}-{node}.tmp",
-            std::process::id()
-        ));
+        let path = dir.join(format!(".numaio-probe-{}-{node}.tmp", std::process::id()));
         let p2 = path.clone();
         let r: ModelResult<()> = std::thread::scope(|s| {
             s.spawn(move || {
                 set_mempolicy(&Policy::bind(&[node]))?;
                 let io = |e: std::io::Error| ModelError::Io {
                     path: p2.clone(),
-                    what: "write the probe's page-cache file (choose another directory with --dir)".into(),
+                    what: "write the probe's page-cache file (choose another directory with --dir)"
+                        .into(),
                     source: e,
                 };
                 let mut f = std::fs::File::create(&p2).map_err(io)?;
