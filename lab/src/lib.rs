@@ -125,7 +125,10 @@ impl LabConfig {
                 vmlinuz: &kernel.vmlinuz,
                 initrd: &initrd,
                 disk: disk.as_deref(),
-                topology_args: s.topology.qemu_args(),
+                topology_args: match &s.hmat {
+                    Some((l, b)) => s.topology.qemu_args_hmat(l, b),
+                    None => s.topology.qemu_args(),
+                },
                 kernel_args: &s.kernel_args,
                 timeout: s.timeout,
             },
@@ -204,6 +207,8 @@ pub struct Scenario {
     pub timeout: Duration,
     /// Extra kernel command-line words (e.g. `numa_balancing=disable`).
     pub kernel_args: Vec<String>,
+    /// Advertised HMAT latency (ns) and bandwidth (MiB/s) per (initiator, target) QEMU node.
+    pub hmat: Option<(Vec<Vec<u32>>, Vec<Vec<u64>>)>,
 }
 
 impl Scenario {
@@ -215,7 +220,14 @@ impl Scenario {
             files: Vec::new(),
             timeout: DEFAULT_TIMEOUT,
             kernel_args: Vec::new(),
+            hmat: None,
         }
+    }
+
+    /// Gives the guest an ACPI HMAT with these values (see [`LabTopology::qemu_args_hmat`]).
+    pub fn hmat(mut self, latency_ns: Vec<Vec<u32>>, bandwidth_mib_s: Vec<Vec<u64>>) -> Scenario {
+        self.hmat = Some((latency_ns, bandwidth_mib_s));
+        self
     }
 
     pub fn disk(mut self, d: DiskSpec) -> Scenario {

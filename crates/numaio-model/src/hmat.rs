@@ -89,17 +89,22 @@ pub fn parse_hmat(b: &[u8]) -> Result<Vec<LbEntry>, String> {
     Ok(out)
 }
 
-/// Latency and bandwidth matrices over `nodes` from raw entries, mapping proximity domain k
-/// to the k-th smallest domain's position (QEMU and most firmware number domains as the kernel
-/// numbers nodes when CPU nodes come first).
+/// Latency and bandwidth matrices over `nodes` from raw entries. Proximity domains are mapped
+/// to nodes the way Linux numbers them from the SRAT: domains with CPUs (the initiators)
+/// first, in increasing order, then the others; the k-th domain is `nodes[k]`.
 pub fn matrices_from_entries(entries: &[LbEntry], nodes: &[u32]) -> (Matrix, Matrix) {
     let n = nodes.len();
-    let mut pds: Vec<u32> = entries
+    let mut inits: Vec<u32> = entries.iter().map(|e| e.initiator_pd).collect();
+    inits.sort_unstable();
+    inits.dedup();
+    let mut others: Vec<u32> = entries
         .iter()
-        .flat_map(|e| [e.initiator_pd, e.target_pd])
+        .map(|e| e.target_pd)
+        .filter(|t| !inits.contains(t))
         .collect();
-    pds.sort_unstable();
-    pds.dedup();
+    others.sort_unstable();
+    others.dedup();
+    let pds: Vec<u32> = inits.into_iter().chain(others).collect();
     let pos = |pd: u32| pds.iter().position(|&p| p == pd).filter(|&k| k < n);
     let mut lat: Matrix = vec![vec![None; n]; n];
     let mut bw: Matrix = vec![vec![None; n]; n];
@@ -206,6 +211,30 @@ mod tests {
         );
         assert_eq!(bw[0][1], None);
         assert_eq!(bw[1][0], Some(300.0));
+    }
+
+    #[test]
+    fn cpu_less_domains_are_numbered_after_initiators() {
+        // Domains 0 and 2 have CPUs (initiators), domain 1 is memory only: Linux calls
+        // domain 2 node 1 and domain 1 node 2.
+        let e = |i: u32, t: u32, v: u64| LbEntry {
+            hierarchy: 0,
+            data_type: 0,
+            initiator_pd: i,
+            target_pd: t,
+            value: v,
+        };
+        let entries = [
+            e(0, 0, 10),
+            e(0, 1, 11),
+            e(0, 2, 12),
+            e(2, 2, 22),
+            e(2, 1, 21),
+        ];
+        let (lat, _) = matrices_from_entries(&entries, &[0, 1, 2]);
+        assert_eq!(lat[0], vec![Some(10.0), Some(12.0), Some(11.0)]);
+        assert_eq!(lat[1], vec![None, Some(22.0), Some(21.0)]);
+        assert_eq!(lat[2], vec![None, None, None]);
     }
 
     #[test]

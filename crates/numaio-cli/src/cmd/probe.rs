@@ -29,6 +29,11 @@ pub struct ProbeArgs {
     /// Measure latency with 4 KiB pages only (includes TLB misses) instead of huge pages.
     #[arg(long)]
     no_huge: bool,
+    /// Buffer size per node in MiB instead of a multiple of the last-level cache (for small
+    /// or emulated machines: the matrices' shape and the advertised values stay right, the
+    /// timings do not measure memory).
+    #[arg(long, value_name = "MIB")]
+    buffer_mib: Option<usize>,
 }
 
 pub fn run(a: ProbeArgs) -> anyhow::Result<ExitCode> {
@@ -36,6 +41,7 @@ pub fn run(a: ProbeArgs) -> anyhow::Result<ExitCode> {
     let mut opts = ProbeOptions {
         quick: a.quick,
         huge_pages: !a.no_huge,
+        buffer_mib: a.buffer_mib,
         ..ProbeOptions::default()
     };
     if let Some(d) = a.dir {

@@ -37,6 +37,9 @@ pub struct ProbeOptions {
     pub sysfs_nodes: PathBuf,
     /// The raw HMAT table (normally `/sys/firmware/acpi/tables/HMAT`).
     pub hmat_table: PathBuf,
+    /// Buffer size per node in MiB instead of a multiple of the last-level cache: for small
+    /// or emulated machines, where only the shape of the answer matters.
+    pub buffer_mib: Option<usize>,
 }
 
 impl Default for ProbeOptions {
@@ -47,6 +50,7 @@ impl Default for ProbeOptions {
             dir: std::env::temp_dir(),
             sysfs_nodes: PathBuf::from("/sys/devices/system/node"),
             hmat_table: PathBuf::from("/sys/firmware/acpi/tables/HMAT"),
+            buffer_mib: None,
         }
     }
 }
@@ -145,10 +149,20 @@ pub fn probe(
     opts: &ProbeOptions,
     progress: &mut dyn FnMut(&str, u32, u32),
 ) -> ModelResult<Profile> {
-    let plan = Plan::new(opts.quick);
+    let mut notes = Vec::new();
+    let mut plan = Plan::new(opts.quick);
+    if let Some(mib) = opts.buffer_mib {
+        let b = mib.max(1) << 20;
+        plan.latency_bytes = b;
+        plan.bandwidth_bytes = b;
+        plan.pagecache_bytes = b as u64;
+        plan.move_bytes = b;
+        notes.push(format!(
+            "buffers of {mib} MiB: smaller than the cache, so the numbers are not memory's"
+        ));
+    }
     let nodes = topo.node_ids();
     let n = nodes.len();
-    let mut notes = Vec::new();
     let mut spread: BTreeMap<String, f64> = BTreeMap::new();
     let mut note_spread = |key: &str, v: &[f64]| {
         let s = stats::spread(v);
