@@ -64,10 +64,15 @@ fn check(topo: LabTopology) {
         .timeout(Duration::from_secs(600))
         .must_run();
     assert_eq!(out.exit_code, 0, "{}", out.report());
+    // The guest's stderr is its console, a terminal, so the progress bar is drawn there and
+    // its last frame shares a line with the JSON: parse each line from its first brace.
     let docs: Vec<Value> = out
         .output
         .lines()
-        .filter_map(|l| serde_json::from_str(l.trim()).ok())
+        .filter_map(|l| {
+            l.find('{')
+                .and_then(|k| serde_json::from_str(l[k..].trim()).ok())
+        })
         .collect();
     assert_eq!(docs.len(), 2, "two JSON profiles\n{}", out.report());
     let expected = topo.expected_guest();

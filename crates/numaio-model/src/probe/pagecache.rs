@@ -62,7 +62,10 @@ impl CachedFile {
                 let mut off = 0u64;
                 // One untimed pass so the buffer and page tables are warm.
                 while off < self.len {
-                    off += f.read_at(&mut buf, off).unwrap_or(bs) as u64;
+                    match f.read_at(&mut buf, off) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => off += n as u64,
+                    }
                 }
                 let t = Instant::now();
                 while t.elapsed() < time {
