@@ -198,6 +198,10 @@ fn warn_if_stale(bin_dir: &Path) {
 /// `/proc`, `/sys`, `/dev` are mounted, `/tmp` is a tmpfs, the disk (if any) is ext4 on
 /// `/mnt`. The script runs as root with stdin `/dev/null`; stderr is merged into stdout.
 /// `as-nobody CMD ARGS...` runs a command as uid/gid 65534.
+/// Advertised HMAT latency (ns) and bandwidth (MiB/s), indexed [initiator][target] by QEMU
+/// node id.
+pub type HmatValues = (Vec<Vec<u32>>, Vec<Vec<u64>>);
+
 #[derive(Clone, Debug)]
 pub struct Scenario {
     pub topology: LabTopology,
@@ -208,7 +212,7 @@ pub struct Scenario {
     /// Extra kernel command-line words (e.g. `numa_balancing=disable`).
     pub kernel_args: Vec<String>,
     /// Advertised HMAT latency (ns) and bandwidth (MiB/s) per (initiator, target) QEMU node.
-    pub hmat: Option<(Vec<Vec<u32>>, Vec<Vec<u64>>)>,
+    pub hmat: Option<HmatValues>,
 }
 
 impl Scenario {

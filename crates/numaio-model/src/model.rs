@@ -435,8 +435,7 @@ pub fn predict(p: &Profile, w: &Workload) -> ModelResult<Prediction> {
     let mut fracs = Vec::new();
     let mut demands = Vec::new();
     let bs = w.bs as f64;
-    for i in 0..n {
-        let t = w.threads_per_node[i];
+    for (i, &t) in w.threads_per_node.iter().enumerate() {
         let f = w.placement.fractions(p, w.sharing, i)?;
         let mem_ns: f64 = (0..n)
             .filter(|&j| f[j] > 0.0)

@@ -287,14 +287,18 @@ impl Profile {
             if self.index(l.a).is_none() || self.index(l.b).is_none() || l.a == l.b {
                 return Err(self.bad(format!("link {}-{} names an unknown node", l.a, l.b)));
             }
-            if !(l.mb_s > 0.0) {
+            if l.mb_s.is_nan() || l.mb_s <= 0.0 {
                 return Err(self.bad(format!("link {}-{} has no capacity", l.a, l.b)));
             }
         }
-        if !(self.thread.mlp > 0.0 && self.thread.copy_mb_s > 0.0) {
+        if self.thread.mlp.is_nan()
+            || self.thread.copy_mb_s.is_nan()
+            || self.thread.mlp <= 0.0
+            || self.thread.copy_mb_s <= 0.0
+        {
             return Err(self.bad("thread.mlp and thread.copy_mb_s must be positive".into()));
         }
-        if !(self.collapse >= 0.0) {
+        if self.collapse.is_nan() || self.collapse < 0.0 {
             return Err(self.bad("collapse must be 0 or more".into()));
         }
         Ok(())

@@ -43,8 +43,8 @@ impl Mapping {
         }
         Mapping(p as *mut u8, len)
     }
-    fn words(&self) -> &mut [u64] {
-        // SAFETY: the mapping is live, u64-aligned and used by one test thread at a time.
+    fn words(&mut self) -> &mut [u64] {
+        // SAFETY: the mapping is live and u64-aligned; `&mut self` makes the borrow unique.
         unsafe { std::slice::from_raw_parts_mut(self.0 as *mut u64, self.1 / 8) }
     }
 }
@@ -60,7 +60,7 @@ impl Drop for Mapping {
 /// blocks in random order, and inside each block its 32 slots of 128 bytes in random order,
 /// so a TLB miss costs once per block, not once per load.
 fn independent_chase(len: usize, loads: usize) -> f64 {
-    let m = Mapping::new(len);
+    let mut m = Mapping::new(len);
     let w = m.words();
     let blocks = len / 4096;
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
@@ -158,7 +158,7 @@ fn stream(cpus: &[u32], len: usize, time: Duration, add: bool) -> f64 {
                     let n = per / 8 / 3;
                     // Huge pages where the kernel gives them, as the probe's buffers have: in
                     // a virtual machine 4 KiB pages cost a nested page walk every 4 KiB.
-                    let m = Mapping::new(n * 3 * 8);
+                    let mut m = Mapping::new(n * 3 * 8);
                     let (a, rest) = m.words().split_at_mut(n);
                     let (b, c) = rest.split_at_mut(n);
                     let (a, b, c): (&mut [f64], &mut [f64], &mut [f64]) = unsafe {

@@ -952,7 +952,7 @@ mod tests {
         let v = reader(100, 0, "/f", &[(1, 4 * GB)]);
         let mut c = cfg(PolicyKind::Auto);
         c.max_bytes_per_interval = crate::config::Bytes(8 * GB);
-        let d = decide(&c, &w, &[v.clone()], &History::default());
+        let d = decide(&c, &w, std::slice::from_ref(&v), &History::default());
         let g = d[0].numbers.predicted_gain.unwrap();
         // The model's remote penalty on that machine is 12.5 %: moving saves ~11 % of run time.
         assert!((0.09..0.12).contains(&g), "{g}");

@@ -199,7 +199,7 @@ pub fn loader(addr: usize, len: usize, delay: u32, stop: &AtomicBool) -> (u64, f
                 black_box(());
                 std::hint::spin_loop();
             }
-            if bytes % (1 << 20) == 0 && stop.load(Ordering::Relaxed) {
+            if bytes.is_multiple_of(1 << 20) && stop.load(Ordering::Relaxed) {
                 break 'outer;
             }
         }
