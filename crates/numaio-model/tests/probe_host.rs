@@ -9,7 +9,15 @@ use numaio_model::probe::{latency, pin, probe, stats, ProbeOptions};
 use numaio_sys::Topology;
 use numaio_testkit::{needs, skip};
 use std::hint::black_box;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+/// The tests time memory; run in parallel they would measure each other.
+static TIMING: Mutex<()> = Mutex::new(());
+
+fn timing() -> std::sync::MutexGuard<'static, ()> {
+    TIMING.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// The node this thread runs on and its usable CPUs.
 fn here() -> (u32, Vec<u32>) {
@@ -104,6 +112,7 @@ fn agree(a: f64, b: f64) -> bool {
 
 #[test]
 fn local_latency_agrees_with_an_independent_chase_and_with_itself() {
+    let _serial = timing();
     let (node, cpus) = here();
     if cpus.is_empty() {
         skip!(needs::TWO_CPUS, "no usable CPU on node {node}");
@@ -209,6 +218,7 @@ fn stream(cpus: &[u32], len: usize, time: Duration, add: bool) -> f64 {
 
 #[test]
 fn local_bandwidth_agrees_with_stream_kernels() {
+    let _serial = timing();
     let (node, cpus) = here();
     if cpus.is_empty() {
         skip!(needs::TWO_CPUS, "no usable CPU on node {node}");
@@ -256,6 +266,7 @@ fn local_bandwidth_agrees_with_stream_kernels() {
 
 #[test]
 fn quick_probe_gives_a_complete_profile_in_the_documented_format() {
+    let _serial = timing();
     let topo = Topology::detect().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let opts = ProbeOptions {
