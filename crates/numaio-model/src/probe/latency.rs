@@ -7,7 +7,6 @@
 
 use super::buffer::NodeBuffer;
 use super::stats::Rng;
-use std::time::Instant;
 
 /// Distance between two chain elements.
 pub const SLOT: usize = 128;
@@ -43,13 +42,25 @@ pub fn build_chase(buf: &NodeBuffer, seed: u64) -> *const u8 {
     first
 }
 
-/// Follows the chain for `steps` loads and returns ns per load.
+/// CPU time of the calling thread in ns. Loads are timed with it, not the wall clock, so on
+/// a busy machine the time the thread waits for a CPU does not count as memory latency.
+pub fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid timespec for the call to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Follows the chain for `steps` loads and returns ns per load (thread CPU time).
 ///
 /// # Safety
 /// `start` must be an element of a cycle built by [`build_chase`] whose buffer is alive.
 pub unsafe fn chase(start: *const u8, steps: u64) -> f64 {
     let mut p = start as *const *const u8;
-    let t = Instant::now();
+    let t = thread_cpu_ns();
     let mut left = steps;
     while left >= 8 {
         // SAFETY: the caller guarantees every element points at the next one.
@@ -61,7 +72,7 @@ pub unsafe fn chase(start: *const u8, steps: u64) -> f64 {
         left -= 8;
     }
     std::hint::black_box(p);
-    t.elapsed().as_nanos() as f64 / (steps - left).max(1) as f64
+    thread_cpu_ns().saturating_sub(t) as f64 / (steps - left).max(1) as f64
 }
 
 /// Median-ready samples: `repeats` timings of `steps` loads by a thread pinned to `cpu`,
