@@ -64,13 +64,13 @@ impl Drop for Mapping {
     }
 }
 
-/// ns per load of a chase with the probe's definition of latency, written separately: 4 KiB
-/// blocks in random order, and inside each block its 32 slots of 128 bytes in random order,
-/// so a TLB miss costs once per block, not once per load.
+/// ns per load of a chase with the probe's definition of latency, written separately: 2 MiB
+/// blocks in random order, and inside each block its 16384 slots of 128 bytes in random order.
 fn independent_chase(len: usize, loads: usize) -> f64 {
     let mut m = Mapping::new(len);
     let w = m.words();
-    let blocks = len / 4096;
+    const PER: usize = (2 << 20) / 128;
+    let blocks = len / (2 << 20);
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
     let mut rnd = move |n: usize| {
         x ^= x << 13;
@@ -83,13 +83,14 @@ fn independent_chase(len: usize, loads: usize) -> f64 {
         block_order.swap(i, rnd(i + 1));
     }
     // The whole visit order as word indices, then each element points at the next.
-    let mut order: Vec<usize> = Vec::with_capacity(blocks * 32);
+    let mut order: Vec<usize> = Vec::with_capacity(blocks * PER);
+    let mut slots: Vec<usize> = (0..PER).collect();
     for &b in &block_order {
-        let mut slots: [usize; 32] = std::array::from_fn(|k| k);
-        for i in (1..32).rev() {
+        for i in (1..PER).rev() {
             slots.swap(i, rnd(i + 1));
         }
-        order.extend(slots.iter().map(|&k| b * 512 + k * 16));
+        // Word index of slot k of block b: 2 MiB = 262144 words, 128 B = 16 words.
+        order.extend(slots.iter().map(|&k| b * 262_144 + k * 16));
     }
     for k in 0..order.len() {
         w[order[k]] = order[(k + 1) % order.len()] as u64;
