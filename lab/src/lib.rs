@@ -181,7 +181,10 @@ impl LabConfig {
                 disk: disk.as_deref(),
                 persistent_disk: s.disk_image.is_some(),
                 write_log: s.write_log.as_deref(),
-                topology_args: s.topology.qemu_args(),
+                topology_args: match &s.hmat {
+                    Some((l, b)) => s.topology.qemu_args_hmat(l, b),
+                    None => s.topology.qemu_args(),
+                },
                 kernel_args: &s.kernel_args,
                 timeout: s.timeout,
                 cut,
@@ -246,6 +249,10 @@ fn warn_if_stale(bin_dir: &Path) {
 /// `/proc`, `/sys`, `/dev` are mounted, `/tmp` is a tmpfs, the disk (if any) is ext4 on
 /// `/mnt`. The script runs as root with stdin `/dev/null`; stderr is merged into stdout.
 /// `as-nobody CMD ARGS...` runs a command as uid/gid 65534.
+/// Advertised HMAT latency (ns) and bandwidth (MiB/s), indexed [initiator][target] by QEMU
+/// node id.
+pub type HmatValues = (Vec<Vec<u32>>, Vec<Vec<u64>>);
+
 #[derive(Clone, Debug)]
 pub struct Scenario {
     pub topology: LabTopology,
@@ -259,6 +266,8 @@ pub struct Scenario {
     pub timeout: Duration,
     /// Extra kernel command-line words (e.g. `numa_balancing=disable`).
     pub kernel_args: Vec<String>,
+    /// Advertised HMAT latency (ns) and bandwidth (MiB/s) per (initiator, target) QEMU node.
+    pub hmat: Option<HmatValues>,
 }
 
 impl Scenario {
@@ -272,7 +281,14 @@ impl Scenario {
             files: Vec::new(),
             timeout: DEFAULT_TIMEOUT,
             kernel_args: Vec::new(),
+            hmat: None,
         }
+    }
+
+    /// Gives the guest an ACPI HMAT with these values (see [`LabTopology::qemu_args_hmat`]).
+    pub fn hmat(mut self, latency_ns: Vec<Vec<u32>>, bandwidth_mib_s: Vec<Vec<u64>>) -> Scenario {
+        self.hmat = Some((latency_ns, bandwidth_mib_s));
+        self
     }
 
     pub fn disk(mut self, d: DiskSpec) -> Scenario {

@@ -277,6 +277,52 @@ impl LabTopology {
         }
         a
     }
+
+    /// QEMU options with an ACPI HMAT (`-machine hmat=on`): every node names an initiator (a
+    /// CPU-less node the first node with CPUs), and each (initiator with CPUs, target) pair
+    /// gets `latency_ns[i][t]` and `bandwidth_mib_s[i][t]`, indexed by QEMU node id.
+    pub fn qemu_args_hmat(
+        &self,
+        latency_ns: &[Vec<u32>],
+        bandwidth_mib_s: &[Vec<u64>],
+    ) -> Vec<String> {
+        let first_cpu_node = (0..self.nodes.len())
+            .find(|&i| self.nodes[i].cpus > 0)
+            .unwrap_or(0);
+        let mut a = vec!["-machine".to_string(), "hmat=on".to_string()];
+        for (k, arg) in self.qemu_args().into_iter().enumerate() {
+            let node = arg
+                .strip_prefix("node,nodeid=")
+                .and_then(|r| r.split(',').next())
+                .and_then(|id| id.parse::<usize>().ok());
+            match node {
+                Some(i) if k > 0 => {
+                    let ini = if self.nodes[i].cpus > 0 {
+                        i
+                    } else {
+                        first_cpu_node
+                    };
+                    a.push(format!("{arg},initiator={ini}"));
+                }
+                _ => a.push(arg),
+            }
+        }
+        for i in (0..self.nodes.len()).filter(|&i| self.nodes[i].cpus > 0) {
+            for t in 0..self.nodes.len() {
+                a.push("-numa".into());
+                a.push(format!(
+                    "hmat-lb,initiator={i},target={t},hierarchy=memory,data-type=access-latency,latency={}",
+                    latency_ns[i][t]
+                ));
+                a.push("-numa".into());
+                a.push(format!(
+                    "hmat-lb,initiator={i},target={t},hierarchy=memory,data-type=access-bandwidth,bandwidth={}M",
+                    bandwidth_mib_s[i][t]
+                ));
+            }
+        }
+        a
+    }
 }
 
 #[cfg(test)]

@@ -59,6 +59,10 @@ enum Command {
     Daemon(cmd::daemon::DaemonArgs),
     /// Benchmark the I/O engine or the kernel page cache.
     Bench(cmd::bench::BenchArgs),
+    /// Measure this machine's NUMA latency and bandwidth costs (an MLC-style profile).
+    Probe(cmd::probe::ProbeArgs),
+    /// Predict a placement's throughput and latency on a machine profile.
+    Model(cmd::model::ModelArgs),
 }
 
 fn main() -> ExitCode {
@@ -94,6 +98,8 @@ fn main() -> ExitCode {
         Command::Run(a) => cmd::run::run(a),
         Command::Daemon(a) => cmd::daemon::run(a),
         Command::Bench(a) => cmd::bench::run(a),
+        Command::Probe(a) => cmd::probe::run(a),
+        Command::Model(a) => cmd::model::run(a),
     };
     // Text still buffered is written here, so its write errors are caught too.
     let result = result.and_then(|code| output::flush_out().map(|_| code));

@@ -192,6 +192,7 @@ impl<'a> Daemon<'a> {
                 })
                 .collect(),
             now,
+            costs: Some(policy::Costs::for_topology(&topo)),
         };
         let decisions = policy::decide(&self.cfg, &world, &res.views, &self.history);
         let mut sum = IntervalSummary {
