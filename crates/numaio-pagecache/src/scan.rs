@@ -7,19 +7,19 @@
 //!
 //! 1. asks `mincore(2)` which pages of the batch are resident;
 //! 2. faults in only resident pages with `MADV_POPULATE_READ` (no SIGBUS if the file
-//!    shrinks): one page per 64 KiB fault-around block, since the kernel's fault-around then
-//!    maps the block's other cached pages without I/O (it never reads); pages it skipped
-//!    are faulted in one by one after the query. Each page we fault is checked with a
-//!    one-page `mincore` immediately before. The mapping is `MADV_RANDOM`, so a fault
-//!    never starts readahead (not even async readahead on a readahead-marked page);
+//!    shrinks): one call per run of resident pages, in pieces of at most 1 MiB, each piece
+//!    checked again with one `mincore` immediately before, so only pages still resident are
+//!    faulted. Pages the query then finds not mapped are faulted one by one, each re-checked
+//!    right before. The mapping is `MADV_RANDOM`, so a fault never starts readahead (not
+//!    even async readahead on a readahead-marked page);
 //! 3. asks where each of those pages is: from `/proc/self/pagemap` frame numbers when the
 //!    caller may read them (root; see [`crate::pfn`]), else with `move_pages(2)` (batched,
 //!    `nodes == NULL`). A page evicted after the touch is not present any more (`-ENOENT`)
 //!    and is counted as evicted during the query.
 //!
-//! Residual race, stated honestly: a page evicted in the gap between its one-page `mincore`
-//! and the fault that follows is read back in (one page, no readahead). Such reads are major faults; the scan
-//! counts them from `getrusage(RUSAGE_THREAD)` and reports them (`read_in_during_query`).
+//! Residual race, stated honestly: a page evicted in the gap between the `mincore` that
+//! re-checks it and the fault that follows is read back in (one page, no readahead). Such
+//! reads are major faults; the scan counts them from `getrusage(RUSAGE_THREAD)` and reports them (`read_in_during_query`).
 
 use crate::error::PagecacheError;
 use crate::file::OpenFile;
@@ -62,7 +62,7 @@ struct Window {
 }
 
 impl Window {
-    fn map(f: &OpenFile, offset: u64, len: usize) -> Result<Window, PagecacheError> {
+    fn map(f: &OpenFile, offset: u64, len: usize, touch: bool) -> Result<Window, PagecacheError> {
         // SAFETY: a fresh read-only shared mapping of a file we hold open; nothing else
         // refers to the address range.
         let addr = unsafe {
@@ -86,9 +86,12 @@ impl Window {
             addr: addr as *mut u8,
             len,
         };
-        // No readahead on our faults: touching a resident page must never start I/O.
-        // SAFETY: advice on our own mapping.
-        unsafe { libc::madvise(addr, len, libc::MADV_RANDOM) };
+        if touch {
+            // No readahead on our faults: touching a resident page must never start I/O.
+            // A mincore-only scan faults nothing and skips the call.
+            // SAFETY: advice on our own mapping.
+            unsafe { libc::madvise(addr, len, libc::MADV_RANDOM) };
+        }
         Ok(w)
     }
 }
@@ -139,7 +142,7 @@ pub(crate) fn scan(
     let mut w0 = first;
     while w0 < end {
         let w1 = (w0 + win_pages).min(end);
-        let win = Window::map(f, w0 * ps, ((w1 - w0) * ps) as usize)?;
+        let win = Window::map(f, w0 * ps, ((w1 - w0) * ps) as usize, query)?;
         let mut b0 = w0;
         while b0 < w1 {
             let b1 = (b0 + BATCH_PAGES).min(w1);
@@ -171,12 +174,12 @@ pub(crate) fn scan(
             if query && !pages.is_empty() {
                 let before = majflt();
                 populate_ok = if populate_ok {
-                    touch_sparse(&vec[..n], base, ps as usize)
+                    touch_resident(&vec[..n], base, ps as usize)
                 } else {
                     touch_runs(&vec[..n], base, ps as usize)
                 };
                 status = node_query(f, &mut pfn, base, n, b0, &pages, &addrs, &mut pm)?;
-                // Fault-around skips some cached pages (e.g. readahead-marked ones): fault
+                // A page missed by the populate (evicted and re-cached in between): fault
                 // those in one by one, each re-checked right before, and ask again.
                 let missing: Vec<usize> = (0..pages.len())
                     .filter(|&i| status[i] == PageStatus::NotPresent)
@@ -285,36 +288,54 @@ fn populate(addr: *mut u8, len: usize) -> bool {
     r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL)
 }
 
-/// Bytes the kernel maps around a read fault on a file (`fault_around_bytes`, 64 KiB by
-/// default): faulting one cached page maps its cached neighbours in the same aligned block.
-const FAULT_AROUND: usize = 64 << 10;
+/// Pages re-checked with one `mincore` and then faulted in with one `MADV_POPULATE_READ`
+/// per run: 1 MiB of 4 KiB pages. Small enough that the gap between the check and the
+/// fault stays that of two system calls; large enough that a cached file costs two calls
+/// per MiB rather than two per 64 KiB fault-around block.
+const POPULATE_PIECE: usize = 256;
 
-/// Faults in one resident page per fault-around block; the kernel maps the block's other
-/// cached pages without I/O, so most pages need no work of ours. Returns false if
+/// Faults in the resident pages of the batch (`vec` from mincore): each run of resident
+/// pages, in pieces of [`POPULATE_PIECE`] pages, is checked again with `mincore` right
+/// before, and only the sub-runs still resident are populated, so an evicted page is not
+/// read back in (but for the residual race the module describes). Returns false if
 /// MADV_POPULATE_READ is missing (then [`touch_runs`] is used).
-fn touch_sparse(vec: &[u8], base: *mut u8, ps: usize) -> bool {
-    let mut done_block = usize::MAX;
-    for (i, &v) in vec.iter().enumerate() {
-        if v & 1 == 0 {
+fn touch_resident(vec: &[u8], base: *mut u8, ps: usize) -> bool {
+    let mut again = [0u8; POPULATE_PIECE];
+    let mut i = 0;
+    while i < vec.len() {
+        if vec[i] & 1 == 0 {
+            i += 1;
             continue;
         }
-        // SAFETY: inside the batch.
+        let mut j = i;
+        while j < vec.len() && vec[j] & 1 != 0 && j - i < POPULATE_PIECE {
+            j += 1;
+        }
+        // SAFETY: pages i..j lie inside the batch.
         let addr = unsafe { base.add(i * ps) };
-        let block = addr as usize / FAULT_AROUND;
-        if block == done_block {
-            continue;
+        let n = j - i;
+        // SAFETY: n pages of our own mapping; `again` holds at least n bytes.
+        let r = unsafe { libc::mincore(addr as *mut libc::c_void, n * ps, again.as_mut_ptr()) };
+        if r == 0 {
+            let mut k = 0;
+            while k < n {
+                if again[k] & 1 == 0 {
+                    k += 1;
+                    continue;
+                }
+                let mut l = k;
+                while l < n && again[l] & 1 != 0 {
+                    l += 1;
+                }
+                // SAFETY: pages k..l of the piece.
+                if !populate(unsafe { addr.add(k * ps) }, (l - k) * ps) {
+                    touch_runs(vec, base, ps);
+                    return false;
+                }
+                k = l;
+            }
         }
-        // Check this very page again right before faulting it: the evict-then-read race
-        // shrinks to the gap between two system calls. If it is gone, try the block's next
-        // cached page.
-        if !resident_now(addr, ps) {
-            continue;
-        }
-        done_block = block;
-        if !populate(addr, ps) {
-            touch_runs(vec, base, ps);
-            return false;
-        }
+        i = j;
     }
     true
 }
