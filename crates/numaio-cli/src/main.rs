@@ -7,6 +7,7 @@ mod args;
 mod benchfile;
 mod cmd;
 mod output;
+mod walk;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
