@@ -40,6 +40,8 @@ enum Command {
     Move(cmd::move_::MoveArgs),
     /// Drop files' clean cached pages.
     Evict(cmd::evict::EvictArgs),
+    /// Lock files' pages in memory (mlock), optionally on a chosen node, until signalled.
+    Lock(cmd::lock::LockArgs),
     /// Show processes' file I/O locality per node.
     Ps(cmd::ps::PsArgs),
     /// Pin a process's threads (and optionally its memory) to a node.
@@ -80,6 +82,7 @@ fn main() -> ExitCode {
         Command::Warm(a) => cmd::warm::run(a),
         Command::Move(a) => cmd::move_::run(a),
         Command::Evict(a) => cmd::evict::run(a),
+        Command::Lock(a) => cmd::lock::run(a),
         Command::Ps(a) => cmd::ps::run(a),
         Command::Pin(a) => cmd::pin::run(a),
         Command::Run(a) => cmd::run::run(a),

@@ -168,12 +168,16 @@ impl Iterator for BatchList {
 }
 
 /// Buffered standard output: one `write` per 32 KiB rather than per line, except that the
-/// first line goes out at once and a terminal gets every line as it comes.
+/// first 4 KiB go out line by line (the first results show at once, even when the walk is
+/// long or the list comes slowly from a pipe) and a terminal gets every line as it comes.
 pub struct Out {
     buf: String,
     tty: bool,
-    wrote: bool,
+    written: usize,
 }
+
+/// Bytes written line by line before [`Out`] starts buffering.
+const OUT_EAGER: usize = 4 << 10;
 
 const OUT_BUF: usize = 32 << 10;
 
@@ -182,14 +186,14 @@ impl Out {
         Out {
             buf: String::with_capacity(OUT_BUF + 4096),
             tty: std::io::stdout().is_terminal(),
-            wrote: false,
+            written: 0,
         }
     }
 
     /// Appends text; writes when due.
     pub fn push(&mut self, s: &str) -> anyhow::Result<()> {
         self.buf.push_str(s);
-        if self.tty || !self.wrote || self.buf.len() >= OUT_BUF {
+        if self.tty || self.written < OUT_EAGER || self.buf.len() >= OUT_BUF {
             self.flush()?;
         }
         Ok(())
@@ -198,8 +202,8 @@ impl Out {
     pub fn flush(&mut self) -> anyhow::Result<()> {
         if !self.buf.is_empty() {
             crate::out!("{}", self.buf)?;
+            self.written += self.buf.len();
             self.buf.clear();
-            self.wrote = true;
         }
         Ok(())
     }
