@@ -71,7 +71,8 @@ impl WalkArgs {
             ignore: glob_set(&self.ignore).map_err(usage)?,
         };
         let failed = Rc::new(Cell::new(false));
-        let mut operands: Box<dyn Iterator<Item = PathBuf>> = Box::new(self.paths.clone().into_iter());
+        let mut operands: Box<dyn Iterator<Item = PathBuf>> =
+            Box::new(self.paths.clone().into_iter());
         if let Some(b) = batch {
             let reader: Box<dyn BufRead> = if b == Path::new("-") {
                 Box::new(std::io::stdin().lock())
@@ -217,7 +218,9 @@ pub struct JsonDoc {
 
 impl JsonDoc {
     pub fn begin(out: &mut Out) -> anyhow::Result<JsonDoc> {
-        out.push(&format!("{{\"schema_version\":{SCHEMA_VERSION},\"files\":["))?;
+        out.push(&format!(
+            "{{\"schema_version\":{SCHEMA_VERSION},\"files\":["
+        ))?;
         Ok(JsonDoc { first: true })
     }
 

@@ -50,7 +50,11 @@ pub fn evict_open(
     }
     if end > first {
         // len 0 means "to the end of the file", so an empty range must not get here.
-        let len = if range.is_some() { (end - first) * ps } else { 0 };
+        let len = if range.is_some() {
+            (end - first) * ps
+        } else {
+            0
+        };
         fadvise_dontneed(f, first * ps, len)?;
     }
     let after = resident_in_range(f, range)?;

@@ -62,7 +62,11 @@ pub fn open_entry(e: &crate::walk::WalkEntry) -> Result<OpenFile, PagecacheError
     open_checked(&e.path, !e.from_walk, e.no_follow)
 }
 
-fn open_checked(path: &Path, stat_first: bool, no_follow: bool) -> Result<OpenFile, PagecacheError> {
+fn open_checked(
+    path: &Path,
+    stat_first: bool,
+    no_follow: bool,
+) -> Result<OpenFile, PagecacheError> {
     // The stat keeps us from opening devices (opening some has side effects, e.g. a tape
     // rewinds); entries a directory listed as regular files skip it.
     if stat_first {

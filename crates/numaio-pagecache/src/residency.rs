@@ -376,5 +376,7 @@ pub fn resident_in_range(
     }
     let ps = numaio_sys::page_size() as u64;
     let (first, end) = page_span(f.size, range, ps);
-    Ok(Some(scan(f, first, end, false, |_| Ok(()))?.mincore_resident))
+    Ok(Some(
+        scan(f, first, end, false, |_| Ok(()))?.mincore_resident,
+    ))
 }

@@ -229,7 +229,10 @@ impl FileFilter {
 mod tests {
     use super::*;
 
-    fn names(w: impl Iterator<Item = Result<WalkEntry, PagecacheError>>, root: &Path) -> Vec<String> {
+    fn names(
+        w: impl Iterator<Item = Result<WalkEntry, PagecacheError>>,
+        root: &Path,
+    ) -> Vec<String> {
         let mut v: Vec<String> = w
             .map(|e| {
                 e.unwrap()
@@ -250,7 +253,13 @@ mod tests {
         let r = d.path();
         std::fs::create_dir_all(r.join("sub/deep")).unwrap();
         std::fs::create_dir_all(r.join("skipdir")).unwrap();
-        for f in ["a.bin", "b.txt", "sub/c.bin", "sub/deep/d.bin", "skipdir/e.bin"] {
+        for f in [
+            "a.bin",
+            "b.txt",
+            "sub/c.bin",
+            "sub/deep/d.bin",
+            "skipdir/e.bin",
+        ] {
             std::fs::write(r.join(f), b"x").unwrap();
         }
         std::os::unix::fs::symlink(r.join("sub"), r.join("link")).unwrap();
@@ -259,13 +268,25 @@ mod tests {
             ..Default::default()
         };
         let all = names(walk([r.to_path_buf()], opts.clone()), r);
-        assert_eq!(all, ["a.bin", "b.txt", "skipdir/e.bin", "sub/c.bin", "sub/deep/d.bin"]);
+        assert_eq!(
+            all,
+            [
+                "a.bin",
+                "b.txt",
+                "skipdir/e.bin",
+                "sub/c.bin",
+                "sub/deep/d.bin"
+            ]
+        );
         let filtered = WalkOptions {
             include: glob_set(&["*.bin".into()]).unwrap(),
             ignore: glob_set(&["skipdir".into(), "d.*".into()]).unwrap(),
             ..opts.clone()
         };
-        assert_eq!(names(walk([r.to_path_buf()], filtered), r), ["a.bin", "sub/c.bin"]);
+        assert_eq!(
+            names(walk([r.to_path_buf()], filtered), r),
+            ["a.bin", "sub/c.bin"]
+        );
         let follow = WalkOptions {
             follow_symlinks: true,
             ..opts

@@ -163,7 +163,9 @@ pub(crate) fn warm_open(
     };
     // With one memory node, every page read lands on it: no migration, and the
     // verification needs mincore alone (the residency scan takes that route itself).
-    let one_node = single_memory_node().filter(|&n| target.nodes() == [n]).is_some();
+    let one_node = single_memory_node()
+        .filter(|&n| target.nodes() == [n])
+        .is_some();
     let before = resident_in_range(f, range)?;
     // For a file whose residency mincore hides (not owner, no write permission), warming
     // still works: the fill pass reads the whole file and the verification is exact once

@@ -62,7 +62,8 @@ pub fn run(a: EvictArgs) -> anyhow::Result<ExitCode> {
                 match doc.as_mut() {
                     Some(d) => d.file(&mut out, &r)?,
                     None => {
-                        let show = |v: Option<u64>| v.map_or("unknown".to_string(), |v| v.to_string());
+                        let show =
+                            |v: Option<u64>| v.map_or("unknown".to_string(), |v| v.to_string());
                         let mut s = format!(
                             "{}: {} pages, resident before {}, after {}\n",
                             quote(&r.path),

@@ -18,10 +18,12 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
-#[command(after_help = "The pages stay locked until numaio gets SIGTERM, SIGINT or SIGHUP. \
+#[command(
+    after_help = "The pages stay locked until numaio gets SIGTERM, SIGINT or SIGHUP. \
     Locking needs RLIMIT_MEMLOCK (ulimit -l) large enough for the files, or root \
     (CAP_IPC_LOCK). Exit status: 0 ok (after a signal, or once the daemon is running), \
-    1 error (then nothing stays locked), 2 usage error.")]
+    1 error (then nothing stays locked), 2 usage error."
+)]
 pub struct LockArgs {
     #[command(flatten)]
     walk: WalkArgs,
@@ -349,10 +351,7 @@ fn lock_all(a: &LockArgs) -> anyhow::Result<Vec<Mapping>> {
         errors.push("the --batch list could not be read".into());
     }
     if !errors.is_empty() {
-        anyhow::bail!(
-            "{} error(s): nothing stays locked",
-            errors.len()
-        );
+        anyhow::bail!("{} error(s): nothing stays locked", errors.len());
     }
     let mut total = Total::default();
     for l in &locked {

@@ -17,8 +17,10 @@ use std::process::ExitCode;
 
 #[derive(clap::Args)]
 #[command(group(clap::ArgGroup::new("target").required(true).args(["to", "interleave", "stripe", "weights"])))]
-#[command(after_help = "Exit status: 0 every resident page is on its target node, 1 error, \
-    2 usage error, 3 some pages could not be moved (busy, mapped by others, no memory).")]
+#[command(
+    after_help = "Exit status: 0 every resident page is on its target node, 1 error, \
+    2 usage error, 3 some pages could not be moved (busy, mapped by others, no memory)."
+)]
 pub struct MoveArgs {
     #[command(flatten)]
     walk: WalkArgs,
@@ -151,7 +153,8 @@ fn render(fo: &FileOut, all: bool) -> String {
         );
     }
     if r.mapped_by_others > 0 && !all {
-        s += "  pages mapped by other processes stay put; rerun with --all as root (CAP_SYS_NICE)\n";
+        s +=
+            "  pages mapped by other processes stay put; rerun with --all as root (CAP_SYS_NICE)\n";
     }
     s
 }

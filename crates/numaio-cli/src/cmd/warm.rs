@@ -8,11 +8,10 @@ use crate::output::{human_bytes, quote};
 use crate::walk::{JsonDoc, Out, WalkArgs, EXIT_PARTIAL};
 use crate::warnln;
 use numaio_pagecache::{
-    warm_needs, warm_opened, MoveOptions, OpenFile, PagecacheError, Target, WarmOptions,
-    WarmReport,
+    warm_needs, warm_opened, MoveOptions, OpenFile, PagecacheError, Target, WarmOptions, WarmReport,
 };
-use std::collections::BTreeMap;
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -22,11 +21,13 @@ const PROGRESS_MIN_BYTES: u64 = 64 << 20;
 
 #[derive(clap::Args)]
 #[command(group(clap::ArgGroup::new("target").args(["node", "interleave", "stripe", "weights"])))]
-#[command(after_help = "Before warming a file, warm checks that the target nodes have room \
+#[command(
+    after_help = "Before warming a file, warm checks that the target nodes have room \
     for the pages still to read (free + reclaimable file cache, from the nodes' meminfo) and \
     refuses the file otherwise; --force warms anyway. Exit status: 0 every file reached its \
     target, 1 error (or refused for lack of room), 2 usage error, 3 some file did not reach \
-    its target.")]
+    its target."
+)]
 pub struct WarmArgs {
     #[command(flatten)]
     walk: WalkArgs,

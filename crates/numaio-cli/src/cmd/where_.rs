@@ -10,12 +10,14 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
-#[command(after_help = "Columns (-o): RES (resident bytes), PAGES (resident pages), SIZE (file \
+#[command(
+    after_help = "Columns (-o): RES (resident bytes), PAGES (resident pages), SIZE (file \
     size), FILE, NODES (resident pages per node, N:PAGES,...), PERCENT (resident share), \
     FILEPAGES (pages examined). Default: RES,PAGES,SIZE,NODES,FILE; -o +COL,... adds to \
     the default. Unlike fincore, -r walks directories (as in vmtouch); fincore's raw output \
     is --raw. A file with several hard links is counted once.\n\n\
-    Exit status: 0 ok, 1 some file could not be inspected, 2 usage error.")]
+    Exit status: 0 ok, 1 some file could not be inspected, 2 usage error."
+)]
 pub struct WhereArgs {
     #[command(flatten)]
     walk: WalkArgs,
