@@ -10,8 +10,6 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-const PS: u64 = 4096;
-
 fn json(r: &Run) -> Value {
     serde_json::from_slice(&r.stdout)
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}\nstderr: {}", r.out(), r.stderr))

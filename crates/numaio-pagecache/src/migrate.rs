@@ -103,6 +103,8 @@ pub fn move_file(
     target: &Target,
     opts: &MoveOptions,
 ) -> Result<MoveReport, PagecacheError> {
+    // A bad target is reported before anything about the file.
+    target.validate(numaio_sys::page_size() as u64)?;
     let f = open_regular(path)?;
     move_opened(&f, target, opts)
 }
@@ -119,7 +121,7 @@ pub fn move_opened(
         // Fail up front, not only when some page actually needs moving.
         return Err(move_all_denied(&f.path));
     }
-    if !crate::file::mincore_is_truthful(&f) {
+    if !crate::file::mincore_is_truthful(f) {
         // mincore would call every page resident, and moving would read them all in.
         return Err(PagecacheError::MincoreRestricted {
             path: f.path.clone(),

@@ -93,6 +93,8 @@ pub fn warm_file(
     target: &Target,
     opts: WarmOptions<'_>,
 ) -> Result<WarmReport, PagecacheError> {
+    // A bad target is reported before anything about the file.
+    target.validate(numaio_sys::page_size() as u64)?;
     let f = open_regular(path)?;
     warm_opened(&f, target, opts)
 }
