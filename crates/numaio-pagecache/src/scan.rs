@@ -132,9 +132,11 @@ pub(crate) fn scan(
     let end = end.min(pages_of(f.size, ps));
     let mut stats = ScanStats::default();
     let win_pages = WINDOW_BYTES / ps;
-    let mut vec = vec![0u8; BATCH_PAGES as usize];
-    let mut pages: Vec<u64> = Vec::with_capacity(BATCH_PAGES as usize);
-    let mut addrs: Vec<*const u8> = Vec::with_capacity(BATCH_PAGES as usize);
+    // Sized for the pages at hand: a tree of small files must not pay for a full batch.
+    let batch = BATCH_PAGES.min(end.saturating_sub(first)) as usize;
+    let mut vec = vec![0u8; batch];
+    let mut pages: Vec<u64> = Vec::with_capacity(batch);
+    let mut addrs: Vec<*const u8> = Vec::with_capacity(batch);
     let mut populate_ok = true;
     let mut status: Vec<PageStatus> = Vec::new();
     let mut pm: Vec<u64> = Vec::new();

@@ -138,63 +138,85 @@ pub(crate) struct Table {
 
 impl Table {
     fn header(&self) -> String {
-        self.line(self.cols.iter().map(|c| c.name().to_string()).collect())
+        let mut s = String::new();
+        self.line(&mut s, |c, out| out.push_str(c.name()));
+        s
     }
 
+    #[cfg(test)]
     fn row(&self, r: &FileResidency) -> String {
-        let size = |b: u64| {
-            if self.bytes {
-                b.to_string()
+        let mut s = String::new();
+        self.row_into(r, &mut s);
+        s
+    }
+
+    /// Appends the row of `r` to `out` (no intermediate strings: this runs once per file).
+    fn row_into(&self, r: &FileResidency, out: &mut String) {
+        use std::fmt::Write;
+        let bytes = self.bytes;
+        let size = |b: u64, out: &mut String| {
+            if bytes {
+                let _ = write!(out, "{b}");
             } else {
-                human_bytes(b)
+                out.push_str(&human_bytes(b));
             }
         };
-        let cells = self
-            .cols
-            .iter()
-            .map(|c| match c {
-                Column::Res => size(r.resident_pages * r.page_size),
-                Column::Pages => r.resident_pages.to_string(),
-                Column::Size => size(r.size_bytes),
-                Column::File => quote(&r.path).into_owned(),
-                Column::Nodes => nodes_cell(&r.nodes),
-                Column::Percent => pct(r.resident_pages, r.pages),
-                Column::FilePages => r.pages.to_string(),
-            })
-            .collect();
-        self.line(cells)
+        self.line(out, |c, out| match c {
+            Column::Res => size(r.resident_pages * r.page_size, out),
+            Column::Pages => {
+                let _ = write!(out, "{}", r.resident_pages);
+            }
+            Column::Size => size(r.size_bytes, out),
+            Column::File => out.push_str(&quote(&r.path)),
+            Column::Nodes => nodes_cell(&r.nodes, out),
+            Column::Percent => out.push_str(&pct(r.resident_pages, r.pages)),
+            Column::FilePages => {
+                let _ = write!(out, "{}", r.pages);
+            }
+        });
     }
 
-    fn line(&self, cells: Vec<String>) -> String {
-        let mut s = String::new();
-        let last = cells.len().saturating_sub(1);
-        for (i, (c, v)) in self.cols.iter().zip(cells).enumerate() {
+    /// Appends one line: each column's cell (written by `cell`) padded to the column's
+    /// width (numbers to the right), one space between columns.
+    fn line(&self, out: &mut String, mut cell: impl FnMut(Column, &mut String)) {
+        let mut scratch = String::new();
+        let last = self.cols.len().saturating_sub(1);
+        for (i, &c) in self.cols.iter().enumerate() {
             if i > 0 {
-                s.push(' ');
+                out.push(' ');
             }
             let w = if self.raw || i == last && c.left_aligned() {
                 0
             } else {
                 c.width(self.bytes)
             };
+            scratch.clear();
+            cell(c, &mut scratch);
+            let pad = w.saturating_sub(scratch.chars().count());
             if c.left_aligned() {
-                s += &format!("{v:<w$}");
+                out.push_str(&scratch);
+                out.extend(std::iter::repeat(' ').take(pad));
             } else {
-                s += &format!("{v:>w$}");
+                out.extend(std::iter::repeat(' ').take(pad));
+                out.push_str(&scratch);
             }
         }
-        s.push('\n');
-        s
+        out.push('\n');
     }
 }
 
 /// `0:12,1:30`, or `-` when nothing is cached.
-fn nodes_cell(nodes: &BTreeMap<u32, u64>) -> String {
+fn nodes_cell(nodes: &BTreeMap<u32, u64>, out: &mut String) {
+    use std::fmt::Write;
     if nodes.is_empty() {
-        return "-".into();
+        out.push('-');
     }
-    let v: Vec<String> = nodes.iter().map(|(n, c)| format!("{n}:{c}")).collect();
-    v.join(",")
+    for (i, (n, c)) in nodes.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let _ = write!(out, "{n}:{c}");
+    }
 }
 
 /// Parses `OFF:LEN` (sizes with optional K/M/G/T suffix; an empty LEN means to the end).
@@ -279,6 +301,7 @@ pub fn run(a: WhereArgs) -> anyhow::Result<ExitCode> {
     let mut errors = Vec::new();
     let mut total = Totals::default();
     let mut nfiles = 0u64;
+    let mut row = String::new();
     for item in files {
         let f = match item {
             Ok(f) => f,
@@ -305,9 +328,12 @@ pub fn run(a: WhereArgs) -> anyhow::Result<ExitCode> {
                 match doc.as_mut() {
                     Some(d) => d.file(&mut out, &r)?,
                     None => {
-                        let mut s = table.row(&r);
-                        s += &render_map(&r);
-                        out.push(&s)?;
+                        row.clear();
+                        table.row_into(&r, &mut row);
+                        if r.map.is_some() {
+                            row += &render_map(&r);
+                        }
+                        out.push(&row)?;
                     }
                 }
                 warn_file(&r);
