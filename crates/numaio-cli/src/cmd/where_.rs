@@ -195,9 +195,11 @@ impl Table {
             let pad = w.saturating_sub(scratch.chars().count());
             if c.left_aligned() {
                 out.push_str(&scratch);
-                out.extend(std::iter::repeat(' ').take(pad));
-            } else {
-                out.extend(std::iter::repeat(' ').take(pad));
+            }
+            for _ in 0..pad {
+                out.push(' ');
+            }
+            if !c.left_aligned() {
                 out.push_str(&scratch);
             }
         }
