@@ -323,10 +323,10 @@ step where_nb numaio where --json $D/nb.bin
     assert_eq!(nodes(&s.where1("where_mv0")["nodes"]), one_node(0, PAGES));
 
     // Pages another process maps (vmtouch -l holds them mlocked): a plain move reports them
-    // as mapped by others and exits 2; --all (root) moves them.
+    // as mapped by others and exits 3 (partial result); --all (root) moves them.
     s.ok("prelock");
     let m = &s.json("move_mapped")["files"][0];
-    assert_eq!(s.get("move_mapped").rc, 2, "{m}");
+    assert_eq!(s.get("move_mapped").rc, 3, "{m}");
     assert_eq!(m["mapped_by_others"].as_u64(), Some(PAGES), "{m}");
     assert_eq!(m["moved"].as_u64(), Some(0), "{m}");
     let m = &s.json("move_all")["files"][0];
