@@ -396,3 +396,27 @@ fn lock_names_rlimit_memlock_when_it_is_too_small() {
     assert_eq!(r.code, Some(1), "{}", r.stderr);
     assert!(r.stderr.contains("RLIMIT_MEMLOCK"), "{}", r.stderr);
 }
+
+#[test]
+fn one_file_system_stays_on_its_file_system() {
+    use std::os::unix::fs::MetadataExt;
+    let (Ok(dev), Ok(shm)) = (std::fs::metadata("/dev"), std::fs::metadata("/dev/shm")) else {
+        return skip(numaio_testkit::needs::TMPFS, "no /dev/shm");
+    };
+    if dev.dev() == shm.dev() || tempfile::tempdir_in("/dev/shm").is_err() {
+        return skip(
+            numaio_testkit::needs::TMPFS,
+            "/dev/shm is not a separate writable mount",
+        );
+    }
+    let d = tempfile::tempdir_in("/dev/shm").unwrap();
+    let marker = format!("numaio-onefs-{}", std::process::id());
+    std::fs::write(d.path().join(&marker), b"x").unwrap();
+    // /dev holds devices (skipped while walking, never opened) and the /dev/shm mount.
+    let all = json(&run(&["where", "-r", "--json", "-I", &marker, "/dev"]));
+    assert_eq!(all["files"].as_array().unwrap().len(), 1, "{all}");
+    let one = json(&run(&[
+        "where", "-r", "-F", "--json", "-I", &marker, "/dev",
+    ]));
+    assert_eq!(one["files"].as_array().unwrap().len(), 0, "{one}");
+}
