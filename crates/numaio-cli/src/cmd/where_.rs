@@ -295,11 +295,10 @@ pub fn run(a: WhereArgs) -> anyhow::Result<ExitCode> {
     let mut doc = if a.json {
         Some(JsonDoc::begin(&mut out)?)
     } else {
-        if !a.noheadings && !a.raw {
-            out.push(&table.header())?;
-        }
         None
     };
+    // Printed with the first row, so that a run that finds no file prints only errors.
+    let mut header_due = !a.noheadings && !a.raw;
     let mut errors = Vec::new();
     let mut total = Totals::default();
     let mut nfiles = 0u64;
@@ -331,6 +330,10 @@ pub fn run(a: WhereArgs) -> anyhow::Result<ExitCode> {
                     Some(d) => d.file(&mut out, &r)?,
                     None => {
                         row.clear();
+                        if header_due {
+                            row += &table.header();
+                            header_due = false;
+                        }
                         table.row_into(&r, &mut row);
                         if r.map.is_some() {
                             row += &render_map(&r);
