@@ -8,6 +8,7 @@ mod benchfile;
 mod cmd;
 mod exit;
 mod output;
+mod walk;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -34,17 +35,15 @@ enum Command {
     #[command(after_help = exit::HELP)]
     Topo(cmd::topo::TopoArgs),
     /// Show on which nodes files' cached pages sit (never reads uncached pages in).
-    #[command(after_help = exit::HELP)]
     Where(cmd::where_::WhereArgs),
     /// Make files' pages resident on chosen nodes, and verify it.
-    #[command(after_help = exit::HELP)]
     Warm(cmd::warm::WarmArgs),
     /// Migrate files' resident pages to chosen nodes (reads nothing new).
-    #[command(after_help = exit::HELP)]
     Move(cmd::move_::MoveArgs),
     /// Drop files' clean cached pages.
-    #[command(after_help = exit::HELP)]
     Evict(cmd::evict::EvictArgs),
+    /// Lock files' pages in memory (mlock), optionally on a chosen node, until signalled.
+    Lock(cmd::lock::LockArgs),
     /// Show processes' file I/O locality per node.
     #[command(after_help = exit::HELP)]
     Ps(cmd::ps::PsArgs),
@@ -93,6 +92,7 @@ fn main() -> ExitCode {
         Command::Warm(a) => cmd::warm::run(a),
         Command::Move(a) => cmd::move_::run(a),
         Command::Evict(a) => cmd::evict::run(a),
+        Command::Lock(a) => cmd::lock::run(a),
         Command::Ps(a) => cmd::ps::run(a),
         Command::Pin(a) => cmd::pin::run(a),
         Command::Run(a) => cmd::run::run(a),

@@ -180,7 +180,7 @@ fn hostile_names_are_quoted_in_human_output_and_exact_in_json() {
         vec![os("move"), os("--to"), os("0"), ps],
     ] {
         let r = run_os(&args);
-        assert!(matches!(r.code, Some(0) | Some(2)), "{args:?}: {r:?}");
+        assert!(matches!(r.code, Some(0) | Some(3)), "{args:?}: {r:?}");
         let out = r.out();
         assert_no_raw_controls(&format!("{args:?} stdout"), &out);
         assert_no_raw_controls(&format!("{args:?} stderr"), &r.stderr);

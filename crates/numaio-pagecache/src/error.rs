@@ -50,6 +50,9 @@ pub enum PagecacheError {
     /// A placement target that cannot be used (bad node, empty list, bad chunk size).
     #[error("invalid target: {0}")]
     InvalidTarget(String),
+    /// A glob pattern (`-i`, `-I`) that does not parse.
+    #[error("bad pattern {pattern:?}: {reason}")]
+    InvalidPattern { pattern: String, reason: String },
 }
 
 impl PagecacheError {
@@ -63,7 +66,7 @@ impl PagecacheError {
             | PagecacheError::Sys { path, .. }
             | PagecacheError::MincoreRestricted { path }
             | PagecacheError::NeedsPrivilege { path, .. } => Some(path),
-            PagecacheError::InvalidTarget(_) => None,
+            PagecacheError::InvalidTarget(_) | PagecacheError::InvalidPattern { .. } => None,
         }
     }
 
@@ -78,6 +81,7 @@ impl PagecacheError {
             PagecacheError::MincoreRestricted { .. } => "mincore_restricted",
             PagecacheError::NeedsPrivilege { .. } => "needs_privilege",
             PagecacheError::InvalidTarget(_) => "invalid_target",
+            PagecacheError::InvalidPattern { .. } => "invalid_pattern",
         }
     }
 

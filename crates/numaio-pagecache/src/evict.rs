@@ -6,8 +6,7 @@
 
 use crate::error::PagecacheError;
 use crate::file::{open_regular, OpenFile};
-use crate::residency::resident_pages_mincore;
-use crate::scan::pages_of;
+use crate::residency::{page_span, resident_in_range};
 use serde::Serialize;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -28,22 +27,65 @@ pub struct EvictReport {
 /// Evicts `path`'s clean cached pages (after writing dirty ones if `sync`).
 pub fn evict_file(path: &Path, sync: bool) -> Result<EvictReport, PagecacheError> {
     let f = open_regular(path)?;
+    evict_open(&f, sync, None)
+}
+
+/// [`evict_file`] on an open file, optionally only the pages a byte range `(offset, len)`
+/// covers (whole pages; see [`crate::page_span`]).
+pub fn evict_open(
+    f: &OpenFile,
+    sync: bool,
+    range: Option<(u64, u64)>,
+) -> Result<EvictReport, PagecacheError> {
     let ps = numaio_sys::page_size() as u64;
-    let before = resident_pages_mincore(&f)?;
+    let (first, end) = page_span(f.size, range, ps);
+    let before = resident_in_range(f, range)?;
     if sync {
-        f.file
-            .sync_data()
-            .map_err(|e| PagecacheError::io(path, "fdatasync", e))?;
+        let r = if range.is_some() {
+            sync_range(f, first * ps, (end - first) * ps)
+        } else {
+            f.file.sync_data()
+        };
+        r.map_err(|e| PagecacheError::io(&f.path, "fdatasync", e))?;
     }
-    fadvise_dontneed(&f, 0, 0)?;
-    let after = resident_pages_mincore(&f)?;
+    if end > first {
+        // len 0 means "to the end of the file", so an empty range must not get here.
+        let len = if range.is_some() {
+            (end - first) * ps
+        } else {
+            0
+        };
+        fadvise_dontneed(f, first * ps, len)?;
+    }
+    let after = resident_in_range(f, range)?;
     Ok(EvictReport {
         path: f.path.clone(),
-        pages: pages_of(f.size, ps),
+        pages: end - first,
         resident_before: before,
         resident_after: after,
         synced: sync,
     })
+}
+
+/// Writes the dirty pages of a byte range and waits for them (data only, like fdatasync
+/// for that range: the metadata a later read needs is already there for cached pages).
+fn sync_range(f: &OpenFile, offset: u64, len: u64) -> std::io::Result<()> {
+    let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE
+        | libc::SYNC_FILE_RANGE_WRITE
+        | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+    // SAFETY: a descriptor we own; the kernel checks the range.
+    let r = unsafe {
+        libc::sync_file_range(
+            f.file.as_raw_fd(),
+            offset as libc::off64_t,
+            len as libc::off64_t,
+            flags,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// `POSIX_FADV_DONTNEED` on `[offset, offset+len)`; `len == 0` means to the end of the file.

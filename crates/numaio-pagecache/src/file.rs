@@ -52,14 +52,36 @@ fn not_regular(path: &Path, m: &Metadata) -> PagecacheError {
 
 /// Opens `path` (following symlinks) if it is a regular file the caller can read.
 pub fn open_regular(path: &Path) -> Result<OpenFile, PagecacheError> {
-    let m = std::fs::metadata(path).map_err(|e| PagecacheError::io(path, "stat", e))?;
-    if !m.is_file() {
-        return Err(not_regular(path, &m));
+    open_checked(path, true, false)
+}
+
+/// Opens a file of a walk: one that the directory listing reported as a regular file is
+/// opened without a `stat` first (the type is checked again on the descriptor), and with
+/// `O_NOFOLLOW` when the walk does not follow links. Operands get [`open_regular`].
+pub fn open_entry(e: &crate::walk::WalkEntry) -> Result<OpenFile, PagecacheError> {
+    open_checked(&e.path, !e.from_walk, e.no_follow)
+}
+
+fn open_checked(
+    path: &Path,
+    stat_first: bool,
+    no_follow: bool,
+) -> Result<OpenFile, PagecacheError> {
+    // The stat keeps us from opening devices (opening some has side effects, e.g. a tape
+    // rewinds); entries a directory listed as regular files skip it.
+    if stat_first {
+        let m = std::fs::metadata(path).map_err(|e| PagecacheError::io(path, "stat", e))?;
+        if !m.is_file() {
+            return Err(not_regular(path, &m));
+        }
     }
     let open = |noatime: bool| {
         let mut flags = libc::O_NONBLOCK | libc::O_CLOEXEC;
         if noatime {
             flags |= libc::O_NOATIME;
+        }
+        if no_follow {
+            flags |= libc::O_NOFOLLOW;
         }
         OpenOptions::new().read(true).custom_flags(flags).open(path)
     };
@@ -88,8 +110,7 @@ pub fn open_regular(path: &Path) -> Result<OpenFile, PagecacheError> {
 /// for root, the file's owner, or a caller with write permission. For anyone else the kernel
 /// reports only pages mapped in the caller's own page tables, so residency reads as zero.
 pub fn mincore_is_truthful(f: &OpenFile) -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
+    let euid = euid();
     if euid == 0 || f.meta.uid() == euid {
         return true;
     }
@@ -99,6 +120,14 @@ pub fn mincore_is_truthful(f: &OpenFile) -> bool {
     };
     // SAFETY: c is a valid NUL-terminated path.
     unsafe { libc::faccessat(libc::AT_FDCWD, c.as_ptr(), libc::W_OK, libc::AT_EACCESS) == 0 }
+}
+
+/// The effective uid, asked once: it does not change while numaio runs, and asking per
+/// file showed in system-call profiles of large trees.
+pub(crate) fn euid() -> u32 {
+    static EUID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    // SAFETY: geteuid has no preconditions.
+    *EUID.get_or_init(|| unsafe { libc::geteuid() })
 }
 
 /// Expands command-line paths into the regular files to work on, in order.

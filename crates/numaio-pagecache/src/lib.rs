@@ -14,7 +14,8 @@
 //! * [`warm`]: `warm` ([`warm_file`], [`WarmReport`]).
 //! * [`evict`]: `evict` ([`evict_file`], [`EvictReport`]).
 //! * [`target`]: placement targets ([`Target`]) and the node each page should be on.
-//! * [`file`]: read-only opening with clear errors, and directory walking.
+//! * [`file`]: read-only opening with clear errors.
+//! * [`walk`]: streaming expansion of operands (directories, globs, hard links once).
 //!
 //! ```no_run
 //! use numaio_pagecache::{file_residency, move_file, warm_file, MoveOptions, Target,
@@ -47,18 +48,20 @@ mod readplan;
 pub mod residency;
 mod scan;
 pub mod target;
+pub mod walk;
 pub mod warm;
 
 pub use error::PagecacheError;
-pub use evict::{evict_file, EvictReport};
-pub use file::{collect_files, mincore_is_truthful, open_regular, OpenFile};
-pub use migrate::{move_file, MoveOptions, MoveReport};
+pub use evict::{evict_file, evict_open, EvictReport};
+pub use file::{collect_files, mincore_is_truthful, open_entry, open_regular, OpenFile};
+pub use migrate::{move_file, move_opened, MoveOptions, MoveReport};
 pub use residency::{
-    file_residency, residency_of, resident_pages_mincore, ByteRange, FileResidency, MapCell,
-    Totals, WhereOptions,
+    file_residency, page_span, residency_of, resident_in_range, resident_pages_mincore,
+    single_memory_node, ByteRange, FileResidency, MapCell, Totals, WhereOptions,
 };
 pub use target::Target;
-pub use warm::{warm_file, Progress, WarmOptions, WarmReport};
+pub use walk::{glob_set, walk, FileFilter, Skip, WalkEntry, WalkOptions, Walker};
+pub use warm::{warm_file, warm_needs, warm_opened, Progress, WarmOptions, WarmReport};
 
 /// Serializes a path as a JSON string: exact for UTF-8 names; bytes that are not UTF-8
 /// (which JSON cannot hold) become U+FFFD, rather than failing the whole output.

@@ -8,7 +8,7 @@
 
 use crate::error::PagecacheError;
 use crate::file::{open_regular, OpenFile};
-use crate::scan::{pages_of, scan};
+use crate::scan::scan;
 use crate::target::Target;
 use numaio_sys::PageStatus;
 use serde::Serialize;
@@ -22,6 +22,8 @@ pub struct MoveOptions {
     pub move_all: bool,
     /// How often busy pages are retried before they are reported as busy.
     pub busy_retries: u32,
+    /// Only the pages this byte range `(offset, len)` covers (see [`crate::page_span`]).
+    pub range: Option<(u64, u64)>,
 }
 
 impl Default for MoveOptions {
@@ -29,6 +31,7 @@ impl Default for MoveOptions {
         MoveOptions {
             move_all: false,
             busy_retries: 3,
+            range: None,
         }
     }
 }
@@ -100,18 +103,31 @@ pub fn move_file(
     target: &Target,
     opts: &MoveOptions,
 ) -> Result<MoveReport, PagecacheError> {
+    // A bad target is reported before anything about the file.
+    target.validate(numaio_sys::page_size() as u64)?;
+    let f = open_regular(path)?;
+    move_opened(&f, target, opts)
+}
+
+/// [`move_file`] on a file already open (e.g. by a walk).
+pub fn move_opened(
+    f: &OpenFile,
+    target: &Target,
+    opts: &MoveOptions,
+) -> Result<MoveReport, PagecacheError> {
     let ps = numaio_sys::page_size() as u64;
     target.validate(ps)?;
-    let f = open_regular(path)?;
     if opts.move_all && !has_cap_sys_nice() {
         // Fail up front, not only when some page actually needs moving.
         return Err(move_all_denied(&f.path));
     }
-    if !crate::file::mincore_is_truthful(&f) {
+    if !crate::file::mincore_is_truthful(f) {
         // mincore would call every page resident, and moving would read them all in.
-        return Err(PagecacheError::MincoreRestricted { path: f.path });
+        return Err(PagecacheError::MincoreRestricted {
+            path: f.path.clone(),
+        });
     }
-    move_open(&f, target, opts)
+    move_open(f, target, opts)
 }
 
 /// [`move_file`] on an open file whose target is already validated. Trusts mincore: the
@@ -122,7 +138,8 @@ pub(crate) fn move_open(
     opts: &MoveOptions,
 ) -> Result<MoveReport, PagecacheError> {
     let ps = numaio_sys::page_size() as u64;
-    let total = pages_of(f.size, ps);
+    let (first, end) = crate::residency::page_span(f.size, opts.range, ps);
+    let total = end - first;
     let mut rep = MoveReport {
         path: f.path.clone(),
         pages: total,
@@ -131,7 +148,7 @@ pub(crate) fn move_open(
     let mut addrs: Vec<*const u8> = Vec::new();
     let mut nodes: Vec<u32> = Vec::new();
     let mut gone = 0u64;
-    let stats = scan(f, 0, total, true, |b| {
+    let stats = scan(f, first, end, true, |b| {
         addrs.clear();
         nodes.clear();
         for ((&page, &addr), &st) in b.pages.iter().zip(b.addrs).zip(b.status) {

@@ -22,8 +22,22 @@ pub struct WhereOptions {
     pub full_scan: bool,
 }
 
+/// Pages `[first, end)` of a file of `size` bytes that `range` (`(offset, len)` in bytes)
+/// covers: widened to whole pages and clipped to the file; the whole file without a range.
+pub fn page_span(size: u64, range: Option<(u64, u64)>, ps: u64) -> (u64, u64) {
+    let total_pages = pages_of(size, ps);
+    match range {
+        None => (0, total_pages),
+        Some((off, len)) => {
+            let first = (off / ps).min(total_pages);
+            let end = off.saturating_add(len).div_ceil(ps).min(total_pages);
+            (first, end.max(first))
+        }
+    }
+}
+
 /// The only node with memory, if there is exactly one (read once).
-fn single_memory_node() -> Option<u32> {
+pub fn single_memory_node() -> Option<u32> {
     static N: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
     *N.get_or_init(|| {
         let s = std::fs::read_to_string("/sys/devices/system/node/has_memory").ok()?;
@@ -140,15 +154,7 @@ pub(crate) fn residency_against(
     target: Option<&Target>,
 ) -> Result<(FileResidency, u64), PagecacheError> {
     let ps = numaio_sys::page_size() as u64;
-    let total_pages = pages_of(f.size, ps);
-    let (first, end) = match opts.range {
-        None => (0, total_pages),
-        Some((off, len)) => {
-            let first = (off / ps).min(total_pages);
-            let end = off.saturating_add(len).div_ceil(ps).min(total_pages);
-            (first, end.max(first))
-        }
-    };
+    let (first, end) = page_span(f.size, opts.range, ps);
     let cell_pages = opts.map_chunk.map(|c| c.div_ceil(ps).max(1));
     let map: Option<Vec<MapCell>> = cell_pages.map(|cp| {
         let mut cells = Vec::new();
@@ -357,11 +363,20 @@ impl Acc {
 /// Resident pages by mincore alone (touches nothing; no nodes). Cheap. `None` when mincore
 /// hides the truth from this caller.
 pub fn resident_pages_mincore(f: &OpenFile) -> Result<Option<u64>, PagecacheError> {
+    resident_in_range(f, None)
+}
+
+/// [`resident_pages_mincore`] of the pages a byte range covers (see [`page_span`]).
+pub fn resident_in_range(
+    f: &OpenFile,
+    range: Option<(u64, u64)>,
+) -> Result<Option<u64>, PagecacheError> {
     if !mincore_is_truthful(f) {
         return Ok(None);
     }
     let ps = numaio_sys::page_size() as u64;
+    let (first, end) = page_span(f.size, range, ps);
     Ok(Some(
-        scan(f, 0, pages_of(f.size, ps), false, |_| Ok(()))?.mincore_resident,
+        scan(f, first, end, false, |_| Ok(()))?.mincore_resident,
     ))
 }

@@ -24,8 +24,11 @@ use crate::evict::fadvise_dontneed;
 use crate::file::{open_regular, OpenFile};
 use crate::migrate::{move_open, MoveOptions, MoveReport};
 use crate::readplan::{choose_mixed, plan_hole, Place};
-use crate::residency::{residency_against, resident_pages_mincore, FileResidency, WhereOptions};
-use crate::scan::{pages_of, scan};
+use crate::residency::{
+    page_span, residency_against, resident_in_range, single_memory_node, FileResidency,
+    WhereOptions,
+};
+use crate::scan::scan;
 use crate::target::Target;
 use numaio_sys::{get_mempolicy, set_mempolicy, PageStatus, Policy};
 use serde::Serialize;
@@ -52,7 +55,8 @@ pub struct WarmOptions<'a> {
     pub reread: bool,
     /// Called as the read pass advances.
     pub progress: Option<Progress<'a>>,
-    /// How misplaced pages are moved.
+    /// How misplaced pages are moved. Its `range` is the range warmed: only the pages a
+    /// byte range `(offset, len)` covers are read, moved and verified.
     pub move_opts: MoveOptions,
 }
 
@@ -89,10 +93,60 @@ pub fn warm_file(
     target: &Target,
     opts: WarmOptions<'_>,
 ) -> Result<WarmReport, PagecacheError> {
+    // A bad target is reported before anything about the file.
+    target.validate(numaio_sys::page_size() as u64)?;
+    let f = open_regular(path)?;
+    warm_opened(&f, target, opts)
+}
+
+/// [`warm_file`] on a file already open (e.g. by a walk).
+pub fn warm_opened(
+    f: &OpenFile,
+    target: &Target,
+    opts: WarmOptions<'_>,
+) -> Result<WarmReport, PagecacheError> {
     let ps = numaio_sys::page_size() as u64;
     target.validate(ps)?;
-    let f = open_regular(path)?;
-    warm_open(&f, target, opts)
+    warm_open(f, target, opts)
+}
+
+/// Bytes each target node must find room for to warm `f` (or the range of it in
+/// `range`): the target's share of the pages not cached yet. An estimate made before
+/// warming (pages cached on another node, which must move, are not counted);
+/// empty when mincore hides the file's residency (then the whole file is counted).
+pub fn warm_needs(
+    f: &OpenFile,
+    target: &Target,
+    range: Option<(u64, u64)>,
+) -> Result<std::collections::BTreeMap<u32, u64>, PagecacheError> {
+    let ps = numaio_sys::page_size() as u64;
+    let (first, end) = page_span(f.size, range, ps);
+    let mut need = std::collections::BTreeMap::new();
+    let mut next = first;
+    let add_hole = |a: u64, b: u64, need: &mut std::collections::BTreeMap<u32, u64>| {
+        let mut p = a;
+        while p < b {
+            let n = target.node_for_page(p, ps);
+            let run = target.run_len(p, ps, b - p).max(1);
+            *need.entry(n).or_insert(0u64) += run * ps;
+            p += run;
+        }
+    };
+    let truthful = crate::file::mincore_is_truthful(f);
+    let scan_end = if truthful { end } else { first };
+    scan(f, first, scan_end, false, |b| {
+        for &p in b.pages {
+            if p > next {
+                add_hole(next, p, &mut need);
+            }
+            next = p + 1;
+        }
+        Ok(())
+    })?;
+    if next < end {
+        add_hole(next, end, &mut need);
+    }
+    Ok(need)
 }
 
 pub(crate) fn warm_open(
@@ -102,36 +156,71 @@ pub(crate) fn warm_open(
 ) -> Result<WarmReport, PagecacheError> {
     let t0 = Instant::now();
     let ps = numaio_sys::page_size() as u64;
-    let total = pages_of(f.size, ps);
-    let before = resident_pages_mincore(f)?;
+    let range = opts.move_opts.range;
+    let (first, end) = page_span(f.size, range, ps);
+    let total = end - first;
+    let where_opts = WhereOptions {
+        range,
+        ..Default::default()
+    };
+    // With one memory node, every page read lands on it: no migration, and the
+    // verification needs mincore alone (the residency scan takes that route itself).
+    let one_node = single_memory_node()
+        .filter(|&n| target.nodes() == [n])
+        .is_some();
+    let before = resident_in_range(f, range)?;
     // For a file whose residency mincore hides (not owner, no write permission), warming
     // still works: the fill pass reads the whole file and the verification is exact once
     // every page is read; only the before/after counts are unknown.
     let truthful = before.is_some();
-    let evicted = if opts.reread && truthful {
-        evict_misplaced(f, target)?
+    let evicted = if opts.reread && truthful && !one_node {
+        evict_misplaced(f, target, first, end)?
     } else {
         0
     };
     {
         let _restore = PolicyGuard::new().map_err(|e| PagecacheError::sys(&f.path, e))?;
-        read_pass(f, target, truthful, &mut opts.progress)?;
-        fill_pass(f, target, truthful)?;
+        read_pass(f, target, truthful, first, end, &mut opts.progress)?;
+        fill_pass(f, target, truthful, first, end)?;
     }
-    let after_read = resident_pages_mincore(f)?;
-    let mut migration = move_open(f, target, &opts.move_opts)?;
-    let (mut residency, mut on_target) =
-        residency_against(f, &WhereOptions::default(), Some(target))?;
+    let migrate = |f: &OpenFile| -> Result<MoveReport, PagecacheError> {
+        if one_node {
+            Ok(MoveReport {
+                path: f.path.clone(),
+                pages: total,
+                ..Default::default()
+            })
+        } else {
+            move_open(f, target, &opts.move_opts)
+        }
+    };
+    let after_read = if one_node {
+        None
+    } else {
+        resident_in_range(f, range)?
+    };
+    let mut migration = migrate(f)?;
+    let (mut residency, mut on_target) = residency_against(f, &where_opts, Some(target))?;
+    let after_read = if one_node && truthful {
+        Some(residency.resident_pages)
+    } else {
+        after_read
+    };
+    if one_node {
+        migration.resident_pages = residency.resident_pages;
+        migration.already = residency.resident_pages;
+        migration.not_resident = total - residency.resident_pages;
+    }
     // Pages can vanish between the passes (memory pressure, proactive reclaim such as
     // DAMON): top up and verify again, a few times.
     let mut rounds = 1;
     while rounds < WARM_ROUNDS && !(residency.resident_pages == total && on_target == total) {
         {
             let _restore = PolicyGuard::new().map_err(|e| PagecacheError::sys(&f.path, e))?;
-            fill_pass(f, target, truthful)?;
+            fill_pass(f, target, truthful, first, end)?;
         }
-        migration.absorb(move_open(f, target, &opts.move_opts)?);
-        (residency, on_target) = residency_against(f, &WhereOptions::default(), Some(target))?;
+        migration.absorb(migrate(f)?);
+        (residency, on_target) = residency_against(f, &where_opts, Some(target))?;
         rounds += 1;
     }
     Ok(WarmReport {
@@ -293,13 +382,16 @@ fn read_planned(
 
 /// Runs `(first page, pages)` of pages mincore reports not resident (all of the file when
 /// mincore would lie to the caller).
-fn holes(f: &OpenFile, truthful: bool) -> Result<Vec<(u64, u64)>, PagecacheError> {
-    let ps = numaio_sys::page_size() as u64;
-    let total = pages_of(f.size, ps);
+fn holes(
+    f: &OpenFile,
+    truthful: bool,
+    first: u64,
+    total: u64,
+) -> Result<Vec<(u64, u64)>, PagecacheError> {
     let mut holes: Vec<(u64, u64)> = Vec::new();
-    let mut next = 0u64;
-    let scan_end = if truthful { total } else { 0 };
-    scan(f, 0, scan_end, false, |b| {
+    let mut next = first;
+    let scan_end = if truthful { total } else { first };
+    scan(f, first, scan_end, false, |b| {
         // Batches arrive in order, but only report resident pages: the gaps are the holes.
         for &p in b.pages {
             if p > next {
@@ -320,15 +412,23 @@ fn read_pass(
     f: &OpenFile,
     target: &Target,
     truthful: bool,
+    first: u64,
+    end: u64,
     progress: &mut Option<Progress<'_>>,
 ) -> Result<(), PagecacheError> {
-    let h = holes(f, truthful)?;
+    let h = holes(f, truthful, first, end)?;
     read_planned(f, target, &h, ReadOp::Readahead, progress)
 }
 
 /// Fill pass: reads (with `pread`) every page that is still not resident.
-fn fill_pass(f: &OpenFile, target: &Target, truthful: bool) -> Result<(), PagecacheError> {
-    let h = holes(f, truthful)?;
+fn fill_pass(
+    f: &OpenFile,
+    target: &Target,
+    truthful: bool,
+    first: u64,
+    end: u64,
+) -> Result<(), PagecacheError> {
+    let h = holes(f, truthful, first, end)?;
     if h.is_empty() {
         return Ok(());
     }
@@ -337,11 +437,15 @@ fn fill_pass(f: &OpenFile, target: &Target, truthful: bool) -> Result<(), Pageca
 
 /// Evicts clean pages that are resident on a node other than their target. Returns how many
 /// pages were dropped.
-fn evict_misplaced(f: &OpenFile, target: &Target) -> Result<u64, PagecacheError> {
+fn evict_misplaced(
+    f: &OpenFile,
+    target: &Target,
+    first: u64,
+    end: u64,
+) -> Result<u64, PagecacheError> {
     let ps = numaio_sys::page_size() as u64;
-    let total = pages_of(f.size, ps);
     let mut runs: Vec<(u64, u64)> = Vec::new();
-    scan(f, 0, total, true, |b| {
+    scan(f, first, end, true, |b| {
         for (&p, &st) in b.pages.iter().zip(b.status) {
             let wrong = match st {
                 PageStatus::Node(n) => n != target.node_for_page(p, ps),
@@ -357,10 +461,11 @@ fn evict_misplaced(f: &OpenFile, target: &Target) -> Result<u64, PagecacheError>
         Ok(())
     })?;
     // The scan's mapping is gone now; DONTNEED would skip pages we still mapped.
-    let before = resident_pages_mincore(f)?.unwrap_or(0);
+    let range = Some((first * ps, (end - first) * ps));
+    let before = resident_in_range(f, range)?.unwrap_or(0);
     for &(s, l) in &runs {
         fadvise_dontneed(f, s * ps, l * ps)?;
     }
-    let after = resident_pages_mincore(f)?.unwrap_or(0);
+    let after = resident_in_range(f, range)?.unwrap_or(0);
     Ok(before.saturating_sub(after))
 }

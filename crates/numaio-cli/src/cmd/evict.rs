@@ -1,23 +1,29 @@
 //! `numaio evict`: drop files' clean cached pages (POSIX_FADV_DONTNEED). With `--sync`, dirty
 //! pages are written first (fdatasync), so nothing is lost. File contents never change.
 
-use crate::cmd::where_::{report_error, JsonError};
-use crate::outln;
-use crate::output::{print_json, quote};
-use numaio_pagecache::{evict_file, EvictReport, PagecacheError};
+use crate::cmd::where_::{parse_range, report_error, JsonError};
+use crate::output::quote;
+use crate::walk::{JsonDoc, Out, WalkArgs};
+use numaio_pagecache::evict_open;
 use serde::Serialize;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
+#[command(after_help = crate::exit::HELP)]
 pub struct EvictArgs {
-    /// Files whose cached pages to drop.
-    #[arg(required = true, value_name = "PATH")]
-    paths: Vec<PathBuf>,
+    #[command(flatten)]
+    walk: WalkArgs,
+    /// Read more paths from FILE, one per line (- for stdin; -0 for NUL-separated), like vmtouch -b.
+    #[arg(short = 'b', long, value_name = "FILE")]
+    batch: Option<PathBuf>,
+    /// Only this byte range of each file: OFF:LEN with K/M/G suffixes; OFF: means to the end (vmtouch -p).
+    #[arg(long, value_name = "OFF:LEN", value_parser = parse_range)]
+    range: Option<(u64, u64)>,
     /// Write dirty pages first (fdatasync) so they can be dropped too.
     #[arg(long)]
     sync: bool,
-    /// Print JSON: {"files":[{"path","pages","resident_before","resident_after","synced"}],"total":{...},"errors":[...]}
+    /// Print JSON: {"schema_version":1,"files":[{"path","pages","resident_before","resident_after","synced"}],"total":{...},"errors":[...]}
     #[arg(long)]
     json: bool,
 }
@@ -30,60 +36,69 @@ struct Total {
 }
 
 #[derive(Serialize)]
-struct Output {
-    files: Vec<EvictReport>,
+struct Rest {
     total: Total,
     errors: Vec<JsonError>,
 }
 
 pub fn run(a: EvictArgs) -> anyhow::Result<ExitCode> {
-    let mut files = Vec::new();
+    let files = a.walk.files(a.batch.as_deref())?;
+    let batch_failed = files.batch_failed.clone();
+    let mut out = Out::new();
+    let mut doc = if a.json {
+        Some(JsonDoc::begin(&mut out)?)
+    } else {
+        None
+    };
     let mut total = Total::default();
-    let mut errors: Vec<PagecacheError> = Vec::new();
-    for path in &a.paths {
-        match evict_file(path, a.sync) {
+    let mut errors: Vec<JsonError> = Vec::new();
+    for item in files {
+        let res = item.and_then(|f| evict_open(&f, a.sync, a.range));
+        match res {
             Ok(r) => {
                 total.pages += r.pages;
                 total.resident_before += r.resident_before.unwrap_or(0);
                 total.resident_after += r.resident_after.unwrap_or(0);
-                if !a.json {
-                    let show = |v: Option<u64>| v.map_or("unknown".to_string(), |v| v.to_string());
-                    outln!(
-                        "{}: {} pages, resident before {}, after {}",
-                        quote(&r.path),
-                        r.pages,
-                        show(r.resident_before),
-                        show(r.resident_after)
-                    )?;
-                    if r.resident_before.is_none() {
-                        outln!("  (the kernel hides this file's residency from this user: not the owner, no write permission)")?;
-                    }
-                    if let Some(left) = r.resident_after.filter(|&n| n > 0) {
-                        outln!(
-                            "  {} pages stay: mapped by a process, locked, or dirty{}",
-                            left,
-                            if a.sync { "" } else { " (try --sync)" }
-                        )?;
+                match doc.as_mut() {
+                    Some(d) => d.file(&mut out, &r)?,
+                    None => {
+                        let show =
+                            |v: Option<u64>| v.map_or("unknown".to_string(), |v| v.to_string());
+                        let mut s = format!(
+                            "{}: {} pages, resident before {}, after {}\n",
+                            quote(&r.path),
+                            r.pages,
+                            show(r.resident_before),
+                            show(r.resident_after)
+                        );
+                        if r.resident_before.is_none() {
+                            s += "  (the kernel hides this file's residency from this user: not the owner, no write permission)\n";
+                        }
+                        if let Some(left) = r.resident_after.filter(|&n| n > 0) {
+                            s += &format!(
+                                "  {} pages stay: mapped by a process, locked, or dirty{}\n",
+                                left,
+                                if a.sync { "" } else { " (try --sync)" }
+                            );
+                        }
+                        out.push(&s)?;
                     }
                 }
-                files.push(r);
             }
             Err(e) => {
                 report_error(&e, a.json);
-                errors.push(e);
+                errors.push(JsonError::from(&e));
             }
         }
     }
-    if a.json {
-        print_json(&Output {
-            files,
-            total,
-            errors: errors.iter().map(JsonError::from).collect(),
-        })?;
+    let failed = !errors.is_empty() || batch_failed.get();
+    match doc {
+        Some(d) => d.end(&mut out, &Rest { total, errors })?,
+        None => out.flush()?,
     }
-    Ok(if errors.is_empty() {
-        ExitCode::SUCCESS
-    } else {
+    Ok(if failed {
         ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
     })
 }

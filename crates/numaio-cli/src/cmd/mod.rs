@@ -4,6 +4,7 @@ pub mod bench;
 pub mod bench_numa;
 pub mod daemon;
 pub mod evict;
+pub mod lock;
 pub mod model;
 pub mod move_;
 pub mod pin;

@@ -2,14 +2,14 @@
 //! changes file contents.
 //!
 //! Exit status: 0 when every resident page is on its target node, 3 when some could not be
-//! moved (busy, mapped by others, no memory), 1 on errors.
+//! moved (busy, mapped by others, no memory), 1 on errors, 2 on usage errors.
 
 use crate::cmd::warm::build_target;
-use crate::cmd::where_::{nodes_text, pct, report_error, JsonError};
-use crate::outln;
-use crate::output::{print_json, quote};
+use crate::cmd::where_::{nodes_text, parse_range, pct, report_error, JsonError};
+use crate::output::quote;
+use crate::walk::{JsonDoc, Out, WalkArgs};
 use numaio_pagecache::{
-    file_residency, move_file, FileResidency, MoveOptions, MoveReport, PagecacheError, WhereOptions,
+    move_opened, residency_of, FileResidency, MoveOptions, MoveReport, WhereOptions,
 };
 use serde::Serialize;
 use std::path::PathBuf;
@@ -17,10 +17,18 @@ use std::process::ExitCode;
 
 #[derive(clap::Args)]
 #[command(group(clap::ArgGroup::new("target").required(true).args(["to", "interleave", "stripe", "weights"])))]
+#[command(
+    after_help = crate::exit::HELP
+)]
 pub struct MoveArgs {
-    /// Files whose cached pages to move.
-    #[arg(required = true, value_name = "PATH")]
-    paths: Vec<PathBuf>,
+    #[command(flatten)]
+    walk: WalkArgs,
+    /// Read more paths from FILE, one per line (- for stdin; -0 for NUL-separated), like vmtouch -b.
+    #[arg(short = 'b', long, value_name = "FILE")]
+    batch: Option<PathBuf>,
+    /// Only this byte range of each file: OFF:LEN with K/M/G suffixes; OFF: means to the end (vmtouch -p).
+    #[arg(long, value_name = "OFF:LEN", value_parser = parse_range)]
+    range: Option<(u64, u64)>,
     /// Move every resident page to this node.
     #[arg(long, value_name = "N", value_parser = crate::args::node)]
     to: Option<u32>,
@@ -39,7 +47,7 @@ pub struct MoveArgs {
     /// Also move pages other processes map (MPOL_MF_MOVE_ALL; needs CAP_SYS_NICE).
     #[arg(long)]
     all: bool,
-    /// Print JSON: {"files":[{"path","pages","resident_pages","moved","already","busy","mapped_by_others","no_memory","failed","not_resident","after":{...}}],"errors":[...]}
+    /// Print JSON: {"schema_version":1,"files":[{"path","pages","resident_pages","moved","already","busy","mapped_by_others","no_memory","failed","not_resident","after":{...}}],"errors":[...]}
     #[arg(long)]
     json: bool,
 }
@@ -53,8 +61,7 @@ struct FileOut {
 }
 
 #[derive(Serialize)]
-struct Output {
-    files: Vec<FileOut>,
+struct Rest {
     errors: Vec<JsonError>,
 }
 
@@ -68,60 +75,85 @@ pub fn run(a: MoveArgs) -> anyhow::Result<ExitCode> {
     )?;
     let opts = MoveOptions {
         move_all: a.all,
+        range: a.range,
         ..Default::default()
     };
-    let mut files = Vec::new();
-    let mut errors: Vec<PagecacheError> = Vec::new();
-    for path in &a.paths {
-        match move_file(path, &target, &opts) {
-            Ok(report) => {
-                let after = file_residency(path, &WhereOptions::default()).ok();
-                if !a.json {
-                    let r = &report;
-                    outln!(
-                        "{}: {} resident of {} pages: moved {}, already in place {}, busy {}, mapped by others {}, no memory {}, failed {}",
-                        quote(&r.path),
-                        r.resident_pages,
-                        r.pages,
-                        r.moved,
-                        r.already,
-                        r.busy,
-                        r.mapped_by_others,
-                        r.no_memory,
-                        r.failed
-                    )?;
-                    if let Some(f) = &after {
-                        outln!(
-                            "  now resident {} ({}){}",
-                            f.resident_pages,
-                            pct(f.resident_pages, f.pages),
-                            nodes_text(&f.nodes, f.resident_pages)
-                        )?;
-                    }
-                    if r.mapped_by_others > 0 && !a.all {
-                        outln!("  pages mapped by other processes stay put; rerun with --all as root (CAP_SYS_NICE)")?;
-                    }
+    let files = a.walk.files(a.batch.as_deref())?;
+    let batch_failed = files.batch_failed.clone();
+    let mut out = Out::new();
+    let mut doc = if a.json {
+        Some(JsonDoc::begin(&mut out)?)
+    } else {
+        None
+    };
+    let mut errors: Vec<JsonError> = Vec::new();
+    let mut complete = true;
+    for item in files {
+        let res = item.and_then(|f| {
+            let report = move_opened(&f, &target, &opts)?;
+            let after = residency_of(
+                &f,
+                &WhereOptions {
+                    range: a.range,
+                    ..Default::default()
+                },
+            )
+            .ok();
+            Ok(FileOut { report, after })
+        });
+        match res {
+            Ok(fo) => {
+                complete &= fo.report.complete();
+                match doc.as_mut() {
+                    Some(d) => d.file(&mut out, &fo)?,
+                    None => out.push(&render(&fo, a.all))?,
                 }
-                files.push(FileOut { report, after });
             }
             Err(e) => {
                 report_error(&e, a.json);
-                errors.push(e);
+                errors.push(JsonError::from(&e));
             }
         }
     }
-    let complete = files.iter().all(|f| f.report.complete());
-    if a.json {
-        print_json(&Output {
-            files,
-            errors: errors.iter().map(JsonError::from).collect(),
-        })?;
+    let failed = !errors.is_empty() || batch_failed.get();
+    match doc {
+        Some(d) => d.end(&mut out, &Rest { errors })?,
+        None => out.flush()?,
     }
-    Ok(if !errors.is_empty() {
+    Ok(if failed {
         ExitCode::FAILURE
     } else if complete {
         ExitCode::SUCCESS
     } else {
         crate::exit::code(crate::exit::PARTIAL)
     })
+}
+
+fn render(fo: &FileOut, all: bool) -> String {
+    let r = &fo.report;
+    let mut s = format!(
+        "{}: {} resident of {} pages: moved {}, already in place {}, busy {}, mapped by others {}, no memory {}, failed {}\n",
+        quote(&r.path),
+        r.resident_pages,
+        r.pages,
+        r.moved,
+        r.already,
+        r.busy,
+        r.mapped_by_others,
+        r.no_memory,
+        r.failed
+    );
+    if let Some(f) = &fo.after {
+        s += &format!(
+            "  now resident {} ({}){}\n",
+            f.resident_pages,
+            pct(f.resident_pages, f.pages),
+            nodes_text(&f.nodes, f.resident_pages)
+        );
+    }
+    if r.mapped_by_others > 0 && !all {
+        s +=
+            "  pages mapped by other processes stay put; rerun with --all as root (CAP_SYS_NICE)\n";
+    }
+    s
 }

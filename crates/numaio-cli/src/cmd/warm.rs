@@ -1,12 +1,17 @@
 //! `numaio warm`: make files' pages resident on chosen nodes, and verify it.
 //!
 //! Exit status: 0 when every file reached its target, 3 when some file did not (the
-//! distribution says how far it got), 1 on errors.
+//! distribution says how far it got), 1 on errors, 2 on usage errors.
 
-use crate::cmd::where_::{nodes_text, pct, report_error, JsonError};
-use crate::output::{human_bytes, print_json, quote};
-use numaio_pagecache::{warm_file, PagecacheError, Target, WarmOptions, WarmReport};
+use crate::cmd::where_::{nodes_text, parse_range, pct, report_error, JsonError};
+use crate::output::{human_bytes, quote};
+use crate::walk::{JsonDoc, Out, WalkArgs};
+use crate::warnln;
+use numaio_pagecache::{
+    warm_needs, warm_opened, MoveOptions, OpenFile, PagecacheError, Target, WarmOptions, WarmReport,
+};
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -15,12 +20,25 @@ use std::process::ExitCode;
 const PROGRESS_MIN_BYTES: u64 = 64 << 20;
 
 #[derive(clap::Args)]
-#[command(group(clap::ArgGroup::new("target").required(true).args(["node", "interleave", "stripe", "weights"])))]
+#[command(group(clap::ArgGroup::new("target").args(["node", "interleave", "stripe", "weights"])))]
+#[command(
+    after_help = concat!("Before warming a file, warm checks that the target nodes have room \
+    for the pages still to read (free + reclaimable file cache, from the nodes' meminfo) and \
+    refuses the file otherwise (exit 1); --force warms anyway.\n\n", crate::exit_status_help!())
+)]
 pub struct WarmArgs {
-    /// Files to warm.
-    #[arg(required = true, value_name = "PATH")]
-    paths: Vec<PathBuf>,
-    /// Put every page on this node.
+    #[command(flatten)]
+    walk: WalkArgs,
+    /// Read more paths from FILE, one per line (- for stdin; -0 for NUL-separated), like vmtouch -b.
+    #[arg(short = 'b', long, value_name = "FILE")]
+    batch: Option<PathBuf>,
+    /// Only this byte range of each file: OFF:LEN with K/M/G suffixes; OFF: means to the end (vmtouch -p).
+    #[arg(long, value_name = "OFF:LEN", value_parser = parse_range)]
+    range: Option<(u64, u64)>,
+    /// Warm even when the target nodes look too full to hold the file.
+    #[arg(long)]
+    force: bool,
+    /// Put every page on this node (default on a machine with one memory node: that node).
     #[arg(long, value_name = "N", value_parser = crate::args::node)]
     node: Option<u32>,
     /// Page-by-page round robin over these nodes (e.g. 0-3 or 0,2).
@@ -38,7 +56,7 @@ pub struct WarmArgs {
     /// Evict and re-read pages cached on the wrong node instead of migrating them.
     #[arg(long)]
     reread: bool,
-    /// Print JSON: {"files":[{"path","target","pages","read_pages","migration":{...},"residency":{...},"on_target_pages","target_reached",...}],"errors":[...]}
+    /// Print JSON: {"schema_version":1,"files":[{"path","target","pages","read_pages","migration":{...},"residency":{...},"on_target_pages","target_reached",...}],"errors":[...]}
     #[arg(long)]
     json: bool,
 }
@@ -62,32 +80,97 @@ pub(crate) fn build_target(
 }
 
 #[derive(Serialize)]
-struct Output<'a> {
-    files: &'a [WarmReport],
+struct Rest {
     errors: Vec<JsonError>,
 }
 
+/// Room left on each node, in bytes: free memory plus the file cache that can be
+/// reclaimed (clean active and inactive file pages), less a reserve of 1/64 of the node
+/// for the kernel's watermarks. Decreases as files are warmed.
+fn node_room() -> BTreeMap<u32, i64> {
+    let Ok(topo) = numaio_sys::Topology::detect() else {
+        return BTreeMap::new();
+    };
+    topo.nodes
+        .iter()
+        .filter(|n| n.has_memory())
+        .map(|n| {
+            let m = &n.mem;
+            let reclaimable = (m.active_file_bytes + m.inactive_file_bytes)
+                .saturating_sub(m.dirty_bytes + m.writeback_bytes);
+            let room = (m.mem_free_bytes + reclaimable).saturating_sub(m.mem_total_bytes / 64);
+            (n.id, room.min(i64::MAX as u64) as i64)
+        })
+        .collect()
+}
+
+/// The target when no target flag is given: the only memory node, on a one-node machine.
+fn default_target() -> anyhow::Result<Target> {
+    match numaio_pagecache::single_memory_node() {
+        Some(n) => Ok(Target::Node(n)),
+        None => Err(crate::args::UsageError(
+            "this machine has several memory nodes: choose where to warm with --node, \
+             --interleave, --stripe or --weights"
+                .into(),
+        )
+        .into()),
+    }
+}
+
 pub fn run(a: WarmArgs) -> anyhow::Result<ExitCode> {
-    let target = build_target(
-        a.node,
-        a.interleave.as_deref(),
-        a.stripe.as_deref(),
-        a.chunk.as_deref(),
-        a.weights.as_deref(),
-    )?;
+    let target = if a.node.is_none()
+        && a.interleave.is_none()
+        && a.stripe.is_none()
+        && a.weights.is_none()
+    {
+        default_target()?
+    } else {
+        build_target(
+            a.node,
+            a.interleave.as_deref(),
+            a.stripe.as_deref(),
+            a.chunk.as_deref(),
+            a.weights.as_deref(),
+        )?
+    };
     let tty = std::io::stderr().is_terminal();
-    let mut reports = Vec::new();
-    let mut errors: Vec<PagecacheError> = Vec::new();
-    for path in &a.paths {
-        let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-        let bar = if tty && size >= PROGRESS_MIN_BYTES {
-            let b = indicatif::ProgressBar::new(size);
+    let files = a.walk.files(a.batch.as_deref())?;
+    let batch_failed = files.batch_failed.clone();
+    let mut out = Out::new();
+    let mut doc = if a.json {
+        Some(JsonDoc::begin(&mut out)?)
+    } else {
+        None
+    };
+    let mut room = node_room();
+    let mut errors: Vec<JsonError> = Vec::new();
+    let mut all_reached = true;
+    for item in files {
+        let f = match item {
+            Ok(f) => f,
+            Err(e) => {
+                report_error(&e, a.json);
+                errors.push(JsonError::from(&e));
+                continue;
+            }
+        };
+        if let Err(msg) = check_room(&f, &target, a.range, &mut room, a.force) {
+            warnln!("{msg}");
+            errors.push(JsonError {
+                path: Some(f.path.to_string_lossy().into_owned()),
+                kind: "no_room",
+                error: msg,
+            });
+            continue;
+        }
+        let bar = if tty && f.size >= PROGRESS_MIN_BYTES {
+            let b = indicatif::ProgressBar::new(f.size);
             if let Ok(style) = indicatif::ProgressStyle::with_template(
                 "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
             ) {
                 b.set_style(style.progress_chars("=> "));
             }
-            b.set_message(format!("warming {}", quote(path)));
+            b.set_message(format!("warming {}", quote(&f.path)));
             Some(b)
         } else {
             None
@@ -97,13 +180,16 @@ pub fn run(a: WarmArgs) -> anyhow::Result<ExitCode> {
                 b.set_position(done);
             }
         };
-        let res = warm_file(
-            path,
+        let res = warm_opened(
+            &f,
             &target,
             WarmOptions {
                 reread: a.reread,
                 progress: Some(&mut cb),
-                ..Default::default()
+                move_opts: MoveOptions {
+                    range: a.range,
+                    ..Default::default()
+                },
             },
         );
         if let Some(b) = &bar {
@@ -111,30 +197,75 @@ pub fn run(a: WarmArgs) -> anyhow::Result<ExitCode> {
         }
         match res {
             Ok(r) => {
-                if !a.json {
-                    crate::out!("{}", render(&r))?;
+                all_reached &= r.target_reached;
+                match doc.as_mut() {
+                    Some(d) => d.file(&mut out, &r)?,
+                    None => out.push(&render(&r))?,
                 }
-                reports.push(r);
             }
             Err(e) => {
                 report_error(&e, a.json);
-                errors.push(e);
+                errors.push(JsonError::from(&e));
             }
         }
     }
-    if a.json {
-        print_json(&Output {
-            files: &reports,
-            errors: errors.iter().map(JsonError::from).collect(),
-        })?;
+    let failed = !errors.is_empty() || batch_failed.get();
+    match doc {
+        Some(d) => d.end(&mut out, &Rest { errors })?,
+        None => out.flush()?,
     }
-    Ok(if !errors.is_empty() {
+    Ok(if failed {
         ExitCode::FAILURE
-    } else if reports.iter().all(|r| r.target_reached) {
+    } else if all_reached {
         ExitCode::SUCCESS
     } else {
         crate::exit::code(crate::exit::PARTIAL)
     })
+}
+
+/// Checks that the target nodes have room for what `f` still needs, and books it. An
+/// error message when they do not (a warning only, with `force`).
+fn check_room(
+    f: &OpenFile,
+    target: &Target,
+    range: Option<(u64, u64)>,
+    room: &mut BTreeMap<u32, i64>,
+    force: bool,
+) -> Result<(), String> {
+    let Ok(needs) = warm_needs(f, target, range) else {
+        // The warm itself will report what is wrong with the file.
+        return Ok(());
+    };
+    let mut short = Vec::new();
+    for (&n, &need) in &needs {
+        let Some(left) = room.get_mut(&n) else {
+            continue;
+        };
+        if need as i64 > *left {
+            short.push(format!(
+                "node {n} has room for about {} (free + reclaimable file cache), {} more are needed",
+                human_bytes((*left).max(0) as u64),
+                human_bytes(need)
+            ));
+        }
+        *left -= need as i64;
+    }
+    if short.is_empty() {
+        return Ok(());
+    }
+    let msg = format!(
+        "{}: {}; pages would be reclaimed while warming and the target not reached",
+        quote(&f.path),
+        short.join("; ")
+    );
+    if force {
+        warnln!("warning: {msg} (warming anyway: --force)");
+        Ok(())
+    } else {
+        Err(format!(
+            "{msg}. Not warmed: free memory on the node, choose other nodes, warm a --range, or use --force"
+        ))
+    }
 }
 
 fn render(r: &WarmReport) -> String {

@@ -1,27 +1,29 @@
 //! `numaio where`: on which nodes files' cached pages sit. Never reads uncached pages in.
 
-use crate::output::{human_bytes, print_json, quote};
-use crate::{outln, warnln};
-use numaio_pagecache::{
-    collect_files, file_residency, FileResidency, PagecacheError, Totals, WhereOptions,
-};
+use crate::output::{human_bytes, quote};
+use crate::walk::{JsonDoc, Out, WalkArgs};
+use crate::warnln;
+use numaio_pagecache::{residency_of, FileResidency, PagecacheError, Totals, WhereOptions};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
+#[command(
+    after_help = concat!("Columns (-o): RES (resident bytes), PAGES (resident pages), SIZE (file \
+    size), FILE, NODES (resident pages per node, N:PAGES,...), PERCENT (resident share), \
+    FILEPAGES (pages examined). Default: RES,PAGES,SIZE,NODES,FILE; -o +COL,... adds to \
+    the default. Unlike fincore, -r walks directories (as in vmtouch); fincore's raw output \
+    is --raw. A file with several hard links is counted once.\n\n", crate::exit_status_help!())
+)]
 pub struct WhereArgs {
-    /// Files to inspect (directories with -r).
-    #[arg(required = true, value_name = "PATH")]
-    paths: Vec<PathBuf>,
-    /// Walk directories recursively.
-    #[arg(short = 'r', long)]
-    recursive: bool,
-    /// Follow symbolic links met while walking (command-line paths are always followed).
-    #[arg(long)]
-    follow_symlinks: bool,
-    /// Print JSON: {"files":[{"path","size_bytes","pages","resident_pages","nodes":{"0":N}}],"total":{...},"errors":[...]}
+    #[command(flatten)]
+    walk: WalkArgs,
+    /// Read more paths from FILE, one per line (- for stdin; -0 for NUL-separated).
+    #[arg(long, value_name = "FILE")]
+    batch: Option<PathBuf>,
+    /// Print JSON: {"schema_version":1,"files":[{"path","size_bytes","pages","resident_pages","nodes":{"0":N}}],"total":{...},"errors":[...]}
     #[arg(long)]
     json: bool,
     /// Show a map of which node holds which part of the file: one cell per CELL bytes
@@ -31,6 +33,191 @@ pub struct WhereArgs {
     /// Only this byte range: OFF:LEN with K/M/G suffixes; OFF: means to the end.
     #[arg(long, value_name = "OFF:LEN", value_parser = parse_range)]
     range: Option<(u64, u64)>,
+    /// Print sizes in bytes rather than in human units.
+    #[arg(short = 'b', long)]
+    bytes: bool,
+    /// Columns to print, comma-separated (see below); +COL,... adds to the default ones.
+    #[arg(short = 'o', long, value_name = "COLUMNS", value_parser = parse_columns)]
+    output: Option<Columns>,
+    /// Do not print the header line.
+    #[arg(short = 'n', long)]
+    noheadings: bool,
+    /// Raw output: columns separated by one space, no alignment, no header, no total line.
+    #[arg(long)]
+    raw: bool,
+}
+
+/// A column of the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Column {
+    Res,
+    Pages,
+    Size,
+    File,
+    Nodes,
+    Percent,
+    FilePages,
+}
+
+const DEFAULT_COLUMNS: [Column; 5] = [
+    Column::Res,
+    Column::Pages,
+    Column::Size,
+    Column::Nodes,
+    Column::File,
+];
+
+impl Column {
+    fn name(self) -> &'static str {
+        match self {
+            Column::Res => "RES",
+            Column::Pages => "PAGES",
+            Column::Size => "SIZE",
+            Column::File => "FILE",
+            Column::Nodes => "NODES",
+            Column::Percent => "PERCENT",
+            Column::FilePages => "FILEPAGES",
+        }
+    }
+
+    /// Width of the column (its cells are padded to it; a longer value pushes the rest).
+    fn width(self, bytes: bool) -> usize {
+        match self {
+            Column::Res | Column::Size if bytes => 14,
+            Column::Res | Column::Size | Column::Pages | Column::FilePages => 10,
+            Column::Percent => 7,
+            Column::Nodes => 16,
+            Column::File => 0,
+        }
+    }
+
+    fn left_aligned(self) -> bool {
+        matches!(self, Column::File | Column::Nodes)
+    }
+}
+
+/// The columns `-o` chose.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Columns(Vec<Column>);
+
+/// `RES,PAGES,...` (case-insensitive); a leading `+` appends to the default columns.
+pub(crate) fn parse_columns(s: &str) -> Result<Columns, String> {
+    let (mut cols, list) = match s.strip_prefix('+') {
+        Some(rest) => (DEFAULT_COLUMNS.to_vec(), rest),
+        None => (Vec::new(), s),
+    };
+    for name in list.split(',') {
+        let c = match name.trim().to_ascii_uppercase().as_str() {
+            "RES" => Column::Res,
+            "PAGES" => Column::Pages,
+            "SIZE" => Column::Size,
+            "FILE" => Column::File,
+            "NODES" => Column::Nodes,
+            "PERCENT" => Column::Percent,
+            "FILEPAGES" => Column::FilePages,
+            other => {
+                return Err(format!(
+                    "unknown column {other:?} (known: RES, PAGES, SIZE, FILE, NODES, PERCENT, FILEPAGES)"
+                ))
+            }
+        };
+        if !cols.contains(&c) {
+            cols.push(c);
+        }
+    }
+    Ok(Columns(cols))
+}
+
+/// How rows are printed.
+pub(crate) struct Table {
+    cols: Vec<Column>,
+    bytes: bool,
+    raw: bool,
+}
+
+impl Table {
+    fn header(&self) -> String {
+        let mut s = String::new();
+        self.line(&mut s, |c, out| out.push_str(c.name()));
+        s
+    }
+
+    #[cfg(test)]
+    fn row(&self, r: &FileResidency) -> String {
+        let mut s = String::new();
+        self.row_into(r, &mut s);
+        s
+    }
+
+    /// Appends the row of `r` to `out` (no intermediate strings: this runs once per file).
+    fn row_into(&self, r: &FileResidency, out: &mut String) {
+        use std::fmt::Write;
+        let bytes = self.bytes;
+        let size = |b: u64, out: &mut String| {
+            if bytes {
+                let _ = write!(out, "{b}");
+            } else {
+                out.push_str(&human_bytes(b));
+            }
+        };
+        self.line(out, |c, out| match c {
+            Column::Res => size(r.resident_pages * r.page_size, out),
+            Column::Pages => {
+                let _ = write!(out, "{}", r.resident_pages);
+            }
+            Column::Size => size(r.size_bytes, out),
+            Column::File => out.push_str(&quote(&r.path)),
+            Column::Nodes => nodes_cell(&r.nodes, out),
+            Column::Percent => out.push_str(&pct(r.resident_pages, r.pages)),
+            Column::FilePages => {
+                let _ = write!(out, "{}", r.pages);
+            }
+        });
+    }
+
+    /// Appends one line: each column's cell (written by `cell`) padded to the column's
+    /// width (numbers to the right), one space between columns.
+    fn line(&self, out: &mut String, mut cell: impl FnMut(Column, &mut String)) {
+        let mut scratch = String::new();
+        let last = self.cols.len().saturating_sub(1);
+        for (i, &c) in self.cols.iter().enumerate() {
+            if i > 0 {
+                out.push(' ');
+            }
+            let w = if self.raw || i == last && c.left_aligned() {
+                0
+            } else {
+                c.width(self.bytes)
+            };
+            scratch.clear();
+            cell(c, &mut scratch);
+            let pad = w.saturating_sub(scratch.chars().count());
+            if c.left_aligned() {
+                out.push_str(&scratch);
+            }
+            for _ in 0..pad {
+                out.push(' ');
+            }
+            if !c.left_aligned() {
+                out.push_str(&scratch);
+            }
+        }
+        out.push('\n');
+    }
+}
+
+/// `0:12,1:30`, or `-` when nothing is cached.
+fn nodes_cell(nodes: &BTreeMap<u32, u64>, out: &mut String) {
+    use std::fmt::Write;
+    if nodes.is_empty() {
+        out.push('-');
+    }
+    for (i, (n, c)) in nodes.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let _ = write!(out, "{n}:{c}");
+    }
 }
 
 /// Parses `OFF:LEN` (sizes with optional K/M/G/T suffix; an empty LEN means to the end).
@@ -77,8 +264,7 @@ impl From<&PagecacheError> for JsonError {
 }
 
 #[derive(Serialize)]
-struct Output<'a> {
-    files: &'a [FileResidency],
+struct Rest<'a> {
     total: &'a Totals,
     errors: Vec<JsonError>,
 }
@@ -94,62 +280,100 @@ pub fn run(a: WhereArgs) -> anyhow::Result<ExitCode> {
                 })?,
         ),
     };
-    let mut files = Vec::new();
+    let table = Table {
+        cols: a
+            .output
+            .clone()
+            .map_or_else(|| DEFAULT_COLUMNS.to_vec(), |c| c.0),
+        bytes: a.bytes,
+        raw: a.raw,
+    };
+    let files = a.walk.files(a.batch.as_deref())?;
+    let batch_failed = files.batch_failed.clone();
+    let mut out = Out::new();
+    let mut doc = if a.json {
+        Some(JsonDoc::begin(&mut out)?)
+    } else {
+        None
+    };
+    // Printed with the first row, so that a run that finds no file prints only errors.
+    let mut header_due = !a.noheadings && !a.raw;
     let mut errors = Vec::new();
     let mut total = Totals::default();
-    for item in collect_files(&a.paths, a.recursive, a.follow_symlinks) {
-        let path = match item {
-            Ok(p) => p,
+    let mut nfiles = 0u64;
+    let mut row = String::new();
+    for item in files {
+        let f = match item {
+            Ok(f) => f,
             Err(e) => {
                 report_error(&e, a.json);
-                errors.push(e);
+                errors.push(JsonError::from(&e));
                 continue;
             }
         };
         let map_chunk = match (&a.map, cell) {
             (None, _) => None,
             (Some(_), Some(c)) => Some(c),
-            (Some(_), None) => Some(auto_cell(&path, a.range)),
+            (Some(_), None) => Some(auto_cell(f.size, a.range)),
         };
         let opts = WhereOptions {
             range: a.range,
             map_chunk,
             ..Default::default()
         };
-        match file_residency(&path, &opts) {
+        match residency_of(&f, &opts) {
             Ok(r) => {
                 total.add(&r);
-                if !a.json {
-                    crate::out!("{}", render_file(&r))?;
+                nfiles += 1;
+                match doc.as_mut() {
+                    Some(d) => d.file(&mut out, &r)?,
+                    None => {
+                        row.clear();
+                        if header_due {
+                            row += &table.header();
+                            header_due = false;
+                        }
+                        table.row_into(&r, &mut row);
+                        if r.map.is_some() {
+                            row += &render_map(&r);
+                        }
+                        out.push(&row)?;
+                    }
                 }
                 warn_file(&r);
-                files.push(r);
             }
             Err(e) => {
                 report_error(&e, a.json);
-                errors.push(e);
+                errors.push(JsonError::from(&e));
             }
         }
     }
-    if a.json {
-        print_json(&Output {
-            files: &files,
-            total: &total,
-            errors: errors.iter().map(JsonError::from).collect(),
-        })?;
-    } else if files.len() > 1 {
-        outln!(
-            "total: {} pages, {} resident ({}){}",
-            total.pages,
-            total.resident_pages,
-            pct(total.resident_pages, total.pages),
-            nodes_text(&total.nodes, total.resident_pages)
-        )?;
+    let failed = !errors.is_empty() || batch_failed.get();
+    match doc {
+        Some(d) => d.end(
+            &mut out,
+            &Rest {
+                total: &total,
+                errors,
+            },
+        )?,
+        None => {
+            if nfiles > 1 && !a.raw && !a.noheadings {
+                out.push(&format!(
+                    "total: {} pages, {} resident ({}){}\n",
+                    total.pages,
+                    total.resident_pages,
+                    pct(total.resident_pages, total.pages),
+                    nodes_text(&total.nodes, total.resident_pages)
+                ))?;
+            }
+            out.flush()?;
+        }
     }
-    Ok(if errors.is_empty() {
-        ExitCode::SUCCESS
-    } else {
+    Ok(if failed {
         ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
     })
 }
 
@@ -159,9 +383,8 @@ pub(crate) fn report_error(e: &PagecacheError, _json: bool) {
 }
 
 /// 64 cells per file (or range), whole pages each.
-fn auto_cell(path: &std::path::Path, range: Option<(u64, u64)>) -> u64 {
+fn auto_cell(size: u64, range: Option<(u64, u64)>) -> u64 {
     let ps = numaio_sys::page_size() as u64;
-    let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     let len = match range {
         Some((o, l)) => l.min(size.saturating_sub(o)),
         None => size,
@@ -203,20 +426,9 @@ pub(crate) fn nodes_text(nodes: &BTreeMap<u32, u64>, of: u64) -> String {
     s
 }
 
-fn render_file(r: &FileResidency) -> String {
-    let mut s = format!(
-        "{}: {} ({} pages{}), {} resident ({}){}\n",
-        quote(&r.path),
-        human_bytes(r.size_bytes),
-        r.pages,
-        match &r.range {
-            Some(br) => format!(" in range {}+{}", br.offset, br.len),
-            None => String::new(),
-        },
-        r.resident_pages,
-        pct(r.resident_pages, r.pages),
-        nodes_text(&r.nodes, r.resident_pages)
-    );
+/// The `--map` lines of a file (empty without --map).
+fn render_map(r: &FileResidency) -> String {
+    let mut s = String::new();
     if let Some(map) = &r.map {
         let cell = map.first().map_or(0, |c| c.pages * r.page_size);
         s += &format!(
@@ -272,10 +484,34 @@ mod tests {
                 cell(49152, 2, &[(11, 2)]),
             ]),
         };
-        let out = render_file(&r);
-        assert!(out.starts_with("/d/f: 64.0 KiB (16 pages), 8 resident (50.0%)  node 0: 4 (50.0%)  node 11: 4 (50.0%)"), "{out}");
+        let t = Table {
+            cols: DEFAULT_COLUMNS.to_vec(),
+            bytes: false,
+            raw: false,
+        };
+        let out = t.header() + &t.row(&r) + &render_map(&r);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(
+            lines[0],
+            "       RES      PAGES       SIZE NODES            FILE"
+        );
+        assert_eq!(
+            lines[1],
+            "  32.0 KiB          8   64.0 KiB 0:4,11:4         /d/f"
+        );
+        // Columns line up: every cell ends where its header does.
+        assert_eq!(lines[0].find("FILE"), lines[1].find("/d/f"));
         assert!(out.contains("16.0 KiB per cell"), "{out}");
         assert!(out.lines().any(|l| l.trim() == "0 0.*b"), "{out}");
+        let raw = Table {
+            cols: parse_columns("res,pages,file,percent").unwrap().0,
+            bytes: true,
+            raw: true,
+        };
+        assert_eq!(raw.row(&r), "32768 8 /d/f 50.0%\n");
+        let plus = parse_columns("+percent").unwrap().0;
+        assert_eq!(plus.len(), 6);
+        assert!(parse_columns("res,bogus").is_err());
     }
 
     #[test]
@@ -294,9 +530,14 @@ mod tests {
             mincore_truthful: true,
             map: None,
         };
-        let out = render_file(&r);
+        let t = Table {
+            cols: vec![Column::File, Column::Pages],
+            bytes: false,
+            raw: false,
+        };
+        let out = t.row(&r);
         assert_eq!(out.lines().count(), 1, "{out}");
-        assert!(out.starts_with("$'/d/a\\n/fake: 0 B\\033[2J': "), "{out}");
+        assert!(out.starts_with("$'/d/a\\n/fake: 0 B\\033[2J' "), "{out}");
     }
 
     #[test]
