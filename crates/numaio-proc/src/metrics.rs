@@ -12,11 +12,6 @@
 //! over axum because routing one path needs no framework; with tokio limited to its `rt`,
 //! `net` and `time` features it adds a dozen crates.
 
-use prometheus_client::encoding::text::encode;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::{Body as _, Incoming};
@@ -25,6 +20,11 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -338,7 +338,10 @@ mod tests {
             rendered = true;
             String::new()
         });
-        assert!(!rendered, "metrics must only be rendered for a GET /metrics");
+        assert!(
+            !rendered,
+            "metrics must only be rendered for a GET /metrics"
+        );
     }
 
     #[test]
