@@ -1,0 +1,21 @@
+//! The daemon's TOML configuration: parsing and validating any text neither panics nor
+//! hangs, and a valid configuration written back as TOML reads back the same.
+#![no_main]
+use libfuzzer_sys::fuzz_target;
+use numaio_proc::config::Config;
+use std::path::Path;
+
+fuzz_target!(|data: &[u8]| {
+    let s = String::from_utf8_lossy(data);
+    let Ok(c) = Config::from_toml(&s, Path::new("fuzz.toml")) else {
+        return;
+    };
+    if c.validate().is_err() {
+        return;
+    }
+    if let Ok(text) = toml::to_string(&c) {
+        let back = Config::from_toml(&text, Path::new("fuzz.toml"))
+            .unwrap_or_else(|e| panic!("written config does not parse: {e}\n{text}"));
+        assert_eq!(back, c, "round trip of {s:?} via {text:?}");
+    }
+});
