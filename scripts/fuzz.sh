@@ -37,17 +37,20 @@ cargo +nightly fuzz --version >/dev/null 2>&1 ||
 sanitizer="${FUZZ_SANITIZER:-none}"
 targets="${FUZZ_TARGETS:-$(cargo +nightly fuzz list)}"
 triple="$(rustc +nightly -vV | sed -n 's/^host: //p')"
-bindir="target/$triple/release"
+# One target directory per sanitizer, so switching does not rebuild everything.
+tdir="target/$sanitizer"
+bindir="$tdir/$triple/release"
 logs="${FUZZ_LOG_DIR:-$(mktemp -d)}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$logs"
 
 t0=$SECONDS
-# shellcheck disable=SC2086
-if ! cargo +nightly fuzz build -s "$sanitizer" $targets; then
-    echo "fuzz: build failed" >&2
-    exit 1
+build() { cargo +nightly fuzz build -s "$sanitizer" --target-dir "$tdir" "$@"; }
+if [ -n "${FUZZ_TARGETS:-}" ]; then
+    for t in $targets; do build "$t" || { echo "fuzz: build of $t failed" >&2; exit 1; }; done
+else
+    build || { echo "fuzz: build failed" >&2; exit 1; }
 fi
 echo "fuzz: built in $((SECONDS - t0)) s; running each target for $secs s (logs in $logs)"
 
@@ -64,7 +67,7 @@ for t in $targets; do
     "$bindir/$t" "${args[@]}" "$work/$t" "corpus/$t" >"$logs/$t.log" 2>&1
     rc=$?
     # Plain mode ends with "#N DONE cov: C ft: F ..."; fork mode prints "#N: cov: C ft: F ...".
-    last="$(grep -E '^#[0-9]+:? +(DONE|cov:|pulse|NEW|REDUCE|INITED)' "$logs/$t.log" | tail -1)"
+    last="$(grep -E '^#[0-9]+:?[[:space:]]+(DONE|cov:|pulse|NEW|REDUCE|INITED)' "$logs/$t.log" | tail -1)"
     execs="$(grep -m1 'stat::number_of_executed_units' "$logs/$t.log" | awk '{print $2}')"
     [ -n "$execs" ] || execs="$(sed -E 's/^#([0-9]+).*/\1/' <<<"$last")"
     cov="$(sed -nE 's/.*cov: ([0-9]+).*/\1/p' <<<"$last")"

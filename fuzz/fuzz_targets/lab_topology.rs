@@ -39,7 +39,11 @@ fuzz_target!(|data: &[u8]| {
     let ids = t.guest_node_ids();
     let mut sorted = ids.clone();
     sorted.sort_unstable();
-    assert_eq!(sorted, (0..n as u32).collect::<Vec<_>>(), "not a permutation: {ids:?}");
+    assert_eq!(
+        sorted,
+        (0..n as u32).collect::<Vec<_>>(),
+        "not a permutation: {ids:?}"
+    );
     for q in 0..n {
         assert_eq!(t.qemu_node_id(t.guest_node_id(q)), Some(q));
     }
@@ -52,5 +56,8 @@ fuzz_target!(|data: &[u8]| {
     let total: usize = expected.iter().map(|e| e.cpus.len()).sum();
     assert_eq!(total, t.total_cpus() as usize);
     let args = t.qemu_args();
-    assert_eq!(args.iter().filter(|a| a.as_str() == "-numa").count() >= n, true);
+    assert_eq!(
+        args.iter().filter(|a| a.as_str() == "-numa").count() >= n,
+        true
+    );
 });

@@ -26,7 +26,11 @@ fn check(method: &str, path: &str, head: usize, body: bool) {
         rendered = true;
         "numaio_intervals_total 1\n".into()
     });
-    assert_eq!(r.status, expect(method, path, head, body), "{method:?} {path:?} {head} {body}");
+    assert_eq!(
+        r.status,
+        expect(method, path, head, body),
+        "{method:?} {path:?} {head} {body}"
+    );
     assert_eq!(rendered, r.status == 200);
     assert!(!r.content_type.is_empty() && !r.body.is_empty());
 }
@@ -59,7 +63,10 @@ fuzz_target!(|data: &[u8]| {
             let s = String::from_utf8_lossy(rest);
             let m = Metrics::new();
             m.process_locality
-                .get_or_create(&vec![("pid".into(), "1".into()), ("comm".into(), s.to_string())])
+                .get_or_create(&vec![
+                    ("pid".into(), "1".into()),
+                    ("comm".into(), s.to_string()),
+                ])
                 .set(0.5);
             m.actions.get_or_create(&label("kind", &*s)).inc();
             let text = m.render();

@@ -2,8 +2,8 @@
 //! to a list that parses to the same mask.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use numaio_sys::mask::{CpuSet, NodeMask};
 use numaio_sys::cpulist;
+use numaio_sys::mask::{CpuSet, NodeMask};
 
 fuzz_target!(|data: &[u8]| {
     let s = String::from_utf8_lossy(data);
@@ -12,7 +12,11 @@ fuzz_target!(|data: &[u8]| {
         Ok(m) => {
             assert_eq!(Some(m.to_vec()), ids, "{s:?}");
             assert_eq!(m.count(), m.to_vec().len());
-            assert_eq!(NodeMask::parse(&m.to_string()).ok(), Some(m.clone()), "{s:?}");
+            assert_eq!(
+                NodeMask::parse(&m.to_string()).ok(),
+                Some(m.clone()),
+                "{s:?}"
+            );
             if let Some(&first) = m.to_vec().first() {
                 assert!(m.contains(first));
             }

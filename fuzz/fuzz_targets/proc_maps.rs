@@ -9,7 +9,10 @@ fuzz_target!(|data: &[u8]| {
     let files = parse_maps_files(&s);
     for (i, f) in files.iter().enumerate() {
         let p = f.to_string_lossy();
-        assert!(p.starts_with('/') && !p.ends_with(" (deleted)"), "{p:?} from {s:?}");
+        assert!(
+            p.starts_with('/') && !p.ends_with(" (deleted)"),
+            "{p:?} from {s:?}"
+        );
         assert!(s.contains(p.as_ref()), "{p:?} not in {s:?}");
         assert!(!files[..i].contains(f), "{p:?} twice");
     }

@@ -13,15 +13,29 @@ fn check(t: &Target) {
     // Files end below 2^63 bytes, so page indexes stay below 2^51.
     for i in (0..48u64).chain([(1u64 << 51) - 1, (1u64 << 51) - 64]) {
         let n = t.node_for_page(i, PAGE);
-        assert!(nodes.contains(&n), "page {i} -> node {n} not in {nodes:?} for {t:?}");
+        assert!(
+            nodes.contains(&n),
+            "page {i} -> node {n} not in {nodes:?} for {t:?}"
+        );
         let len = t.run_len(i, PAGE, 64);
-        assert!((1..=64).contains(&len), "run_len {len} for page {i} of {t:?}");
+        assert!(
+            (1..=64).contains(&len),
+            "run_len {len} for page {i} of {t:?}"
+        );
         if i < 48 {
             for j in 0..len {
-                assert_eq!(t.node_for_page(i + j, PAGE), n, "run of {len} at {i} in {t:?}");
+                assert_eq!(
+                    t.node_for_page(i + j, PAGE),
+                    n,
+                    "run of {len} at {i} in {t:?}"
+                );
             }
             if len < 64 {
-                assert_ne!(t.node_for_page(i + len, PAGE), n, "run at {i} not maximal: {t:?}");
+                assert_ne!(
+                    t.node_for_page(i + len, PAGE),
+                    n,
+                    "run at {i} not maximal: {t:?}"
+                );
             }
         }
     }

@@ -21,7 +21,11 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(t.cpu_to_node(c), Some(n.id), "cpu {c} in {s:?}");
         }
         for &to in &ids {
-            assert!(t.distance(n.id, to).is_some(), "no distance {}->{to} in {s:?}", n.id);
+            assert!(
+                t.distance(n.id, to).is_some(),
+                "no distance {}->{to} in {s:?}",
+                n.id
+            );
         }
     }
     let json = serde_json::to_string(&t).unwrap();
