@@ -56,8 +56,6 @@ fuzz_target!(|data: &[u8]| {
     let total: usize = expected.iter().map(|e| e.cpus.len()).sum();
     assert_eq!(total, t.total_cpus() as usize);
     let args = t.qemu_args();
-    assert_eq!(
-        args.iter().filter(|a| a.as_str() == "-numa").count() >= n,
-        true
-    );
+    let numa = args.iter().filter(|a| a.as_str() == "-numa").count();
+    assert!(numa >= n, "{numa} -numa options for {n} nodes: {args:?}");
 });
