@@ -1,0 +1,13 @@
+//! `/proc/PID/status`: the allowed CPU and node lists are sorted sets, RSS is whole KiB.
+#![no_main]
+use libfuzzer_sys::fuzz_target;
+use numaio_proc::procfs::parse_status;
+
+fuzz_target!(|data: &[u8]| {
+    let s = String::from_utf8_lossy(data);
+    let st = parse_status(&s);
+    assert!(st.cpus_allowed.windows(2).all(|w| w[0] < w[1]));
+    assert!(st.mems_allowed.windows(2).all(|w| w[0] < w[1]));
+    assert_eq!(st.vm_rss_bytes % 1024, 0);
+    assert!(st.name.is_empty() || s.contains(&st.name));
+});
