@@ -98,13 +98,9 @@ impl Target {
             Target::Interleave(n) | Target::Stripe { nodes: n, .. } => n.clone(),
             Target::Weights(w) => w.iter().filter(|p| p.1 > 0).map(|p| p.0).collect(),
         };
-        let mut out = Vec::new();
-        for n in all {
-            if !out.contains(&n) {
-                out.push(n);
-            }
-        }
-        out
+        // First appearance order, deduplicated in linear time (lists can be long).
+        let mut seen = std::collections::HashSet::with_capacity(all.len());
+        all.into_iter().filter(|n| seen.insert(*n)).collect()
     }
 
     /// Length in pages of the run of pages with the same target node starting at `page_index`

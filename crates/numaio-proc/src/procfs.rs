@@ -52,7 +52,8 @@ pub fn parse_stat(text: &str) -> Option<Stat> {
         state: f(3)?.chars().next()?,
         ppid: f(4)?.parse().ok()?,
         flags: num(9)?,
-        cpu_ticks: num(14)? + num(15)?,
+        // /proc is not trusted to stay in range: saturate rather than overflow.
+        cpu_ticks: num(14)?.saturating_add(num(15)?),
         num_threads: num(20)? as u32,
         start_ticks: num(22)?,
         processor: num(39)? as u32,
@@ -91,7 +92,7 @@ pub fn parse_status(text: &str) -> Status {
                     .split_whitespace()
                     .next()
                     .and_then(|n| n.parse::<u64>().ok())
-                    .map_or(0, |kb| kb * 1024)
+                    .map_or(0, |kb| kb.saturating_mul(1024))
             }
             "Uid" => {
                 s.uid = v
@@ -147,7 +148,7 @@ pub fn parse_numa_maps(text: &str) -> BTreeMap<u32, u64> {
         let mut counts: Vec<(u32, u64)> = Vec::new();
         for tok in line.split_whitespace() {
             if let Some(kb) = tok.strip_prefix("kernelpagesize_kB=") {
-                page = kb.parse::<u64>().map_or(4096, |k| k * 1024);
+                page = kb.parse::<u64>().map_or(4096, |k| k.saturating_mul(1024));
             } else if let Some(rest) = tok.strip_prefix('N') {
                 if let Some((n, c)) = rest.split_once('=') {
                     if let (Ok(n), Ok(c)) = (n.parse::<u32>(), c.parse::<u64>()) {
@@ -157,7 +158,8 @@ pub fn parse_numa_maps(text: &str) -> BTreeMap<u32, u64> {
             }
         }
         for (n, c) in counts {
-            *out.entry(n).or_insert(0) += c * page;
+            let e = out.entry(n).or_insert(0u64);
+            *e = e.saturating_add(c.saturating_mul(page));
         }
     }
     out
@@ -520,9 +522,9 @@ pub fn parse_proc_stat_cpus(text: &str) -> BTreeMap<u32, (u64, u64)> {
         if v.len() < 4 {
             continue;
         }
-        let total: u64 = v.iter().take(8).sum();
+        let total: u64 = v.iter().take(8).fold(0u64, |a, &x| a.saturating_add(x));
         // idle + iowait are not busy.
-        let idle = v[3] + v.get(4).copied().unwrap_or(0);
+        let idle = v[3].saturating_add(v.get(4).copied().unwrap_or(0));
         out.insert(cpu, (total.saturating_sub(idle), total));
     }
     out

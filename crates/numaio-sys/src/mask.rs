@@ -54,7 +54,12 @@ impl Bitmask {
 
     /// The set ids in increasing order.
     pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
-        (0..self.bits() as u32).filter(move |&i| self.contains(i))
+        // Word by word: cost follows the words, and ids up to u32::MAX stay exact.
+        self.words.iter().enumerate().flat_map(|(wi, &w)| {
+            (0..WORD_BITS)
+                .filter(move |b| w & (1 << b) != 0)
+                .map(move |b| (wi * WORD_BITS + b) as u32)
+        })
     }
 
     /// The set ids as a vector.
