@@ -138,13 +138,6 @@ impl Arena {
         self.ptr
     }
 
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
 }
 
 impl Drop for Arena {

@@ -10,7 +10,8 @@
 //! reach a slot that is being reclaimed.
 
 use crate::hugemem::HugeArray;
-use crate::policy::{BlockKey, Padded, SlotId};
+use crate::key::{BlockKey, SlotId};
+use crate::types::Padded;
 use crate::sync::RwLock;
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;

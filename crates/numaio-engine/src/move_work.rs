@@ -22,10 +22,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use numaio_sys::{CpuSet, Topology};
 use serde::Serialize;
 
 use crate::hysteresis::{Hysteresis, HysteresisConfig};
+pub use crate::types::NodeCpus;
 
 /// How a cache brings work and data together.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
@@ -64,63 +64,6 @@ impl fmt::Display for MoveWork {
     }
 }
 
-/// Maps CPUs to nodes and nodes to their CPU sets, fast enough for every request.
-#[derive(Debug, Clone)]
-pub struct NodeCpus {
-    cpu_node: Vec<u32>,
-    node_cpus: Vec<(u32, CpuSet)>,
-}
-
-impl NodeCpus {
-    pub fn from_topology(topo: &Topology) -> Self {
-        let max_cpu = topo
-            .nodes
-            .iter()
-            .flat_map(|n| n.cpus.iter().copied())
-            .max()
-            .unwrap_or(0);
-        let mut cpu_node = vec![u32::MAX; max_cpu as usize + 1];
-        let mut node_cpus = Vec::new();
-        for n in &topo.nodes {
-            for &c in &n.cpus {
-                cpu_node[c as usize] = n.id;
-            }
-            if !n.cpus.is_empty() {
-                node_cpus.push((n.id, CpuSet::from_ids(&n.cpus)));
-            }
-        }
-        Self {
-            cpu_node,
-            node_cpus,
-        }
-    }
-
-    /// Node of `cpu` (None for unknown CPUs).
-    pub fn node_of_cpu(&self, cpu: u32) -> Option<u32> {
-        self.cpu_node
-            .get(cpu as usize)
-            .copied()
-            .filter(|&n| n != u32::MAX)
-    }
-
-    /// CPUs of `node` (None for CPU-less or unknown nodes).
-    pub fn cpus_of(&self, node: u32) -> Option<&CpuSet> {
-        self.node_cpus
-            .iter()
-            .find(|(n, _)| *n == node)
-            .map(|(_, c)| c)
-    }
-
-    /// The node the calling thread runs on now (sched_getcpu: vDSO/rseq, no syscall).
-    pub fn current_node(&self) -> Option<u32> {
-        // SAFETY: no arguments; returns -1 on error.
-        let cpu = unsafe { libc::sched_getcpu() };
-        if cpu < 0 {
-            return None;
-        }
-        self.node_of_cpu(cpu as u32)
-    }
-}
 
 /// Error moving a thread.
 #[derive(Debug, thiserror::Error)]
@@ -634,6 +577,18 @@ impl crate::AccessHook for NumaHook {
                 write: ctx.write,
                 migrated,
             });
+    }
+}
+
+impl crate::ext::Router for Forwarder {
+    fn name(&self) -> String {
+        "forward".into()
+    }
+    fn should_route(&self, node: u32) -> bool {
+        self.should_forward(node)
+    }
+    fn run_on(&self, node: u32, job: &mut (dyn FnMut() + Send)) -> std::io::Result<()> {
+        Forwarder::run_on(self, node, job).map_err(std::io::Error::other)
     }
 }
 
