@@ -80,10 +80,13 @@ fn main() {
                                 }
                                 let blocks: Vec<&[u8]> = data.chunks(BLOCK).collect();
                                 let off = (run % 256) * (BLOCK * RUN) as u64;
-                                st.checksum_while(t as u64, off / BLOCK as u64, &blocks, || {
-                                    f.write_all_at(&data, off)
-                                })
-                                .expect("pwrite");
+                                let first = off / BLOCK as u64;
+                                let (sums, r) =
+                                    st.compute_while(&blocks, || f.write_all_at(&data, off));
+                                r.expect("pwrite");
+                                for (i, s) in sums.into_iter().enumerate() {
+                                    st.commit(t as u64, first + i as u64, s);
+                                }
                                 bytes.fetch_add((BLOCK * RUN) as u64, Relaxed);
                                 run += 1;
                             }

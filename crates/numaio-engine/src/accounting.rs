@@ -559,6 +559,37 @@ pub fn parse_numa_io_text(s: &str) -> Result<Vec<(u32, u64, u64)>, String> {
 mod tests {
     use super::*;
 
+    // Single-counter updates, for checking the sums.
+    impl Accounting {
+    /// A buffer access of `bytes` to data on `data_node` by a thread on `thread_node`.
+    fn record_access(&self, data_node: u32, thread_node: u32, bytes: u64, write: bool) {
+        let idx = self.node_index(data_node);
+        self.with_thread(|c| {
+            if let Some(i) = idx {
+                let v = if write { &c.write_bytes } else { &c.read_bytes };
+                v[i].fetch_add(bytes, Relaxed);
+            }
+            if data_node == thread_node {
+                c.local.fetch_add(1, Relaxed);
+            } else {
+                c.remote.fetch_add(1, Relaxed);
+            }
+        });
+    }
+
+    fn record_hit(&self, slice: usize) {
+        self.with_thread(|c| {
+            if let Some(h) = c.hits.get(slice) {
+                h.fetch_add(1, Relaxed);
+            }
+        });
+    }
+
+    fn record_migration(&self) {
+        self.with_thread(|c| c.migrations.fetch_add(1, Relaxed));
+    }
+    }
+
     #[test]
     fn per_thread_and_process_totals() {
         let acc = Arc::new(Accounting::new(vec![0, 1], vec![0, 1]));

@@ -607,7 +607,7 @@ mod tests {
             return None;
         }
         let spec = format!("n0={}@1G n1={}@1G", cpus[0], cpus[1]);
-        Topology::synthetic(&spec)
+        numaio_sys::Topology::synthetic(&spec)
             .ok()
             .map(|t| NodeCpus::from_topology(&t))
     }

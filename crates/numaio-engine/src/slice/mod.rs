@@ -23,7 +23,7 @@ use crate::index::{self, Index, IndexKind};
 use crate::key::{BlockKey, FileId, SlotId};
 use crate::policy::{PolicyKind, ReplacementPolicy};
 use crate::types::Padded;
-use crate::slot::{Reclaim, SlotState, DIRTY, ERROR, LOADING};
+use crate::slot::{Reclaim, SlotState, ERROR, LOADING};
 use crate::stats::{SliceCounters, SliceStats};
 use crate::io::worker::{Completion, Done, Msg};
 use writeback::FailureLatch;
