@@ -561,33 +561,33 @@ mod tests {
 
     // Single-counter updates, for checking the sums.
     impl Accounting {
-    /// A buffer access of `bytes` to data on `data_node` by a thread on `thread_node`.
-    fn record_access(&self, data_node: u32, thread_node: u32, bytes: u64, write: bool) {
-        let idx = self.node_index(data_node);
-        self.with_thread(|c| {
-            if let Some(i) = idx {
-                let v = if write { &c.write_bytes } else { &c.read_bytes };
-                v[i].fetch_add(bytes, Relaxed);
-            }
-            if data_node == thread_node {
-                c.local.fetch_add(1, Relaxed);
-            } else {
-                c.remote.fetch_add(1, Relaxed);
-            }
-        });
-    }
+        /// A buffer access of `bytes` to data on `data_node` by a thread on `thread_node`.
+        fn record_access(&self, data_node: u32, thread_node: u32, bytes: u64, write: bool) {
+            let idx = self.node_index(data_node);
+            self.with_thread(|c| {
+                if let Some(i) = idx {
+                    let v = if write { &c.write_bytes } else { &c.read_bytes };
+                    v[i].fetch_add(bytes, Relaxed);
+                }
+                if data_node == thread_node {
+                    c.local.fetch_add(1, Relaxed);
+                } else {
+                    c.remote.fetch_add(1, Relaxed);
+                }
+            });
+        }
 
-    fn record_hit(&self, slice: usize) {
-        self.with_thread(|c| {
-            if let Some(h) = c.hits.get(slice) {
-                h.fetch_add(1, Relaxed);
-            }
-        });
-    }
+        fn record_hit(&self, slice: usize) {
+            self.with_thread(|c| {
+                if let Some(h) = c.hits.get(slice) {
+                    h.fetch_add(1, Relaxed);
+                }
+            });
+        }
 
-    fn record_migration(&self) {
-        self.with_thread(|c| c.migrations.fetch_add(1, Relaxed));
-    }
+        fn record_migration(&self) {
+            self.with_thread(|c| c.migrations.fetch_add(1, Relaxed));
+        }
     }
 
     #[test]

@@ -137,7 +137,6 @@ impl Arena {
     pub fn ptr(&self) -> *mut u8 {
         self.ptr
     }
-
 }
 
 impl Drop for Arena {

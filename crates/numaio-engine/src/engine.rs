@@ -98,7 +98,11 @@ impl Default for EngineConfig {
 /// The node of each slice: `slice_nodes` if given, else `slices` slices over the nodes with
 /// memory round robin, else one slice per node with memory (all nodes if none reports
 /// memory). The one rule for every caller that needs to know the slices before start-up.
-pub(crate) fn slice_nodes(topo: &Topology, slice_nodes: Option<&[u32]>, slices: Option<usize>) -> Vec<u32> {
+pub(crate) fn slice_nodes(
+    topo: &Topology,
+    slice_nodes: Option<&[u32]>,
+    slices: Option<usize>,
+) -> Vec<u32> {
     if let Some(v) = slice_nodes.filter(|v| !v.is_empty()) {
         return v.to_vec();
     }
@@ -400,20 +404,20 @@ impl Engine {
     }
 
     /// Opens (or re-opens: same path, same cache entries) a file.
-    pub fn open(&self, path: impl AsRef<Path>, opts: OpenOptions) -> Result<FileHandle, EngineError> {
+    pub fn open(
+        &self,
+        path: impl AsRef<Path>,
+        opts: OpenOptions,
+    ) -> Result<FileHandle, EngineError> {
         let inner = &self.inner;
         let direct = inner.cfg.direct_io && inner.bs.is_multiple_of(4096);
-        let file = inner.files.open(
-            path.as_ref(),
-            opts,
-            direct,
-            &*inner.placement,
-            |id, p| {
+        let file = inner
+            .files
+            .open(path.as_ref(), opts, direct, &*inner.placement, |id, p| {
                 if let Some(ig) = &inner.cfg.integrity {
                     ig.file_opened(id, p);
                 }
-            },
-        )?;
+            })?;
         Ok(FileHandle {
             inner: inner.clone(),
             file,
@@ -554,4 +558,3 @@ fn pin_self(cpus: &[u32]) {
         let _ = numaio_sys::set_affinity(0, &CpuSet::from_ids(cpus));
     }
 }
-

@@ -53,7 +53,6 @@ pub trait AccessHook: Send + Sync {
     fn on_access(&self, file: FileId, block: u64, slice: usize, hit: bool, ctx: &AccessCtx);
 }
 
-
 /// Runs the copy of a request on another node: forwarding a request to the thread that sits
 /// next to its data (SAFS, tgt) instead of moving the data or the caller.
 pub trait Router: Send + Sync {

@@ -128,7 +128,10 @@ impl FileTable {
         let cpath = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| {
             io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("cannot open {}: the path contains a NUL byte", path.display()),
+                format!(
+                    "cannot open {}: the path contains a NUL byte",
+                    path.display()
+                ),
             )
         })?;
         let mut flags = libc::O_CLOEXEC

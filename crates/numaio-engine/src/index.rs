@@ -11,8 +11,8 @@
 
 use crate::hugemem::HugeArray;
 use crate::key::{BlockKey, SlotId};
-use crate::types::Padded;
 use crate::sync::RwLock;
+use crate::types::Padded;
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 use std::collections::HashMap;

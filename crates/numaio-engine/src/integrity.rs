@@ -860,8 +860,7 @@ mod tests {
         let blocks: Vec<Vec<u8>> = (0..8u8).map(|i| vec![i ^ 0x5A; 4096]).collect();
         let refs: Vec<&[u8]> = blocks.iter().map(|v| v.as_slice()).collect();
         let joined = blocks.concat();
-        checksum_while(&st, 3, 0, &refs, || f.write_all_at(&joined, 0))
-            .unwrap();
+        checksum_while(&st, 3, 0, &refs, || f.write_all_at(&joined, 0)).unwrap();
         // Read back clean.
         let mut buf = vec![0u8; 4096];
         for b in 0..8u64 {

@@ -65,10 +65,10 @@ mod types;
 
 pub use arena::PlacementCheck;
 pub use engine::{Engine, EngineBuilder, EngineConfig};
-pub use file::OpenOptions;
-pub use handle::{FileHandle, Pinned};
 pub use error::{os_error, EngineError};
 pub use ext::{AccessCtx, AccessHook, BlockIntegrity, IntegrityFailure, Placement, Router};
+pub use file::OpenOptions;
+pub use handle::{FileHandle, Pinned};
 pub use index::IndexKind;
 pub use io::power_loss;
 pub use io::uring::UringBackend;
@@ -76,7 +76,7 @@ pub use io::{Backend, FaultBackend, FaultState, IoKind, IoQueue, IoRequest, Psyn
 pub use key::{BlockKey, FileId, SlotId};
 pub use placement::RangePlacement;
 pub use policy::{PolicyKind, ReplacementPolicy};
+pub use slice::WriteBackError;
 pub use slot::Reclaim;
 pub use stats::{EngineStats, SliceStats};
 pub use types::NodeCpus;
-pub use slice::WriteBackError;

@@ -64,7 +64,6 @@ impl fmt::Display for MoveWork {
     }
 }
 
-
 /// Error moving a thread.
 #[derive(Debug, thiserror::Error)]
 pub enum MoveError {

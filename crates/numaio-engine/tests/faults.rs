@@ -38,7 +38,11 @@ fn fsync_reports_write_error_and_keeps_data() {
         e.to_string().contains(&path.display().to_string()),
         "error names the file: {e}"
     );
-    assert_eq!(e.raw_os_error(), Some(libc::EIO), "error keeps the errno: {e}");
+    assert_eq!(
+        e.raw_os_error(),
+        Some(libc::EIO),
+        "error keeps the errno: {e}"
+    );
     assert!(
         e.to_string().contains("Input/output error") || e.to_string().contains("os error 5"),
         "{e}"

@@ -529,7 +529,9 @@ unsafe impl numaio_engine::IoQueue for SlowOnceQueue {
         reqs: &mut [numaio_engine::IoRequest],
         done: &mut dyn FnMut(usize, std::io::Result<usize>),
     ) {
-        if reqs.iter().any(|r| r.kind() == numaio_engine::IoKind::Write)
+        if reqs
+            .iter()
+            .any(|r| r.kind() == numaio_engine::IoKind::Write)
             && self.armed.swap(false, std::sync::atomic::Ordering::SeqCst)
         {
             std::thread::sleep(std::time::Duration::from_millis(300));

@@ -379,7 +379,9 @@ struct HoldQueue {
 // queue's run; everything else goes to the inner queue unchanged.
 unsafe impl IoQueue for HoldQueue {
     fn run(&mut self, reqs: &mut [IoRequest], done: &mut dyn FnMut(usize, io::Result<usize>)) {
-        let writes = reqs.iter().any(|r| r.kind() == numaio_engine::IoKind::Write);
+        let writes = reqs
+            .iter()
+            .any(|r| r.kind() == numaio_engine::IoKind::Write);
         // The held write's data is taken now, as a device that has fetched the buffers
         // but not yet completed would have it.
         let mut copies: Vec<Vec<u8>> = Vec::new();

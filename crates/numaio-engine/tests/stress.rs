@@ -232,7 +232,11 @@ impl Run<'_> {
 
     /// Retries `op` while faults are injected (each injected fault is one-shot per I/O);
     /// without faults, an error is a failure.
-    fn retry<T>(&self, what: &str, mut op: impl FnMut() -> Result<T, numaio_engine::EngineError>) -> Option<T> {
+    fn retry<T>(
+        &self,
+        what: &str,
+        mut op: impl FnMut() -> Result<T, numaio_engine::EngineError>,
+    ) -> Option<T> {
         for attempt in 0.. {
             match op() {
                 Ok(v) => return Some(v),

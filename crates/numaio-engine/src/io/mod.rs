@@ -47,6 +47,28 @@ pub enum IoKind {
 ///     }
 /// }
 /// ```
+///
+/// Both are possible with `unsafe`, where the caller vouches for the buffers:
+///
+/// ```
+/// use numaio_engine::{IoKind, IoQueue, IoRequest};
+/// struct Refuse;
+/// // SAFETY: every request is reported without touching its buffers.
+/// unsafe impl IoQueue for Refuse {
+///     fn run(&mut self, reqs: &mut [IoRequest], done: &mut dyn FnMut(usize, std::io::Result<usize>)) {
+///         for i in 0..reqs.len() {
+///             done(i, Err(std::io::Error::other("refused")));
+///         }
+///     }
+/// }
+/// let mut buf = [0u8; 512];
+/// let iov = vec![libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() }];
+/// // SAFETY: `buf` outlives the request and nothing else touches it.
+/// let mut reqs = [unsafe { IoRequest::from_raw_parts(IoKind::Read, 0, 0, iov) }];
+/// let mut failed = 0;
+/// Refuse.run(&mut reqs, &mut |_, r| failed += r.is_err() as usize);
+/// assert_eq!((failed, reqs[0].len()), (1, 512));
+/// ```
 #[derive(Debug)]
 pub struct IoRequest {
     kind: IoKind,

@@ -11,8 +11,8 @@
 use super::dlist::Lists;
 use super::ReplacementPolicy;
 use crate::key::{BlockKey, SlotId};
-use crate::types::{thread_stripe, Padded};
 use crate::slot::Reclaim;
+use crate::types::{thread_stripe, Padded};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};

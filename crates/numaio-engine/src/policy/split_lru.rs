@@ -11,8 +11,8 @@
 use super::dlist::Lists;
 use super::ReplacementPolicy;
 use crate::key::{BlockKey, SlotId};
-use crate::types::Padded;
 use crate::slot::Reclaim;
+use crate::types::Padded;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 

@@ -17,16 +17,15 @@ pub(crate) use writeback::Claimed;
 pub use writeback::WriteBackError;
 
 use crate::arena::{Arena, PlacementCheck};
-use crate::io::IoRequest;
 use crate::hugemem::HugeArray;
 use crate::index::{self, Index, IndexKind};
+use crate::io::worker::{Completion, Done, Msg};
+use crate::io::IoRequest;
 use crate::key::{BlockKey, FileId, SlotId};
 use crate::policy::{PolicyKind, ReplacementPolicy};
-use crate::types::Padded;
 use crate::slot::{Reclaim, SlotState, ERROR, LOADING};
 use crate::stats::{SliceCounters, SliceStats};
-use crate::io::worker::{Completion, Done, Msg};
-use writeback::FailureLatch;
+use crate::types::Padded;
 use parking_lot::{Condvar, Mutex};
 use std::collections::BTreeSet;
 use std::io;
@@ -34,6 +33,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use writeback::FailureLatch;
 
 const WAIT_STRIPES: usize = 64;
 
@@ -508,12 +508,7 @@ impl Slice {
     }
 
     /// Evictor callback: tries to free `slot`.
-    fn reclaim(
-        &self,
-        slot: SlotId,
-        freed: &mut Vec<SlotId>,
-        dirty: &mut Vec<BlockKey>,
-    ) -> Reclaim {
+    fn reclaim(&self, slot: SlotId, freed: &mut Vec<SlotId>, dirty: &mut Vec<BlockKey>) -> Reclaim {
         let meta = &self.slots[slot as usize];
         let key = meta.key();
         let mut r = Reclaim::Busy;

@@ -11,8 +11,8 @@
 //!   requests stalled for a free buffer fail at once with the device's errno instead of
 //!   waiting for a timeout.
 
-use crate::key::{BlockKey, SlotId};
 use super::Slice;
+use crate::key::{BlockKey, SlotId};
 use crate::slot::{WritebackClaim, WRITEBACK};
 use parking_lot::Mutex;
 use std::fmt;
