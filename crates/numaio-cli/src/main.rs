@@ -1,12 +1,12 @@
 //! `numaio`: the command-line front end. Each subcommand lives in its own module under
 //! `cmd/` and is a thin layer over the library crates (`numaio-sys`, `numaio-pagecache`,
-//! `numaio-proc`, `numaio-engine`): parse arguments, call the library, print a human table
+//! `numaio-proc`, `numaio-engine`; `numaio bench` is the `numaio-bench` crate): parse arguments, call the library, print a human table
 //! by default or JSON with `--json`.
 
-mod args;
-mod benchfile;
 mod cmd;
-mod output;
+
+use numaio_cli_support::{args, output};
+use numaio_cli_support::{out, outln, usage_bail, warnln};
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -48,7 +48,7 @@ enum Command {
     /// The placement daemon: move I/O-heavy processes next to their data, or the data to them.
     Daemon(cmd::daemon::DaemonArgs),
     /// Benchmark the I/O engine or the kernel page cache.
-    Bench(cmd::bench::BenchArgs),
+    Bench(numaio_bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -83,7 +83,7 @@ fn main() -> ExitCode {
         Command::Pin(a) => cmd::pin::run(a),
         Command::Run(a) => cmd::run::run(a),
         Command::Daemon(a) => cmd::daemon::run(a),
-        Command::Bench(a) => cmd::bench::run(a),
+        Command::Bench(a) => numaio_bench::run(a),
     };
     // Text still buffered is written here, so its write errors are caught too.
     let result = result.and_then(|code| output::flush_out().map(|_| code));

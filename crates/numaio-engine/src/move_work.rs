@@ -589,7 +589,11 @@ mod tests {
         let Some(nc) = two_nodes() else {
             numaio_testkit::skip!(numaio_testkit::needs::TWO_CPUS);
         };
-        let h = Arc::new(hook(&nc, MoveWork::FirstReader, HysteresisConfig::jericho()));
+        let h = Arc::new(hook(
+            &nc,
+            MoveWork::FirstReader,
+            HysteresisConfig::jericho(),
+        ));
         let (nc2, h2) = (nc.clone(), h.clone());
         std::thread::spawn(move || {
             migrate_current_thread(&nc2, 1, false).unwrap();

@@ -1,12 +1,12 @@
-//! Experiment (issue 6): which rule should decide between computing write-back checksums
+//! Experiment: which rule should decide between computing write-back checksums
 //! inline and dispatching them to the worker pool?
 //!
 //! T write-back threads each write runs of 64 × 4 KiB blocks to their own file with pwrite,
-//! through `IntegrityStage::checksum_while` (checksums overlap the write when dispatched).
+//! through `IntegrityStage::compute_while` (checksums overlap the write when dispatched).
 //! For each rule — `inline`, `always`, `bang:5` (Bang's context-switch rule), `queue:2` — it
 //! reports throughput, the share of requests dispatched, the process's context switches per
 //! GiB and the pool's peak size. Run:
-//! `cargo run --release -p numaio-engine --example checksum_rules [-- --secs 2 --dir /tmp --json]`
+//! `cargo run --release -p numaio-bench --example checksum_rules [-- --secs 2 --dir /tmp --json]`
 
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
