@@ -20,6 +20,7 @@ const BLOCK: usize = 4096;
 const RUN: usize = 64;
 
 fn ctxt_switches() -> u64 {
+    // SAFETY: an all-zero rusage is a valid out-parameter.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: valid out-pointer.
     if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {

@@ -146,7 +146,7 @@ pub struct BenchArgs {
     /// Print one JSON object instead of a summary.
     #[arg(long)]
     pub json: bool,
-    /// Issue 6: placement, work moving, accounting, checksums, the --files workload.
+    /// Placement, work moving, accounting, checksums, the --files workload.
     #[command(flatten)]
     pub numa: super::bench_numa::NumaBenchArgs,
 }
@@ -183,7 +183,7 @@ pub struct BenchResult {
     pub file_created: Option<bool>,
     /// Usable bytes of the data file (a block device's size).
     pub file_bytes: Option<u64>,
-    /// Issue 6 (with --placement, --move-work, ...): `local_fraction` and the accounting.
+    /// With --placement, --move-work, ...: `local_fraction` and the accounting.
     #[serde(flatten)]
     pub numa: serde_json::Map<String, serde_json::Value>,
 }

@@ -1,4 +1,4 @@
-//! Per-node I/O accounting, per thread and per process (issue 6).
+//! Per-node I/O accounting, per thread and per process.
 //!
 //! Counters: bytes read and written per node (the node of the buffer), local and remote buffer
 //! accesses, hits and misses per slice, thread migrations, forwarded requests and checksum
@@ -614,6 +614,7 @@ mod tests {
                     acc.record_forward();
                     acc.record_verify(i != 2);
                     acc.thread_counters();
+                    // SAFETY: gettid takes no arguments and cannot fail.
                     unsafe { libc::syscall(libc::SYS_gettid) as i32 }
                 })
                 .join()

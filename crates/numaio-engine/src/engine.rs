@@ -301,6 +301,9 @@ impl EngineBuilder {
     pub fn config(&self) -> &EngineConfig {
         &self.cfg
     }
+    pub(crate) fn config_mut(&mut self) -> &mut EngineConfig {
+        &mut self.cfg
+    }
     /// Checks the settings and starts the engine.
     pub fn build(self) -> Result<Engine, EngineError> {
         Engine::start(self.cfg)

@@ -1,4 +1,4 @@
-//! The integrity stage (issue 6, after Bang's dynamic-ZFS).
+//! The integrity stage, after Bang's dynamic-ZFS.
 //!
 //! Write-back computes a checksum per block and keeps it (in memory, per `(file, block)`);
 //! a block read back from the backing file is verified, and a mismatch is an error — the

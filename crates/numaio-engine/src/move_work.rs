@@ -1,4 +1,4 @@
-//! Moving work to the data (issue 6).
+//! Moving work to the data.
 //!
 //! Before a thread touches a buffer on another node, a cache can:
 //! - `none`: just do it (remote access);
@@ -397,7 +397,7 @@ impl Mover {
     }
 }
 
-/// The engine hook of issue 6: before each cached block access it lets the [`Mover`] move
+/// The work-moving and accounting hook: before each cached block access it lets the [`Mover`] move
 /// the thread (migrate-thread, first-reader) and counts the access in the [`Accounting`]:
 /// hit or miss per slice, bytes per buffer node, local or remote, migrations.
 /// (`forward` is applied one level up, around the whole request: see [`Forwarder`].)

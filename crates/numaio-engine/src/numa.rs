@@ -29,7 +29,7 @@ use crate::hysteresis::HysteresisConfig;
 use crate::integrity::{IntegrityConfig, IntegrityStage};
 use crate::move_work::{Forwarder, MoveWork, Mover, NodeCpus, NumaHook};
 use crate::placement::{DeviceNodeMap, PlacementPolicy, Placer, PolicyPlacement};
-use crate::EngineConfig;
+use crate::{EngineBuilder, EngineConfig, EngineError};
 
 /// The add-on settings of one cache.
 #[derive(Debug, Clone)]
@@ -86,6 +86,15 @@ pub struct NumaParts {
 /// The slice nodes the engine will use for `cfg` (the rule `Engine::new` uses).
 pub fn slice_nodes_for(cfg: &EngineConfig, topo: &Topology) -> Vec<u32> {
     crate::engine::slice_nodes(topo, cfg.slice_nodes.as_deref(), cfg.slices)
+}
+
+impl EngineBuilder {
+    /// Installs the add-ons chosen by `opts` (see [`apply`]) and returns what was installed,
+    /// for reading the accounting afterwards.
+    pub fn with_numa(mut self, opts: &NumaOptions) -> Result<(Self, NumaParts), EngineError> {
+        let parts = apply(self.config_mut(), opts).map_err(EngineError::Config)?;
+        Ok((self, parts))
+    }
 }
 
 /// Installs the add-ons into `cfg`: fixes its slice nodes, sets the placement (unless

@@ -1,10 +1,10 @@
 //! The Prometheus counters `checksum_verified` / `checksum_error` count the checks the engine
 //! makes when it loads blocks from the device, with checksums wired from options as the CLI
-//! does (`numa::apply`).
+//! does (`numa::apply`, here through `EngineBuilder::with_numa`).
 
 use numaio_engine::integrity::IntegrityConfig;
-use numaio_engine::numa::{apply, NumaOptions};
-use numaio_engine::{EngineConfig, EngineError, OpenOptions, PolicyKind};
+use numaio_engine::numa::NumaOptions;
+use numaio_engine::{Engine, EngineError, OpenOptions, PolicyKind};
 use std::os::unix::fs::FileExt;
 
 const BS: usize = 4096;
@@ -24,22 +24,21 @@ fn event(text: &str, kind: &str) -> u64 {
 fn checksum_counters_count_verified_and_corrupted_loads() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("f");
-    let mut cfg = EngineConfig {
-        cache_bytes: (64 * BS) as u64,
-        slices: Some(1),
-        policy: PolicyKind::Clock,
-        queue_depth: 8,
-        ..Default::default()
-    };
     let opts = NumaOptions {
         checksums: Some(IntegrityConfig::default()),
         ..Default::default()
     };
-    let parts = apply(&mut cfg, &opts).unwrap();
+    let (builder, parts) = Engine::builder()
+        .with_cache_bytes((64 * BS) as u64)
+        .with_slices(1)
+        .with_policy(PolicyKind::Clock)
+        .with_queue_depth(8)
+        .with_numa(&opts)
+        .unwrap();
     let acc = parts.accounting.clone();
     let data: Vec<u8> = (0..16 * BS).map(|i| (i * 13 / 5) as u8).collect();
     {
-        let e = cfg.clone().into_builder().build().unwrap();
+        let e = builder.clone().build().unwrap();
         let f = e.open(&path, OpenOptions::create_rw()).unwrap();
         f.pwrite(&data, 0).unwrap();
         f.fsync().unwrap();
@@ -56,7 +55,7 @@ fn checksum_counters_count_verified_and_corrupted_loads() {
     drop(raw);
 
     // A fresh cache: every read below loads from the device and is checked.
-    let e = cfg.into_builder().build().unwrap();
+    let e = builder.build().unwrap();
     let f = e.open(&path, OpenOptions::default()).unwrap();
     let mut buf = vec![0u8; 4 * BS];
     assert_eq!(f.pread(&mut buf, 0).unwrap(), 4 * BS);

@@ -1,6 +1,6 @@
 //! The per-slice I/O worker: takes requests from a bounded channel, submits whatever has
 //! queued up as one batch (up to the queue depth), and parks in `recv` when idle — no
-//! spinning (ANCHORS lesson 7). Callers block on a [`Completion`].
+//! spinning. Callers block on a [`Completion`].
 
 use crate::io::{IoQueue, IoRequest};
 use parking_lot::{Condvar, Mutex};

@@ -1,4 +1,4 @@
-//! Data placement: which slice caches a block (issue 6).
+//! Data placement: which slice caches a block.
 //!
 //! The policies are the user-space counterparts of the seeds' placements:
 //! - `range`: fixed block ranges per slice (Jericho's JeriCache "home" ranges);
@@ -15,7 +15,7 @@
 //!
 //! Backing devices: a file whose device reports a NUMA node (`/sys/dev/block/M:m/device/numa_node`)
 //! or that matches a configured path prefix gets that node's slice as its home, which `range`
-//! and `directory` then use (lesson 5 in ANCHORS.md: align slices with devices).
+//! and `directory` then use (slices aligned with devices).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
