@@ -1,14 +1,13 @@
 //! `numaio`: the command-line front end. Each subcommand lives in its own module under
 //! `cmd/` and is a thin layer over the library crates (`numaio-sys`, `numaio-pagecache`,
-//! `numaio-proc`, `numaio-engine`): parse arguments, call the library, print a human table
+//! `numaio-proc`, `numaio-engine`; `numaio bench` is the `numaio-bench` crate): parse arguments, call the library, print a human table
 //! by default or JSON with `--json`.
 
-mod args;
-mod benchfile;
 mod cmd;
-mod exit;
-mod output;
 mod walk;
+
+use numaio_cli_support::{args, exit, output};
+use numaio_cli_support::{exit_status_help, out, outln, usage_bail, warnln};
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -57,7 +56,7 @@ enum Command {
     #[command(after_help = exit::HELP)]
     Daemon(cmd::daemon::DaemonArgs),
     /// Benchmark the I/O engine or the kernel page cache.
-    Bench(cmd::bench::BenchArgs),
+    Bench(numaio_bench::BenchArgs),
     /// Measure this machine's NUMA latency and bandwidth costs (an MLC-style profile).
     Probe(cmd::probe::ProbeArgs),
     /// Predict a placement's throughput and latency on a machine profile.
@@ -97,7 +96,7 @@ fn main() -> ExitCode {
         Command::Pin(a) => cmd::pin::run(a),
         Command::Run(a) => cmd::run::run(a),
         Command::Daemon(a) => cmd::daemon::run(a),
-        Command::Bench(a) => cmd::bench::run(a),
+        Command::Bench(a) => numaio_bench::run(a),
         Command::Probe(a) => cmd::probe::run(a),
         Command::Model(a) => cmd::model::run(a),
     };

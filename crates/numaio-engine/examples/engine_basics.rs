@@ -70,5 +70,5 @@ fn main() -> std::io::Result<()> {
         st.write_ios,
         f.len()
     );
-    engine.close()
+    Ok(engine.close()?)
 }

@@ -1,4 +1,4 @@
-//! Per-node I/O accounting, per thread and per process (issue 6).
+//! Per-node I/O accounting, per thread and per process.
 //!
 //! Counters: bytes read and written per node (the node of the buffer), local and remote buffer
 //! accesses, hits and misses per slice, thread migrations, forwarded requests and checksum
@@ -295,22 +295,6 @@ impl Accounting {
         })
     }
 
-    /// A buffer access of `bytes` to data on `data_node` by a thread on `thread_node`.
-    pub fn record_access(&self, data_node: u32, thread_node: u32, bytes: u64, write: bool) {
-        let idx = self.node_index(data_node);
-        self.with_thread(|c| {
-            if let Some(i) = idx {
-                let v = if write { &c.write_bytes } else { &c.read_bytes };
-                v[i].fetch_add(bytes, Relaxed);
-            }
-            if data_node == thread_node {
-                c.local.fetch_add(1, Relaxed);
-            } else {
-                c.remote.fetch_add(1, Relaxed);
-            }
-        });
-    }
-
     /// One cached block access in one step (the engine hook's hot path): hit or miss in
     /// `slice`, `bytes` moved to or from a buffer on `data_node` by a thread on
     /// `thread_node`, and whether the thread was migrated for it.
@@ -338,26 +322,6 @@ impl Accounting {
                 c.migrations.fetch_add(1, Relaxed);
             }
         });
-    }
-
-    pub fn record_hit(&self, slice: usize) {
-        self.with_thread(|c| {
-            if let Some(h) = c.hits.get(slice) {
-                h.fetch_add(1, Relaxed);
-            }
-        });
-    }
-
-    pub fn record_miss(&self, slice: usize) {
-        self.with_thread(|c| {
-            if let Some(h) = c.misses.get(slice) {
-                h.fetch_add(1, Relaxed);
-            }
-        });
-    }
-
-    pub fn record_migration(&self) {
-        self.with_thread(|c| c.migrations.fetch_add(1, Relaxed));
     }
 
     pub fn record_forward(&self) {
@@ -595,24 +559,62 @@ pub fn parse_numa_io_text(s: &str) -> Result<Vec<(u32, u64, u64)>, String> {
 mod tests {
     use super::*;
 
+    // Single-counter updates, for checking the sums.
+    impl Accounting {
+        /// A buffer access of `bytes` to data on `data_node` by a thread on `thread_node`.
+        fn record_access(&self, data_node: u32, thread_node: u32, bytes: u64, write: bool) {
+            let idx = self.node_index(data_node);
+            self.with_thread(|c| {
+                if let Some(i) = idx {
+                    let v = if write { &c.write_bytes } else { &c.read_bytes };
+                    v[i].fetch_add(bytes, Relaxed);
+                }
+                if data_node == thread_node {
+                    c.local.fetch_add(1, Relaxed);
+                } else {
+                    c.remote.fetch_add(1, Relaxed);
+                }
+            });
+        }
+
+        fn record_hit(&self, slice: usize) {
+            self.with_thread(|c| {
+                if let Some(h) = c.hits.get(slice) {
+                    h.fetch_add(1, Relaxed);
+                }
+            });
+        }
+
+        fn record_migration(&self) {
+            self.with_thread(|c| c.migrations.fetch_add(1, Relaxed));
+        }
+    }
+
     #[test]
     fn per_thread_and_process_totals() {
         let acc = Arc::new(Accounting::new(vec![0, 1], vec![0, 1]));
-        acc.record_access(0, 0, 4096, false);
-        acc.record_access(1, 0, 100, true);
-        acc.record_hit(1);
+        let blk = |slice, hit, data_node, thread_node, bytes, write, migrated| BlockAccess {
+            slice,
+            hit,
+            data_node,
+            thread_node,
+            bytes,
+            write,
+            migrated,
+        };
+        acc.record_block(blk(1, true, 0, 0, 4096, false, false));
+        acc.record_block(blk(1, true, 1, 0, 100, true, false));
         let tids: Vec<i32> = (0..3)
             .map(|i| {
                 let acc = acc.clone();
                 std::thread::spawn(move || {
-                    for _ in 0..=i {
-                        acc.record_access(1, 1, 10, false);
-                        acc.record_miss(0);
+                    for k in 0..=i {
+                        acc.record_block(blk(0, false, 1, 1, 10, false, k == i));
                     }
-                    acc.record_migration();
                     acc.record_forward();
                     acc.record_verify(i != 2);
                     acc.thread_counters();
+                    // SAFETY: gettid takes no arguments and cannot fail.
                     unsafe { libc::syscall(libc::SYS_gettid) as i32 }
                 })
                 .join()
@@ -626,7 +628,7 @@ mod tests {
         let s = acc.snapshot();
         assert_eq!(s.process.read_bytes, vec![4096, 60]);
         assert_eq!(s.process.misses, vec![6, 0]);
-        assert_eq!(s.process.hits, vec![0, 1]);
+        assert_eq!(s.process.hits, vec![0, 2]);
         assert_eq!(s.process.migrations, 3);
         assert_eq!(s.process.forwards, 3);
         assert_eq!(s.process.checksums_verified, 2);

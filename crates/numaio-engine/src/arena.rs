@@ -3,7 +3,7 @@
 //! The binding is strict (`MPOL_BIND`, `MPOL_MF_STRICT`) and applied before the first touch,
 //! so every page is allocated on the node; the arena is then prefaulted (a whole
 //! write pass) so no page fault lands on the hit path, and the result is verified with a
-//! `move_pages` query (ANCHORS lesson 3). Transparent huge pages are requested when the
+//! `move_pages` query (memory binding is checked, never assumed). Transparent huge pages are requested when the
 //! kernel supports them; the verification reports what actually happened.
 
 use numaio_sys::{mbind, query_pages, MbindFlags, PageStatus, Policy};
@@ -116,6 +116,7 @@ impl Arena {
         let stride = (pages / (256 * 1024)).max(1);
         let addrs: Vec<*const u8> = (0..pages)
             .step_by(stride)
+            // SAFETY: i < pages, so the address lies inside the arena's `len` bytes.
             .map(|i| unsafe { self.ptr.add(i * ps) as *const u8 })
             .collect();
         self.check.pages_sampled = addrs.len() as u64;
@@ -136,14 +137,6 @@ impl Arena {
 
     pub fn ptr(&self) -> *mut u8 {
         self.ptr
-    }
-
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
     }
 }
 

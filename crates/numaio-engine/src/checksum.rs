@@ -1,4 +1,4 @@
-//! Block checksums (issue 6): crc32c (hardware-accelerated on x86-64 and aarch64) or xxh3.
+//! Block checksums: crc32c (hardware-accelerated on x86-64 and aarch64) or xxh3.
 
 use std::fmt;
 use std::str::FromStr;

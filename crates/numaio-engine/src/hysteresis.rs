@@ -1,4 +1,4 @@
-//! Hysteresis for moving threads to their data (issue 6).
+//! Hysteresis for moving threads to their data.
 //!
 //! Jericho moves a thread at *every* remote access and Adams at every remote hit; a thread that
 //! reads data on two nodes would then bounce between them. This per-thread state machine only

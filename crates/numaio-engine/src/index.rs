@@ -10,8 +10,9 @@
 //! reach a slot that is being reclaimed.
 
 use crate::hugemem::HugeArray;
-use crate::policy::{BlockKey, Padded, SlotId};
+use crate::key::{BlockKey, SlotId};
 use crate::sync::RwLock;
+use crate::types::Padded;
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 use std::collections::HashMap;

@@ -1,11 +1,11 @@
-//! The integrity stage (issue 6, after Bang's dynamic-ZFS).
+//! The integrity stage, after Bang's dynamic-ZFS.
 //!
 //! Write-back computes a checksum per block and keeps it (in memory, per `(file, block)`);
 //! a block read back from the backing file is verified, and a mismatch is an error — the
 //! corrupted bytes never reach the caller.
 //!
 //! Checksumming costs CPU on the write-back path (43 % of ZFS's write pipeline in Bang's
-//! study). [`IntegrityStage::checksum_while`] overlaps it with the device write: the sums are
+//! study). [`IntegrityStage::compute_while`] overlaps it with the device write: the sums are
 //! computed either inline by the write-back thread, or by a worker pool while that thread
 //! issues the write, with a barrier before the buffers are released. Which one is decided per
 //! request by a [`DispatchRule`]:
@@ -509,6 +509,9 @@ pub struct IntegrityStage {
     verified: AtomicU64,
     unverified: AtomicU64,
     mismatches: AtomicU64,
+    /// Where verified blocks and mismatches are also counted per thread (the Prometheus
+    /// `checksum_verified` / `checksum_error` counters).
+    accounting: Option<Arc<crate::accounting::Accounting>>,
 }
 
 impl fmt::Debug for IntegrityStage {
@@ -581,7 +584,14 @@ impl IntegrityStage {
             verified: AtomicU64::new(0),
             unverified: AtomicU64::new(0),
             mismatches: AtomicU64::new(0),
+            accounting: None,
         }
+    }
+
+    /// Also counts each verification in `acc`.
+    pub fn with_accounting(mut self, acc: Arc<crate::accounting::Accounting>) -> Self {
+        self.accounting = Some(acc);
+        self
     }
 
     pub fn store(&self) -> &ChecksumStore {
@@ -627,34 +637,6 @@ impl IntegrityStage {
                 q < max_per_worker * w
             }
         }
-    }
-
-    /// Computes the checksums of `blocks` (consecutive blocks of `file` from `first`) while
-    /// `io` runs (typically the device write of the same run), and records them once both are
-    /// done and `io` succeeded. If `io` fails the blocks' old sums are dropped: what is on the
-    /// device is then unknown, and an unknown block is returned unverified rather than
-    /// reported corrupt.
-    pub fn checksum_while<R, E>(
-        &self,
-        file: u64,
-        first: u64,
-        blocks: &[&[u8]],
-        io: impl FnOnce() -> Result<R, E>,
-    ) -> Result<R, E> {
-        let (sums, result) = self.compute_while(blocks, io);
-        match &result {
-            Ok(_) => {
-                for (i, s) in sums.iter().enumerate() {
-                    self.store.set(file, first + i as u64, *s);
-                }
-            }
-            Err(_) => {
-                for i in 0..blocks.len() {
-                    self.store.remove(file, first + i as u64);
-                }
-            }
-        }
-        result
     }
 
     /// Records the sum of a block whose write reached the device.
@@ -733,6 +715,9 @@ impl IntegrityStage {
             return Ok(false);
         };
         let actual = self.config.kind.compute(data);
+        if let Some(a) = &self.accounting {
+            a.record_verify(actual == expected);
+        }
         if actual != expected {
             self.mismatches.fetch_add(1, Relaxed);
             return Err(IntegrityError {
@@ -745,6 +730,31 @@ impl IntegrityStage {
         }
         self.verified.fetch_add(1, Relaxed);
         Ok(true)
+    }
+}
+
+impl crate::ext::BlockIntegrity for IntegrityStage {
+    fn name(&self) -> String {
+        self.config.kind.to_string()
+    }
+    fn sum_while(&self, blocks: &[&[u8]], io: &mut dyn FnMut()) -> Vec<u64> {
+        self.compute_while(blocks, io).0
+    }
+    fn commit(&self, file: crate::FileId, block: u64, sum: u64) {
+        IntegrityStage::commit(self, file.0 as u64, block, sum)
+    }
+    fn invalidate(&self, file: crate::FileId, block: u64) {
+        IntegrityStage::invalidate(self, file.0 as u64, block)
+    }
+    fn verify(
+        &self,
+        file: crate::FileId,
+        block: u64,
+        data: &[u8],
+    ) -> Result<(), crate::ext::IntegrityFailure> {
+        IntegrityStage::verify(self, file.0 as u64, block, data)
+            .map(|_| ())
+            .map_err(|e| e.into())
     }
 }
 
@@ -762,6 +772,34 @@ mod tests {
         }
     }
 
+    /// Computes the checksums of `blocks` (consecutive blocks of `file` from `first`) while
+    /// `io` runs (typically the device write of the same run), and records them once both are
+    /// done and `io` succeeded. If `io` fails the blocks' old sums are dropped: what is on the
+    /// device is then unknown, and an unknown block is returned unverified rather than
+    /// reported corrupt.
+    fn checksum_while<R, E>(
+        st: &IntegrityStage,
+        file: u64,
+        first: u64,
+        blocks: &[&[u8]],
+        io: impl FnOnce() -> Result<R, E>,
+    ) -> Result<R, E> {
+        let (sums, result) = st.compute_while(blocks, io);
+        match &result {
+            Ok(_) => {
+                for (i, s) in sums.iter().enumerate() {
+                    st.store.set(file, first + i as u64, *s);
+                }
+            }
+            Err(_) => {
+                for i in 0..blocks.len() {
+                    st.store.remove(file, first + i as u64);
+                }
+            }
+        }
+        result
+    }
+
     #[test]
     fn rules_compute_the_same_sums() {
         let data: Vec<Vec<u8>> = (0..37u8).map(|i| vec![i; 4096]).collect();
@@ -776,7 +814,7 @@ mod tests {
             DispatchRule::Queue { max_per_worker: 1 },
         ] {
             let st = IntegrityStage::new(cfg(rule));
-            let r: Result<(), ()> = st.checksum_while(1, 100, &refs, || Ok(()));
+            let r: Result<(), ()> = checksum_while(&st, 1, 100, &refs, || Ok(()));
             r.unwrap();
             let sums: Vec<u64> = (0..37)
                 .map(|i| st.store().get(1, 100 + i).unwrap())
@@ -800,11 +838,9 @@ mod tests {
     fn failed_io_forgets_sums() {
         let st = IntegrityStage::new(cfg(DispatchRule::Always));
         let b = [1u8; 512];
-        st.checksum_while(7, 0, &[&b], || Ok::<(), ()>(())).unwrap();
+        checksum_while(&st, 7, 0, &[&b], || Ok::<(), ()>(())).unwrap();
         assert!(st.store().get(7, 0).is_some());
-        assert!(st
-            .checksum_while(7, 0, &[&b], || Err::<(), _>("EIO"))
-            .is_err());
+        assert!(checksum_while(&st, 7, 0, &[&b], || Err::<(), _>("EIO")).is_err());
         assert_eq!(st.store().get(7, 0), None);
         assert_eq!(st.verify(7, 0, &[9u8; 512]), Ok(false));
     }
@@ -824,8 +860,7 @@ mod tests {
         let blocks: Vec<Vec<u8>> = (0..8u8).map(|i| vec![i ^ 0x5A; 4096]).collect();
         let refs: Vec<&[u8]> = blocks.iter().map(|v| v.as_slice()).collect();
         let joined = blocks.concat();
-        st.checksum_while(3, 0, &refs, || f.write_all_at(&joined, 0))
-            .unwrap();
+        checksum_while(&st, 3, 0, &refs, || f.write_all_at(&joined, 0)).unwrap();
         // Read back clean.
         let mut buf = vec![0u8; 4096];
         for b in 0..8u64 {

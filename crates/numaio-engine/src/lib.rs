@@ -4,64 +4,79 @@
 //! node-local only if their cache is NUMA-aware. Following Jericho, this crate replaces the
 //! page cache for such programs with per-node *slices*:
 //!
-//! * each [`slice`](slice::Slice) owns a buffer arena bound to its node (mbind, prefaulted,
-//!   verified with move_pages), a hash index with per-bucket locks, a replacement policy
-//!   ([`arc`], [`split_lru`] = Finer-LRU, [`clock`]) and an evictor thread;
+//! * each slice owns a buffer arena bound to its node (mbind, prefaulted, verified with
+//!   move_pages), a hash index with per-bucket locks, a replacement policy
+//!   ([`policy::ArcPolicy`], [`policy::SplitLru`] = Finer-LRU, [`policy::Clock`]) and an
+//!   evictor thread;
 //! * a [`Placement`] chooses the slice of each block ([`RangePlacement`] by default);
 //! * hits are served inline with no slice-wide lock; misses go to the slice's I/O workers
 //!   (io_uring, O_DIRECT, pinned to the node); concurrent misses on one block share one read;
 //! * writes stay in the cache until the evictor or `fsync` writes them back, coalescing runs
 //!   of consecutive dirty blocks; errors reach `fsync` and the data stays dirty.
 //!
-//! Issue 6 adds placement policies (`placement`), moving work to the data (`move_work`,
-//! `hysteresis`), per-node accounting (`accounting`) and checksums (`integrity`, `checksum`).
+//! The core calls its add-ons only through the traits in one place ([`Placement`],
+//! [`AccessHook`], [`Router`], [`BlockIntegrity`]); the add-ons are placement policies
+//! ([`placement`]), moving work to the data ([`move_work`], [`hysteresis`]), per-node
+//! accounting ([`accounting`]) and checksums ([`integrity`], [`checksum`]), wired from options
+//! by [`numa`].
 //!
 //! ```no_run
-//! use numaio_engine::{Engine, EngineConfig, OpenOptions};
-//! let engine = Engine::new(EngineConfig::default())?;
-//! let f = engine.open("/data/file", OpenOptions { write: true, create: true })?;
+//! use numaio_engine::{Engine, OpenOptions, PolicyKind};
+//! let engine = Engine::builder()
+//!     .with_cache_bytes(64 << 20)
+//!     .with_policy(PolicyKind::Clock)
+//!     .build()?;
+//! let f = engine.open("/data/file", OpenOptions::create_rw())?;
 //! f.pwrite(b"hello", 0)?;
 //! let pinned = f.get(0, 5)?; // zero copy
 //! assert_eq!(pinned.to_vec(), b"hello");
 //! pinned.put(false);
 //! f.fsync()?;
-//! # Ok::<(), std::io::Error>(())
+//! # Ok::<(), numaio_engine::EngineError>(())
 //! ```
 
 pub mod accounting;
-pub mod arc;
-pub mod arena;
-pub mod backend;
+mod arena;
+mod blockio;
 pub mod checksum;
-pub mod clock;
-pub mod dlist;
-pub mod engine;
-pub mod hugemem;
+mod engine;
+mod error;
+mod ext;
+mod file;
+mod flush;
+mod handle;
+mod hugemem;
 pub mod hysteresis;
+#[doc(hidden)]
 pub mod index;
 pub mod integrity;
+mod io;
+mod key;
 pub mod move_work;
 pub mod numa;
 pub mod placement;
 pub mod policy;
-pub mod power_loss;
-pub mod range_placement;
-pub mod slice;
+mod slice;
+#[doc(hidden)]
 pub mod slot;
-pub mod split_lru;
-pub mod stats;
+mod stats;
 mod sync;
-pub mod uring;
-pub mod worker;
-pub mod writeback;
+mod types;
 
 pub use arena::PlacementCheck;
-pub use backend::{Backend, FaultBackend, FaultState, IoKind, IoQueue, IoRequest, PsyncBackend};
-pub use engine::{Engine, EngineConfig, FileHandle, OpenOptions, Pinned};
+pub use engine::{Engine, EngineBuilder, EngineConfig};
+pub use error::{os_error, EngineError};
+pub use ext::{AccessCtx, AccessHook, BlockIntegrity, IntegrityFailure, Placement, Router};
+pub use file::OpenOptions;
+pub use handle::{FileHandle, Pinned};
 pub use index::IndexKind;
-pub use policy::{BlockKey, FileId, PolicyKind, ReplacementPolicy, SlotId};
-pub use range_placement::{AccessCtx, AccessHook, Placement, RangePlacement};
+pub use io::power_loss;
+pub use io::uring::UringBackend;
+pub use io::{Backend, FaultBackend, FaultState, IoKind, IoQueue, IoRequest, PsyncBackend};
+pub use key::{BlockKey, FileId, SlotId};
+pub use placement::RangePlacement;
+pub use policy::{PolicyKind, ReplacementPolicy};
+pub use slice::WriteBackError;
 pub use slot::Reclaim;
 pub use stats::{EngineStats, SliceStats};
-pub use uring::UringBackend;
-pub use writeback::{os_error, WriteBackError};
+pub use types::NodeCpus;

@@ -1,4 +1,4 @@
-//! Moving work to the data (issue 6).
+//! Moving work to the data.
 //!
 //! Before a thread touches a buffer on another node, a cache can:
 //! - `none`: just do it (remote access);
@@ -16,16 +16,16 @@ use std::cell::RefCell;
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::str::FromStr;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use numaio_sys::{CpuSet, Topology};
 use serde::Serialize;
 
 use crate::hysteresis::{Hysteresis, HysteresisConfig};
+pub use crate::types::NodeCpus;
 
 /// How a cache brings work and data together.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
@@ -61,64 +61,6 @@ impl fmt::Display for MoveWork {
             MoveWork::FirstReader => "first-reader",
             MoveWork::Forward => "forward",
         })
-    }
-}
-
-/// Maps CPUs to nodes and nodes to their CPU sets, fast enough for every request.
-#[derive(Debug, Clone)]
-pub struct NodeCpus {
-    cpu_node: Vec<u32>,
-    node_cpus: Vec<(u32, CpuSet)>,
-}
-
-impl NodeCpus {
-    pub fn from_topology(topo: &Topology) -> Self {
-        let max_cpu = topo
-            .nodes
-            .iter()
-            .flat_map(|n| n.cpus.iter().copied())
-            .max()
-            .unwrap_or(0);
-        let mut cpu_node = vec![u32::MAX; max_cpu as usize + 1];
-        let mut node_cpus = Vec::new();
-        for n in &topo.nodes {
-            for &c in &n.cpus {
-                cpu_node[c as usize] = n.id;
-            }
-            if !n.cpus.is_empty() {
-                node_cpus.push((n.id, CpuSet::from_ids(&n.cpus)));
-            }
-        }
-        Self {
-            cpu_node,
-            node_cpus,
-        }
-    }
-
-    /// Node of `cpu` (None for unknown CPUs).
-    pub fn node_of_cpu(&self, cpu: u32) -> Option<u32> {
-        self.cpu_node
-            .get(cpu as usize)
-            .copied()
-            .filter(|&n| n != u32::MAX)
-    }
-
-    /// CPUs of `node` (None for CPU-less or unknown nodes).
-    pub fn cpus_of(&self, node: u32) -> Option<&CpuSet> {
-        self.node_cpus
-            .iter()
-            .find(|(n, _)| *n == node)
-            .map(|(_, c)| c)
-    }
-
-    /// The node the calling thread runs on now (sched_getcpu: vDSO/rseq, no syscall).
-    pub fn current_node(&self) -> Option<u32> {
-        // SAFETY: no arguments; returns -1 on error.
-        let cpu = unsafe { libc::sched_getcpu() };
-        if cpu < 0 {
-            return None;
-        }
-        self.node_of_cpu(cpu as u32)
     }
 }
 
@@ -161,41 +103,7 @@ pub fn migrate_current_thread(cpus: &NodeCpus, node: u32, parent: bool) -> Resul
     Ok(())
 }
 
-/// A block's first reader (Adams): stores a node id once; `u32::MAX` = none yet. Embed in a
-/// buffer header, or use [`FirstReaderMap`].
-#[derive(Debug)]
-pub struct FirstReader(AtomicU32);
-
-impl Default for FirstReader {
-    fn default() -> Self {
-        Self(AtomicU32::new(u32::MAX))
-    }
-}
-
-impl FirstReader {
-    /// Records `node` if there is no first reader yet; returns the first reader's node.
-    pub fn claim(&self, node: u32) -> u32 {
-        match self
-            .0
-            .compare_exchange(u32::MAX, node, Ordering::AcqRel, Ordering::Acquire)
-        {
-            Ok(_) => node,
-            Err(prev) => prev,
-        }
-    }
-
-    pub fn get(&self) -> Option<u32> {
-        let v = self.0.load(Ordering::Acquire);
-        (v != u32::MAX).then_some(v)
-    }
-
-    pub fn reset(&self) {
-        self.0.store(u32::MAX, Ordering::Release);
-    }
-}
-
-/// First readers of blocks keyed by `(file, block)`, for caches whose buffer headers carry no
-/// [`FirstReader`]. Bounded: when full, the oldest shard content is dropped (a forgotten block
+/// The first reader's node of each block (Adams), keyed by `(file, block)`. Bounded: when full, the oldest shard content is dropped (a forgotten block
 /// simply gets a new first reader).
 #[derive(Debug)]
 pub struct FirstReaderMap {
@@ -427,15 +335,6 @@ fn spin_recv<T>(spin: Duration, try_recv: impl Fn() -> Result<T, TryRecvError>) 
     }
 }
 
-/// What the caller should do about one buffer access.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Access {
-    /// Touch the buffer here; `local` tells whether the thread is on the buffer's node.
-    Here { local: bool, migrated: bool },
-    /// Run the access through [`Forwarder::run_on`] on this node.
-    Forward(u32),
-}
-
 /// The work-moving policy of one cache, with per-thread hysteresis.
 #[derive(Debug)]
 pub struct Mover {
@@ -479,62 +378,6 @@ impl Mover {
         self.cpus.current_node()
     }
 
-    /// Decides, before the calling thread touches a buffer on `data_node`, whether it moves,
-    /// forwards or stays. `first_reader` is the block's first-reader cell (first-reader mode).
-    /// Migration errors are not fatal: the access then simply stays remote.
-    pub fn before_access(&self, data_node: u32, first_reader: Option<&FirstReader>) -> Access {
-        let Some(here) = self.current_node() else {
-            return Access::Here {
-                local: false,
-                migrated: false,
-            };
-        };
-        match self.mode {
-            MoveWork::None => Access::Here {
-                local: here == data_node,
-                migrated: false,
-            },
-            MoveWork::Forward => {
-                if here == data_node || self.cpus.cpus_of(data_node).is_none() {
-                    Access::Here {
-                        local: here == data_node,
-                        migrated: false,
-                    }
-                } else {
-                    Access::Forward(data_node)
-                }
-            }
-            MoveWork::MigrateThread | MoveWork::FirstReader => {
-                let target = match (self.mode, first_reader) {
-                    (MoveWork::FirstReader, Some(fr)) => fr.claim(here),
-                    (MoveWork::FirstReader, None) => here,
-                    _ => data_node,
-                };
-                let mut migrated = false;
-                if target != here {
-                    let decision = self.observe(here, target);
-                    if let Some(t) = decision {
-                        if migrate_current_thread(&self.cpus, t, self.move_parent).is_ok() {
-                            self.migrations.fetch_add(1, Ordering::Relaxed);
-                            migrated = true;
-                        }
-                    }
-                } else {
-                    self.observe(here, target);
-                }
-                let now = if migrated {
-                    self.current_node().unwrap_or(here)
-                } else {
-                    here
-                };
-                Access::Here {
-                    local: now == data_node,
-                    migrated,
-                }
-            }
-        }
-    }
-
     /// Feeds the calling thread's hysteresis; returns the node to move to, if any.
     pub fn observe(&self, here: u32, target: u32) -> Option<u32> {
         HYST.with(|h| {
@@ -554,7 +397,7 @@ impl Mover {
     }
 }
 
-/// The engine hook of issue 6: before each cached block access it lets the [`Mover`] move
+/// The work-moving and accounting hook: before each cached block access it lets the [`Mover`] move
 /// the thread (migrate-thread, first-reader) and counts the access in the [`Accounting`]:
 /// hit or miss per slice, bytes per buffer node, local or remote, migrations.
 /// (`forward` is applied one level up, around the whole request: see [`Forwarder`].)
@@ -637,6 +480,18 @@ impl crate::AccessHook for NumaHook {
     }
 }
 
+impl crate::ext::Router for Forwarder {
+    fn name(&self) -> String {
+        "forward".into()
+    }
+    fn should_route(&self, node: u32) -> bool {
+        self.should_forward(node)
+    }
+    fn run_on(&self, node: u32, job: &mut (dyn FnMut() + Send)) -> std::io::Result<()> {
+        Forwarder::run_on(self, node, job).map_err(std::io::Error::other)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -652,7 +507,7 @@ mod tests {
             return None;
         }
         let spec = format!("n0={}@1G n1={}@1G", cpus[0], cpus[1]);
-        Topology::synthetic(&spec)
+        numaio_sys::Topology::synthetic(&spec)
             .ok()
             .map(|t| NodeCpus::from_topology(&t))
     }
@@ -667,12 +522,6 @@ mod tests {
 
     #[test]
     fn first_reader_claims_once() {
-        let f = FirstReader::default();
-        assert_eq!(f.get(), None);
-        assert_eq!(f.claim(2), 2);
-        assert_eq!(f.claim(3), 2);
-        f.reset();
-        assert_eq!(f.claim(3), 3);
         let m = FirstReaderMap::new(1024);
         assert_eq!(m.claim(1, 5, 0), 0);
         assert_eq!(m.claim(1, 5, 1), 0);
@@ -706,24 +555,28 @@ mod tests {
         .unwrap();
     }
 
+    /// A hook that moves threads in `mode`, with slices on nodes 0 and 1.
+    fn hook(nc: &NodeCpus, mode: MoveWork, cfg: HysteresisConfig) -> NumaHook {
+        let acc = Arc::new(crate::accounting::Accounting::new(vec![0, 1], vec![0, 1]));
+        NumaHook::new(Mover::new(mode, nc.clone(), cfg), acc, vec![0, 1], 4096)
+    }
+
     #[test]
     fn mover_migrates_with_hysteresis() {
+        use crate::{AccessCtx, AccessHook, FileId};
         let Some(nc) = two_nodes() else {
             numaio_testkit::skip!(numaio_testkit::needs::TWO_CPUS);
         };
         std::thread::spawn(move || {
             migrate_current_thread(&nc, 0, false).unwrap();
-            let cfg = HysteresisConfig::default();
-            let m = Mover::new(MoveWork::MigrateThread, nc.clone(), cfg);
-            let mut local = 0;
-            for _ in 0..100 {
-                if let Access::Here { local: true, .. } = m.before_access(1, None) {
-                    local += 1;
-                }
+            let h = hook(&nc, MoveWork::MigrateThread, HysteresisConfig::default());
+            for b in 0..100 {
+                h.on_access(FileId(1), b, 1, true, &AccessCtx::new(false));
             }
-            assert_eq!(m.migrations(), 1);
+            assert_eq!(h.mover.migrations(), 1);
             // K=4 remote accesses, then local.
-            assert_eq!(local, 97);
+            let c = h.accounting.thread_counters();
+            assert_eq!((c.remote_accesses, c.local_accesses), (3, 97));
             assert_eq!(nc.current_node(), Some(1));
         })
         .join()
@@ -732,30 +585,27 @@ mod tests {
 
     #[test]
     fn first_reader_mode_moves_later_readers() {
+        use crate::{AccessCtx, AccessHook, FileId};
         let Some(nc) = two_nodes() else {
             numaio_testkit::skip!(numaio_testkit::needs::TWO_CPUS);
         };
-        let fr = Arc::new(FirstReader::default());
-        let nc2 = nc.clone();
-        let fr2 = fr.clone();
+        let h = Arc::new(hook(
+            &nc,
+            MoveWork::FirstReader,
+            HysteresisConfig::jericho(),
+        ));
+        let (nc2, h2) = (nc.clone(), h.clone());
         std::thread::spawn(move || {
             migrate_current_thread(&nc2, 1, false).unwrap();
-            let m = Mover::new(MoveWork::FirstReader, nc2, HysteresisConfig::jericho());
-            m.before_access(0, Some(&fr2));
-            assert_eq!(m.migrations(), 0, "the first reader is not moved");
+            h2.on_access(FileId(1), 7, 0, false, &AccessCtx::new(false));
+            assert_eq!(h2.mover.migrations(), 0, "the first reader is not moved");
         })
         .join()
         .unwrap();
-        assert_eq!(fr.get(), Some(1));
         std::thread::spawn(move || {
             migrate_current_thread(&nc, 0, false).unwrap();
-            let m = Mover::new(
-                MoveWork::FirstReader,
-                nc.clone(),
-                HysteresisConfig::jericho(),
-            );
-            m.before_access(0, Some(&fr));
-            assert_eq!(m.migrations(), 1);
+            h.on_access(FileId(1), 7, 0, true, &AccessCtx::new(false));
+            assert_eq!(h.mover.migrations(), 1);
             assert_eq!(nc.current_node(), Some(1));
         })
         .join()
@@ -788,20 +638,6 @@ mod tests {
         ));
         // Still usable after a panic.
         assert_eq!(f.run_on(0, || 41 + 1).unwrap(), 42);
-        let m = Mover::new(MoveWork::Forward, nc.clone(), HysteresisConfig::default());
-        std::thread::spawn(move || {
-            migrate_current_thread(&nc, 0, false).unwrap();
-            assert_eq!(m.before_access(1, None), Access::Forward(1));
-            assert_eq!(
-                m.before_access(0, None),
-                Access::Here {
-                    local: true,
-                    migrated: false
-                }
-            );
-        })
-        .join()
-        .unwrap();
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! Wiring issue 6 into an [`EngineConfig`]: placement policy, work moving, accounting and
-//! checksums, chosen per cache.
+//! Wiring the engine's add-ons into an [`EngineConfig`] from options: placement policy, work
+//! moving, accounting and checksums, chosen per cache.
 //!
 //! ```no_run
 //! use numaio_engine::numa::{NumaOptions, apply};
@@ -29,9 +29,9 @@ use crate::hysteresis::HysteresisConfig;
 use crate::integrity::{IntegrityConfig, IntegrityStage};
 use crate::move_work::{Forwarder, MoveWork, Mover, NodeCpus, NumaHook};
 use crate::placement::{DeviceNodeMap, PlacementPolicy, Placer, PolicyPlacement};
-use crate::EngineConfig;
+use crate::{EngineBuilder, EngineConfig, EngineError};
 
-/// Issue 6 settings of one cache.
+/// The add-on settings of one cache.
 #[derive(Debug, Clone)]
 pub struct NumaOptions {
     /// Default: `range` (the core's Jericho ranges).
@@ -83,27 +83,21 @@ pub struct NumaParts {
     pub integrity: Option<Arc<IntegrityStage>>,
 }
 
-/// The slice nodes the engine will use for `cfg` (the same rule as `Engine::new`).
+/// The slice nodes the engine will use for `cfg` (the rule `Engine::new` uses).
 pub fn slice_nodes_for(cfg: &EngineConfig, topo: &Topology) -> Vec<u32> {
-    if let Some(v) = cfg.slice_nodes.as_ref().filter(|v| !v.is_empty()) {
-        return v.clone();
-    }
-    let mut mem: Vec<u32> = topo
-        .nodes
-        .iter()
-        .filter(|n| n.has_memory())
-        .map(|n| n.id)
-        .collect();
-    if mem.is_empty() {
-        mem = topo.node_ids();
-    }
-    match cfg.slices {
-        Some(n) => (0..n.max(1)).map(|i| mem[i % mem.len()]).collect(),
-        None => mem,
+    crate::engine::slice_nodes(topo, cfg.slice_nodes.as_deref(), cfg.slices)
+}
+
+impl EngineBuilder {
+    /// Installs the add-ons chosen by `opts` (see [`apply`]) and returns what was installed,
+    /// for reading the accounting afterwards.
+    pub fn with_numa(mut self, opts: &NumaOptions) -> Result<(Self, NumaParts), EngineError> {
+        let parts = apply(self.config_mut(), opts).map_err(EngineError::Config)?;
+        Ok((self, parts))
     }
 }
 
-/// Installs the issue-6 parts into `cfg`: fixes its slice nodes, sets the placement (unless
+/// Installs the add-ons into `cfg`: fixes its slice nodes, sets the placement (unless
 /// `range` without device rules, which keeps the core's), adds the accounting / work-moving
 /// hook, the forwarder and the integrity stage.
 pub fn apply(cfg: &mut EngineConfig, opts: &NumaOptions) -> Result<NumaParts, String> {
@@ -124,6 +118,10 @@ pub fn apply(cfg: &mut EngineConfig, opts: &NumaOptions) -> Result<NumaParts, St
         && opts.devices.rules.is_empty()
         && !opts.devices.use_sysfs;
     let placement = if keep_core {
+        // The core's range placement, with the user's range length.
+        if let PlacementPolicy::Range { range_blocks } = opts.placement {
+            cfg.range_blocks = range_blocks;
+        }
         None
     } else {
         let mut placer =
@@ -161,13 +159,13 @@ pub fn apply(cfg: &mut EngineConfig, opts: &NumaOptions) -> Result<NumaParts, St
         .map_err(|e| format!("cannot start forwarding workers: {e}"))?
         .with_accounting(accounting.clone());
         let f = Arc::new(f);
-        cfg.forwarder = Some(f.clone());
+        cfg.router = Some(f.clone());
         Some(f)
     } else {
         None
     };
     let integrity = opts.checksums.map(|c| {
-        let s = Arc::new(IntegrityStage::new(c));
+        let s = Arc::new(IntegrityStage::new(c).with_accounting(accounting.clone()));
         cfg.integrity = Some(s.clone());
         s
     });

@@ -8,13 +8,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// the same slice do not bounce one cache line on every hit.
 #[derive(Default, Debug)]
 pub struct StripedCounter {
-    stripes: [crate::policy::Padded<AtomicU64>; 8],
+    stripes: [crate::types::Padded<AtomicU64>; 8],
 }
 
 impl StripedCounter {
     #[inline]
     pub fn add(&self, n: u64) {
-        self.stripes[crate::policy::thread_stripe() % 8].fetch_add(n, Ordering::Relaxed);
+        self.stripes[crate::types::thread_stripe() % 8].fetch_add(n, Ordering::Relaxed);
     }
     pub fn get(&self) -> u64 {
         self.stripes.iter().map(|s| s.load(Ordering::Relaxed)).sum()

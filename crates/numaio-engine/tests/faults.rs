@@ -34,10 +34,14 @@ fn fsync_reports_write_error_and_keeps_data() {
     let e = f
         .fsync()
         .expect_err("fsync must fail while the device fails writes");
+    assert!(
+        e.to_string().contains(&path.display().to_string()),
+        "error names the file: {e}"
+    );
     assert_eq!(
         e.raw_os_error(),
-        None,
-        "error is wrapped with the path: {e}"
+        Some(libc::EIO),
+        "error keeps the errno: {e}"
     );
     assert!(
         e.to_string().contains("Input/output error") || e.to_string().contains("os error 5"),
@@ -132,7 +136,7 @@ fn within<T: Send + 'static>(
     }
 }
 
-fn assert_enospc(e: &std::io::Error, what: &str) {
+fn assert_enospc(e: &numaio_engine::EngineError, what: &str) {
     assert_eq!(
         numaio_engine::os_error(e),
         Some(libc::ENOSPC),
@@ -150,7 +154,7 @@ fn write_until_error(
     f: &numaio_engine::FileHandle,
     total: usize,
     seed: u64,
-) -> (usize, Option<std::io::Error>) {
+) -> (usize, Option<numaio_engine::EngineError>) {
     let data = pattern(seed, total);
     let mut off = 0;
     while off < total {

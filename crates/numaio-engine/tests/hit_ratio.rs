@@ -2,7 +2,7 @@
 //! `ReplacementPolicy` interface the slices use (a cache of `cap` slots, one victim per miss
 //! when full). Plain LRU (one list, move to front on hit) is the reference.
 
-use numaio_engine::arc::Arc as ArcPolicy;
+use numaio_engine::policy::ArcPolicy;
 use numaio_engine::{BlockKey, FileId, PolicyKind, Reclaim, ReplacementPolicy, SlotId};
 use std::collections::{BTreeMap, HashMap};
 

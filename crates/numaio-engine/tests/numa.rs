@@ -1,4 +1,4 @@
-//! Issue 6 through the engine: placement policies decide the slice, work moves to the data
+//! The add-ons through the engine: placement policies decide the slice, work moves to the data
 //! (migrate-thread, forward), the accounting sees it, and checksums catch a corrupted block.
 //! This host has one NUMA node, so two "nodes" are made from two CPUs with a synthetic
 //! topology (memory binding off); the lab tests (lab/tests/engine.rs) repeat the locality

@@ -522,13 +522,16 @@ struct SlowOnceQueue {
     armed: Arc<std::sync::atomic::AtomicBool>,
 }
 
-impl numaio_engine::IoQueue for SlowOnceQueue {
+// SAFETY: every request goes to the inner queue, which completes it before reporting it.
+unsafe impl numaio_engine::IoQueue for SlowOnceQueue {
     fn run(
         &mut self,
         reqs: &mut [numaio_engine::IoRequest],
         done: &mut dyn FnMut(usize, std::io::Result<usize>),
     ) {
-        if reqs.iter().any(|r| r.kind == numaio_engine::IoKind::Write)
+        if reqs
+            .iter()
+            .any(|r| r.kind() == numaio_engine::IoKind::Write)
             && self.armed.swap(false, std::sync::atomic::Ordering::SeqCst)
         {
             std::thread::sleep(std::time::Duration::from_millis(300));

@@ -23,12 +23,13 @@ struct SlowQueue {
     reads: Arc<AtomicU64>,
 }
 
-impl IoQueue for SlowQueue {
+// SAFETY: every request goes to the inner queue, which completes it before reporting it.
+unsafe impl IoQueue for SlowQueue {
     fn run(&mut self, reqs: &mut [IoRequest], done: &mut dyn FnMut(usize, io::Result<usize>)) {
         std::thread::sleep(Duration::from_millis(150));
         let reads = reqs
             .iter()
-            .filter(|r| r.kind == numaio_engine::IoKind::Read)
+            .filter(|r| r.kind() == numaio_engine::IoKind::Read)
             .count();
         self.reads.fetch_add(reads as u64, Ordering::SeqCst);
         self.inner.run(reqs, done)
@@ -374,9 +375,13 @@ struct HoldQueue {
     gate: Arc<HoldGate>,
 }
 
-impl IoQueue for HoldQueue {
+// SAFETY: held writes are rewritten to go out from our own copies, which outlive the inner
+// queue's run; everything else goes to the inner queue unchanged.
+unsafe impl IoQueue for HoldQueue {
     fn run(&mut self, reqs: &mut [IoRequest], done: &mut dyn FnMut(usize, io::Result<usize>)) {
-        let writes = reqs.iter().any(|r| r.kind == numaio_engine::IoKind::Write);
+        let writes = reqs
+            .iter()
+            .any(|r| r.kind() == numaio_engine::IoKind::Write);
         // The held write's data is taken now, as a device that has fetched the buffers
         // but not yet completed would have it.
         let mut copies: Vec<Vec<u8>> = Vec::new();
@@ -386,17 +391,19 @@ impl IoQueue for HoldQueue {
                 let mut c = vec![0u8; r.len() + 4096];
                 let at = c.as_ptr().align_offset(4096);
                 let mut n = 0;
-                for v in &r.iovecs {
+                for v in r.iovecs() {
                     // SAFETY: the engine keeps the request's buffers pinned until it completes.
                     let src =
                         unsafe { std::slice::from_raw_parts(v.iov_base as *const u8, v.iov_len) };
                     c[at + n..at + n + v.iov_len].copy_from_slice(src);
                     n += v.iov_len;
                 }
-                r.iovecs = vec![libc::iovec {
+                let iov = vec![libc::iovec {
                     iov_base: c[at..].as_mut_ptr() as *mut _,
                     iov_len: n,
                 }];
+                // SAFETY: the copy lives in `copies` until after the inner queue's run.
+                *r = unsafe { IoRequest::from_raw_parts(r.kind(), r.fd(), r.offset(), iov) };
                 copies.push(c);
             }
             let mut g = self.gate.state.lock().unwrap();

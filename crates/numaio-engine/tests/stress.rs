@@ -134,21 +134,17 @@ struct ChaosQueue {
     plan: Arc<Plan>,
 }
 
-impl IoQueue for ChaosQueue {
+// SAFETY: failed requests are reported untouched; the rest go to the inner queue.
+unsafe impl IoQueue for ChaosQueue {
     fn run(&mut self, reqs: &mut [IoRequest], done: &mut dyn FnMut(usize, io::Result<usize>)) {
         let mut pass = Vec::new();
         let mut idx = Vec::new();
         for (i, r) in reqs.iter_mut().enumerate() {
-            match self.plan.next(r.kind == IoKind::Write) {
+            match self.plan.next(r.kind() == IoKind::Write) {
                 Some(errno) => done(i, Err(io::Error::from_raw_os_error(errno))),
                 None => {
                     idx.push(i);
-                    pass.push(IoRequest {
-                        kind: r.kind,
-                        fd: r.fd,
-                        offset: r.offset,
-                        iovecs: std::mem::take(&mut r.iovecs),
-                    });
+                    pass.push(r.take());
                 }
             }
         }
@@ -236,7 +232,11 @@ impl Run<'_> {
 
     /// Retries `op` while faults are injected (each injected fault is one-shot per I/O);
     /// without faults, an error is a failure.
-    fn retry<T>(&self, what: &str, mut op: impl FnMut() -> io::Result<T>) -> Option<T> {
+    fn retry<T>(
+        &self,
+        what: &str,
+        mut op: impl FnMut() -> Result<T, numaio_engine::EngineError>,
+    ) -> Option<T> {
         for attempt in 0.. {
             match op() {
                 Ok(v) => return Some(v),

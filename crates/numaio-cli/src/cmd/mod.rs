@@ -1,7 +1,5 @@
 //! One module per subcommand.
 
-pub mod bench;
-pub mod bench_numa;
 pub mod daemon;
 pub mod evict;
 pub mod lock;

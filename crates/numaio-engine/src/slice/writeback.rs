@@ -11,8 +11,8 @@
 //!   requests stalled for a free buffer fail at once with the device's errno instead of
 //!   waiting for a timeout.
 
-use crate::policy::{BlockKey, SlotId};
-use crate::slice::Slice;
+use super::Slice;
+use crate::key::{BlockKey, SlotId};
 use crate::slot::{WritebackClaim, WRITEBACK};
 use parking_lot::Mutex;
 use std::fmt;
@@ -87,28 +87,33 @@ pub struct WriteBackError {
     pub what: String,
     /// The device's errno, if the failure came from a system call.
     pub errno: Option<i32>,
-    kind: io::ErrorKind,
+    pub(crate) kind: io::ErrorKind,
     cause: String,
 }
 
 impl WriteBackError {
-    pub fn new(what: String, e: &io::Error) -> Self {
+    /// The `io::ErrorKind` of the failed operation.
+    pub fn kind(&self) -> io::ErrorKind {
+        self.kind
+    }
+
+    pub(crate) fn new(what: String, e: &io::Error) -> Self {
         WriteBackError {
             what,
-            errno: os_error(e),
+            errno: crate::error::os_error(e),
             kind: e.kind(),
             cause: e.to_string(),
         }
     }
     /// The same failure, explained from a caller's point of view.
-    pub fn context(&self, what: impl fmt::Display) -> Self {
+    pub(crate) fn context(&self, what: impl fmt::Display) -> Self {
         WriteBackError {
             what: format!("{what}: {}", self.what),
             ..self.clone()
         }
     }
-    /// As an `io::Error` of the original kind; [`os_error`] finds the errno again.
-    pub fn to_io(&self) -> io::Error {
+    /// As an `io::Error` of the original kind; [`crate::os_error`] finds the errno again.
+    pub(crate) fn to_io(&self) -> io::Error {
         io::Error::new(self.kind, self.clone())
     }
 }
@@ -120,16 +125,6 @@ impl fmt::Display for WriteBackError {
 }
 
 impl std::error::Error for WriteBackError {}
-
-/// The errno behind an engine error: the raw OS error, or the one a [`WriteBackError`]
-/// carries.
-pub fn os_error(e: &io::Error) -> Option<i32> {
-    e.raw_os_error().or_else(|| {
-        e.get_ref()
-            .and_then(|inner| inner.downcast_ref::<WriteBackError>())
-            .and_then(|w| w.errno)
-    })
-}
 
 /// The evictor's last failed write-back, with a sequence number so a stalled request only
 /// reacts to failures that happened while it waited.

@@ -8,9 +8,11 @@
 //! first refills its inactive list from the tail of its active list (kept at least as long
 //! as the active list), then scans its inactive list from the LRU end.
 
-use crate::dlist::Lists;
-use crate::policy::{BlockKey, Padded, ReplacementPolicy, SlotId};
+use super::dlist::Lists;
+use super::ReplacementPolicy;
+use crate::key::{BlockKey, SlotId};
 use crate::slot::Reclaim;
+use crate::types::Padded;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 

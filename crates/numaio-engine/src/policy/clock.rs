@@ -2,7 +2,8 @@
 //! slot's byte (skipped if already set), so hits share no lock at all; only the evictor's hand
 //! is serialised.
 
-use crate::policy::{BlockKey, ReplacementPolicy, SlotId};
+use super::ReplacementPolicy;
+use crate::key::{BlockKey, SlotId};
 use crate::slot::Reclaim;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};

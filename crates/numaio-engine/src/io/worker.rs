@@ -1,8 +1,8 @@
 //! The per-slice I/O worker: takes requests from a bounded channel, submits whatever has
 //! queued up as one batch (up to the queue depth), and parks in `recv` when idle — no
-//! spinning (ANCHORS lesson 7). Callers block on a [`Completion`].
+//! spinning. Callers block on a [`Completion`].
 
-use crate::backend::{IoQueue, IoRequest};
+use crate::io::{IoQueue, IoRequest};
 use parking_lot::{Condvar, Mutex};
 use std::io;
 use std::sync::mpsc::{Receiver, TryRecvError};
@@ -84,7 +84,8 @@ pub fn run(rx: Arc<Mutex<Receiver<Msg>>>, mut queue: Box<dyn IoQueue>, depth: us
         if !reqs.is_empty() {
             let mut pending: Vec<Option<Done>> = dones.drain(..).map(Some).collect();
             queue.run(&mut reqs, &mut |i, r| {
-                if let Some(d) = pending[i].take() {
+                // An index the queue made up is ignored, not a panic on the worker.
+                if let Some(d) = pending.get_mut(i).and_then(Option::take) {
                     d.finish(r);
                 }
             });

@@ -2,7 +2,7 @@
 //! misses from many threads reach the device together) and reaped with a blocking wait.
 //! Short transfers are resubmitted for the remainder; a read that returns 0 is end of file.
 
-use crate::backend::{advance, Backend, IoKind, IoQueue, IoRequest};
+use crate::io::{advance, Backend, IoKind, IoQueue, IoRequest};
 use io_uring::{opcode, types, IoUring};
 use std::io;
 use std::os::fd::RawFd;
@@ -54,7 +54,9 @@ impl UringQueue {
     }
 }
 
-impl IoQueue for UringQueue {
+// SAFETY: a request is reported only after its last completion is reaped (the kernel is
+// done with its buffers), and `run` returns only when nothing is in flight.
+unsafe impl IoQueue for UringQueue {
     fn run(&mut self, reqs: &mut [IoRequest], done: &mut dyn FnMut(usize, io::Result<usize>)) {
         let mut pend: Vec<Pending> = reqs
             .iter()
@@ -170,7 +172,7 @@ impl Backend for UringBackend {
         }))
     }
     fn datasync(&self, fd: RawFd) -> io::Result<()> {
-        crate::backend::PsyncBackend.datasync(fd)
+        crate::io::PsyncBackend.datasync(fd)
     }
 }
 

@@ -4,6 +4,10 @@
 //! of vectored reads and writes. Queues must complete every request fully (resubmitting
 //! after short transfers) and may stop short only at end of file on a read.
 
+pub mod power_loss;
+pub(crate) mod uring;
+pub(crate) mod worker;
+
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
@@ -15,29 +19,136 @@ pub enum IoKind {
     Write,
 }
 
-/// One vectored request on one file descriptor.
+/// One vectored request on one file descriptor, handed to an [`IoQueue`] by the engine.
+///
+/// Its buffers are the engine's own cache buffers, so safe code cannot build one: the
+/// engine makes them, and a backend that needs a request of its own (to write from a copy,
+/// say) must vouch for the buffers with the `unsafe` [`IoRequest::from_raw_parts`].
+///
+/// ```compile_fail
+/// // Safe code cannot point a request at arbitrary memory.
+/// let r = numaio_engine::IoRequest {
+///     kind: numaio_engine::IoKind::Read,
+///     fd: 0,
+///     offset: 0,
+///     iovecs: vec![],
+/// };
+/// ```
+///
+/// ```compile_fail
+/// // Nor run requests through a queue it implements without `unsafe`.
+/// struct Q;
+/// impl numaio_engine::IoQueue for Q {
+///     fn run(
+///         &mut self,
+///         _: &mut [numaio_engine::IoRequest],
+///         _: &mut dyn FnMut(usize, std::io::Result<usize>),
+///     ) {
+///     }
+/// }
+/// ```
+///
+/// Both are possible with `unsafe`, where the caller vouches for the buffers:
+///
+/// ```
+/// use numaio_engine::{IoKind, IoQueue, IoRequest};
+/// struct Refuse;
+/// // SAFETY: every request is reported without touching its buffers.
+/// unsafe impl IoQueue for Refuse {
+///     fn run(&mut self, reqs: &mut [IoRequest], done: &mut dyn FnMut(usize, std::io::Result<usize>)) {
+///         for i in 0..reqs.len() {
+///             done(i, Err(std::io::Error::other("refused")));
+///         }
+///     }
+/// }
+/// let mut buf = [0u8; 512];
+/// let iov = vec![libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() }];
+/// // SAFETY: `buf` outlives the request and nothing else touches it.
+/// let mut reqs = [unsafe { IoRequest::from_raw_parts(IoKind::Read, 0, 0, iov) }];
+/// let mut failed = 0;
+/// Refuse.run(&mut reqs, &mut |_, r| failed += r.is_err() as usize);
+/// assert_eq!((failed, reqs[0].len()), (1, 512));
+/// ```
 #[derive(Debug)]
 pub struct IoRequest {
-    pub kind: IoKind,
-    pub fd: RawFd,
-    pub offset: u64,
-    pub iovecs: Vec<libc::iovec>,
+    kind: IoKind,
+    fd: RawFd,
+    offset: u64,
+    iovecs: Vec<libc::iovec>,
 }
 
-// SAFETY: the iovecs point into slice arenas whose slots stay pinned (or owned by the caller)
-// until the request completes.
+// SAFETY: the iovecs point into slice arenas whose slots stay pinned (or into buffers owned
+// by the backend that made the request) until the request completes; nothing in a request
+// is tied to the thread that made it.
 unsafe impl Send for IoRequest {}
 
 impl IoRequest {
+    /// A request on buffers the engine holds pinned (or LOADING) until it completes.
+    pub(crate) fn new(kind: IoKind, fd: RawFd, offset: u64, iovecs: Vec<libc::iovec>) -> Self {
+        IoRequest {
+            kind,
+            fd,
+            offset,
+            iovecs,
+        }
+    }
+
+    /// A request on buffers of the caller's choosing.
+    ///
+    /// # Safety
+    /// Every iovec must describe memory that stays valid (and, for a read, writable and not
+    /// otherwise accessed) until the request has completed and been reported.
+    pub unsafe fn from_raw_parts(
+        kind: IoKind,
+        fd: RawFd,
+        offset: u64,
+        iovecs: Vec<libc::iovec>,
+    ) -> Self {
+        IoRequest::new(kind, fd, offset, iovecs)
+    }
+
+    pub fn kind(&self) -> IoKind {
+        self.kind
+    }
+    pub fn fd(&self) -> RawFd {
+        self.fd
+    }
+    /// File offset of the first byte.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+    /// The buffers. Reading through them needs `unsafe`, and is sound only while the
+    /// request has not been reported complete.
+    pub fn iovecs(&self) -> &[libc::iovec] {
+        &self.iovecs
+    }
     pub fn len(&self) -> usize {
         self.iovecs.iter().map(|v| v.iov_len).sum()
     }
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// Moves the request out, leaving an empty one (zero bytes) in its place: for a queue
+    /// that passes part of a batch on to an inner queue.
+    pub fn take(&mut self) -> IoRequest {
+        IoRequest {
+            kind: self.kind,
+            fd: self.fd,
+            offset: self.offset,
+            iovecs: std::mem::take(&mut self.iovecs),
+        }
+    }
 }
 
-pub trait IoQueue: Send {
+/// Performs the engine's device requests for one I/O worker.
+///
+/// # Safety
+/// The requests' buffers belong to the engine's cache. An implementation must finish every
+/// access to a request's buffers (its own and the kernel's) before it reports that request
+/// through `done`, and before `run` returns; it must report each request at most once and
+/// must not keep a request, or pointers from it, past `run`. The engine then reuses the
+/// buffers at once, so breaking this contract is a data race on them.
+pub unsafe trait IoQueue: Send {
     /// Performs every request and reports each one through `done(index, result)` as soon as
     /// it completes (so a fast request never waits for a slow one in the same batch). The
     /// result is the number of bytes transferred (less than the request only for a read
@@ -115,7 +226,8 @@ pub(crate) fn run_sync(req: &IoRequest) -> io::Result<usize> {
     Ok(done)
 }
 
-impl IoQueue for PsyncQueue {
+// SAFETY: each request is done with synchronous preadv/pwritev before it is reported.
+unsafe impl IoQueue for PsyncQueue {
     fn run(&mut self, reqs: &mut [IoRequest], done: &mut dyn FnMut(usize, io::Result<usize>)) {
         for (i, r) in reqs.iter().enumerate() {
             done(i, run_sync(r));
@@ -183,7 +295,9 @@ struct FaultQueue {
     state: Arc<FaultState>,
 }
 
-impl IoQueue for FaultQueue {
+// SAFETY: failed requests are reported without touching their buffers; the rest go to the
+// inner queue, which keeps the contract for them.
+unsafe impl IoQueue for FaultQueue {
     fn run(&mut self, reqs: &mut [IoRequest], done: &mut dyn FnMut(usize, io::Result<usize>)) {
         let mut pass = Vec::new();
         let mut pass_idx = Vec::new();
@@ -197,15 +311,14 @@ impl IoQueue for FaultQueue {
                 done(i, Err(self.state.error()));
             } else {
                 pass_idx.push(i);
-                pass.push(IoRequest {
-                    kind: r.kind,
-                    fd: r.fd,
-                    offset: r.offset,
-                    iovecs: std::mem::take(&mut r.iovecs),
-                });
+                pass.push(r.take());
             }
         }
-        self.inner.run(&mut pass, &mut |j, r| done(pass_idx[j], r));
+        self.inner.run(&mut pass, &mut |j, r| {
+            if let Some(&i) = pass_idx.get(j) {
+                done(i, r)
+            }
+        });
     }
 }
 

@@ -1,4 +1,4 @@
-//! Data placement: which slice caches a block (issue 6).
+//! Data placement: which slice caches a block.
 //!
 //! The policies are the user-space counterparts of the seeds' placements:
 //! - `range`: fixed block ranges per slice (Jericho's JeriCache "home" ranges);
@@ -15,13 +15,17 @@
 //!
 //! Backing devices: a file whose device reports a NUMA node (`/sys/dev/block/M:m/device/numa_node`)
 //! or that matches a configured path prefix gets that node's slice as its home, which `range`
-//! and `directory` then use (lesson 5 in ANCHORS.md: align slices with devices).
+//! and `directory` then use (slices aligned with devices).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::path::{Component, Path, PathBuf};
 use std::str::FromStr;
 use std::sync::{Mutex, RwLock};
+
+mod range;
+
+pub use range::RangePlacement;
 
 use serde::Serialize;
 
@@ -166,7 +170,7 @@ impl PlacementPolicy {
         match *self {
             PlacementPolicy::Range { range_blocks } => match home {
                 Some(h) => h,
-                None => ((ctx.block / range_blocks.max(1)) % n as u64) as usize,
+                None => range::range_slice(ctx.file, ctx.block, range_blocks, n),
             },
             PlacementPolicy::Directory => home.unwrap_or((mix(ctx.file) % n as u64) as usize),
             PlacementPolicy::WriterLocal => ctx
@@ -539,7 +543,7 @@ pub struct PolicyPlacement {
     block_size: u64,
     homes: Box<[std::sync::atomic::AtomicU32]>,
     homes_sparse: RwLock<HashMap<u32, u32>>,
-    cpus: Option<crate::move_work::NodeCpus>,
+    cpus: Option<crate::types::NodeCpus>,
 }
 
 impl PolicyPlacement {
@@ -557,7 +561,7 @@ impl PolicyPlacement {
 
     /// Finds the caller's node through this CPU map (the engine's topology) instead of
     /// getcpu's kernel node, so a synthetic topology is honoured.
-    pub fn with_cpus(mut self, cpus: crate::move_work::NodeCpus) -> Self {
+    pub fn with_cpus(mut self, cpus: crate::types::NodeCpus) -> Self {
         self.cpus = Some(cpus);
         self
     }
@@ -701,8 +705,9 @@ mod tests {
             .step_by(10)
             .map(|b| r.slice_for(&ctx(1, b), 4, |_| None))
             .collect();
-        assert_eq!(got, vec![0, 1, 2, 3]);
-        assert_eq!(r.slice_for(&ctx(1, 9), 4, |_| None), 0);
+        // The same rule as the core's RangePlacement: ranges rotate from `file mod slices`.
+        assert_eq!(got, vec![1, 2, 3, 0]);
+        assert_eq!(r.slice_for(&ctx(1, 9), 4, |_| None), 1);
         let i = PlacementPolicy::Interleave;
         let mut counts = [0; 4];
         for b in 0..400 {

@@ -1,12 +1,12 @@
-//! Experiment (issue 6): which rule should decide between computing write-back checksums
+//! Experiment: which rule should decide between computing write-back checksums
 //! inline and dispatching them to the worker pool?
 //!
 //! T write-back threads each write runs of 64 × 4 KiB blocks to their own file with pwrite,
-//! through `IntegrityStage::checksum_while` (checksums overlap the write when dispatched).
+//! through `IntegrityStage::compute_while` (checksums overlap the write when dispatched).
 //! For each rule — `inline`, `always`, `bang:5` (Bang's context-switch rule), `queue:2` — it
 //! reports throughput, the share of requests dispatched, the process's context switches per
 //! GiB and the pool's peak size. Run:
-//! `cargo run --release -p numaio-engine --example checksum_rules [-- --secs 2 --dir /tmp --json]`
+//! `cargo run --release -p numaio-bench --example checksum_rules [-- --secs 2 --dir /tmp --json]`
 
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -20,6 +20,7 @@ const BLOCK: usize = 4096;
 const RUN: usize = 64;
 
 fn ctxt_switches() -> u64 {
+    // SAFETY: an all-zero rusage is a valid out-parameter.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: valid out-pointer.
     if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
@@ -80,10 +81,13 @@ fn main() {
                                 }
                                 let blocks: Vec<&[u8]> = data.chunks(BLOCK).collect();
                                 let off = (run % 256) * (BLOCK * RUN) as u64;
-                                st.checksum_while(t as u64, off / BLOCK as u64, &blocks, || {
-                                    f.write_all_at(&data, off)
-                                })
-                                .expect("pwrite");
+                                let first = off / BLOCK as u64;
+                                let (sums, r) =
+                                    st.compute_while(&blocks, || f.write_all_at(&data, off));
+                                r.expect("pwrite");
+                                for (i, s) in sums.into_iter().enumerate() {
+                                    st.commit(t as u64, first + i as u64, s);
+                                }
                                 bytes.fetch_add((BLOCK * RUN) as u64, Relaxed);
                                 run += 1;
                             }

@@ -9,25 +9,20 @@
 //! are collected by the caller for a coalesced write-back and are left in place so they are
 //! the first to go once clean.
 
+mod arc;
+mod clock;
+mod dlist;
+mod split_lru;
+
+pub use arc::Arc as ArcPolicy;
+pub use clock::Clock;
+pub use split_lru::SplitLru;
+
+use crate::key::{BlockKey, SlotId};
 use crate::slot::Reclaim;
-use crate::{arc::Arc as ArcPolicy, clock::Clock, split_lru::SplitLru};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
-
-/// A buffer slot inside one slice.
-pub type SlotId = u32;
-
-/// An opened file, numbered by the engine.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct FileId(pub u32);
-
-/// One cached block: (file, block number in units of the engine's block size).
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
-pub struct BlockKey {
-    pub file: FileId,
-    pub block: u64,
-}
 
 pub trait ReplacementPolicy: Send + Sync {
     fn name(&self) -> &'static str;
@@ -98,26 +93,4 @@ impl FromStr for PolicyKind {
             }
         }
     }
-}
-
-/// Cache-line padding so per-stripe locks do not false-share.
-#[repr(align(128))]
-#[derive(Debug, Default)]
-pub(crate) struct Padded<T>(pub T);
-
-impl<T> std::ops::Deref for Padded<T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.0
-    }
-}
-
-/// A small per-thread number, used to pick a stripe without contention.
-pub(crate) fn thread_stripe() -> usize {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        static ID: usize = NEXT.fetch_add(1, Ordering::Relaxed);
-    }
-    ID.with(|id| *id)
 }

@@ -48,7 +48,7 @@
 //! # Ok::<(), std::io::Error>(())
 //! ```
 
-use crate::backend::{Backend, IoKind, IoQueue, IoRequest};
+use crate::io::{Backend, IoKind, IoQueue, IoRequest};
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::io;
@@ -482,7 +482,9 @@ struct Outgoing {
     id: u64,
 }
 
-impl IoQueue for PowerLossQueue {
+// SAFETY: writes go out from the queue's own copy, taken before anything is reported; every
+// request is passed to the inner queue (which keeps the contract) or failed untouched.
+unsafe impl IoQueue for PowerLossQueue {
     fn run(&mut self, reqs: &mut [IoRequest], done: &mut dyn FnMut(usize, io::Result<usize>)) {
         let cut = self.ctl.cut.read();
         if *cut {
@@ -635,7 +637,7 @@ impl Backend for PowerLossBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::PsyncBackend;
+    use crate::io::PsyncBackend;
     use std::os::unix::fs::FileExt;
 
     fn write_req(fd: RawFd, off: u64, data: &mut [u8]) -> IoRequest {

@@ -8,9 +8,11 @@
 //! log and the log is applied to the lists in batches of `LOG_BATCH` (and before every
 //! eviction), so the single ARC lock is taken once per batch instead of once per hit.
 
-use crate::dlist::Lists;
-use crate::policy::{thread_stripe, BlockKey, Padded, ReplacementPolicy, SlotId};
+use super::dlist::Lists;
+use super::ReplacementPolicy;
+use crate::key::{BlockKey, SlotId};
 use crate::slot::Reclaim;
+use crate::types::{thread_stripe, Padded};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};

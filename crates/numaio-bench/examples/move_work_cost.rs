@@ -1,4 +1,4 @@
-//! Host benchmark (issue 6): what moving work to the data costs per request, against the
+//! Host benchmark: what moving work to the data costs per request, against the
 //! engine's hit path.
 //!
 //! Two "nodes" are made from two CPUs (a synthetic topology, memory binding off), so the
@@ -13,7 +13,7 @@
 //! - `forward`: placement `fixed:1`, caller on node 0, every request runs on node 1's worker
 //!   (`forward+spin`: worker and caller poll 20 µs before sleeping).
 //!
-//! Run: `cargo run --release -p numaio-engine --example move_work_cost [-- --json]`
+//! Run: `cargo run --release -p numaio-bench --example move_work_cost [-- --json]`
 
 use std::time::{Duration, Instant};
 

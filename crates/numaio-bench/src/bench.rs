@@ -62,7 +62,7 @@ workload (it must hold --size bytes); a write workload on an existing file needs
 Devices (a block device's size comes from BLKGETSIZE64) and files under /dev, /proc and /sys \
 need --allow-device; FIFOs, sockets and directories are refused. I/O errors end the run with \
 exit status 1 and name the errno.\n\n",
-        crate::exit_status_help!()
+        numaio_cli_support::exit_status_help!()
     )
 )]
 pub struct BenchArgs {
@@ -149,7 +149,7 @@ pub struct BenchArgs {
     /// Print one JSON object instead of a summary.
     #[arg(long)]
     pub json: bool,
-    /// Issue 6: placement, work moving, accounting, checksums, the --files workload.
+    /// Placement, work moving, accounting, checksums, the --files workload.
     #[command(flatten)]
     pub numa: super::bench_numa::NumaBenchArgs,
 }
@@ -186,7 +186,7 @@ pub struct BenchResult {
     pub file_created: Option<bool>,
     /// Usable bytes of the data file (a block device's size).
     pub file_bytes: Option<u64>,
-    /// Issue 6 (with --placement, --move-work, ...): `local_fraction` and the accounting.
+    /// With --placement, --move-work, ...: `local_fraction` and the accounting.
     #[serde(flatten)]
     pub numa: serde_json::Map<String, serde_json::Value>,
 }

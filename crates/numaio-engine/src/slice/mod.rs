@@ -11,15 +11,21 @@
 //! * write-back: one writer per block at a time (the WRITEBACK bit, `writeback.rs`); `fsync`
 //!   waits for write-backs others have in flight.
 
+mod writeback;
+
+pub(crate) use writeback::Claimed;
+pub use writeback::WriteBackError;
+
 use crate::arena::{Arena, PlacementCheck};
-use crate::backend::IoRequest;
 use crate::hugemem::HugeArray;
 use crate::index::{self, Index, IndexKind};
-use crate::policy::{BlockKey, FileId, Padded, PolicyKind, ReplacementPolicy, SlotId};
-use crate::slot::{Reclaim, SlotState, DIRTY, ERROR, LOADING};
+use crate::io::worker::{Completion, Done, Msg};
+use crate::io::IoRequest;
+use crate::key::{BlockKey, FileId, SlotId};
+use crate::policy::{PolicyKind, ReplacementPolicy};
+use crate::slot::{Reclaim, SlotState, ERROR, LOADING};
 use crate::stats::{SliceCounters, SliceStats};
-use crate::worker::{Completion, Done, Msg};
-use crate::writeback::FailureLatch;
+use crate::types::Padded;
 use parking_lot::{Condvar, Mutex};
 use std::collections::BTreeSet;
 use std::io;
@@ -27,13 +33,14 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use writeback::FailureLatch;
 
 const WAIT_STRIPES: usize = 64;
 
 /// 32 bytes, aligned: a slot's state, key and hit stamp share one cache line.
 #[repr(align(32))]
-pub struct SlotMeta {
-    pub state: SlotState,
+pub(crate) struct SlotMeta {
+    state: SlotState,
     file: AtomicU32,
     /// The eviction epoch in which the policy last heard of a hit on this slot.
     stamp: AtomicU32,
@@ -41,7 +48,7 @@ pub struct SlotMeta {
 }
 
 impl SlotMeta {
-    pub fn key(&self) -> BlockKey {
+    fn key(&self) -> BlockKey {
         BlockKey {
             file: FileId(self.file.load(Ordering::Acquire)),
             block: self.block.load(Ordering::Acquire),
@@ -53,37 +60,37 @@ impl SlotMeta {
     }
 }
 
-pub struct Slice {
-    pub id: usize,
-    pub node: u32,
-    pub block_size: usize,
+pub(crate) struct Slice {
+    id: usize,
+    node: u32,
+    block_size: usize,
     arena: Arena,
-    pub slots: HugeArray<SlotMeta>,
+    slots: HugeArray<SlotMeta>,
     /// Bumped before every eviction pass; see `note_hit`.
     epoch: AtomicU32,
     hit_gating: bool,
-    pub index: Box<dyn Index>,
-    pub policy: Box<dyn ReplacementPolicy>,
+    index: Box<dyn Index>,
+    policy: Box<dyn ReplacementPolicy>,
     free: Mutex<Vec<SlotId>>,
     free_cv: Condvar,
     free_count: AtomicUsize,
-    pub dirty: Mutex<BTreeSet<BlockKey>>,
+    dirty: Mutex<BTreeSet<BlockKey>>,
     waits: Vec<Padded<(Mutex<()>, Condvar)>>,
     evict_flag: Mutex<bool>,
     evict_cv: Condvar,
     evict_pending: AtomicBool,
-    pub low: usize,
-    pub high: usize,
-    pub io_tx: SyncSender<Msg>,
-    pub counters: SliceCounters,
-    pub shutdown: AtomicBool,
+    low: usize,
+    high: usize,
+    io_tx: SyncSender<Msg>,
+    counters: SliceCounters,
+    shutdown: AtomicBool,
     /// The evictor's failed write-backs, for requests stalled for a free buffer.
-    pub(crate) wb_failure: FailureLatch,
+    wb_failure: FailureLatch,
 }
 
 impl Slice {
     #[allow(clippy::too_many_arguments)]
-    pub fn new(
+    pub(crate) fn new(
         id: usize,
         node: u32,
         block_size: usize,
@@ -162,6 +169,94 @@ impl Slice {
         self.slots.len()
     }
 
+    pub fn node(&self) -> u32 {
+        self.node
+    }
+
+    pub fn counters(&self) -> &SliceCounters {
+        &self.counters
+    }
+
+    /// Whether the evictor should keep freeing (fewer free buffers than the high watermark),
+    /// and how many buffers it should free to get there.
+    pub fn eviction_wanted(&self) -> usize {
+        self.high.saturating_sub(self.free_count())
+    }
+
+    /// One eviction pass: asks the policy for up to `want` victims; clean ones are freed
+    /// (returned to the free list), dirty ones are returned for write-back.
+    pub fn evict_pass(&self, want: usize) -> (usize, Vec<BlockKey>) {
+        let mut freed = Vec::new();
+        let mut dirty = Vec::new();
+        self.next_epoch();
+        self.policy
+            .evict(want, &mut |slot| self.reclaim(slot, &mut freed, &mut dirty));
+        self.release_free(&freed);
+        (freed.len(), dirty)
+    }
+
+    /// Extends each run of consecutive dirty `victims` with the dirty blocks that follow it
+    /// (up to `max_run` blocks per run), so one large write cleans the neighbourhood
+    /// (Jericho, SAFS). Walks the sorted dirty set once per run end, not once per victim.
+    /// Returns the blocks to write, sorted and without duplicates.
+    pub fn dirty_runs_around(&self, mut victims: Vec<BlockKey>, max_run: usize) -> Vec<BlockKey> {
+        victims.sort();
+        victims.dedup();
+        let max_run = max_run.max(1);
+        let mut out = Vec::with_capacity(victims.len());
+        {
+            let d = self.dirty.lock();
+            let mut i = 0;
+            while i < victims.len() {
+                let mut j = i + 1;
+                while j < victims.len()
+                    && victims[j].file == victims[i].file
+                    && victims[j].block == victims[j - 1].block + 1
+                {
+                    j += 1;
+                }
+                out.extend_from_slice(&victims[i..j]);
+                let last = victims[j - 1];
+                let room = max_run.saturating_sub((j - i) % max_run);
+                let from = BlockKey {
+                    file: last.file,
+                    block: last.block + 1,
+                };
+                for (k, expect) in d.range(from..).take(room).zip(last.block + 1..) {
+                    if k.file != last.file || k.block != expect || victims[j..].first() == Some(k) {
+                        break;
+                    }
+                    out.push(*k);
+                }
+                i = j;
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// The dirty blocks of `file` in `[first, last]`.
+    pub fn dirty_in(&self, file: FileId, first: u64, last: u64) -> Vec<BlockKey> {
+        let d = self.dirty.lock();
+        d.range(BlockKey { file, block: first }..=BlockKey { file, block: last })
+            .copied()
+            .collect()
+    }
+
+    /// Latches a failed write-back of the evictor: requests stalled for a free buffer fail
+    /// at once with its errno.
+    pub fn report_writeback_failure(&self, e: WriteBackError) {
+        self.wb_failure.report(e);
+    }
+
+    /// Asks `workers` I/O workers of this slice to stop once their queue is drained.
+    pub fn stop_workers(&self, workers: usize) {
+        for _ in 0..workers {
+            let _ = self.io_tx.send(Msg::Stop);
+        }
+    }
+
     pub fn placement_check(&self) -> &PlacementCheck {
         &self.arena.check
     }
@@ -203,14 +298,14 @@ impl Slice {
         self.policy.on_hit(slot);
     }
 
-    /// Starts a new eviction epoch (the evictor calls this before each pass).
-    pub fn next_epoch(&self) {
+    /// Starts a new eviction epoch (before each eviction pass).
+    fn next_epoch(&self) {
         self.epoch.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Sends a request whose completion runs `done` on the worker (for readahead). Fails
     /// rather than blocks if the queue is full.
-    pub fn submit_async(
+    pub(crate) fn submit_async(
         &self,
         req: IoRequest,
         done: Box<dyn FnOnce(io::Result<usize>) + Send>,
@@ -413,12 +508,7 @@ impl Slice {
     }
 
     /// Evictor callback: tries to free `slot`.
-    pub fn reclaim(
-        &self,
-        slot: SlotId,
-        freed: &mut Vec<SlotId>,
-        dirty: &mut Vec<BlockKey>,
-    ) -> Reclaim {
+    fn reclaim(&self, slot: SlotId, freed: &mut Vec<SlotId>, dirty: &mut Vec<BlockKey>) -> Reclaim {
         let meta = &self.slots[slot as usize];
         let key = meta.key();
         let mut r = Reclaim::Busy;
@@ -442,7 +532,7 @@ impl Slice {
     }
 
     /// Sends a request to this slice's I/O worker (blocks if the bounded queue is full).
-    pub fn submit(&self, req: IoRequest) -> io::Result<Arc<Completion>> {
+    pub(crate) fn submit(&self, req: IoRequest) -> io::Result<Arc<Completion>> {
         let c = Completion::new();
         self.io_tx
             .send(Msg::Io(req, Done::Wait(c.clone())))
@@ -450,10 +540,6 @@ impl Slice {
                 io::Error::other(format!("I/O worker of slice {} has stopped", self.id))
             })?;
         Ok(c)
-    }
-
-    pub fn is_dirty(&self, slot: SlotId) -> bool {
-        self.slots[slot as usize].state.load() & DIRTY != 0
     }
 
     pub fn stats(&self) -> SliceStats {

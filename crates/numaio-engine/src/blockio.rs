@@ -1,0 +1,466 @@
+//! The one block-I/O path: pinning blocks (hits, misses, clashes), reading missing blocks
+//! in runs, finishing loads (demand and readahead alike), and writing runs back.
+//!
+//! Deadlock freedom (no hold-and-wait): a request never blocks while it holds a slot that
+//! others may wait for and that only it can complete. Reads it inserted are issued before it
+//! waits (on a clashing block or for a free buffer), so they complete on their own. What
+//! remains held are the LOADING "fill" slots of a whole-block write, which the caller ends
+//! after the copy; writes acquire their blocks in ascending order and wait for a clashing
+//! block as soon as they meet it, so a writer only ever waits for a block above every fill
+//! slot it holds and waits cannot form a cycle.
+
+use crate::engine::Inner;
+use crate::error::EngineError;
+use crate::ext::{AccessCtx, BlockIntegrity};
+use crate::file::FileEntry;
+use crate::io::{IoKind, IoRequest};
+use crate::key::{BlockKey, SlotId};
+use crate::slice::Slice;
+use crate::slot::LOADING;
+use crate::stats::SliceCounters;
+use smallvec::SmallVec;
+use std::io;
+use std::ops::Range;
+
+/// One pinned block of a request.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Seg {
+    pub slice: u16,
+    /// The slot was inserted for a full-block overwrite: the caller fills it, then ends the load.
+    pub fill: bool,
+    pub slot: SlotId,
+}
+
+pub(crate) type Segs = SmallVec<[Seg; 4]>;
+
+/// A block to move between the device and a slot: (slice, block number, slot).
+pub(crate) type Transfer = (usize, u64, SlotId);
+
+/// Splits `items` into runs of consecutive blocks of one slice, at most `max` blocks each:
+/// one device request per run.
+pub(crate) fn runs(items: &[Transfer], max: usize) -> Vec<Range<usize>> {
+    let max = max.max(1);
+    let mut out: Vec<Range<usize>> = Vec::new();
+    for (i, t) in items.iter().enumerate() {
+        match out.last_mut() {
+            Some(r)
+                if items[r.start].0 == t.0
+                    && items[r.start].1 + (r.end - r.start) as u64 == t.1
+                    && r.end - r.start < max =>
+            {
+                r.end = i + 1
+            }
+            _ => out.push(i..i + 1),
+        }
+    }
+    out
+}
+
+/// The request for one run: one iovec per stretch of buffers adjacent in memory (slots
+/// handed out in order often are), so the device sees few, large segments.
+fn run_request(slice: &Slice, kind: IoKind, fd: i32, run: &[Transfer], bs: usize) -> IoRequest {
+    let mut iovecs: Vec<libc::iovec> = Vec::with_capacity(1);
+    for &(_, _, slot) in run {
+        let p = slice.buf_ptr(slot);
+        if let Some(last) = iovecs.last_mut() {
+            if (last.iov_base as usize) + last.iov_len == p as usize {
+                last.iov_len += bs;
+                continue;
+            }
+        }
+        iovecs.push(libc::iovec {
+            iov_base: p as *mut _,
+            iov_len: bs,
+        });
+    }
+    IoRequest::new(kind, fd, run[0].1 * bs as u64, iovecs)
+}
+
+impl Inner {
+    #[inline]
+    pub(crate) fn slice_of(&self, file: crate::key::FileId, block: u64, ctx: &AccessCtx) -> usize {
+        if self.slices.len() == 1 {
+            return 0;
+        }
+        self.placement
+            .slice_for(file, block, ctx)
+            .min(self.slices.len() - 1)
+    }
+
+    pub(crate) fn release(&self, segs: &[Seg]) {
+        for s in segs {
+            self.slices[s.slice as usize].unpin(s.slot);
+        }
+    }
+
+    /// Pins blocks `first..first+n` of `f`, loading the ones that are missing.
+    /// With `write_range = Some((off, len))`, blocks entirely covered are not read from the
+    /// device: they come back with `fill = true` and the caller must end their load.
+    pub(crate) fn acquire(
+        &self,
+        f: &FileEntry,
+        first: u64,
+        n: usize,
+        write_range: Option<(u64, u64)>,
+    ) -> io::Result<Segs> {
+        self.acquire_blocks(f, first..first + n as u64, n, write_range)
+    }
+
+    /// Pins the listed blocks (any order, duplicates allowed); all missing blocks are read at
+    /// once, so a list of scattered blocks becomes one batch of concurrent reads.
+    pub(crate) fn acquire_blocks(
+        &self,
+        f: &FileEntry,
+        blocks: impl Iterator<Item = u64> + Clone,
+        n: usize,
+        write_range: Option<(u64, u64)>,
+    ) -> io::Result<Segs> {
+        // A read that failed in *another* request (often a readahead) is retried here: the
+        // failed slot is unlinked, so the retry issues its own read and reports its own error.
+        let mut tries = 0;
+        loop {
+            match self.acquire_once(f, blocks.clone(), n, write_range) {
+                Ok(s) => return Ok(s),
+                Err((e, other)) => {
+                    tries += 1;
+                    if !other || tries >= 3 {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+    }
+
+    /// One attempt of [`acquire_blocks`](Self::acquire_blocks); see the module doc for why
+    /// it cannot deadlock. The flag in the error tells a failure seen in another request.
+    fn acquire_once(
+        &self,
+        f: &FileEntry,
+        blocks: impl Iterator<Item = u64>,
+        n: usize,
+        write_range: Option<(u64, u64)>,
+    ) -> Result<Segs, (io::Error, bool)> {
+        let bs = self.bs as u64;
+        let ctx = AccessCtx::new(write_range.is_some());
+        let mut segs: Segs = SmallVec::with_capacity(n);
+        let mut loads: SmallVec<[Transfer; 4]> = SmallVec::new();
+        let mut err: Option<(io::Error, bool)> = None;
+        for b in blocks {
+            let si = self.slice_of(f.id, b, &ctx);
+            let slice = &self.slices[si];
+            let key = BlockKey {
+                file: f.id,
+                block: b,
+            };
+            let (slot, word) = match slice.lookup_pin(&key) {
+                Some(found) => found,
+                None => {
+                    let slot = match slice.try_alloc() {
+                        Some(s) => s,
+                        None => {
+                            // About to stall: let our pending reads go first.
+                            if let Err(e) = self.load(f, &loads) {
+                                loads.clear();
+                                err = Some((e, false));
+                                break;
+                            }
+                            loads.clear();
+                            match slice.alloc() {
+                                Ok(s) => s,
+                                Err(e) => {
+                                    err = Some((e, false));
+                                    break;
+                                }
+                            }
+                        }
+                    };
+                    match slice.insert_claimed(slot, key) {
+                        Ok(()) => {
+                            SliceCounters::add(&slice.counters().misses, 1);
+                            let full = write_range.is_some_and(|(off, len)| {
+                                off <= b * bs && (b + 1) * bs <= off + len
+                            });
+                            if !full {
+                                loads.push((si, b, slot));
+                            }
+                            segs.push(Seg {
+                                slice: si as u16,
+                                fill: full,
+                                slot,
+                            });
+                            for h in &self.cfg.hooks {
+                                h.on_access(f.id, b, si, false, &ctx);
+                            }
+                            continue;
+                        }
+                        Err(existing) => existing,
+                    }
+                }
+            };
+            slice.counters().hits.add(1);
+            slice.note_hit(slot);
+            segs.push(Seg {
+                slice: si as u16,
+                fill: false,
+                slot,
+            });
+            for h in &self.cfg.hooks {
+                h.on_access(f.id, b, si, true, &ctx);
+            }
+            if word & LOADING != 0 {
+                SliceCounters::add(&slice.counters().clashed, 1);
+                if let Err(e) = self.load(f, &loads) {
+                    loads.clear();
+                    err = Some((e, false));
+                    break;
+                }
+                loads.clear();
+                if !slice.wait_loaded(slot) {
+                    err = Some((
+                        io::Error::other(format!(
+                            "read of {} failed (in another request)",
+                            f.path.display()
+                        )),
+                        true,
+                    ));
+                    break;
+                }
+            }
+        }
+        if err.is_none() && !loads.is_empty() {
+            if let Err(e) = self.load(f, &loads) {
+                err = Some((e, false));
+            }
+            loads.clear();
+        }
+        if let Some(e) = err {
+            // Reads never issued and fill slots never exposed with data: fail them.
+            self.abort(&segs, &loads);
+            return Err(e);
+        }
+        Ok(segs)
+    }
+
+    fn abort(&self, segs: &Segs, loads: &[Transfer]) {
+        for &(si, _, slot) in loads {
+            self.slices[si].finish_load(slot, false);
+        }
+        for s in segs.iter().filter(|s| s.fill) {
+            self.slices[s.slice as usize].finish_load(s.slot, false);
+        }
+        self.release(segs);
+    }
+
+    /// Reads the missing blocks, one vectored read per run, all runs in flight at once.
+    fn load(&self, f: &FileEntry, loads: &[Transfer]) -> io::Result<()> {
+        if loads.is_empty() {
+            return Ok(());
+        }
+        let runs = runs(loads, self.cfg.max_io_blocks);
+        let results = self.io_runs(f, IoKind::Read, loads, &runs)?;
+        let mut first_err = None;
+        for (run, r) in runs.into_iter().zip(results) {
+            let run = &loads[run];
+            let slice = &self.slices[run[0].0];
+            let ig = self.cfg.integrity.as_deref();
+            if let Err(e) = complete_load(slice, self.bs, ig, f, run, r) {
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// Issues one vectored request per run (all runs in flight at once), with a one-time
+    /// fallback to buffered I/O if O_DIRECT is refused (EINVAL).
+    pub(crate) fn io_runs(
+        &self,
+        f: &FileEntry,
+        kind: IoKind,
+        items: &[Transfer],
+        runs: &[Range<usize>],
+    ) -> io::Result<Vec<io::Result<usize>>> {
+        let mut attempt = 0;
+        loop {
+            let fd = f.fd();
+            let mut comps = Vec::with_capacity(runs.len());
+            for run in runs {
+                let run = &items[run.clone()];
+                let slice = &self.slices[run[0].0];
+                comps.push(slice.submit(run_request(slice, kind, fd, run, self.bs))?);
+            }
+            let results: Vec<io::Result<usize>> = comps.iter().map(|c| c.wait()).collect();
+            let einval = results
+                .iter()
+                .any(|r| matches!(r, Err(e) if e.raw_os_error() == Some(libc::EINVAL)));
+            if einval && attempt == 0 && f.direct() {
+                f.fall_back_to_buffered();
+                attempt += 1;
+                continue;
+            }
+            return Ok(results);
+        }
+    }
+
+    /// Sequential reads: keep up to two chunks read ahead of `from`, asynchronously (the
+    /// I/O worker ends the loads). Never stalls: stops at the first busy slot or full queue.
+    pub(crate) fn readahead(&self, f: &FileEntry, from: u64) {
+        use std::sync::atomic::Ordering;
+        let bs = self.bs as u64;
+        let chunk = self.chunk_blocks as u64;
+        let file_blocks = f.len().div_ceil(bs);
+        let start = from.max(f.ra_until.load(Ordering::Relaxed));
+        let end = (from + 2 * chunk).min(file_blocks);
+        if start >= end || start >= from + chunk {
+            return;
+        }
+        f.ra_until.fetch_max(end, Ordering::Relaxed);
+        let ctx = AccessCtx::new(false);
+        let mut loads: Vec<Transfer> = Vec::new();
+        for b in start..end {
+            let si = self.slice_of(f.id, b, &ctx);
+            let slice = &self.slices[si];
+            let key = BlockKey {
+                file: f.id,
+                block: b,
+            };
+            if let Some((slot, _)) = slice.lookup_pin(&key) {
+                slice.unpin(slot);
+                continue;
+            }
+            let Some(slot) = slice.try_alloc() else { break };
+            match slice.insert_claimed(slot, key) {
+                Ok(()) => loads.push((si, b, slot)),
+                Err((existing, _)) => slice.unpin(existing),
+            }
+        }
+        if loads.is_empty() {
+            return;
+        }
+        let file = self.files.get(f.id);
+        for run in runs(&loads, self.cfg.max_io_blocks) {
+            let run: Vec<Transfer> = loads[run].to_vec();
+            let slice = self.slices[run[0].0].clone();
+            let req = run_request(&slice, IoKind::Read, f.fd(), &run, self.bs);
+            let (file, ig, bs) = (file.clone(), self.cfg.integrity.clone(), self.bs);
+            let s2 = slice.clone();
+            slice.submit_async(
+                req,
+                Box::new(move |r| {
+                    // A block that fails here fails its load; a reader that wants it retries
+                    // and gets the error itself.
+                    let _ = complete_load(&s2, bs, ig.as_deref(), &file, &run, r);
+                    for &(_, _, slot) in &run {
+                        s2.unpin(slot);
+                    }
+                }),
+            );
+        }
+    }
+
+    /// Runs `op(range of the caller's buffer, file offset)` over `[off, off+len)` one run of
+    /// blocks of one slice at a time, each on the slice's node when the router says so.
+    pub(crate) fn routed(
+        &self,
+        router: &dyn crate::ext::Router,
+        f: &FileEntry,
+        len: usize,
+        off: u64,
+        write: bool,
+        mut op: impl FnMut(Range<usize>, u64) -> Result<usize, EngineError> + Send,
+    ) -> Result<usize, EngineError> {
+        let len = if write {
+            len
+        } else {
+            (len as u64).min(f.len().saturating_sub(off)) as usize
+        };
+        let bs = self.bs as u64;
+        let ctx = AccessCtx::new(write);
+        let mut done = 0usize;
+        while done < len {
+            let cur = off + done as u64;
+            let end = off + len as u64;
+            let b0 = cur / bs;
+            let si = self.slice_of(f.id, b0, &ctx);
+            let mut b = b0 + 1;
+            while b * bs < end
+                && ((b - b0) as usize) < self.chunk_blocks
+                && self.slice_of(f.id, b, &ctx) == si
+            {
+                b += 1;
+            }
+            let k = ((b * bs).min(end) - cur) as usize;
+            let node = self.slices[si].node();
+            let r = done..done + k;
+            let n = if router.should_route(node) {
+                let mut out = None;
+                router.run_on(node, &mut || out = Some(op(r.clone(), cur)))?;
+                out.unwrap_or(Ok(0))?
+            } else {
+                op(r, cur)?
+            };
+            if n == 0 {
+                break;
+            }
+            done += n;
+        }
+        Ok(done)
+    }
+}
+
+/// Ends the loads of one run read from the device (demand loads and readahead alike):
+/// counts the read, zero-fills what lies past the end of file, verifies each block's
+/// checksum and publishes it, or fails it. Returns the first error, naming the file.
+fn complete_load(
+    slice: &Slice,
+    bs: usize,
+    integrity: Option<&dyn BlockIntegrity>,
+    f: &FileEntry,
+    run: &[Transfer],
+    result: io::Result<usize>,
+) -> io::Result<()> {
+    let got = match result {
+        Ok(n) => n.min(run.len() * bs),
+        Err(e) => {
+            for &(_, _, slot) in run {
+                slice.finish_load(slot, false);
+            }
+            return Err(io::Error::new(
+                e.kind(),
+                format!("read of {} failed: {e}", f.path.display()),
+            ));
+        }
+    };
+    SliceCounters::add(&slice.counters().read_ios, 1);
+    SliceCounters::add(&slice.counters().read_bytes, got as u64);
+    let mut first_err = None;
+    for (k, &(_, block, slot)) in run.iter().enumerate() {
+        let have = got.saturating_sub(k * bs).min(bs);
+        if have < bs {
+            // SAFETY: the slot is LOADING and owned by this load; `have < bs` stays inside
+            // its buffer of `bs` bytes.
+            unsafe { std::ptr::write_bytes(slice.buf_ptr(slot).add(have), 0, bs - have) };
+        }
+        if let Some(ig) = integrity {
+            // SAFETY: the slot is LOADING: nobody else reads or writes its buffer until
+            // `finish_load` below publishes it.
+            let data = unsafe { std::slice::from_raw_parts(slice.buf_ptr(slot), bs) };
+            if let Err(source) = ig.verify(f.id, block, data) {
+                // A corrupted block is an error, never data.
+                slice.finish_load(slot, false);
+                first_err.get_or_insert_with(|| {
+                    io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        EngineError::Checksum {
+                            path: f.path.clone(),
+                            offset: block * bs as u64,
+                            source,
+                        },
+                    )
+                });
+                continue;
+            }
+        }
+        slice.finish_load(slot, true);
+    }
+    first_err.map_or(Ok(()), Err)
+}

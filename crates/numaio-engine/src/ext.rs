@@ -1,0 +1,87 @@
+//! The engine's extension points: everything the core calls but does not implement.
+//!
+//! * [`Placement`]: which slice caches a block;
+//! * [`AccessHook`]: told of every cached access (accounting, moving the thread to the data);
+//! * [`Router`]: runs a request's copy on another node (forwarding to the data's node);
+//! * [`BlockIntegrity`]: checksums computed at write-back and verified on every load.
+//!
+//! The core knows only these traits; the implementations live in `placement`,
+//! `move_work` and `integrity`, and [`crate::numa`] wires them from options.
+
+use crate::key::FileId;
+use std::io;
+use std::sync::OnceLock;
+
+/// What a placement policy may look at for one access.
+#[derive(Debug, Default)]
+pub struct AccessCtx {
+    /// The access modifies the block.
+    pub write: bool,
+    node: OnceLock<Option<u32>>,
+}
+
+impl AccessCtx {
+    pub fn new(write: bool) -> Self {
+        AccessCtx {
+            write,
+            node: OnceLock::new(),
+        }
+    }
+
+    /// The calling thread's NUMA node (asked once per access, only if a policy needs it).
+    pub fn caller_node(&self) -> Option<u32> {
+        *self
+            .node
+            .get_or_init(|| numaio_sys::getcpu().ok().map(|c| c.node))
+    }
+}
+
+/// Chooses the slice (index into the engine's slices) that caches `block` of `file`.
+/// Must be a pure function of its inputs for a given engine: a block must always be looked
+/// up in the slice it was inserted into.
+pub trait Placement: Send + Sync {
+    fn name(&self) -> String;
+    fn slice_for(&self, file: FileId, block: u64, ctx: &AccessCtx) -> usize;
+    /// Called once when the engine first opens `path` as `file` (e.g. to give the file a home
+    /// slice from its directory or device), before any `slice_for` for it.
+    fn file_opened(&self, _file: FileId, _path: &std::path::Path) {}
+}
+
+/// Called on every cached access (hit or miss), after the slot is pinned; for accounting and
+/// work-moving policies. Keep it cheap: it runs on the hit path.
+pub trait AccessHook: Send + Sync {
+    fn on_access(&self, file: FileId, block: u64, slice: usize, hit: bool, ctx: &AccessCtx);
+}
+
+/// Runs the copy of a request on another node: forwarding a request to the thread that sits
+/// next to its data (SAFS, tgt) instead of moving the data or the caller.
+pub trait Router: Send + Sync {
+    fn name(&self) -> String;
+    /// Whether work on data held by a slice on `node` should run there rather than on the
+    /// calling thread.
+    fn should_route(&self, node: u32) -> bool;
+    /// Runs `job` on a thread of `node` and returns once it has finished (so `job` may borrow
+    /// from the caller). Fails if `node` has no worker; `job` has then not run.
+    fn run_on(&self, node: u32, job: &mut (dyn FnMut() + Send)) -> io::Result<()>;
+}
+
+/// Why a block failed its integrity check.
+pub type IntegrityFailure = Box<dyn std::error::Error + Send + Sync>;
+
+/// Per-block integrity: sums computed while a block is written back, checked on every load
+/// from the device.
+pub trait BlockIntegrity: Send + Sync {
+    fn name(&self) -> String;
+    /// Called once when the engine first opens `path` as `file`, before any other call for it
+    /// (a store that keeps sums beside the data finds them here).
+    fn file_opened(&self, _file: FileId, _path: &std::path::Path) {}
+    /// Computes the sums of `blocks` while `io` (the device write of the same blocks) runs,
+    /// and returns them once both are done.
+    fn sum_while(&self, blocks: &[&[u8]], io: &mut dyn FnMut()) -> Vec<u64>;
+    /// `block` of `file` reached the device with `sum`.
+    fn commit(&self, file: FileId, block: u64, sum: u64);
+    /// The write of `block` failed: what the device holds is unknown.
+    fn invalidate(&self, file: FileId, block: u64);
+    /// Checks a block just read from the device. A block with no known sum passes.
+    fn verify(&self, file: FileId, block: u64, data: &[u8]) -> Result<(), IntegrityFailure>;
+}

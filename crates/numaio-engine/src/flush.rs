@@ -1,0 +1,241 @@
+//! Writing dirty blocks back: the evictor's coalesced runs, `sync_range` and `fsync`.
+//! The per-block protocol (one write-back of a block at a time) is `slice::writeback`.
+
+use crate::blockio::{runs, Transfer};
+use crate::engine::Inner;
+use crate::file::FileEntry;
+use crate::io::IoKind;
+use crate::key::{BlockKey, SlotId};
+use crate::slice::{Claimed, WriteBackError};
+use crate::stats::SliceCounters;
+use std::io;
+
+impl Inner {
+    /// Writes back the given dirty blocks of one slice (sorted), coalescing runs; blocks
+    /// whose write-back another thread has in flight are skipped, and returned still pinned
+    /// in `in_flight` when `keep_in_flight` is set.
+    /// Returns the first error; failed blocks stay dirty.
+    pub(crate) fn writeback(
+        &self,
+        si: usize,
+        keys: &[BlockKey],
+        keep_in_flight: bool,
+    ) -> (io::Result<()>, Vec<(BlockKey, SlotId)>) {
+        let slice = &self.slices[si];
+        // Each claimed block stays pinned, so it cannot be reclaimed and reused while the
+        // write is in flight.
+        let Claimed {
+            mine: pinned,
+            in_flight,
+        } = slice.claim_writeback(keys);
+        let in_flight = if keep_in_flight {
+            in_flight
+        } else {
+            for &(_, slot) in &in_flight {
+                slice.unpin(slot);
+            }
+            Vec::new()
+        };
+        let mut first_err: Option<io::Error> = None;
+        let mut i = 0;
+        while i < pinned.len() {
+            // One file at a time, so the EINVAL fallback applies per file.
+            let fid = pinned[i].0.file;
+            let mut j = i;
+            while j < pinned.len() && pinned[j].0.file == fid {
+                j += 1;
+            }
+            let group = &pinned[i..j];
+            let f = self.files.get(fid);
+            let items: Vec<Transfer> = group.iter().map(|&(k, s, _)| (si, k.block, s)).collect();
+            let runs = runs(&items, self.cfg.max_io_blocks);
+            let do_io = || match self.io_runs(&f, IoKind::Write, &items, &runs) {
+                Ok(r) => r,
+                Err(e) => runs
+                    .iter()
+                    .map(|_| Err(io::Error::new(e.kind(), e.to_string())))
+                    .collect(),
+            };
+            // Checksums are computed while the write is in flight and recorded only for runs
+            // that reached the device.
+            let (sums, results) = match &self.cfg.integrity {
+                Some(ig) => {
+                    let blocks: Vec<&[u8]> = items
+                        .iter()
+                        // SAFETY: the slots are pinned for the whole write-back; a concurrent
+                        // pwrite re-dirties the block, so a sum of torn data is replaced by the
+                        // next write-back before the block can be dropped and read again.
+                        .map(|&(_, _, slot)| unsafe {
+                            std::slice::from_raw_parts(slice.buf_ptr(slot), self.bs)
+                        })
+                        .collect();
+                    let mut results = None;
+                    let sums = ig.sum_while(&blocks, &mut || results = Some(do_io()));
+                    let results = results.unwrap_or_else(|| {
+                        runs.iter()
+                            .map(|_| Err(io::Error::other("write-back was not issued")))
+                            .collect()
+                    });
+                    (Some(sums), results)
+                }
+                None => (None, do_io()),
+            };
+            for (run, r) in runs.iter().zip(results) {
+                if let (Some(ig), Some(sums)) = (&self.cfg.integrity, &sums) {
+                    for x in run.clone() {
+                        match (&r, sums.get(x)) {
+                            (Ok(_), Some(&sum)) => ig.commit(fid, items[x].1, sum),
+                            _ => ig.invalidate(fid, items[x].1),
+                        }
+                    }
+                }
+                let n = run.len();
+                let ok = r.is_ok();
+                let c = slice.counters();
+                match r {
+                    Ok(_) => {
+                        SliceCounters::add(&c.write_ios, 1);
+                        SliceCounters::add(&c.write_bytes, (n * self.bs) as u64);
+                        SliceCounters::add(&c.written_back, n as u64);
+                    }
+                    Err(e) => {
+                        SliceCounters::add(&c.write_errors, 1);
+                        let w = WriteBackError::new(
+                            format!("write-back to {} failed", f.path.display()),
+                            &e,
+                        );
+                        f.record_error(&w);
+                        if first_err.is_none() {
+                            first_err = Some(w.to_io());
+                        }
+                    }
+                }
+                for &(k, slot, gen) in &group[run.clone()] {
+                    slice.end_writeback(&k, slot, gen, ok);
+                }
+            }
+            i = j;
+        }
+        for &(_, slot, _) in &pinned {
+            slice.unpin(slot);
+        }
+        (first_err.map_or(Ok(()), Err), in_flight)
+    }
+
+    /// Writes back the dirty blocks of `f` in `[first, last]` from every slice, and waits
+    /// for write-backs of them that other threads (the evictor, another `fsync`) have in
+    /// flight: when this returns, every modification made before the call is on the device
+    /// or its failure has been returned or recorded for `fsync`.
+    pub(crate) fn flush_range(&self, f: &FileEntry, first: u64, last: u64) -> io::Result<()> {
+        let mut first_err = Ok(());
+        for si in 0..self.slices.len() {
+            let slice = &self.slices[si];
+            let mut keys = slice.dirty_in(f.id, first, last);
+            // A block another thread was writing may have been modified during that write
+            // (or the write failed): once it ends, write what is still dirty ourselves.
+            while !keys.is_empty() {
+                let mut again = Vec::new();
+                for chunk in keys.chunks(4096) {
+                    let (r, in_flight) = self.writeback(si, chunk, true);
+                    if let Err(e) = r {
+                        if first_err.is_ok() {
+                            first_err = Err(e);
+                        }
+                    }
+                    for (k, slot) in in_flight {
+                        slice.wait_writeback(slot);
+                        slice.unpin(slot);
+                        again.push(k);
+                    }
+                }
+                keys = again;
+            }
+        }
+        first_err
+    }
+
+    pub(crate) fn fsync(&self, f: &FileEntry) -> io::Result<()> {
+        let r = self.flush_range(f, 0, u64::MAX);
+        let recorded = f.take_error().map_or(Ok(()), |e| Err(e.to_io()));
+        r?;
+        recorded?;
+        // Whole-block writes may have extended the file past its logical end.
+        let size = f.len();
+        let fd = f.meta_fd();
+        // SAFETY: a zeroed stat is a valid out-parameter.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fstat on our own descriptor into a live stat.
+        if unsafe { libc::fstat(fd, &mut st) } != 0 {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(
+                e.kind(),
+                format!("fsync of {}: fstat failed: {e}", f.path.display()),
+            ));
+        }
+        if st.st_size as u64 > size {
+            // SAFETY: ftruncate on our own descriptor.
+            if unsafe { libc::ftruncate(fd, size as libc::off_t) } != 0 {
+                let e = io::Error::last_os_error();
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!(
+                        "fsync of {}: cannot trim the file from {} to its length of {size} bytes \
+                         after whole-block writes (ftruncate: {e})",
+                        f.path.display(),
+                        st.st_size
+                    ),
+                ));
+            }
+        }
+        self.backend.datasync(fd).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("fdatasync of {} failed: {e}", f.path.display()),
+            )
+        })
+    }
+}
+
+/// The evictor of slice `si`: sleeps until the free count drops below the low watermark,
+/// then frees until the high watermark, writing dirty victims back in coalesced runs.
+pub(crate) fn evictor(inner: &Inner, si: usize) {
+    use std::time::Duration;
+    let slice = &inner.slices[si];
+    let mut backoff = false;
+    loop {
+        let t = if backoff {
+            Duration::from_millis(100)
+        } else {
+            Duration::from_secs(1)
+        };
+        if !slice.evictor_wait(t) {
+            return;
+        }
+        backoff = false;
+        let mut rounds = 0;
+        loop {
+            let want = slice.eviction_wanted();
+            if want == 0 || rounds >= 64 {
+                break;
+            }
+            rounds += 1;
+            let (freed, victims) = slice.evict_pass(want);
+            if !victims.is_empty() {
+                let dirty = slice.dirty_runs_around(victims, inner.cfg.max_io_blocks);
+                if let (Err(e), _) = inner.writeback(si, &dirty, false) {
+                    // Requests stalled for a free buffer fail with this error at once.
+                    let w = e
+                        .get_ref()
+                        .and_then(|x| x.downcast_ref::<WriteBackError>())
+                        .cloned()
+                        .unwrap_or_else(|| WriteBackError::new("write-back failed".into(), &e));
+                    slice.report_writeback_failure(w);
+                    backoff = true;
+                    break;
+                }
+            } else if freed == 0 {
+                break;
+            }
+        }
+    }
+}
