@@ -183,8 +183,11 @@ pub struct MapsFile {
 /// apart by device and inode, not path: two namespaces may map different files under one
 /// path.
 pub fn parse_maps_files(text: &str) -> Vec<MapsFile> {
+    use std::collections::HashSet;
+    // Sets, not vectors: a process may have tens of thousands of mappings.
     let mut out: Vec<(String, MapsFile)> = Vec::new();
-    let mut code: Vec<String> = Vec::new();
+    let mut seen: HashSet<String> = HashSet::new();
+    let mut code: HashSet<String> = HashSet::new();
     for line in text.lines() {
         // address perms offset dev inode pathname (the path may contain spaces)
         let mut it = line.splitn(6, ' ');
@@ -205,10 +208,8 @@ pub fn parse_maps_files(text: &str) -> Vec<MapsFile> {
         }
         let key = format!("{dev} {ino}");
         if perms.contains('x') {
-            if !code.contains(&key) {
-                code.push(key);
-            }
-        } else if !out.iter().any(|(k, _)| *k == key) {
+            code.insert(key);
+        } else if seen.insert(key.clone()) {
             out.push((
                 key,
                 MapsFile {
