@@ -49,6 +49,8 @@ enum Command {
     Daemon(cmd::daemon::DaemonArgs),
     /// Benchmark the I/O engine or the kernel page cache.
     Bench(cmd::bench::BenchArgs),
+    /// Advise settings for a workload, learned from measured runs (needs Python; `--help`).
+    Advise(cmd::advise::AdviseArgs),
 }
 
 fn main() -> ExitCode {
@@ -84,6 +86,7 @@ fn main() -> ExitCode {
         Command::Run(a) => cmd::run::run(a),
         Command::Daemon(a) => cmd::daemon::run(a),
         Command::Bench(a) => cmd::bench::run(a),
+        Command::Advise(a) => cmd::advise::run(a),
     };
     // Text still buffered is written here, so its write errors are caught too.
     let result = result.and_then(|code| output::flush_out().map(|_| code));

@@ -1,0 +1,39 @@
+"""``python3 -m numaio_advisor``: checks the dependencies before anything imports them."""
+
+import importlib.util
+import sys
+
+INSTALL = "scripts/setup-python.sh  (from the numaio checkout; or: pip install ./python)"
+# Import name -> distribution name.
+REQUIRED = {"numpy": "numpy", "pandas": "pandas", "sklearn": "scikit-learn"}
+
+# Exit statuses: 1 bad input or failure, 2 usage, 3 missing dependency.
+MISSING_DEP_EXIT = 3
+
+
+def missing_modules(names=REQUIRED):
+    out = []
+    for mod, dist in names.items():
+        try:
+            if importlib.util.find_spec(mod) is None:
+                out.append(dist)
+                continue
+            __import__(mod)
+        except Exception:  # a broken install counts as missing
+            out.append(dist)
+    return out
+
+
+def main():
+    missing = missing_modules()
+    if missing:
+        print(f"numaio advise: missing Python package(s) {', '.join(missing)} for "
+              f"{sys.executable}; install them with: {INSTALL}", file=sys.stderr)
+        return MISSING_DEP_EXIT
+    from .cli import main as cli_main
+
+    return cli_main(sys.argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
