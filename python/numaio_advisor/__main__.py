@@ -1,7 +1,13 @@
 """``python3 -m numaio_advisor``: checks the dependencies before anything imports them."""
 
 import importlib.util
+import os
 import sys
+
+# The data are tiny: OpenMP worker threads would only contend with each other (and, on a busy
+# machine, make training ten times slower). Must be set before numpy or scikit-learn loads.
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 
 INSTALL = "scripts/setup-python.sh  (from the numaio checkout; or: pip install ./python)"
 # Import name -> distribution name.

@@ -124,8 +124,8 @@ def print_advice(res, prof):
           f"boosted trees {sc['boosted']:.2f})")
     nov = res["novelty"]
     why = (f"nearest corpus workload {nov['nearest_workload']} at "
-           f"{nov['distance_ratio']:.1f}x the corpus's typical spacing; cluster R² "
-           f"{res['cluster_r2']:.2f}")
+           f"{nov['distance_ratio']:.1f}x the corpus's typical spacing; the model's R² on "
+           f"unseen workloads {res['model_r2']:.2f}")
     if nov["out_of_range"]:
         why += f"; outside the corpus's range: {', '.join(nov['out_of_range'])}"
     print(f"confidence: {res['confidence']} ({why})")

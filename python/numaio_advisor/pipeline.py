@@ -24,10 +24,10 @@ import pandas as pd
 from sklearn.cluster import KMeans
 from sklearn.ensemble import HistGradientBoostingRegressor
 from sklearn.metrics import davies_bouldin_score, r2_score, silhouette_score
-from sklearn.model_selection import GridSearchCV, GroupKFold, KFold
-from sklearn.neighbors import KNeighborsRegressor
+from sklearn.model_selection import GroupKFold, KFold
+from sklearn.neighbors import KNeighborsRegressor, NearestNeighbors
 from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import StandardScaler
+from sklearn.preprocessing import FunctionTransformer, StandardScaler
 
 from . import grid
 from .errors import AdviceError
@@ -94,7 +94,7 @@ def cluster_score(X, k, seed=SEED):
     Xs = StandardScaler().fit_transform(X)
     if len(np.unique(Xs, axis=0)) < k:
         return None
-    km = KMeans(n_clusters=k, n_init=10, random_state=seed).fit(Xs)
+    km = KMeans(n_clusters=k, n_init=4, random_state=seed).fit(Xs)
     labels = km.labels_
     if len(set(labels)) < 2:
         return None
@@ -167,24 +167,69 @@ def _cv(groups, n):
     return KFold(n_splits=max(2, min(5, n)), shuffle=True, random_state=SEED), None
 
 
-def fit_knn(df, inputs, ks=(1, 2, 3, 5, 7, 9, 13)):
-    """KNN regression of log throughput on standardised inputs, k cross-validated."""
-    X, y = df[inputs].values, df["log_tput"].values
-    ks = [k for k in ks if k <= max(1, int(len(df) * 0.5))] or [1]
+def _knn_average(dist, idx, y, k):
+    """Distance-weighted mean of the k nearest targets (exact matches alone when there are any,
+    as scikit-learn's ``weights="distance"`` does)."""
+    d, t = dist[:, :k], y[idx[:, :k]]
+    exact = d <= 1e-12
+    w = np.where(exact.any(axis=1, keepdims=True), exact.astype(float), 1.0 / np.maximum(d, 1e-12))
+    return (w * t).sum(axis=1) / w.sum(axis=1)
+
+
+def _weigh(X, w):
+    return X * w
+
+
+def fit_knn(df, inputs, ks=(1, 2, 3, 5, 7, 9, 13), weights=(1.0, 3.0, 10.0)):
+    """KNN regression of log throughput on standardised inputs; k, and how much the workload
+    features weigh against the settings in the distance, chosen by cross-validation.
+
+    A heavy weight makes the neighbours the same settings on the most similar workloads; a
+    light one, similar settings on any workload. Each fold queries its neighbours once per
+    weight, for the largest k, and scores every k from them.
+    """
+    X, y = df[inputs].values.astype(float), df["log_tput"].values
+    wcols = np.array([c in FEATURES for c in inputs])
     cv, groups = _cv(df["workload"].values, len(df))
-    pipe = make_pipeline(StandardScaler(), KNeighborsRegressor(weights="distance"))
-    search = GridSearchCV(pipe, {"kneighborsregressor__n_neighbors": ks}, cv=cv, scoring="r2")
-    search.fit(X, y, groups=groups)
-    return search.best_estimator_, int(search.best_params_["kneighborsregressor__n_neighbors"])
+    folds = list(cv.split(X, y, groups))
+    kmax = max(1, min(len(tr) for tr, _ in folds))
+    ks = sorted({min(k, kmax) for k in ks})
+    pred = {(k, wt): np.zeros(len(y)) for k in ks for wt in weights}
+    for tr, te in folds:
+        sc = StandardScaler().fit(X[tr])
+        Xtr, Xte = sc.transform(X[tr]), sc.transform(X[te])
+        for wt in weights:
+            w = np.where(wcols, wt, 1.0)
+            nn = NearestNeighbors(n_neighbors=max(ks)).fit(Xtr * w)
+            dist, idx = nn.kneighbors(Xte * w)
+            for k in ks:
+                pred[(k, wt)][te] = _knn_average(dist, idx, y[tr], k)
+    # Ties go to the larger k (smoother) and the lighter weight.
+    best_k, best_w = max(pred, key=lambda kw: (r2_score(y, pred[kw]) if len(y) > 1 else 0.0,
+                                               kw[0], -kw[1]))
+    w = np.where(wcols, best_w, 1.0)
+    model = make_pipeline(StandardScaler(), FunctionTransformer(_weigh, kw_args={"w": w}),
+                          KNeighborsRegressor(n_neighbors=best_k, weights="distance"))
+    return model.fit(X, y), int(best_k)
 
 
 def fit_boosted(df, inputs):
     """HistGradientBoosting on every run."""
-    m = HistGradientBoostingRegressor(max_iter=300, learning_rate=0.08, random_state=SEED)
+    m = HistGradientBoostingRegressor(max_iter=150, learning_rate=0.1, random_state=SEED)
     return m.fit(df[inputs].values, df["log_tput"].values)
 
 
 # --- the advisor ------------------------------------------------------------------------------
+
+
+def feature_ranges(df):
+    return {f: (float(df[f].min()), float(df[f].max())) for f in FEATURES}
+
+
+def covers(ranges, features):
+    """Whether a cluster's runs span the workload's every feature. A cluster of write-only
+    workloads, say, knows nothing about reads: its KNN would copy write behaviour."""
+    return all(lo - 1e-9 <= features[f] <= hi + 1e-9 for f, (lo, hi) in ranges.items())
 
 
 @dataclass
@@ -198,6 +243,8 @@ class Advisor:
     kmeans: object
     knn: dict
     knn_k: dict
+    knn_all: object
+    ranges: dict
     boosted: object
     inputs: list
     model: str
@@ -221,11 +268,19 @@ class Advisor:
         X = np.array(rows)
         if model == "boosted":
             return self.boosted.predict(X)
-        return self.knn[self.cluster(features)].predict(X)
+        c = self.cluster(features)
+        if covers(self.ranges[c], features):
+            return self.knn[c].predict(X)
+        return self.knn_all.predict(X)
+
+    def knn_model_for(self, features):
+        c = self.cluster(features)
+        return "cluster" if covers(self.ranges[c], features) else "unclustered"
 
 
-def train(records, ks=(2, 3, 4, 5, 6)):
-    """Every step on a corpus; the model kept is the one with the better cross-validated R²."""
+def train(records, ks=(2, 3, 4, 5, 6), score=True):
+    """Every step on a corpus; the model kept is the one with the better leave-workload-out
+    R² (``score=False`` skips that scoring and keeps per-cluster KNN)."""
     df = to_frame(records)
     if df["workload"].nunique() < 4:
         raise AdviceError(f"the corpus has {df['workload'].nunique()} workload(s); at least 4 "
@@ -253,42 +308,90 @@ def train(records, ks=(2, 3, 4, 5, 6)):
     knn, knn_k = {}, {}
     for c in range(k):
         knn[c], knn_k[c] = fit_knn(df[df["cluster"] == c], inputs)
+    knn_all, _ = fit_knn(df, inputs)
+    ranges = {c: feature_ranges(df[df["cluster"] == c]) for c in range(k)}
     boosted = fit_boosted(df, inputs)
     adv = Advisor(k=k, cluster_features=subset, ranking=ranking, scaler=scaler, kmeans=kmeans,
-                  knn=knn, knn_k=knn_k, boosted=boosted, inputs=inputs, model="knn",
+                  knn=knn, knn_k=knn_k, knn_all=knn_all, ranges=ranges, boosted=boosted, inputs=inputs, model="knn",
                   workloads=W, cluster_of=cluster_of, k_search=tried)
-    scores = cv_scores(df, adv)
-    adv.scores = scores
-    adv.model = "boosted" if scores["boosted"] > scores["knn_clustered"] else "knn"
+    if score:
+        adv.scores = cv_scores(df, adv)
+        adv.model = better_model(adv.scores)
     return adv
 
 
-def cv_scores(df, adv):
-    """Leave-workload-out R² of per-cluster KNN, unclustered KNN and boosted trees."""
+def better_model(scores):
+    """The model whose advice loses less on held-out workloads (mean regret); within 1 %,
+    the one with the higher leave-workload-out R²."""
+    rk, rb = scores["regret"]["knn_clustered"], scores["regret"]["boosted"]
+    if abs(rk - rb) > 0.01:
+        return "knn" if rk < rb else "boosted"
+    return "boosted" if scores["boosted"] > scores["knn_clustered"] else "knn"
+
+
+def _cv_predictions(df, adv, splits):
+    """Out-of-fold predictions of per-cluster KNN, unclustered KNN and boosted trees.
+
+    Modelled runs (if any) join every training fold and are never predicted.
+    """
     meas = df[df["source"] == "measured"]
-    groups = meas["workload"].values
-    gkf = GroupKFold(n_splits=min(5, len(set(groups))))
+    extra = df[df["source"] != "measured"]
     pred = {"knn_clustered": np.zeros(len(meas)), "knn_unclustered": np.zeros(len(meas)),
             "boosted": np.zeros(len(meas))}
-    for tr, te in gkf.split(meas, groups=groups):
-        train_df = pd.concat([meas.iloc[tr], df[df["source"] != "measured"]])
+    for tr, te in splits:
+        train_df = pd.concat([meas.iloc[tr], extra])
         test_df = meas.iloc[te]
+        m_all, _ = fit_knn(train_df, adv.inputs)
+        pred["knn_unclustered"][te] = m_all.predict(test_df[adv.inputs].values)
         for c in range(adv.k):
             part = train_df[train_df["cluster"] == c]
             rows = (test_df["cluster"] == c).values
-            if rows.any() and len(part) >= 2:
+            if not rows.any():
+                continue
+            # As Advisor.predict does: the cluster's model only where its runs span the
+            # workload, the unclustered one elsewhere.
+            rng = feature_ranges(part) if len(part) >= 2 else None
+            cov = np.array([rng is not None and covers(rng, r)
+                            for r in test_df[rows][FEATURES].to_dict("records")])
+            idx = te[rows]
+            if cov.any():
                 m, _ = fit_knn(part, adv.inputs)
-                pred["knn_clustered"][te[rows]] = m.predict(test_df[rows][adv.inputs].values)
-            elif rows.any():
-                pred["knn_clustered"][te[rows]] = train_df["log_tput"].mean()
-        m, _ = fit_knn(train_df, adv.inputs)
-        pred["knn_unclustered"][te] = m.predict(test_df[adv.inputs].values)
+                pred["knn_clustered"][idx[cov]] = m.predict(
+                    test_df[rows][cov][adv.inputs].values)
+            if (~cov).any():
+                pred["knn_clustered"][idx[~cov]] = pred["knn_unclustered"][idx[~cov]]
         pred["boosted"][te] = fit_boosted(train_df, adv.inputs).predict(
             test_df[adv.inputs].values)
+    return meas, pred
+
+
+def cv_scores(df, adv):
+    """R² of per-cluster KNN, unclustered KNN and boosted trees, two ways: leave whole
+    workloads out (what advice for a new workload faces), and Bang's random split of runs
+    (5-fold), per cluster and overall."""
+    meas = df[df["source"] == "measured"]
+    groups = meas["workload"].values
+    by_workload = list(GroupKFold(n_splits=min(5, len(set(groups)))).split(meas, groups=groups))
+    by_run = list(KFold(n_splits=5, shuffle=True, random_state=SEED).split(meas))
+    meas, pred = _cv_predictions(df, adv, by_workload)
+    _, pred_r = _cv_predictions(df, adv, by_run)
     y = meas["log_tput"].values
     out = {name: float(r2_score(y, p)) for name, p in pred.items()}
+    out["random_split"] = {name: float(r2_score(y, p)) for name, p in pred_r.items()}
     out["predictions"] = pd.DataFrame({"workload": meas["workload"].values, "measured": y,
                                        **pred})
+    # What advice needs is the order of settings within a workload: score that too.
+    out["regret"], out["within_workload_r2"] = {}, {}
+    for name, p in pred.items():
+        regrets, r2s = [], []
+        for w in np.unique(groups):
+            rows = groups == w
+            yw, pw = y[rows], p[rows]
+            regrets.append(1 - 10 ** (yw[int(np.argmax(pw))] - yw.max()))
+            if rows.sum() > 1 and np.ptp(yw) > 0:
+                r2s.append(r2_score(yw, pw))
+        out["regret"][name] = float(np.mean(regrets))
+        out["within_workload_r2"][name] = float(np.mean(r2s)) if r2s else float("nan")
     out["per_cluster"] = {}
     for c in range(adv.k):
         rows = (meas["cluster"] == c).values
@@ -298,6 +401,8 @@ def cv_scores(df, adv):
                 "workloads": int(meas[rows]["workload"].nunique()),
                 "knn": float(r2_score(y[rows], pred["knn_clustered"][rows])),
                 "boosted": float(r2_score(y[rows], pred["boosted"][rows])),
+                "knn_random_split": float(r2_score(y[rows], pred_r["knn_clustered"][rows])),
+                "boosted_random_split": float(r2_score(y[rows], pred_r["boosted"][rows])),
             }
     return out
 
@@ -324,12 +429,13 @@ def novelty(adv, features):
             "distance_ratio": float(d.min() / typical)}
 
 
-def confidence(adv, nov, cluster):
-    r2 = adv.scores.get("per_cluster", {}).get(cluster, {}).get(
-        "boosted" if adv.model == "boosted" else "knn", adv.scores.get(adv.model, 0.0))
+def confidence(adv, nov):
+    """high / medium / low from how new the workload is and how well the kept model predicts
+    workloads it has not seen (leave-workload-out R²)."""
+    r2 = adv.scores.get("boosted" if adv.model == "boosted" else "knn_clustered", 0.0)
     if nov["out_of_range"] or nov["distance_ratio"] > 3.0 or r2 < 0.2:
         return "low", r2
-    if nov["distance_ratio"] <= 1.5 and r2 >= 0.5:
+    if nov["distance_ratio"] <= 0.5 or (nov["distance_ratio"] <= 1.5 and r2 >= 0.5):
         return "high", r2
     return "medium", r2
 
@@ -349,7 +455,7 @@ def recommend(adv, features, current=None, top=5):
                      "drivers": drivers(adv, features, cur, s)})
     cluster = adv.cluster(features)
     nov = novelty(adv, features)
-    level, r2 = confidence(adv, nov, cluster)
+    level, r2 = confidence(adv, nov)
     return {
         "cluster": cluster,
         "cluster_features": {f: features[f] for f in adv.cluster_features},
@@ -358,7 +464,7 @@ def recommend(adv, features, current=None, top=5):
         "current": {"settings": cur, "predicted_bytes_per_s": float(10 ** cur_pred)},
         "recommendations": recs,
         "confidence": level,
-        "cluster_r2": r2,
+        "model_r2": r2,
         "novelty": nov,
     }
 
@@ -381,37 +487,42 @@ def drivers(adv, features, current, best):
 # --- 7. held-out validation -------------------------------------------------------------------
 
 
-def validate(records, modelled=(), ks=(2, 3, 4, 5, 6)):
+def validate(records, modelled=(), ks=(2, 3, 4, 5, 6), model=None):
     """Leave each workload out in turn, train on the rest, advise it, and score the advice.
 
     Candidate settings are the held-out workload's measured ones, so the regret (1 - measured
-    throughput of the advice / best measured) is measured, never predicted.
+    throughput of the advice / best measured) is measured, never predicted. Both models are
+    scored; ``model`` names the one whose advice counts (default: the one that the whole
+    corpus's leave-workload-out R² keeps).
     """
     measured = [r for r in records if r.get("source", "measured") == "measured"]
+    if model is None:
+        model = train(measured + list(modelled), ks=ks).model
     wls = sorted({r["workload"] for r in measured})
     rows = []
     for w in wls:
         train_recs = [r for r in measured if r["workload"] != w] + list(modelled)
         test = [r for r in measured if r["workload"] == w]
-        adv = train(train_recs, ks=ks)
+        adv = train(train_recs, ks=ks, score=False)
         feats = test[0]["features"]
         y = np.array([math.log10(r["throughput"]) for r in test])
-        res = {"workload": w, "runs": len(test), "cluster": adv.cluster(feats)}
-        for model in ("knn", "boosted"):
-            p = adv.predict(feats, [r["settings"] for r in test], model=model)
-            best = int(np.argmax(p))
-            res[f"r2_{model}"] = float(r2_score(y, p)) if len(test) > 1 else float("nan")
-            res[f"regret_{model}"] = float(1 - 10 ** (y[best] - y.max()))
-        res["model"] = adv.model
-        res["regret"] = res[f"regret_{adv.model}"]
+        res = {"workload": w, "runs": len(test), "cluster": adv.cluster(feats),
+               "model": model}
+        chosen = {}
+        for m in ("knn", "boosted"):
+            p = adv.predict(feats, [r["settings"] for r in test], model=m)
+            chosen[m] = int(np.argmax(p))
+            res[f"r2_{m}"] = float(r2_score(y, p)) if len(test) > 1 else float("nan")
+            res[f"regret_{m}"] = float(1 - 10 ** (y[chosen[m]] - y.max()))
+        res["regret"] = res[f"regret_{model}"]
+        res["best_bytes_per_s"] = float(10 ** y.max())
+        res["advice_bytes_per_s"] = float(10 ** y[chosen[model]])
+        res["advice_settings"] = test[chosen[model]]["settings"]
         dflt = [i for i, r in enumerate(test)
                 if grid.setting_key(r["settings"]) == grid.setting_key(grid.DEFAULT)]
-        chosen = int(np.argmax(adv.predict(feats, [r["settings"] for r in test])))
-        res["best_bytes_per_s"] = float(10 ** y.max())
-        res["advice_bytes_per_s"] = float(10 ** y[chosen])
         if dflt:
             res["default_bytes_per_s"] = float(10 ** y[dflt[0]])
-            res["beats_default"] = bool(y[chosen] > y[dflt[0]])
+            res["beats_default"] = bool(y[chosen[model]] > y[dflt[0]])
             res["better_than_default_exists"] = bool(y.max() > y[dflt[0]])
         rows.append(res)
     return rows

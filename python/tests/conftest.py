@@ -3,6 +3,10 @@ import os
 import random
 import sys
 
+# As `python -m numaio_advisor` does: one OpenMP thread for tiny data.
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
