@@ -371,7 +371,8 @@ def cv_scores(df, adv):
     (5-fold), per cluster and overall."""
     meas = df[df["source"] == "measured"]
     groups = meas["workload"].values
-    by_workload = list(GroupKFold(n_splits=min(5, len(set(groups)))).split(meas, groups=groups))
+    # Up to 10 workloads: leave one out at a time, as ``validate`` does.
+    by_workload = list(GroupKFold(n_splits=min(10, len(set(groups)))).split(meas, groups=groups))
     by_run = list(KFold(n_splits=5, shuffle=True, random_state=SEED).split(meas))
     meas, pred = _cv_predictions(df, adv, by_workload)
     _, pred_r = _cv_predictions(df, adv, by_run)
