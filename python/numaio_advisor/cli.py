@@ -28,6 +28,11 @@ def _pct(g):
     return f"{g * 100:+.0f}%"
 
 
+def corpus_paths(args):
+    return [args.corpus or corpus.shipped_corpus_path()] + ([args.modelled] if args.modelled
+                                                           else [])
+
+
 def load_records(args):
     path = args.corpus or corpus.shipped_corpus_path()
     recs = corpus.load(path)
@@ -39,10 +44,26 @@ def load_records(args):
     return recs
 
 
+def trained_advisor(args):
+    from . import cache, pipeline
+
+    recs = load_records(args)
+    k = None if args.no_cache else cache.key(corpus_paths(args))
+    adv = cache.load(k) if k else None
+    if adv is None:
+        adv = pipeline.train(recs)
+        if k:
+            cache.store(k, adv)
+    return recs, adv
+
+
 def observe_pid(pid, seconds):
     exe = corpus.find_numaio()
-    p = subprocess.run([exe, "ps", "--json", "--interval", str(seconds), str(pid)],
-                       capture_output=True, text=True)
+    try:
+        p = subprocess.run([exe, "ps", "--json", "--interval", str(seconds), str(pid)],
+                           capture_output=True, text=True)
+    except OSError as e:
+        raise AdviceError(f"observing pid {pid}: cannot run {exe}: {e.strerror}")
     if p.returncode != 0:
         raise AdviceError(f"observing pid {pid}: numaio ps failed: {p.stderr.strip()}")
     try:
@@ -74,8 +95,7 @@ def advise(args):
     from . import pipeline
 
     prof = get_profile(args.source, args.seconds)
-    recs = load_records(args)
-    adv = pipeline.train(recs)
+    _, adv = trained_advisor(args)
     current = dict(grid.DEFAULT)
     current.update({k: v for k, v in prof.settings.items() if k in grid.SETTINGS})
     if current.get("threads", 1) not in grid.SETTINGS["threads"]:
@@ -130,8 +150,10 @@ def print_advice(res, prof):
         why += f"; outside the corpus's range: {', '.join(nov['out_of_range'])}"
     print(f"confidence: {res['confidence']} ({why})")
     cur = res["current"]
-    print(f"current: {grid.engine_settings_text(cur['settings'])}; predicted "
-          f"{_human_rate(cur['predicted_bytes_per_s'])}")
+    seen = (f"measured {_human_rate(prof.throughput)} (the profile's own), "
+            if prof.throughput else "")
+    print(f"current: {grid.engine_settings_text(cur['settings'])}; {seen}predicted "
+          f"{_human_rate(cur['predicted_bytes_per_s'])} here")
     print("recommendations:")
     for i, r in enumerate(res["recommendations"], 1):
         print(f"{i:2}. {_human_rate(r['predicted_bytes_per_s'])} predicted "
@@ -178,11 +200,10 @@ def cmd_collect(args):
 def cmd_validate(args):
     from . import pipeline
 
-    recs = load_records(args)
+    recs, adv = trained_advisor(args)
     measured = [r for r in recs if r["source"] == "measured"]
     modelled = [r for r in recs if r["source"] == "modelled"]
-    adv = pipeline.train(recs)
-    rows = pipeline.validate(measured, modelled)
+    rows = pipeline.validate(measured, modelled, model=adv.model)
     out = {"k": adv.k, "cluster_features": adv.cluster_features, "ranking": adv.ranking,
            "k_search": adv.k_search,
            "scores": {k: v for k, v in adv.scores.items() if k != "predictions"}, "model": adv.model,
@@ -254,6 +275,8 @@ def parser_for(cmd):
     p.add_argument("--modelled", help="JSON-lines of modelled runs (source \"modelled\"), "
                    "added to training, never to validation")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--no-cache", action="store_true", help="retrain even when a model "
+                   "trained on the same corpus is cached (~/.cache/numaio-advisor)")
     if cmd != "validate":
         p.add_argument("--top", type=int, default=3, help="recommendations to show")
         p.add_argument("--plot", metavar="DIR", help="write cluster and predicted-vs-measured "

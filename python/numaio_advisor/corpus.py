@@ -97,6 +97,9 @@ def machine_label():
 
 def find_numaio():
     exe = os.environ.get("NUMAIO_BIN") or shutil.which("numaio")
+    if exe and not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
+        raise AdviceError(f"{exe}: not an executable numaio binary (from NUMAIO_BIN); build "
+                          "it with `cargo build --release -p numaio`")
     if not exe:
         raise AdviceError("cannot find the numaio binary: set NUMAIO_BIN or put numaio on PATH "
                           "(build it with `cargo build --release -p numaio`)")
@@ -136,7 +139,10 @@ def collect(out, workdir, per_workload=19, duration=0.5, workloads=None, note=""
             workload, bs, size = shapes[w]
             path = os.path.join(workdir, f"advise-{size >> 20}M.dat")
             args = [numaio] + grid.bench_args(s, workload, bs, size, path, duration)
-            p = subprocess.run(args, capture_output=True, text=True)
+            try:
+                p = subprocess.run(args, capture_output=True, text=True)
+            except OSError as e:
+                raise AdviceError(f"running {numaio}: {e.strerror}")
             if p.returncode != 0:
                 failed += 1
                 echo(f"run failed ({' '.join(args[1:])}): {p.stderr.strip()}", file=sys.stderr)
