@@ -159,9 +159,13 @@ def print_advice(res, prof):
         print(f"{i:2}. {_human_rate(r['predicted_bytes_per_s'])} predicted "
               f"({_pct(r['predicted_gain'])} vs current): {r['apply']}")
         if r["drivers"]:
-            print("    drivers: " + ", ".join(
+            alone = math.prod(1 + d["predicted_gain"] for d in r["drivers"]) - 1
+            print("    drivers (each changed alone): " + ", ".join(
                 f"{d['parameter']} {d['from']}→{d['to']} {_pct(d['predicted_gain'])}"
                 for d in r["drivers"]))
+            if abs(r["predicted_gain"] - alone) > 0.25 * max(1.0, abs(alone)):
+                print(f"    (alone they give {_pct(alone)}: the rest of the gain comes from "
+                      "changing them together)")
         print(f"    try: {r['command']}")
     for p in res.get("plots", []):
         print(f"plot: {p}")

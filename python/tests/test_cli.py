@@ -45,7 +45,7 @@ def test_advise_from_fio_human(env):
     assert p.returncode == 0, p.stderr
     out = p.stdout
     for want in ("workload:", "cluster ", "model:", "confidence:", "current:",
-                 "recommendations:", "drivers:", "try: numaio bench --workload randread"):
+                 "recommendations:", "drivers (each changed alone):", "try: numaio bench --workload randread"):
         assert want in out, (want, out)
     assert out.count("predicted (") == 3   # --top defaults to 3
 
