@@ -58,9 +58,14 @@ enum Command {
     /// Benchmark the I/O engine or the kernel page cache.
     Bench(numaio_bench::BenchArgs),
     /// Measure this machine's NUMA latency and bandwidth costs (an MLC-style profile).
+    #[command(after_help = exit::HELP)]
     Probe(cmd::probe::ProbeArgs),
     /// Predict a placement's throughput and latency on a machine profile.
+    #[command(after_help = exit::HELP)]
     Model(cmd::model::ModelArgs),
+    /// Advise settings for a workload, learned from measured runs (needs Python; `--help`).
+    #[command(after_help = exit::HELP)]
+    Advise(cmd::advise::AdviseArgs),
 }
 
 fn main() -> ExitCode {
@@ -99,6 +104,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => numaio_bench::run(a),
         Command::Probe(a) => cmd::probe::run(a),
         Command::Model(a) => cmd::model::run(a),
+        Command::Advise(a) => cmd::advise::run(a),
     };
     // Text still buffered is written here, so its write errors are caught too.
     let result = result.and_then(|code| output::flush_out().map(|_| code));

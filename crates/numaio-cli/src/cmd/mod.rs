@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod advise;
 pub mod daemon;
 pub mod evict;
 pub mod lock;
