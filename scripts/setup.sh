@@ -50,6 +50,16 @@ if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 
 fi
 say "rust: $(cargo --version)"
 
+# Fuzzing (scripts/fuzz.sh) needs a nightly toolchain and cargo-fuzz.
+if rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
+    if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
+        say "installing cargo-fuzz"
+        cargo install cargo-fuzz --locked --quiet || say "warning: cargo install cargo-fuzz failed; scripts/fuzz.sh will say so"
+    fi
+else
+    say "note: no nightly toolchain; the fuzz and AddressSanitizer steps need one (rustup toolchain install nightly)"
+fi
+
 # Guest kernel: the package linux-image-cloud-amd64 depends on, extracted once.
 CACHE="${NUMAIO_LAB_CACHE:-lab/cache}"
 meta=linux-image-cloud-amd64

@@ -30,7 +30,10 @@ step fmt      cargo fmt --all -- --check
 step clippy   cargo clippy --workspace --all-targets --keep-going -- -D warnings
 # release binaries go into the lab guests; build them before any test can boot one
 step build    cargo build --release --workspace --bins
+# The advisor's Python side (a venv in .venv/); `numaio advise`'s end-to-end test needs it.
+step pysetup  bash scripts/setup-python.sh
 step unit     cargo test --workspace --no-fail-fast
+step pytest   .venv/bin/python -m pytest -q -rs python/tests
 # loom models (the real index, and write-back + fsync + pwrite on one block) need --cfg loom,
 # so they build in their own target directory and leave the main build cache alone.
 step loom     env RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p numaio-engine --release --test loom_slot --test loom_writeback
@@ -41,6 +44,9 @@ else
     echo "SKIPPED: asan step: needs the nightly toolchain (rustup toolchain install nightly)" | tee -a "$NUMAIO_SKIP_LOG"
     [ -n "${CI:-}" ] && { names+=(asan); results+=(FAIL); times+=(0); }
 fi
+# Every fuzz target for a short time from the seed corpus (nightly + cargo-fuzz; see
+# docs/fuzzing.md for the longer runs).
+step fuzz     env FUZZ_REQUIRED=1 bash scripts/fuzz.sh 10
 step lab      cargo test -p numaio-lab --no-fail-fast -- --ignored --test-threads=2
 
 echo
