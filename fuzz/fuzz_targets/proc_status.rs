@@ -8,6 +8,7 @@ fuzz_target!(|data: &[u8]| {
     let st = parse_status(&s);
     assert!(st.cpus_allowed.windows(2).all(|w| w[0] < w[1]));
     assert!(st.mems_allowed.windows(2).all(|w| w[0] < w[1]));
-    assert_eq!(st.vm_rss_bytes % 1024, 0);
+    // Whole KiB, or saturated when the kernel text claims more than u64 bytes.
+    assert!(st.vm_rss_bytes % 1024 == 0 || st.vm_rss_bytes == u64::MAX);
     assert!(st.name.is_empty() || s.contains(&st.name));
 });
