@@ -19,6 +19,9 @@ impl UringBackend {
 struct UringQueue {
     ring: IoUring,
     depth: usize,
+    /// Set once the ring failed: entries may be left in its submission queue pointing at
+    /// buffers that are reused afterwards, so the ring must never be submitted again.
+    poisoned: Option<io::ErrorKind>,
 }
 
 struct Pending {
@@ -58,6 +61,15 @@ impl UringQueue {
 // done with its buffers), and `run` returns only when nothing is in flight.
 unsafe impl IoQueue for UringQueue {
     fn run(&mut self, reqs: &mut [IoRequest], done: &mut dyn FnMut(usize, io::Result<usize>)) {
+        if let Some(kind) = self.poisoned {
+            for i in 0..reqs.len() {
+                done(
+                    i,
+                    Err(io::Error::new(kind, "io_uring queue failed earlier")),
+                );
+            }
+            return;
+        }
         let mut pend: Vec<Pending> = reqs
             .iter()
             .map(|r| Pending {
@@ -74,8 +86,15 @@ unsafe impl IoQueue for UringQueue {
         let mut remaining = reqs.len();
         // Requests that need resubmission after a short transfer.
         let mut again: Vec<usize> = Vec::new();
+        // Set when the ring stops accepting work: nothing new is submitted, but requests
+        // already in flight are still waited for, because the kernel owns their buffers until
+        // their completions are reaped.
+        let mut broken: Option<io::Error> = None;
         while remaining > 0 {
-            while inflight < self.depth && (next < reqs.len() || !again.is_empty()) {
+            while broken.is_none()
+                && inflight < self.depth
+                && (next < reqs.len() || !again.is_empty())
+            {
                 let i = if let Some(i) = again.pop() {
                     i
                 } else {
@@ -94,18 +113,24 @@ unsafe impl IoQueue for UringQueue {
                 }
                 inflight += 1;
             }
-            if inflight == 0 {
+            // Once broken, entries still in the submission queue were never seen by the
+            // kernel: wait only for those it owns.
+            let owned_by_kernel = if broken.is_some() {
+                inflight.saturating_sub(self.ring.submission().len())
+            } else {
+                inflight
+            };
+            if owned_by_kernel == 0 {
                 break;
             }
             if let Err(e) = self.ring.submit_and_wait(1) {
                 if e.kind() == io::ErrorKind::Interrupted {
                     continue;
                 }
-                // The ring is unusable: fail what is left.
-                for p in pend.iter_mut().filter(|p| p.result.is_none()) {
-                    p.result = Some(Err(io::Error::new(e.kind(), e.to_string())));
-                }
-                break;
+                // Reap what completes without the failing call; poll gently meanwhile.
+                self.poisoned = Some(e.kind());
+                broken.get_or_insert(e);
+                std::thread::sleep(std::time::Duration::from_millis(1));
             }
             let cqes: Vec<(usize, i32)> = self
                 .ring
@@ -153,7 +178,12 @@ unsafe impl IoQueue for UringQueue {
                 let r = p.result.take();
                 done(
                     i,
-                    r.unwrap_or_else(|| Err(io::Error::other("request not completed"))),
+                    r.unwrap_or_else(|| {
+                        Err(match &broken {
+                            Some(e) => io::Error::new(e.kind(), format!("io_uring failed: {e}")),
+                            None => io::Error::other("request not completed"),
+                        })
+                    }),
                 );
             }
         }
@@ -169,6 +199,7 @@ impl Backend for UringBackend {
         Ok(Box::new(UringQueue {
             ring: IoUring::new(depth.next_power_of_two())?,
             depth: depth as usize,
+            poisoned: None,
         }))
     }
     fn datasync(&self, fd: RawFd) -> io::Result<()> {
