@@ -270,7 +270,10 @@ fn human(v: &serde_json::Value) -> String {
             match v["restart_needed"].as_array() {
                 Some(r) if !r.is_empty() => format!(
                     "; restart to apply {}",
-                    r.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join(", ")
+                    r.iter()
+                        .filter_map(|x| x.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
                 _ => String::new(),
             }

@@ -32,9 +32,8 @@ pub fn run(a: GenArgs, cmd: clap::Command) -> anyhow::Result<ExitCode> {
     }
     if let Some(d) = &a.man {
         ensure_dir(d)?;
-        clap_mangen::generate_to(cmd.clone(), d).with_context(|| {
-            format!("cannot write man pages into {}", crate::output::quote(d))
-        })?;
+        clap_mangen::generate_to(cmd.clone(), d)
+            .with_context(|| format!("cannot write man pages into {}", crate::output::quote(d)))?;
     }
     if let Some(d) = &a.completions {
         ensure_dir(d)?;
