@@ -18,4 +18,4 @@ target/release/numaio generate --man "$out/man" --completions "$out/completions"
 # -n: no name or time stamp, so the same sources give the same package.
 gzip -9n "$out"/man/*.1
 
-cargo deb -p numaio --no-build --no-strip --output target/debian/ | tail -1
+cargo deb -p numaio --no-build --output target/debian/ | tail -1
