@@ -9,7 +9,7 @@ mod walk;
 use numaio_cli_support::{args, exit, output};
 use numaio_cli_support::{exit_status_help, out, outln, usage_bail, warnln};
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -68,7 +68,24 @@ enum Command {
     Advise(cmd::advise::AdviseArgs),
 }
 
+/// `numaio generate`: a packagers' command kept out of `--help`, the man pages and the
+/// completions (clap's completions would still offer a hidden subcommand).
+#[derive(Parser)]
+#[command(
+    name = "numaio generate",
+    bin_name = "numaio generate",
+    about = "Write numaio's man pages and shell completions (for packagers)"
+)]
+struct GenCli {
+    #[command(flatten)]
+    a: cmd::gen::GenArgs,
+}
+
 fn main() -> ExitCode {
+    if std::env::args_os().nth(1).is_some_and(|a| a == "generate") {
+        let g = GenCli::parse_from(std::env::args_os().skip(1));
+        return finish(cmd::gen::run(g.a, Cli::command()));
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         // Usage errors (exit 2) go to stderr; --help and --version (exit 0) to stdout, whose
@@ -106,6 +123,11 @@ fn main() -> ExitCode {
         Command::Model(a) => cmd::model::run(a),
         Command::Advise(a) => cmd::advise::run(a),
     };
+    finish(result)
+}
+
+/// The exit status for a command's result, after writing what is still buffered.
+fn finish(result: anyhow::Result<ExitCode>) -> ExitCode {
     // Text still buffered is written here, so its write errors are caught too.
     let result = result.and_then(|code| output::flush_out().map(|_| code));
     match result {

@@ -395,17 +395,75 @@ impl<'a> Daemon<'a> {
 
     /// Runs `iterations` intervals (forever if `None`) or until `stop` is set.
     pub fn run(&mut self, iterations: Option<u64>, stop: &AtomicBool) -> ProcResult<()> {
+        self.run_supervised(iterations, stop, &mut NoSupervisor)
+    }
+
+    /// Switches to `cfg` between intervals. The metrics address, the log file and the
+    /// residency memo are set up once at start, so changes to them need a restart; the
+    /// `reload` line names them.
+    pub fn reload(&mut self, cfg: Config) {
+        let mut restart_needed = Vec::new();
+        if cfg.metrics != self.cfg.metrics {
+            restart_needed.push("metrics");
+        }
+        if cfg.log_file != self.cfg.log_file {
+            restart_needed.push("log_file");
+        }
+        if cfg.residency_ttl_secs != self.cfg.residency_ttl_secs {
+            restart_needed.push("residency_ttl_secs");
+        }
+        self.cfg = cfg;
+        (self.sink)(&json!({
+            "event": "reload",
+            "ts": now_unix(),
+            "policy": self.cfg.policy,
+            "dry_run": self.cfg.dry_run,
+            "interval_secs": self.cfg.interval_secs,
+            "manage_pinned": self.cfg.manage_pinned,
+            "restart_needed": restart_needed,
+        }));
+    }
+
+    /// [`Daemon::run`], telling `sup` when the daemon is ready, that it is alive (at least
+    /// every 100 ms while it waits, and after every interval), and asking it for a new
+    /// configuration between intervals.
+    pub fn run_supervised(
+        &mut self,
+        iterations: Option<u64>,
+        stop: &AtomicBool,
+        sup: &mut dyn Supervisor,
+    ) -> ProcResult<()> {
         self.baseline()?;
+        sup.ready(&self.cfg);
         let mut done = 0u64;
-        let period = Duration::from_secs_f64(self.cfg.interval_secs);
+        let mut period = Duration::from_secs_f64(self.cfg.interval_secs);
         let mut next = Instant::now() + period;
         while !stop.load(Ordering::Relaxed) {
             if iterations.is_some_and(|n| done >= n) {
                 break;
             }
-            // Sleep in short slices so a signal stops us promptly.
+            // Sleep in short slices so a signal stops or reloads us promptly.
             while Instant::now() < next && !stop.load(Ordering::Relaxed) {
-                std::thread::sleep((next - Instant::now()).min(Duration::from_millis(100)));
+                sup.alive();
+                match sup.reload() {
+                    Some(Ok(cfg)) => {
+                        self.reload(cfg);
+                        let p = Duration::from_secs_f64(self.cfg.interval_secs);
+                        if p != period {
+                            next = Instant::now() + p;
+                            period = p;
+                        }
+                        sup.ready(&self.cfg);
+                    }
+                    Some(Err(e)) => {
+                        (self.sink)(&json!({"event": "error", "ts": now_unix(),
+                            "error": format!("configuration not reloaded, the old one stays: {e}")}));
+                        sup.ready(&self.cfg);
+                    }
+                    None => {}
+                }
+                let left = next.saturating_duration_since(Instant::now());
+                std::thread::sleep(left.min(Duration::from_millis(100)));
             }
             if stop.load(Ordering::Relaxed) {
                 break;
@@ -413,6 +471,7 @@ impl<'a> Daemon<'a> {
             if let Err(e) = self.step() {
                 (self.sink)(&json!({"event": "error", "ts": now_unix(), "error": e.to_string()}));
             }
+            sup.alive();
             done += 1;
             next += period;
             let now = Instant::now();
@@ -420,6 +479,7 @@ impl<'a> Daemon<'a> {
                 next = now + period;
             }
         }
+        sup.stopping();
         (self.sink)(
             &json!({"event": "stop", "ts": now_unix(), "iterations": done,
             "actions": self.actions_by_kind}),
@@ -427,6 +487,26 @@ impl<'a> Daemon<'a> {
         Ok(())
     }
 }
+
+/// What a service manager wants from the daemon's loop. Every method does nothing by
+/// default, which is what a daemon run by hand needs.
+pub trait Supervisor {
+    /// The first sample is taken (or a reload was handled) and the loop is about to wait.
+    fn ready(&mut self, _cfg: &Config) {}
+    /// The loop is alive; a watchdog can be fed here.
+    fn alive(&mut self) {}
+    /// A configuration to switch to, if one was asked for; an error keeps the old one.
+    fn reload(&mut self) -> Option<Result<Config, String>> {
+        None
+    }
+    /// The loop is ending.
+    fn stopping(&mut self) {}
+}
+
+/// No service manager.
+pub struct NoSupervisor;
+
+impl Supervisor for NoSupervisor {}
 
 /// How to reach a file the process reads: through the handle found when it was scanned (its
 /// descriptor or mapping), else through the process's root, so that a file of another mount

@@ -2,7 +2,7 @@
 //! `dist/numaio.toml`) with command-line flags overriding it; see `docs/daemon.md`.
 
 use numaio_proc::config::{Bytes, Config, PolicyKind};
-use numaio_proc::daemon::Daemon;
+use numaio_proc::daemon::{Daemon, Supervisor};
 use numaio_proc::metrics::{self, Metrics};
 use numaio_proc::PageCache;
 use std::io::Write;
@@ -10,10 +10,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
 pub struct DaemonArgs {
-    /// TOML configuration file (flags below override it).
+    /// TOML configuration file (flags below override it); SIGHUP reads it again.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// follow-data (move the process), pull-data (move the cache) or auto (by cost).
@@ -72,10 +73,78 @@ pub struct DaemonArgs {
     json: bool,
 }
 
-static STOP: AtomicBool = AtomicBool::new(false);
+/// Talks to systemd when it started us (`Type=notify`): readiness, watchdog, reload. Outside
+/// systemd (`NOTIFY_SOCKET` unset) every notification is a no-op, and SIGHUP still reloads.
+struct Systemd<'a> {
+    args: &'a DaemonArgs,
+    hup: Arc<AtomicBool>,
+    /// Half the watchdog period systemd asked for, as sd_watchdog_enabled(3) advises.
+    watchdog: Option<Duration>,
+    last_ping: Instant,
+    warned: bool,
+}
 
-extern "C" fn on_signal(_: libc::c_int) {
-    STOP.store(true, Ordering::Relaxed);
+impl<'a> Systemd<'a> {
+    fn new(args: &'a DaemonArgs, hup: Arc<AtomicBool>) -> Self {
+        let mut usec = 0u64;
+        let watchdog = sd_notify::watchdog_enabled(false, &mut usec)
+            .then(|| Duration::from_micros(usec / 2).max(Duration::from_millis(10)));
+        Systemd {
+            args,
+            hup,
+            watchdog,
+            last_ping: Instant::now(),
+            warned: false,
+        }
+    }
+
+    fn notify(&mut self, state: &[sd_notify::NotifyState]) {
+        if let Err(e) = sd_notify::notify(false, state) {
+            if !self.warned {
+                let sock = std::env::var("NOTIFY_SOCKET").unwrap_or_default();
+                crate::warnln!(
+                    "cannot notify systemd at NOTIFY_SOCKET={sock}: {e} (the daemon goes on)"
+                );
+                self.warned = true;
+            }
+        }
+    }
+}
+
+impl Supervisor for Systemd<'_> {
+    fn ready(&mut self, cfg: &Config) {
+        let status = format!("policy {}, every {} s", cfg.policy, cfg.interval_secs);
+        self.notify(&[
+            sd_notify::NotifyState::Ready,
+            sd_notify::NotifyState::Status(&status),
+        ]);
+        self.last_ping = Instant::now();
+    }
+
+    fn alive(&mut self) {
+        if let Some(half) = self.watchdog {
+            if self.last_ping.elapsed() >= half {
+                self.notify(&[sd_notify::NotifyState::Watchdog]);
+                self.last_ping = Instant::now();
+            }
+        }
+    }
+
+    fn reload(&mut self) -> Option<Result<Config, String>> {
+        if !self.hup.swap(false, Ordering::Relaxed) {
+            return None;
+        }
+        let mut states = vec![sd_notify::NotifyState::Reloading];
+        if let Ok(now) = sd_notify::NotifyState::monotonic_usec_now() {
+            states.push(now);
+        }
+        self.notify(&states);
+        Some(build_config(self.args).map_err(|e| format!("{e:#}")))
+    }
+
+    fn stopping(&mut self) {
+        self.notify(&[sd_notify::NotifyState::Stopping]);
+    }
 }
 
 fn build_config(a: &DaemonArgs) -> anyhow::Result<Config> {
@@ -189,6 +258,26 @@ fn human(v: &serde_json::Value) -> String {
                 ""
             }
         ),
+        Some("reload") => format!(
+            "numaio daemon: configuration reloaded: policy {}, every {} s{}{}",
+            s("policy"),
+            v["interval_secs"],
+            if v["dry_run"] == true {
+                ", dry run (advice only)"
+            } else {
+                ""
+            },
+            match v["restart_needed"].as_array() {
+                Some(r) if !r.is_empty() => format!(
+                    "; restart to apply {}",
+                    r.iter()
+                        .filter_map(|x| x.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                _ => String::new(),
+            }
+        ),
         Some("stop") => format!(
             "numaio daemon: stopped after {} interval(s); actions {}",
             v["iterations"], v["actions"]
@@ -255,16 +344,22 @@ pub fn run(a: DaemonArgs) -> anyhow::Result<ExitCode> {
         Some(p) => Some(open_log(std::path::Path::new(p))?),
         None => None,
     };
-    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-    unsafe {
-        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+    let stop = Arc::new(AtomicBool::new(false));
+    let hup = Arc::new(AtomicBool::new(false));
+    for (sig, flag) in [
+        (signal_hook::consts::SIGINT, &stop),
+        (signal_hook::consts::SIGTERM, &stop),
+        (signal_hook::consts::SIGHUP, &hup),
+    ] {
+        signal_hook::flag::register(sig, flag.clone())
+            .map_err(|e| anyhow::anyhow!("cannot install the handler for signal {sig}: {e}"))?;
     }
     let json = a.json;
     // The first failed write to stdout stops the daemon; main then ends quietly on a closed
     // pipe and reports any other error.
     let out_err: Arc<std::sync::Mutex<Option<std::io::Error>>> = Arc::default();
     let sink_err = out_err.clone();
+    let sink_stop = stop.clone();
     let log_path = cfg.log_file.clone().unwrap_or_default();
     let mut log_warned = false;
     let sink = Box::new(move |v: &serde_json::Value| {
@@ -277,7 +372,7 @@ pub fn run(a: DaemonArgs) -> anyhow::Result<ExitCode> {
         if let Err(e) = writeln!(out, "{line}").and_then(|_| out.flush()) {
             let mut slot = sink_err.lock().unwrap_or_else(|p| p.into_inner());
             slot.get_or_insert(e);
-            STOP.store(true, Ordering::Relaxed);
+            sink_stop.store(true, Ordering::Relaxed);
         }
         if let Some(f) = log_file.as_mut() {
             if let Err(e) = writeln!(f, "{v}") {
@@ -290,8 +385,9 @@ pub fn run(a: DaemonArgs) -> anyhow::Result<ExitCode> {
     });
     let iterations = if a.once { Some(1) } else { a.iterations };
     let cache = PageCache;
+    let mut sup = Systemd::new(&a, hup);
     let mut d = Daemon::new(cfg, &cache, metrics, sink);
-    d.run(iterations, &STOP)?;
+    d.run_supervised(iterations, &stop, &mut sup)?;
     drop(d);
     let err = out_err.lock().unwrap_or_else(|p| p.into_inner()).take();
     if let Some(e) = err {

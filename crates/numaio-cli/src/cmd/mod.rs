@@ -3,6 +3,7 @@
 pub mod advise;
 pub mod daemon;
 pub mod evict;
+pub mod gen;
 pub mod lock;
 pub mod model;
 pub mod move_;
