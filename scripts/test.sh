@@ -30,6 +30,8 @@ step fmt      cargo fmt --all -- --check
 step clippy   cargo clippy --workspace --all-targets --keep-going -- -D warnings
 # release binaries go into the lab guests; build them before any test can boot one
 step build    cargo build --release --workspace --bins
+# The .deb (cargo-deb): install, check binary, man pages, completions, unit, remove.
+step deb      bash scripts/test-deb.sh
 # The advisor's Python side (a venv in .venv/); `numaio advise`'s end-to-end test needs it.
 step pysetup  bash scripts/setup-python.sh
 step unit     cargo test --workspace --no-fail-fast
