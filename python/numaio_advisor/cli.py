@@ -172,7 +172,14 @@ def modelled_advice(profile, adv, prof, current, top):
     """Advice on a multi-node profile, from its modelled runs: labelled in every field."""
     from . import modelled, pipeline
 
-    res = pipeline.recommend(adv, prof.features, current=current, top=top)
+    # Only the settings the model tells apart: the others were never modelled, and the
+    # current one reduced to what the model sees.
+    cur = grid.normalise(current)
+    cur = grid.normalise({"io": "kernel" if cur["io"] == "kernel" else "direct",
+                          "placement": cur["placement"], "move_work": cur["move_work"],
+                          "threads": cur["threads"]})
+    res = pipeline.recommend(adv, prof.features, current=cur, top=top,
+                             candidates=modelled.modelled_settings())
     res["source"] = "modelled"
     res["profile_name"] = profile
     res["label"] = modelled.label(profile)

@@ -287,8 +287,9 @@ def train(records, ks=(2, 3, 4, 5, 6), score=True, include_modelled=False):
     ``train_modelled``) is scored on them, since there is nothing measured to score on.
     """
     if not include_modelled:
-        records = [r for r in records if r.get("source", "measured") == "measured"]
-        if not records:
+        given, records = records, [r for r in records
+                                   if r.get("source", "measured") == "measured"]
+        if given and not records:
             raise AdviceError("the corpus has no measured runs; modelled runs are used only "
                               "where asked (--include-modelled)")
     df = to_frame(records)
@@ -454,10 +455,11 @@ def confidence(adv, nov):
     return "medium", r2
 
 
-def recommend(adv, features, current=None, top=5):
-    """Predict every grid setting for a workload; best first, with the gain over ``current``."""
+def recommend(adv, features, current=None, top=5, candidates=None):
+    """Predict every grid setting (or ``candidates``) for a workload; best first, with the
+    gain over ``current``."""
     cur = grid.normalise(current or grid.DEFAULT)
-    settings = grid.full_grid()
+    settings = list(candidates) if candidates else grid.full_grid()
     pred = adv.predict(features, settings)
     cur_pred = float(adv.predict(features, [cur])[0])
     order = np.argsort(-pred)

@@ -69,7 +69,7 @@ def test_collect_modelled_with_the_real_binary(numaio, env, tmp_path):
     assert p.returncode == 0, p.stderr
     recs = corpus.load(str(out), source="modelled")
     per = len(modelled.modelled_settings())
-    assert per == 15 and len(recs) == 2 * per
+    assert per == 30 and len(recs) == 2 * per
     for r in recs:
         assert r["source"] == "modelled" and r["machine"] == "zonfs"
         assert r["label"] == "modelled (zonfs profile)"
@@ -81,7 +81,7 @@ def test_collect_modelled_with_the_real_binary(numaio, env, tmp_path):
         assert r["throughput"] == pytest.approx(want * 1e6, rel=1e-9)
     # Placement matters on zonfs: the three model placements do not all predict the same.
     four = {r["model"]["placement"]: r["throughput"] for r in recs
-            if r["workload"] == "zonfs/randread-4k" and r["settings"]["threads"] == 4}
+            if r["workload"] == "zonfs/randread-4k" and r["settings"]["threads"] == 32}
     assert set(four) == {"single", "local", "fair"} and len(set(four.values())) > 1
     # Resumable: again, nothing new; with another profile, only its runs are predicted.
     p = advise(e, *args)
@@ -121,7 +121,7 @@ def test_shipped_modelled_corpus_is_labelled_and_apart():
         assert r["source"] == "modelled" and r["machine"] == p
         assert r["label"] == f"modelled ({p} profile)"
         assert r["workload"].startswith(p + "/")
-    assert len(recs) == len(modelled.PROFILES) * len(grid.WORKLOADS) * 15
+    assert len(recs) == len(modelled.PROFILES) * len(grid.WORKLOADS) * 30
     # The measured corpus holds measured runs only, and the two never share a workload id.
     measured = corpus.load(corpus.shipped_corpus_path())
     assert all(r["source"] == "measured" for r in measured)
