@@ -199,7 +199,7 @@ def test_measured_advice_unchanged_and_modelled_labelled_in_text(env):
     lines = p.stdout.splitlines()
     start = next(i for i, x in enumerate(lines) if x.startswith("modelled (zonfs profile)"))
     measured_part = lines[:start]
-    assert not [x for x in measured_part if "modelled" in x]
+    assert not [x for x in measured_part if "modelled (" in x]
     for x in lines[start:]:
         if x.strip()[:2].strip(".").strip().isdigit():
             assert "[modelled (" in x, x
