@@ -389,8 +389,8 @@ def parser_for(cmd):
     else:
         p = argparse.ArgumentParser(
             prog=PROG, description="Advise numaio settings for a workload, learned from "
-            "measured runs. Subcommands: collect, collect-modelled, validate, features (see `numaio advise "
-            "collect --help`).")
+            "measured runs. Subcommands: collect, collect-modelled, validate, features "
+            "(see `numaio advise collect --help`).")
     if cmd != "validate":
         p.add_argument("source", help="a Darshan log, a numaio ps --json capture, a numaio "
                        "bench --json result, an fio JSON output, or a pid to observe")

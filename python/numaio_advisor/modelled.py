@@ -19,8 +19,8 @@ where data sits and where threads run, not caches or replacement policies:
 
 Threads share bench's one data file (``--sharing medium``); the request size is the workload's,
 the read fraction 1 for reads and 0 for writes; thread counts go beyond the grid's (``THREADS``)
-because on these machines placement matters only with many threads. The engine's policy, block and cache size do not
-enter the model and keep their defaults in the modelled runs.
+because on these machines placement matters only with many threads. The engine's policy, block
+and cache size do not enter the model and keep their defaults in the modelled runs.
 """
 
 from __future__ import annotations
