@@ -28,33 +28,75 @@ def _pct(g):
     return f"{g * 100:+.0f}%"
 
 
-def corpus_paths(args):
-    return [args.corpus or corpus.shipped_corpus_path()] + ([args.modelled] if args.modelled
-                                                           else [])
-
-
 def load_records(args):
+    """The measured corpus. Modelled runs are never part of it (see ``modelled_advisors``)."""
     path = args.corpus or corpus.shipped_corpus_path()
     recs = corpus.load(path)
     if not recs:
         raise AdviceError(f"{path}: the corpus is empty; collect runs with `numaio advise "
                           "collect --out FILE`")
-    if args.modelled:
-        recs += corpus.load(args.modelled, source="modelled")
+    modelled_in = sum(r["source"] == "modelled" for r in recs)
+    if modelled_in:
+        raise AdviceError(f"{path}: {modelled_in} modelled run(s) in the measured corpus; keep "
+                          "them in their own file and pass it with --modelled FILE")
     return recs
 
 
 def trained_advisor(args):
     from . import cache, pipeline
 
+    path = args.corpus or corpus.shipped_corpus_path()
     recs = load_records(args)
-    k = None if args.no_cache else cache.key(corpus_paths(args))
+    k = None if args.no_cache else cache.key([path])
     adv = cache.load(k) if k else None
     if adv is None:
         adv = pipeline.train(recs)
         if k:
             cache.store(k, adv)
     return recs, adv
+
+
+def wanted_profiles(args):
+    """Profiles whose modelled advice is asked for: --include-modelled, or every profile of
+    the file given with --modelled."""
+    if args.include_modelled:
+        return [p for p in args.include_modelled.split(",") if p]
+    return ["all"] if args.modelled else []
+
+
+def modelled_advisors(args):
+    """(profile, advisor) for each profile asked for, each learned from that profile's
+    modelled runs alone."""
+    import hashlib
+
+    from . import cache, modelled, pipeline
+
+    wanted = wanted_profiles(args)
+    if not wanted:
+        return []
+    path = args.modelled or modelled.shipped_modelled_path()
+    recs = corpus.load(path, source="modelled")
+    have = modelled.by_profile(recs)
+    if not have:
+        raise AdviceError(f"{path}: no modelled runs; generate them with `numaio advise "
+                          "collect-modelled --out FILE`")
+    profiles = sorted(have) if "all" in wanted else wanted
+    missing = [p for p in profiles if p not in have]
+    if missing:
+        raise AdviceError(f"{path}: no modelled runs for profile(s) {', '.join(missing)}; it "
+                          f"has {', '.join(sorted(have))} (add them with `numaio advise "
+                          f"collect-modelled --profiles {','.join(missing)} --out {path}`)")
+    out = []
+    base = None if args.no_cache else cache.key([path])
+    for p in profiles:
+        k = hashlib.sha256(f"{base} modelled {p}".encode()).hexdigest()[:32] if base else None
+        adv = cache.load(k) if k else None
+        if adv is None:
+            adv = pipeline.train_modelled(recs, p)
+            if k:
+                cache.store(k, adv)
+        out.append((p, adv))
+    return out
 
 
 def observe_pid(pid, seconds):
@@ -108,10 +150,13 @@ def advise(args):
         cmd = grid.bench_args(r["settings"], workload, bs, size, "numaio-bench.dat", 5)
         cmd.remove("--json")
         r["command"] = "numaio " + " ".join(cmd)
+    res["source"] = "measured"
     res["profile"] = prof.to_dict()
     res["scores"] = {k: v for k, v in adv.scores.items() if k != "predictions"}
     res["ranking"] = adv.ranking
     res["k"] = adv.k
+    res["modelled"] = [modelled_advice(p, madv, prof, current, args.top)
+                       for p, madv in modelled_advisors(args)]
     if args.plot:
         from .plots import plot_all
 
@@ -121,6 +166,31 @@ def advise(args):
     else:
         print_advice(res, prof)
     return 0
+
+
+def modelled_advice(profile, adv, prof, current, top):
+    """Advice on a multi-node profile, from its modelled runs: labelled in every field."""
+    from . import modelled, pipeline
+
+    # Only the settings the model tells apart: the others were never modelled, and the
+    # current one reduced to what the model sees.
+    cur = grid.normalise(current)
+    cur = grid.normalise({"io": "kernel" if cur["io"] == "kernel" else "direct",
+                          "placement": cur["placement"], "move_work": cur["move_work"],
+                          "threads": cur["threads"]})
+    res = pipeline.recommend(adv, prof.features, current=cur, top=top,
+                             candidates=modelled.modelled_settings())
+    res["source"] = "modelled"
+    res["profile_name"] = profile
+    res["label"] = modelled.label(profile)
+    res["current"]["model_placement"] = modelled.model_placement(res["current"]["settings"])
+    for r in res["recommendations"]:
+        r["source"] = "modelled"
+        r["label"] = res["label"]
+        r["model_placement"] = modelled.model_placement(r["settings"])
+        r["apply"] = grid.engine_settings_text(r["settings"])
+    res["scores"] = {k: v for k, v in adv.scores.items() if k in ("knn_clustered", "boosted")}
+    return res
 
 
 def _json_default(o):
@@ -167,8 +237,28 @@ def print_advice(res, prof):
                 print(f"    (alone they give {_pct(alone)}: the rest of the gain comes from "
                       "changing them together)")
         print(f"    try: {r['command']}")
+    for m in res.get("modelled", []):
+        print_modelled(m)
     for p in res.get("plots", []):
         print(f"plot: {p}")
+
+
+def print_modelled(m):
+    lab = m["label"]
+    print(f"\n{lab}: predicted by `numaio model` for the {m['profile_name']} machine, not "
+          "measured; placement as the model sees it (kernel = single node, engine = fair, "
+          "engine moving work to the data = local)")
+    nov = m["novelty"]
+    print(f"  {lab} confidence: {m['confidence']} (nearest modelled workload "
+          f"{nov['nearest_workload']}; model {m['model']}, R² on unseen modelled workloads "
+          f"{m['model_r2']:.2f})")
+    cur = m["current"]
+    print(f"  {lab} current: {cur['model_placement']} placement, "
+          f"{_human_rate(cur['predicted_bytes_per_s'])}")
+    for i, r in enumerate(m["recommendations"], 1):
+        print(f"  {i:2}. [{lab}] {r['model_placement']} placement, "
+              f"{_human_rate(r['predicted_bytes_per_s'])} ({_pct(r['predicted_gain'])} vs "
+              f"current): {r['apply']}")
 
 
 def cmd_features(args):
@@ -206,7 +296,8 @@ def cmd_validate(args):
 
     recs, adv = trained_advisor(args)
     measured = [r for r in recs if r["source"] == "measured"]
-    modelled = [r for r in recs if r["source"] == "modelled"]
+    # Validation is on measured runs only: modelled ones are never scored as if measured.
+    modelled = []
     rows = pipeline.validate(measured, modelled, model=adv.model)
     out = {"k": adv.k, "cluster_features": adv.cluster_features, "ranking": adv.ranking,
            "k_search": adv.k_search,
@@ -246,7 +337,40 @@ def cmd_validate(args):
     return 0
 
 
+def cmd_collect_modelled(args):
+    from . import modelled
+
+    profiles = [p for p in args.profiles.split(",") if p]
+    wls = [w for w in args.workloads.split(",") if w] if args.workloads else None
+    if wls:
+        bad = [w for w in wls if w not in grid.WORKLOADS]
+        if bad:
+            raise AdviceError(f"unknown workload(s) {', '.join(bad)}; known: "
+                              f"{', '.join(grid.WORKLOADS)}")
+    plan, ran = modelled.collect_modelled(args.out, profiles=profiles, workloads=wls)
+    print(f"{args.out}: {plan} modelled runs planned, {plan - ran} already there, {ran} "
+          f"predicted now by numaio model ({', '.join(modelled.label(p) for p in profiles)})",
+          file=sys.stderr)
+    return 0
+
+
 def parser_for(cmd):
+    if cmd == "collect-modelled":
+        from . import modelled
+
+        p = argparse.ArgumentParser(
+            prog=f"{PROG} collect-modelled",
+            description="Predict the corpus grid with `numaio model --json` on multi-node "
+            "profiles; each record is labelled \"source\": \"modelled\" with the profile as "
+            "its machine (resumable: runs already in --out are skipped).")
+        p.add_argument("--out", required=True, help="JSON-lines file of modelled runs to "
+                       "append to (keep it apart from measured corpora)")
+        p.add_argument("--profiles", default=",".join(modelled.PROFILES),
+                       help="comma-separated numaio model profiles (names or files; default "
+                       "%(default)s)")
+        p.add_argument("--workloads", help=f"comma-separated subset of: "
+                       f"{', '.join(grid.WORKLOADS)}")
+        return p
     if cmd == "collect":
         p = argparse.ArgumentParser(prog=f"{PROG} collect",
                                     description="Measure the corpus grid with numaio bench "
@@ -265,8 +389,8 @@ def parser_for(cmd):
     else:
         p = argparse.ArgumentParser(
             prog=PROG, description="Advise numaio settings for a workload, learned from "
-            "measured runs. Subcommands: collect, validate, features (see `numaio advise "
-            "collect --help`).")
+            "measured runs. Subcommands: collect, collect-modelled, validate, features "
+            "(see `numaio advise collect --help`).")
     if cmd != "validate":
         p.add_argument("source", help="a Darshan log, a numaio ps --json capture, a numaio "
                        "bench --json result, an fio JSON output, or a pid to observe")
@@ -276,8 +400,15 @@ def parser_for(cmd):
         p.add_argument("--json", action="store_true")
         return p
     p.add_argument("--corpus", help="JSON-lines corpus (default: the shipped one)")
-    p.add_argument("--modelled", help="JSON-lines of modelled runs (source \"modelled\"), "
-                   "added to training, never to validation")
+    if cmd != "validate":
+        p.add_argument("--include-modelled", metavar="PROFILES",
+                       help="also advise placement on multi-node profiles (comma-separated, or "
+                       "`all`) from their modelled runs, each learned apart from the measured "
+                       "runs and labelled \"modelled (PROFILE profile)\"")
+        p.add_argument("--modelled", metavar="FILE",
+                       help="JSON-lines of modelled runs (source \"modelled\") for "
+                       "--include-modelled (default: the shipped ones); alone, implies "
+                       "--include-modelled all")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--no-cache", action="store_true", help="retrain even when a model "
                    "trained on the same corpus is cached (~/.cache/numaio-advisor)")
@@ -289,7 +420,8 @@ def parser_for(cmd):
 
 
 def main(argv):
-    cmd = argv[0] if argv and argv[0] in ("collect", "validate", "features") else None
+    cmd = (argv[0] if argv and argv[0] in ("collect", "collect-modelled", "validate",
+                                           "features") else None)
     p = parser_for(cmd)
     args = p.parse_args(argv[1:] if cmd else argv)
     if getattr(args, "seconds", 1.0) <= 0 or getattr(args, "seconds", 1.0) > 3600:
@@ -301,6 +433,8 @@ def main(argv):
             if args.per_workload < 1 or not (0 < args.duration <= 60):
                 p.error("--per-workload must be >= 1 and --duration in (0, 60]")
             return cmd_collect(args)
+        if cmd == "collect-modelled":
+            return cmd_collect_modelled(args)
         if cmd == "validate":
             return cmd_validate(args)
         if cmd == "features":

@@ -278,10 +278,24 @@ class Advisor:
         return "cluster" if covers(self.ranges[c], features) else "unclustered"
 
 
-def train(records, ks=(2, 3, 4, 5, 6), score=True):
+def train(records, ks=(2, 3, 4, 5, 6), score=True, include_modelled=False):
     """Every step on a corpus; the model kept is the one with the better leave-workload-out
-    R² (``score=False`` skips that scoring and keeps per-cluster KNN)."""
+    R² (``score=False`` skips that scoring and keeps per-cluster KNN).
+
+    Measured runs only, unless ``include_modelled``: then modelled runs join the training
+    (never the validation). A corpus of modelled runs alone (one profile's, see
+    ``train_modelled``) is scored on them, since there is nothing measured to score on.
+    """
+    if not include_modelled:
+        given, records = records, [r for r in records
+                                   if r.get("source", "measured") == "measured"]
+        if given and not records:
+            raise AdviceError("the corpus has no measured runs; modelled runs are used only "
+                              "where asked (--include-modelled)")
     df = to_frame(records)
+    if not (df["source"] == "measured").any():
+        # Only modelled runs: they play the measured runs' part in clustering and scoring.
+        df["source"] = "measured"
     if df["workload"].nunique() < 4:
         raise AdviceError(f"the corpus has {df['workload'].nunique()} workload(s); at least 4 "
                           "are needed to cluster and validate")
@@ -441,10 +455,11 @@ def confidence(adv, nov):
     return "medium", r2
 
 
-def recommend(adv, features, current=None, top=5):
-    """Predict every grid setting for a workload; best first, with the gain over ``current``."""
+def recommend(adv, features, current=None, top=5, candidates=None):
+    """Predict every grid setting (or ``candidates``) for a workload; best first, with the
+    gain over ``current``."""
     cur = grid.normalise(current or grid.DEFAULT)
-    settings = grid.full_grid()
+    settings = list(candidates) if candidates else grid.full_grid()
     pred = adv.predict(features, settings)
     cur_pred = float(adv.predict(features, [cur])[0])
     order = np.argsort(-pred)
@@ -498,13 +513,14 @@ def validate(records, modelled=(), ks=(2, 3, 4, 5, 6), model=None):
     """
     measured = [r for r in records if r.get("source", "measured") == "measured"]
     if model is None:
-        model = train(measured + list(modelled), ks=ks).model
+        model = train(measured + list(modelled), ks=ks,
+                      include_modelled=bool(modelled)).model
     wls = sorted({r["workload"] for r in measured})
     rows = []
     for w in wls:
         train_recs = [r for r in measured if r["workload"] != w] + list(modelled)
         test = [r for r in measured if r["workload"] == w]
-        adv = train(train_recs, ks=ks, score=False)
+        adv = train(train_recs, ks=ks, score=False, include_modelled=bool(modelled))
         feats = test[0]["features"]
         y = np.array([math.log10(r["throughput"]) for r in test])
         res = {"workload": w, "runs": len(test), "cluster": adv.cluster(feats),
@@ -527,3 +543,22 @@ def validate(records, modelled=(), ks=(2, 3, 4, 5, 6), model=None):
             res["better_than_default_exists"] = bool(y.max() > y[dflt[0]])
         rows.append(res)
     return rows
+
+
+# --- modelled runs, one multi-node profile at a time -------------------------------------------
+
+
+def train_modelled(records, profile, ks=(2, 3, 4, 5, 6)):
+    """An advisor learned from one profile's modelled runs alone, never mixed with measured
+    ones (their throughputs come from different machines and a model, not a clock)."""
+    from . import modelled
+
+    recs = [r for r in records if r.get("source") == "modelled"
+            and modelled.profile_of(r) == profile]
+    if not recs:
+        raise AdviceError(f"no modelled runs for profile {profile!r}; generate them with "
+                          f"`numaio advise collect-modelled --profiles {profile} --out FILE`")
+    try:
+        return train(recs, ks=ks, include_modelled=True)
+    except AdviceError as e:
+        raise AdviceError(f"{modelled.label(profile)}: {e}")

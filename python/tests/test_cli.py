@@ -127,10 +127,16 @@ def test_modelled_file_must_hold_modelled_runs(env, tmp_path):
                          1, "expected 'modelled'")
 
 
-def test_modelled_runs_fixture_is_accepted(env):
+def test_modelled_file_alone_adds_labelled_modelled_advice(env):
+    from numaio_advisor import modelled
+
     p = advise(env, fixture("fio-randread-4k.json"), "--modelled",
-               fixture("modelled-runs.jsonl"), "--json", "--top", "1")
+               modelled.shipped_modelled_path(), "--json", "--top", "1")
     assert p.returncode == 0, p.stderr
+    res = json.loads(p.stdout)
+    assert res["source"] == "measured"
+    assert {m["label"] for m in res["modelled"]} == {
+        f"modelled ({x} profile)" for x in modelled.PROFILES}
 
 
 def test_bad_usage_and_missing_input(env, tmp_path):
