@@ -742,41 +742,41 @@ fn run_memory_cache(a: &BenchArgs) -> anyhow::Result<BenchResult> {
     let data = file_in_memory(a, name)?;
     let bs = a.bs as usize;
     let blocks = data.len() / bs;
-    // Room for every block (plus slack), so the measured gets are all hits.
-    let cap = blocks + blocks / 16 + 16;
+    // Room for every block twice over: both caches split their capacity over hashed shards,
+    // and a shard that overflows would evict, so the measured gets would not all be hits.
+    let cap = 2 * blocks + 64;
     let block = |b: usize| -> Arc<[u8]> { Arc::from(&data[b * bs..(b + 1) * bs]) };
     let touch = a.touch;
+    let missed = std::sync::atomic::AtomicBool::new(false);
     let (ops, secs) = match a.target {
         Target::Foyer => {
-            let c: foyer_memory::Cache<u64, Arc<[u8]>> = foyer_memory::CacheBuilder::new(cap)
-                .with_shards(64)
-                .build();
+            let c: foyer_memory::Cache<u64, Arc<[u8]>> =
+                foyer_memory::CacheBuilder::new(cap).with_shards(64).build();
             for b in 0..blocks {
                 c.insert(b as u64, block(b));
             }
             drop(data);
             run_threads(a, |t, deadline| {
-                get_loop(a, t, deadline, |k| {
+                get_loop(a, t, deadline, &missed, |k| {
                     c.get(&k).map(|e| if touch { e.value()[0] } else { 1 })
                 })
             })?
         }
         _ => {
-            let c: quick_cache::sync::Cache<u64, Arc<[u8]>> =
-                quick_cache::sync::Cache::new(cap);
+            let c: quick_cache::sync::Cache<u64, Arc<[u8]>> = quick_cache::sync::Cache::new(cap);
             for b in 0..blocks {
                 c.insert(b as u64, block(b));
             }
             drop(data);
             run_threads(a, |t, deadline| {
-                get_loop(a, t, deadline, |k| {
+                get_loop(a, t, deadline, &missed, |k| {
                     c.get(&k).map(|v| if touch { v[0] } else { 1 })
                 })
             })?
         }
     };
-    if ops == 0 {
-        bail!("--target {name}: no block was found in the cache (is --size at least --bs?)");
+    if ops == 0 || missed.load(std::sync::atomic::Ordering::Relaxed) {
+        bail!("--target {name}: a block was missing from the cache (it evicted while filling), so the rate would not be of hits");
     }
     Ok(BenchResult {
         target: name.into(),
@@ -793,13 +793,14 @@ fn run_memory_cache(a: &BenchArgs) -> anyhow::Result<BenchResult> {
     })
 }
 
-/// One thread's loop of gets by block number until `deadline`; a miss ends it (the caches
-/// were filled with every block, so it only happens if one evicted, which would be a bug
-/// in the comparison). Returns the number of hits.
+/// One thread's loop of gets by block number until `deadline`; a miss ends it and sets
+/// `missed` (the caches hold every block, so a miss means one evicted and the run is not
+/// comparable). Returns the number of hits.
 fn get_loop(
     a: &BenchArgs,
     t: usize,
     deadline: Instant,
+    missed: &std::sync::atomic::AtomicBool,
     mut get: impl FnMut(u64) -> Option<u8>,
 ) -> u64 {
     let mut offs = Offsets::new(a, t);
@@ -808,6 +809,7 @@ fn get_loop(
     loop {
         for _ in 0..64 {
             let Some(v) = get(offs.next() / a.bs) else {
+                missed.store(true, std::sync::atomic::Ordering::Relaxed);
                 return n;
             };
             sink ^= v;

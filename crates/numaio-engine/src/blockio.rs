@@ -280,10 +280,7 @@ impl Inner {
     #[inline]
     fn prefetch(&self, f: &FileEntry, block: u64, ctx: &AccessCtx) {
         let si = self.slice_of(f.id, block, ctx);
-        self.slices[si].prefetch(&BlockKey {
-            file: f.id,
-            block,
-        });
+        self.slices[si].prefetch(&BlockKey { file: f.id, block });
     }
 
     fn abort(&self, segs: &[Seg], loads: &[Transfer]) {

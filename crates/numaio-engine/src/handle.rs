@@ -2,11 +2,11 @@
 //! `get`/`put` ([`Pinned`]), `sync_range` and `fsync`.
 
 use crate::blockio::{Seg, Segs};
-use smallvec::SmallVec;
 use crate::engine::Inner;
 use crate::error::EngineError;
 use crate::file::FileEntry;
 use crate::key::FileId;
+use smallvec::SmallVec;
 use std::io;
 use std::path::Path;
 use std::sync::atomic::Ordering;
