@@ -24,6 +24,19 @@ pub enum Target {
     Kernel,
     /// A memcpy loop over an in-memory copy of the same bytes (reads only).
     Memcpy,
+    /// quick_cache's in-memory `sync::Cache` holding each `--bs` block of the file as one
+    /// value: `get` of a block (a reference-counted handle, like the engine's zero-copy
+    /// get), reads only.
+    QuickCache,
+    /// foyer's in-memory cache (no disk tier), filled and read like `quick-cache`.
+    Foyer,
+}
+
+impl Target {
+    /// The in-memory caches compared against the engine's zero-copy get.
+    fn is_memory_cache(self) -> bool {
+        matches!(self, Target::QuickCache | Target::Foyer)
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -256,6 +269,9 @@ pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
     if a.target == Target::Memcpy && a.workload.is_write() {
         usage_bail!("--target memcpy measures reads only");
     }
+    if a.target.is_memory_cache() && a.workload.is_write() {
+        usage_bail!("--target quick-cache and --target foyer measure reads only");
+    }
     if a.api == Api::Get && a.workload.is_write() {
         usage_bail!("--api get measures reads only (use pread for write workloads)");
     }
@@ -290,6 +306,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
         Target::Engine => run_engine(&a)?,
         Target::Kernel => run_kernel(&a)?,
         Target::Memcpy => run_memcpy(&a)?,
+        Target::QuickCache | Target::Foyer => run_memory_cache(&a)?,
     };
     r.file_created = Some(bf.created);
     r.file_bytes = Some(bf.len);
@@ -691,13 +708,14 @@ fn run_kernel(a: &BenchArgs) -> anyhow::Result<BenchResult> {
     })
 }
 
-fn run_memcpy(a: &BenchArgs) -> anyhow::Result<BenchResult> {
+/// Reads the whole data file into memory (the memcpy and in-memory cache targets).
+fn file_in_memory(a: &BenchArgs, target: &str) -> anyhow::Result<Vec<u8>> {
     let shown = quote(&a.file);
     let mut data = Vec::new();
     let len = usize::try_from(a.size).unwrap_or(usize::MAX);
     data.try_reserve_exact(len).map_err(|_| {
         crate::args::UsageError(format!(
-            "cannot allocate {} for --target memcpy; give a smaller --size",
+            "cannot allocate {} for --target {target}; give a smaller --size",
             human_bytes(a.size)
         ))
     })?;
@@ -711,6 +729,101 @@ fn run_memcpy(a: &BenchArgs) -> anyhow::Result<BenchResult> {
                 describe_io_error(&e)
             )
         })?;
+    Ok(data)
+}
+
+/// quick_cache or foyer holding every block of the file, each thread getting blocks at the
+/// same offsets the engine target uses; `--touch` reads the first byte of each value.
+fn run_memory_cache(a: &BenchArgs) -> anyhow::Result<BenchResult> {
+    let name = match a.target {
+        Target::Foyer => "foyer",
+        _ => "quick-cache",
+    };
+    let data = file_in_memory(a, name)?;
+    let bs = a.bs as usize;
+    let blocks = data.len() / bs;
+    // Room for every block twice over: both caches split their capacity over hashed shards,
+    // and a shard that overflows would evict, so the measured gets would not all be hits.
+    let cap = 2 * blocks + 64;
+    let block = |b: usize| -> Arc<[u8]> { Arc::from(&data[b * bs..(b + 1) * bs]) };
+    let touch = a.touch;
+    let missed = std::sync::atomic::AtomicBool::new(false);
+    let (ops, secs) = match a.target {
+        Target::Foyer => {
+            let c: foyer_memory::Cache<u64, Arc<[u8]>> =
+                foyer_memory::CacheBuilder::new(cap).with_shards(64).build();
+            for b in 0..blocks {
+                c.insert(b as u64, block(b));
+            }
+            drop(data);
+            run_threads(a, |t, deadline| {
+                get_loop(a, t, deadline, &missed, |k| {
+                    c.get(&k).map(|e| if touch { e.value()[0] } else { 1 })
+                })
+            })?
+        }
+        _ => {
+            let c: quick_cache::sync::Cache<u64, Arc<[u8]>> = quick_cache::sync::Cache::new(cap);
+            for b in 0..blocks {
+                c.insert(b as u64, block(b));
+            }
+            drop(data);
+            run_threads(a, |t, deadline| {
+                get_loop(a, t, deadline, &missed, |k| {
+                    c.get(&k).map(|v| if touch { v[0] } else { 1 })
+                })
+            })?
+        }
+    };
+    if ops == 0 || missed.load(std::sync::atomic::Ordering::Relaxed) {
+        bail!("--target {name}: a block was missing from the cache (it evicted while filling), so the rate would not be of hits");
+    }
+    Ok(BenchResult {
+        target: name.into(),
+        workload: format!("{:?}", a.workload).to_lowercase(),
+        api: "get".into(),
+        bs: a.bs,
+        threads: a.threads,
+        size: a.size,
+        duration_s: secs,
+        ops,
+        ops_per_s: ops as f64 / secs,
+        bytes_per_s: (ops * a.bs) as f64 / secs,
+        ..Default::default()
+    })
+}
+
+/// One thread's loop of gets by block number until `deadline`; a miss ends it and sets
+/// `missed` (the caches hold every block, so a miss means one evicted and the run is not
+/// comparable). Returns the number of hits.
+fn get_loop(
+    a: &BenchArgs,
+    t: usize,
+    deadline: Instant,
+    missed: &std::sync::atomic::AtomicBool,
+    mut get: impl FnMut(u64) -> Option<u8>,
+) -> u64 {
+    let mut offs = Offsets::new(a, t);
+    let mut n = 0u64;
+    let mut sink = 0u8;
+    loop {
+        for _ in 0..64 {
+            let Some(v) = get(offs.next() / a.bs) else {
+                missed.store(true, std::sync::atomic::Ordering::Relaxed);
+                return n;
+            };
+            sink ^= v;
+            n += 1;
+        }
+        if Instant::now() >= deadline {
+            std::hint::black_box(sink);
+            return n;
+        }
+    }
+}
+
+fn run_memcpy(a: &BenchArgs) -> anyhow::Result<BenchResult> {
+    let data = file_in_memory(a, "memcpy")?;
     let bs = a.bs as usize;
     let data = &data;
     let (ops, secs) = run_threads(a, |t, deadline| {

@@ -20,7 +20,7 @@ fn read_workload_on_a_short_file_is_refused_and_the_file_unchanged() {
     let f = dir.path().join("f");
     let orig = important(&f, 350);
     let fs = f.to_str().unwrap();
-    for target in ["engine", "kernel", "memcpy"] {
+    for target in ["engine", "kernel", "memcpy", "quick-cache", "foyer"] {
         let r = run(&[
             "bench",
             "--target",
@@ -58,6 +58,8 @@ fn read_workloads_on_an_existing_file_leave_it_unchanged() {
     for (target, extra) in [
         ("kernel", &[][..]),
         ("memcpy", &[][..]),
+        ("quick-cache", &[][..]),
+        ("foyer", &[][..]),
         (
             "engine",
             &["--no-direct", "--slices", "1", "--cache", "8M"][..],

@@ -103,24 +103,29 @@ impl Inner {
         n: usize,
         write_range: Option<(u64, u64)>,
     ) -> io::Result<Segs> {
-        self.acquire_blocks(f, first..first + n as u64, n, write_range)
+        let mut segs = Segs::new();
+        self.acquire_into(f, first..first + n as u64, n, write_range, &mut segs)?;
+        Ok(segs)
     }
 
-    /// Pins the listed blocks (any order, duplicates allowed); all missing blocks are read at
-    /// once, so a list of scattered blocks becomes one batch of concurrent reads.
-    pub(crate) fn acquire_blocks(
+    /// Pins the listed blocks (any order, duplicates allowed) into `segs` (which must be
+    /// empty; it is left empty on error); all missing blocks are read at once, so a list of
+    /// scattered blocks becomes one batch of concurrent reads. Callers pass a `SmallVec`
+    /// sized for their largest request so a hit allocates nothing.
+    pub(crate) fn acquire_into<A: smallvec::Array<Item = Seg>>(
         &self,
         f: &FileEntry,
         blocks: impl Iterator<Item = u64> + Clone,
         n: usize,
         write_range: Option<(u64, u64)>,
-    ) -> io::Result<Segs> {
+        segs: &mut SmallVec<A>,
+    ) -> io::Result<()> {
         // A read that failed in *another* request (often a readahead) is retried here: the
         // failed slot is unlinked, so the retry issues its own read and reports its own error.
         let mut tries = 0;
         loop {
-            match self.acquire_once(f, blocks.clone(), n, write_range) {
-                Ok(s) => return Ok(s),
+            match self.acquire_once(f, blocks.clone(), n, write_range, segs) {
+                Ok(()) => return Ok(()),
                 Err((e, other)) => {
                     tries += 1;
                     if !other || tries >= 3 {
@@ -131,21 +136,43 @@ impl Inner {
         }
     }
 
-    /// One attempt of [`acquire_blocks`](Self::acquire_blocks); see the module doc for why
+    /// One attempt of [`acquire_into`](Self::acquire_into); see the module doc for why
     /// it cannot deadlock. The flag in the error tells a failure seen in another request.
-    fn acquire_once(
+    ///
+    /// The hit path is the lookup, the pin and the policy's note only: the bucket of the
+    /// block `PREFETCH` places ahead is prefetched so a run's lookups overlap their cache
+    /// misses, hits are counted once per request and slice, and the hooks are skipped
+    /// entirely when there are none.
+    fn acquire_once<A: smallvec::Array<Item = Seg>>(
         &self,
         f: &FileEntry,
-        blocks: impl Iterator<Item = u64>,
+        blocks: impl Iterator<Item = u64> + Clone,
         n: usize,
         write_range: Option<(u64, u64)>,
-    ) -> Result<Segs, (io::Error, bool)> {
+        segs: &mut SmallVec<A>,
+    ) -> Result<(), (io::Error, bool)> {
+        const PREFETCH: usize = 8;
         let bs = self.bs as u64;
         let ctx = AccessCtx::new(write_range.is_some());
-        let mut segs: Segs = SmallVec::with_capacity(n);
+        let hooks = &self.cfg.hooks[..];
+        segs.clear();
+        segs.reserve(n);
         let mut loads: SmallVec<[Transfer; 4]> = SmallVec::new();
         let mut err: Option<(io::Error, bool)> = None;
+        // Hits of the current slice not yet added to its counter.
+        let mut hits: (usize, u64) = (0, 0);
+        let mut ahead = blocks.clone();
+        if n > 1 {
+            for b in ahead.by_ref().take(PREFETCH) {
+                self.prefetch(f, b, &ctx);
+            }
+        }
         for b in blocks {
+            if n > 1 {
+                if let Some(pb) = ahead.next() {
+                    self.prefetch(f, pb, &ctx);
+                }
+            }
             let si = self.slice_of(f.id, b, &ctx);
             let slice = &self.slices[si];
             let key = BlockKey {
@@ -188,7 +215,7 @@ impl Inner {
                                 fill: full,
                                 slot,
                             });
-                            for h in &self.cfg.hooks {
+                            for h in hooks {
                                 h.on_access(f.id, b, si, false, &ctx);
                             }
                             continue;
@@ -197,14 +224,18 @@ impl Inner {
                     }
                 }
             };
-            slice.counters().hits.add(1);
+            if hits.0 != si && hits.1 > 0 {
+                self.slices[hits.0].counters().hits.add(hits.1);
+                hits.1 = 0;
+            }
+            hits = (si, hits.1 + 1);
             slice.note_hit(slot);
             segs.push(Seg {
                 slice: si as u16,
                 fill: false,
                 slot,
             });
-            for h in &self.cfg.hooks {
+            for h in hooks {
                 h.on_access(f.id, b, si, true, &ctx);
             }
             if word & LOADING != 0 {
@@ -227,6 +258,9 @@ impl Inner {
                 }
             }
         }
+        if hits.1 > 0 {
+            self.slices[hits.0].counters().hits.add(hits.1);
+        }
         if err.is_none() && !loads.is_empty() {
             if let Err(e) = self.load(f, &loads) {
                 err = Some((e, false));
@@ -235,13 +269,21 @@ impl Inner {
         }
         if let Some(e) = err {
             // Reads never issued and fill slots never exposed with data: fail them.
-            self.abort(&segs, &loads);
+            self.abort(segs, &loads);
+            segs.clear();
             return Err(e);
         }
-        Ok(segs)
+        Ok(())
     }
 
-    fn abort(&self, segs: &Segs, loads: &[Transfer]) {
+    /// Starts loading the index memory a lookup of `block` will read.
+    #[inline]
+    fn prefetch(&self, f: &FileEntry, block: u64, ctx: &AccessCtx) {
+        let si = self.slice_of(f.id, block, ctx);
+        self.slices[si].prefetch(&BlockKey { file: f.id, block });
+    }
+
+    fn abort(&self, segs: &[Seg], loads: &[Transfer]) {
         for &(si, _, slot) in loads {
             self.slices[si].finish_load(slot, false);
         }

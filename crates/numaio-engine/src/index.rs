@@ -50,6 +50,24 @@ pub trait Index: Send + Sync {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// Hints that `key` will be looked up soon: starts loading the memory the lookup reads,
+    /// so the lookups of a run of blocks overlap their cache misses instead of paying them
+    /// one after another.
+    fn prefetch(&self, _key: &BlockKey) {}
+}
+
+/// Starts loading the cache line at `p` into all cache levels (a hint: never faults).
+#[inline(always)]
+pub(crate) fn prefetch_line<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: prefetch is a hint that never dereferences `p` architecturally, so any
+        // address is allowed; SSE is part of the x86_64 baseline.
+        unsafe { _mm_prefetch(p as *const i8, _MM_HINT_T0) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
 
 /// A cheap multiplicative hash for block keys (keys are not attacker controlled).
@@ -260,6 +278,10 @@ impl Index for BucketIndex {
     }
     fn len(&self) -> usize {
         self.buckets.iter().map(|b| b.0.read().len()).sum()
+    }
+    #[inline]
+    fn prefetch(&self, key: &BlockKey) {
+        prefetch_line(self.bucket(key));
     }
 }
 

@@ -282,6 +282,12 @@ impl Slice {
         Some((s, word))
     }
 
+    /// Starts loading the index memory a lookup of `key` will read (see `Index::prefetch`).
+    #[inline]
+    pub fn prefetch(&self, key: &BlockKey) {
+        self.index.prefetch(key);
+    }
+
     /// Tells the policy about a hit — at most once per slot per eviction epoch when gating
     /// is on (CacheLib-style: between two eviction passes the order among hits cannot
     /// matter to the next pass much, and skipping repeats keeps hot hits off the policy).
