@@ -417,8 +417,9 @@ impl Engine {
         let file = inner
             .files
             .open(path.as_ref(), opts, direct, &*inner.placement, |id, p| {
-                if let Some(ig) = &inner.cfg.integrity {
-                    ig.file_opened(id, p);
+                match &inner.cfg.integrity {
+                    Some(ig) => ig.file_opened(id, p, opts.write, inner.bs, &inner.backend),
+                    None => Ok(()),
                 }
             })?;
         Ok(FileHandle {

@@ -50,6 +50,7 @@ pub mod hysteresis;
 #[doc(hidden)]
 pub mod index;
 pub mod integrity;
+pub mod sumfile;
 mod io;
 mod key;
 pub mod move_work;
