@@ -27,8 +27,8 @@
 //! settled at the crash is still checked strictly.
 
 use crate::io::{Backend, IoKind, IoQueue, IoRequest};
-use parking_lot::Mutex;
-use std::collections::HashMap;
+use parking_lot::{Condvar, Mutex};
+use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
@@ -194,6 +194,29 @@ struct Live {
     /// Two write-backs overlapped, so which sum is the device's is unknown: not settled
     /// until a write-back runs alone.
     overlap: bool,
+    /// Its unsettled mark is durable (no sync needed before writing it again).
+    marked: bool,
+    /// The `begin_write` call of its current write.
+    ticket: u64,
+}
+
+#[derive(Default)]
+struct LiveState {
+    blocks: HashMap<u64, Live>,
+    /// Blocks still being written, per `begin_write` ticket.
+    active: BTreeMap<u64, usize>,
+    next_ticket: u64,
+}
+
+impl LiveState {
+    fn end_ticket(&mut self, t: u64) {
+        if let Some(n) = self.active.get_mut(&t) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.active.remove(&t);
+            }
+        }
+    }
 }
 
 /// The sum file of one data file.
@@ -203,7 +226,8 @@ pub struct SumFile {
     writable: bool,
     backend: Arc<dyn Backend>,
     queue: Mutex<Option<Box<dyn IoQueue>>>,
-    live: Mutex<HashMap<u64, Live>>,
+    live: Mutex<LiveState>,
+    ended: Condvar,
     seq: AtomicU64,
     /// First failed entry write since the last sync, reported by `sync`.
     error: Mutex<Option<io::Error>>,
@@ -263,7 +287,8 @@ impl SumFile {
             writable,
             backend,
             queue: Mutex::new(None),
-            live: Mutex::new(HashMap::new()),
+            live: Mutex::new(LiveState::default()),
+            ended: Condvar::new(),
             seq: AtomicU64::new(1),
             error: Mutex::new(None),
         };
@@ -370,17 +395,20 @@ impl SumFile {
         }
     }
 
-    /// Before a write-back of `blocks`: marks settled ones unsettled, durably.
+    /// Before a write-back of `blocks`: marks them unsettled, durably (one sum-file sync,
+    /// only when a block was not yet marked since its last settle).
     pub fn begin_write(&self, blocks: &[u64]) -> io::Result<()> {
         if !self.writable {
             return Ok(());
         }
-        let mut barrier = false;
-        let mut live = self.live.lock();
-        let mut done = Vec::with_capacity(blocks.len());
+        let mut st = self.live.lock();
+        let ticket = st.next_ticket;
+        st.next_ticket += 1;
+        let mut need_sync = Vec::new();
+        let mut begun = Vec::with_capacity(blocks.len());
         let mut result = Ok(());
         for &b in blocks {
-            let l = match live.get(&b) {
+            let mut l = match st.blocks.get(&b) {
                 Some(l) => *l,
                 None => match self.read_entry(b) {
                     Ok(entry) => Live {
@@ -388,6 +416,8 @@ impl SumFile {
                         in_flight: 0,
                         seq: 0,
                         overlap: false,
+                        marked: false,
+                        ticket: 0,
                     },
                     Err(e) => {
                         result = Err(e);
@@ -395,80 +425,108 @@ impl SumFile {
                     }
                 },
             };
-            let mut l = l;
-            if l.entry.state != EntryState::Unsettled {
+            if !l.marked {
                 l.entry.state = EntryState::Unsettled;
                 if let Err(e) = self.write_entry(b, &l.entry) {
                     result = Err(e);
                     break;
                 }
-                barrier = true;
+                need_sync.push(b);
             }
-            l.overlap = l.in_flight > 0;
+            if l.in_flight > 0 {
+                // Another write of the block has not ended: which sum the device holds is
+                // unknown, and that write no longer holds up a sync.
+                l.overlap = true;
+                st.end_ticket(l.ticket);
+            } else {
+                l.overlap = false;
+            }
             l.in_flight += 1;
-            live.insert(b, l);
-            done.push(b);
+            l.ticket = ticket;
+            st.blocks.insert(b, l);
+            begun.push(b);
         }
-        drop(live);
-        if result.is_ok() && barrier {
+        *st.active.entry(ticket).or_insert(0) += begun.len();
+        drop(st);
+        if result.is_ok() && !need_sync.is_empty() {
             result = self.sync();
         }
-        if let Err(e) = result {
-            let mut live = self.live.lock();
-            for b in done {
-                if let Some(l) = live.get_mut(&b) {
-                    l.in_flight -= 1;
+        let mut st = self.live.lock();
+        if result.is_ok() {
+            for b in need_sync {
+                if let Some(l) = st.blocks.get_mut(&b) {
+                    l.marked = true;
                 }
             }
-            return Err(io::Error::new(
-                e.kind(),
-                format!(
-                    "checksum file {}: cannot mark blocks being written: {e}",
-                    self.path.display()
-                ),
-            ));
+            return Ok(());
         }
-        Ok(())
+        for b in begun {
+            if let Some(l) = st.blocks.get_mut(&b) {
+                l.in_flight -= 1;
+            }
+        }
+        st.active.remove(&ticket);
+        drop(st);
+        self.ended.notify_all();
+        let e = result.expect_err("checked above");
+        Err(io::Error::new(
+            e.kind(),
+            format!(
+                "checksum file {}: cannot mark blocks about to be written: {e}",
+                self.path.display()
+            ),
+        ))
     }
 
     /// The write-back of `block` ended: with its new sum, or failed (`None`).
     pub fn end_write(&self, block: u64, sum: Option<u64>) {
-        let mut live = self.live.lock();
-        let Some(l) = live.get_mut(&block) else {
+        let mut st = self.live.lock();
+        let Some(mut l) = st.blocks.get(&block).copied() else {
             return;
         };
-        if l.in_flight > 1 {
-            l.overlap = true;
-        }
         l.in_flight = l.in_flight.saturating_sub(1);
-        if let Some(s) = sum {
-            l.entry.latest = s;
-            l.seq = self.seq.fetch_add(1, Ordering::AcqRel);
-            let e = l.entry;
-            if let Err(err) = self.write_entry(block, &e) {
-                drop(live);
-                self.record(err);
+        match sum {
+            Some(s) => {
+                l.entry.latest = s;
+                l.seq = self.seq.fetch_add(1, Ordering::AcqRel);
             }
-        } else {
             // The device holds an unknown mix: never settle on the old sum.
-            l.overlap = true;
+            None => l.overlap = true,
+        }
+        st.blocks.insert(block, l);
+        st.end_ticket(l.ticket);
+        let written = match sum {
+            Some(_) => self.write_entry(block, &l.entry),
+            None => Ok(()),
+        };
+        drop(st);
+        self.ended.notify_all();
+        if let Err(err) = written {
+            self.record(err);
         }
     }
 
-    /// `fsync`: runs `data_sync`, then settles the blocks written back before it and syncs
-    /// the sum file.
+    /// `fsync`: waits for the write-backs begun before it, runs `data_sync`, then settles the
+    /// blocks written back before it and syncs the sum file.
     pub fn sync_with(&self, data_sync: &mut dyn FnMut() -> io::Result<()>) -> io::Result<()> {
-        let snap = self.seq.load(Ordering::Acquire);
-        data_sync()?;
         if !self.writable {
-            return Ok(());
+            return data_sync();
         }
+        let snap = {
+            let mut st = self.live.lock();
+            let me = st.next_ticket;
+            while st.active.keys().next().is_some_and(|&t| t < me) {
+                self.ended.wait(&mut st);
+            }
+            self.seq.load(Ordering::Acquire)
+        };
+        data_sync()?;
         if let Some(e) = self.error.lock().take() {
             return Err(e);
         }
-        let mut live = self.live.lock();
+        let mut st = self.live.lock();
         let mut settled = Vec::new();
-        for (&b, l) in live.iter_mut() {
+        for (&b, l) in st.blocks.iter() {
             if l.in_flight == 0 && !l.overlap && l.seq != 0 && l.seq < snap {
                 let e = Entry {
                     stable: l.entry.latest,
@@ -484,22 +542,25 @@ impl SumFile {
                 settled.push(b);
             }
         }
-        // Settled entries are on disk (read back from there when needed).
+        // Settled entries are read back from the sum file when needed.
         for b in settled {
-            live.remove(&b);
+            st.blocks.remove(&b);
         }
-        drop(live);
+        drop(st);
         self.sync().map_err(|e| {
             io::Error::new(
                 e.kind(),
-                format!("fdatasync of checksum file {} failed: {e}", self.path.display()),
+                format!(
+                    "fdatasync of checksum file {} failed: {e}",
+                    self.path.display()
+                ),
             )
         })
     }
 
     /// Checks a block just loaded whose sum is `actual`.
     pub fn check(&self, block: u64, actual: u64) -> io::Result<Check> {
-        let cached = self.live.lock().get(&block).map(|l| l.entry);
+        let cached = self.live.lock().blocks.get(&block).map(|l| l.entry);
         let e = match cached {
             Some(e) => e,
             None => self.read_entry(block)?,
