@@ -50,7 +50,6 @@ pub mod hysteresis;
 #[doc(hidden)]
 pub mod index;
 pub mod integrity;
-pub mod sumfile;
 mod io;
 mod key;
 pub mod move_work;
@@ -61,6 +60,7 @@ mod slice;
 #[doc(hidden)]
 pub mod slot;
 mod stats;
+pub mod sumfile;
 mod sync;
 mod types;
 

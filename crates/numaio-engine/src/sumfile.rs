@@ -292,14 +292,28 @@ impl SumFile {
             seq: AtomicU64::new(1),
             error: Mutex::new(None),
         };
-        if created {
-            sf.write_at(&header.encode(), 0)
-                .and_then(|_| sf.sync())
-                .map_err(|e| ctx(e, "cannot write its header"))?;
-            return Ok(Some(sf));
-        }
         let mut h = vec![0u8; HEADER_LEN];
-        let n = read_full(&sf.file, &mut h, 0).map_err(|e| ctx(e, "cannot read its header"))?;
+        let n = if created {
+            0
+        } else {
+            read_full(&sf.file, &mut h, 0).map_err(|e| ctx(e, "cannot read its header"))?
+        };
+        // Empty or all zero: created by numaio, which crashed before its header was durable
+        // (the header's used bytes lie in one sector, so it is never half written).
+        if h[..n].iter().all(|&b| b == 0) {
+            if !writable {
+                return Ok(None);
+            }
+            return match sf.write_at(&header.encode(), 0).and_then(|_| sf.sync()) {
+                Ok(()) => Ok(Some(sf)),
+                Err(e) => {
+                    if created {
+                        let _ = std::fs::remove_file(&path);
+                    }
+                    Err(ctx(e, "cannot write its header"))
+                }
+            };
+        }
         let found = SumHeader::decode(&h[..n]).map_err(|e| {
             io::Error::new(
                 io::ErrorKind::InvalidData,
@@ -376,7 +390,10 @@ impl SumFile {
         Entry::decode(&b).map_err(|m| {
             io::Error::new(
                 io::ErrorKind::InvalidData,
-                format!("checksum file {} entry of block {block}: {m}", self.path.display()),
+                format!(
+                    "checksum file {} entry of block {block}: {m}",
+                    self.path.display()
+                ),
             )
         })
     }
@@ -569,9 +586,7 @@ impl SumFile {
             EntryState::None => Check::Unverified,
             EntryState::Settled if e.stable == actual => Check::Verified,
             EntryState::Settled => Check::Mismatch { expected: e.stable },
-            EntryState::Unsettled if e.stable == actual || e.latest == actual => {
-                Check::Verified
-            }
+            EntryState::Unsettled if e.stable == actual || e.latest == actual => Check::Verified,
             EntryState::Unsettled => Check::Unverified,
         })
     }

@@ -60,7 +60,11 @@ fn a_new_engine_verifies_what_an_earlier_one_wrote() {
     assert_eq!(f.pread(&mut buf, 0).unwrap(), data.len());
     assert!(buf == data);
     let s = ig.stats();
-    assert_eq!((s.verified, s.unverified, s.mismatches), (40, 0, 0), "{s:?}");
+    assert_eq!(
+        (s.verified, s.unverified, s.mismatches),
+        (40, 0, 0),
+        "{s:?}"
+    );
     e.close().unwrap();
 }
 
@@ -102,7 +106,10 @@ fn corruption_on_disk_is_detected_after_a_restart() {
                 matches!(&err, EngineError::Checksum { offset, .. } if *offset == 11 * BS as u64),
                 "{err:?}"
             );
-            assert!(err.to_string().contains(&path.display().to_string()), "{err}");
+            assert!(
+                err.to_string().contains(&path.display().to_string()),
+                "{err}"
+            );
         } else {
             r.unwrap();
             assert!(one == data[b as usize * BS..(b as usize + 1) * BS]);
@@ -131,6 +138,14 @@ fn a_foreign_or_mismatched_sum_file_is_refused_and_left_alone() {
         "{msg}"
     );
     assert_eq!(std::fs::read(sum_path(&path)).unwrap(), foreign);
+
+    // An empty sum file (numaio crashed right after creating it) is initialized.
+    std::fs::write(sum_path(&path), b"").unwrap();
+    let f = e.open(&path, OpenOptions::create_rw()).unwrap();
+    f.pwrite(b"y", 0).unwrap();
+    f.fsync().unwrap();
+    assert!(std::fs::metadata(sum_path(&path)).unwrap().len() > 4096);
+    drop(f);
     drop(e);
 
     // Sums of another block size.
@@ -202,7 +217,8 @@ fn one_cut(seed: u64) -> Result<(u64, bool), String> {
     let mut last_sync = None::<usize>;
     for i in 0..ops {
         if rng.below(6) == 0 {
-            f.fsync().map_err(|e| format!("seed {seed} op {i} fsync: {e}"))?;
+            f.fsync()
+                .map_err(|e| format!("seed {seed} op {i} fsync: {e}"))?;
             last_sync = Some(i);
         } else {
             let off = rng.below(SPAN_BLOCKS * BS as u64 - 1);
