@@ -22,9 +22,18 @@ fn stage() -> Arc<IntegrityStage> {
 }
 
 fn engine(ig: &Arc<IntegrityStage>, slots: usize, backend: Option<Arc<dyn Backend>>) -> Engine {
+    engine_n(ig, 1, slots, backend)
+}
+
+fn engine_n(
+    ig: &Arc<IntegrityStage>,
+    slices: usize,
+    slots: usize,
+    backend: Option<Arc<dyn Backend>>,
+) -> Engine {
     Engine::builder()
-        .with_cache_bytes((slots * BS) as u64)
-        .with_slices(1)
+        .with_cache_bytes((slices * slots * BS) as u64)
+        .with_slices(slices)
         .with_policy(PolicyKind::Clock)
         .with_queue_depth(4)
         .with_readahead(false)
@@ -207,7 +216,13 @@ fn one_cut(seed: u64) -> Result<(u64, bool), String> {
     );
     let ig = stage();
     // A cache smaller than the file, so the evictor writes back between fsyncs.
-    let e = engine(&ig, 8 + rng.below(8) as usize, Some(Arc::new(backend)));
+    let slices = 1 + rng.below(2) as usize;
+    let e = engine_n(
+        &ig,
+        slices,
+        8 + rng.below(8) as usize,
+        Some(Arc::new(backend)),
+    );
     let f = e
         .open(&path, OpenOptions::create_rw())
         .map_err(|e| e.to_string())?;
