@@ -677,6 +677,27 @@ mod tests {
     }
 
     #[test]
+    fn a_read_back_run_verifies_the_sums_an_earlier_run_wrote() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = NumaBenchArgs {
+            files: Some(2),
+            dir: Some(dir.path().to_path_buf()),
+            checksum: Some("crc32c".into()),
+            hysteresis: "consecutive:4".into(),
+            cooldown: 64,
+            pin: "none".into(),
+            ..Default::default()
+        };
+        let w = run_files(&common("seqwrite"), &a).unwrap();
+        assert_eq!(w["integrity"]["blocks_summed"], 128);
+        // A new engine (and integrity stage) reads the files back.
+        let r = run_files(&common("seqread"), &a).unwrap();
+        let verified = r["integrity"]["verified"].as_u64().unwrap();
+        assert!(verified > 0, "{r}");
+        assert_eq!(r["integrity"]["mismatches"], 0, "{r}");
+    }
+
+    #[test]
     fn existing_files_are_never_truncated() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("d0")).unwrap();

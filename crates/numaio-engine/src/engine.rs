@@ -414,13 +414,17 @@ impl Engine {
     ) -> Result<FileHandle, EngineError> {
         let inner = &self.inner;
         let direct = inner.cfg.direct_io && inner.bs.is_multiple_of(4096);
-        let file = inner
-            .files
-            .open(path.as_ref(), opts, direct, &*inner.placement, |id, p| {
-                if let Some(ig) = &inner.cfg.integrity {
-                    ig.file_opened(id, p);
-                }
-            })?;
+        let file =
+            inner.files.open(
+                path.as_ref(),
+                opts,
+                direct,
+                &*inner.placement,
+                |id, p| match &inner.cfg.integrity {
+                    Some(ig) => ig.file_opened(id, p, opts.write, inner.bs, &inner.backend),
+                    None => Ok(()),
+                },
+            )?;
         Ok(FileHandle {
             inner: inner.clone(),
             file,

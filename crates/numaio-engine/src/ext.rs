@@ -73,14 +73,34 @@ pub type IntegrityFailure = Box<dyn std::error::Error + Send + Sync>;
 pub trait BlockIntegrity: Send + Sync {
     fn name(&self) -> String;
     /// Called once when the engine first opens `path` as `file`, before any other call for it
-    /// (a store that keeps sums beside the data finds them here).
-    fn file_opened(&self, _file: FileId, _path: &std::path::Path) {}
+    /// (a store that keeps sums of `block_size`-byte blocks beside the data opens or creates
+    /// them here, writing through `backend`). An error fails the open.
+    fn file_opened(
+        &self,
+        _file: FileId,
+        _path: &std::path::Path,
+        _writable: bool,
+        _block_size: usize,
+        _backend: &std::sync::Arc<dyn crate::io::Backend>,
+    ) -> io::Result<()> {
+        Ok(())
+    }
+    /// Before the device write of `blocks` of `file`: a durable store records that they may
+    /// change. On error the write is not issued.
+    fn begin_write(&self, _file: FileId, _blocks: &[u64]) -> io::Result<()> {
+        Ok(())
+    }
+    /// `fsync` of `file`: runs `data_sync` (the data file's `fdatasync`) and makes the sums of
+    /// the blocks written before it durable.
+    fn sync(&self, _file: FileId, data_sync: &mut dyn FnMut() -> io::Result<()>) -> io::Result<()> {
+        data_sync()
+    }
     /// Computes the sums of `blocks` while `io` (the device write of the same blocks) runs,
     /// and returns them once both are done.
     fn sum_while(&self, blocks: &[&[u8]], io: &mut dyn FnMut()) -> Vec<u64>;
-    /// `block` of `file` reached the device with `sum`.
+    /// `block` of `file` reached the device with `sum` (ends a `begin_write`).
     fn commit(&self, file: FileId, block: u64, sum: u64);
-    /// The write of `block` failed: what the device holds is unknown.
+    /// The write of `block` failed: what the device holds is unknown (ends a `begin_write`).
     fn invalidate(&self, file: FileId, block: u64);
     /// Checks a block just read from the device. A block with no known sum passes.
     fn verify(&self, file: FileId, block: u64, data: &[u8]) -> Result<(), IntegrityFailure>;

@@ -118,7 +118,7 @@ impl FileTable {
         opts: OpenOptions,
         direct: bool,
         placement: &dyn Placement,
-        opened: impl FnOnce(FileId, &Path),
+        opened: impl FnOnce(FileId, &Path) -> io::Result<()>,
     ) -> io::Result<Arc<FileEntry>> {
         let mut by_path = self.by_path.lock();
         let canon = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
@@ -174,6 +174,7 @@ impl FileTable {
         })?;
         let mut files = self.files.write();
         let id = FileId(files.len() as u32);
+        opened(id, &canon)?;
         let entry = Arc::new(FileEntry {
             id,
             path: canon.clone(),
@@ -188,7 +189,6 @@ impl FileTable {
         });
         files.push(entry.clone());
         placement.file_opened(id, &canon);
-        opened(id, &canon);
         by_path.insert(canon, id);
         Ok(entry)
     }

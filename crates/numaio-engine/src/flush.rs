@@ -58,8 +58,22 @@ impl Inner {
             };
             // Checksums are computed while the write is in flight and recorded only for runs
             // that reached the device.
-            let (sums, results) = match &self.cfg.integrity {
+            // A durable sum store marks the blocks first; if it cannot, nothing is written.
+            let begun = match &self.cfg.integrity {
                 Some(ig) => {
+                    let blocks: Vec<u64> = items.iter().map(|&(_, b, _)| b).collect();
+                    ig.begin_write(fid, &blocks)
+                }
+                None => Ok(()),
+            };
+            let (sums, results) = match (&self.cfg.integrity, begun) {
+                (_, Err(e)) => (
+                    None,
+                    runs.iter()
+                        .map(|_| Err(io::Error::new(e.kind(), e.to_string())))
+                        .collect::<Vec<_>>(),
+                ),
+                (Some(ig), Ok(())) => {
                     let blocks: Vec<&[u8]> = items
                         .iter()
                         // SAFETY: the slots are pinned for the whole write-back; a concurrent
@@ -78,19 +92,26 @@ impl Inner {
                     });
                     (Some(sums), results)
                 }
-                None => (None, do_io()),
+                (None, Ok(())) => (None, do_io()),
             };
             for (run, r) in runs.iter().zip(results) {
+                let n = run.len();
+                let ok = r.is_ok();
+                // A block modified during its write may differ from the sum taken of it: only
+                // the sums of blocks still clean afterwards are kept.
+                let clean: Vec<bool> = group[run.clone()]
+                    .iter()
+                    .map(|&(k, slot, gen)| slice.end_writeback(&k, slot, gen, ok))
+                    .collect();
                 if let (Some(ig), Some(sums)) = (&self.cfg.integrity, &sums) {
-                    for x in run.clone() {
-                        match (&r, sums.get(x)) {
-                            (Ok(_), Some(&sum)) => ig.commit(fid, items[x].1, sum),
+                    // Every block whose write was begun ends here, written or not.
+                    for (x, &clean) in run.clone().zip(&clean) {
+                        match (ok && clean, sums.get(x)) {
+                            (true, Some(&sum)) => ig.commit(fid, items[x].1, sum),
                             _ => ig.invalidate(fid, items[x].1),
                         }
                     }
                 }
-                let n = run.len();
-                let ok = r.is_ok();
                 let c = slice.counters();
                 match r {
                     Ok(_) => {
@@ -109,9 +130,6 @@ impl Inner {
                             first_err = Some(w.to_io());
                         }
                     }
-                }
-                for &(k, slot, gen) in &group[run.clone()] {
-                    slice.end_writeback(&k, slot, gen, ok);
                 }
             }
             i = j;
@@ -187,12 +205,18 @@ impl Inner {
                 ));
             }
         }
-        self.backend.datasync(fd).map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!("fdatasync of {} failed: {e}", f.path.display()),
-            )
-        })
+        let mut data_sync = || {
+            self.backend.datasync(fd).map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("fdatasync of {} failed: {e}", f.path.display()),
+                )
+            })
+        };
+        match &self.cfg.integrity {
+            Some(ig) => ig.sync(f.id, &mut data_sync),
+            None => data_sync(),
+        }
     }
 }
 

@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::checksum::ChecksumKind;
+use crate::sumfile::{Check, SumFile, SumHeader};
 
 /// A block read back from the backing file does not match its checksum.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -500,6 +501,8 @@ impl Default for IntegrityConfig {
 pub struct IntegrityStage {
     pub config: IntegrityConfig,
     store: ChecksumStore,
+    /// Durable sums of the files opened through an engine (by file id).
+    sums: RwLock<HashMap<u64, Arc<SumFile>>>,
     pool: ChecksumPool,
     monitor: CtxSwitchMonitor,
     requests: AtomicU64,
@@ -575,6 +578,7 @@ impl IntegrityStage {
                 config.idle_timeout,
             ),
             store: ChecksumStore::new(),
+            sums: RwLock::new(HashMap::new()),
             monitor: CtxSwitchMonitor::new(interval),
             config,
             requests: AtomicU64::new(0),
@@ -639,14 +643,28 @@ impl IntegrityStage {
         }
     }
 
+    fn sum_file(&self, file: u64) -> Option<Arc<SumFile>> {
+        self.sums
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&file)
+            .cloned()
+    }
+
     /// Records the sum of a block whose write reached the device.
     pub fn commit(&self, file: u64, block: u64, sum: u64) {
-        self.store.set(file, block, sum);
+        match self.sum_file(file) {
+            Some(sf) => sf.end_write(block, Some(sum)),
+            None => self.store.set(file, block, sum),
+        }
     }
 
     /// Forgets a block's sum (its write failed: the device content is unknown).
     pub fn invalidate(&self, file: u64, block: u64) {
-        self.store.remove(file, block);
+        match self.sum_file(file) {
+            Some(sf) => sf.end_write(block, None),
+            None => self.store.remove(file, block),
+        }
     }
 
     /// Computes the checksums of `blocks` — inline or on the pool, as the dispatch rule
@@ -709,24 +727,44 @@ impl IntegrityStage {
 
     /// Checks a block just read from the backing store. Blocks without a stored sum (never
     /// written through this cache) pass unverified.
-    pub fn verify(&self, file: u64, block: u64, data: &[u8]) -> Result<bool, IntegrityError> {
-        let Some(expected) = self.store.get(file, block) else {
-            self.unverified.fetch_add(1, Relaxed);
-            return Ok(false);
+    pub fn verify(
+        &self,
+        file: u64,
+        block: u64,
+        data: &[u8],
+    ) -> Result<bool, crate::ext::IntegrityFailure> {
+        let (expected, actual) = match self.sum_file(file) {
+            Some(sf) => {
+                let actual = self.config.kind.compute(data);
+                match sf.check(block, actual)? {
+                    Check::Verified => (actual, actual),
+                    Check::Unverified => {
+                        self.unverified.fetch_add(1, Relaxed);
+                        return Ok(false);
+                    }
+                    Check::Mismatch { expected } => (expected, actual),
+                }
+            }
+            None => {
+                let Some(expected) = self.store.get(file, block) else {
+                    self.unverified.fetch_add(1, Relaxed);
+                    return Ok(false);
+                };
+                (expected, self.config.kind.compute(data))
+            }
         };
-        let actual = self.config.kind.compute(data);
         if let Some(a) = &self.accounting {
             a.record_verify(actual == expected);
         }
         if actual != expected {
             self.mismatches.fetch_add(1, Relaxed);
-            return Err(IntegrityError {
+            return Err(Box::new(IntegrityError {
                 file,
                 block,
                 expected,
                 actual,
                 kind: self.config.kind,
-            });
+            }));
         }
         self.verified.fetch_add(1, Relaxed);
         Ok(true)
@@ -736,6 +774,50 @@ impl IntegrityStage {
 impl crate::ext::BlockIntegrity for IntegrityStage {
     fn name(&self) -> String {
         self.config.kind.to_string()
+    }
+    fn file_opened(
+        &self,
+        file: crate::FileId,
+        path: &std::path::Path,
+        writable: bool,
+        block_size: usize,
+        backend: &Arc<dyn crate::Backend>,
+    ) -> std::io::Result<()> {
+        let header = SumHeader {
+            block_size: u32::try_from(block_size).map_err(|_| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("block size {block_size} is too large for a checksum file"),
+                )
+            })?,
+            algorithm: match self.config.kind {
+                ChecksumKind::Crc32c => 1,
+                ChecksumKind::Xxh3 => 2,
+            },
+        };
+        if let Some(sf) = SumFile::open(path, writable, header, backend.clone())? {
+            self.sums
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(file.0 as u64, Arc::new(sf));
+        }
+        Ok(())
+    }
+    fn begin_write(&self, file: crate::FileId, blocks: &[u64]) -> std::io::Result<()> {
+        match self.sum_file(file.0 as u64) {
+            Some(sf) => sf.begin_write(blocks),
+            None => Ok(()),
+        }
+    }
+    fn sync(
+        &self,
+        file: crate::FileId,
+        data_sync: &mut dyn FnMut() -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        match self.sum_file(file.0 as u64) {
+            Some(sf) => sf.sync_with(data_sync),
+            None => data_sync(),
+        }
     }
     fn sum_while(&self, blocks: &[&[u8]], io: &mut dyn FnMut()) -> Vec<u64> {
         self.compute_while(blocks, io).0
@@ -752,9 +834,7 @@ impl crate::ext::BlockIntegrity for IntegrityStage {
         block: u64,
         data: &[u8],
     ) -> Result<(), crate::ext::IntegrityFailure> {
-        IntegrityStage::verify(self, file.0 as u64, block, data)
-            .map(|_| ())
-            .map_err(|e| e.into())
+        IntegrityStage::verify(self, file.0 as u64, block, data).map(|_| ())
     }
 }
 
@@ -842,7 +922,7 @@ mod tests {
         assert!(st.store().get(7, 0).is_some());
         assert!(checksum_while(&st, 7, 0, &[&b], || Err::<(), _>("EIO")).is_err());
         assert_eq!(st.store().get(7, 0), None);
-        assert_eq!(st.verify(7, 0, &[9u8; 512]), Ok(false));
+        assert!(!st.verify(7, 0, &[9u8; 512]).unwrap());
     }
 
     #[test]
@@ -865,12 +945,13 @@ mod tests {
         let mut buf = vec![0u8; 4096];
         for b in 0..8u64 {
             f.read_exact_at(&mut buf, b * 4096).unwrap();
-            assert_eq!(st.verify(3, b, &buf), Ok(true));
+            assert!(st.verify(3, b, &buf).unwrap());
         }
         // Corrupt one byte of block 5 behind the cache's back.
         f.write_all_at(&[0xFF], 5 * 4096 + 17).unwrap();
         f.read_exact_at(&mut buf, 5 * 4096).unwrap();
         let e = st.verify(3, 5, &buf).unwrap_err();
+        let e = e.downcast_ref::<IntegrityError>().unwrap();
         assert_eq!((e.file, e.block), (3, 5));
         assert_eq!(e.errno(), libc::EIO);
         assert!(e.to_string().contains("block 5"));

@@ -60,6 +60,7 @@ mod slice;
 #[doc(hidden)]
 pub mod slot;
 mod stats;
+pub mod sumfile;
 mod sync;
 mod types;
 
