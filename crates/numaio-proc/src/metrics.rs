@@ -132,6 +132,16 @@ impl Metrics {
             io_active_processes: Gauge::default(),
             io_active_locality: Gauge::default(),
         };
+        // Known label values start at 0, so a rate over the first increment is not lost.
+        for kind in ["follow-data", "pull-data"] {
+            m.actions.get_or_create(&label("kind", kind));
+        }
+        for verdict in ["act", "advise", "blocked", "skipped"] {
+            m.decisions.get_or_create(&label("verdict", verdict));
+        }
+        for kind in ["process-memory", "page-cache"] {
+            m.bytes_moved.get_or_create(&label("kind", kind));
+        }
         let build_info = Family::<Labels, Gauge>::default();
         build_info
             .get_or_create(&vec![
@@ -349,7 +359,9 @@ pub fn write_atomically(dir: &Path, name: &str, text: &str) -> std::io::Result<P
     let mut tmp = tempfile::Builder::new()
         .prefix(&format!(".{name}."))
         .suffix(".tmp")
-        .tempfile_in(dir)?;
+        .tempfile_in(dir)
+        // tempfile's message names its random file; the caller names the directory.
+        .map_err(|e| e.raw_os_error().map_or(e, std::io::Error::from_raw_os_error))?;
     tmp.write_all(text.as_bytes())?;
     // node_exporter usually runs as another user; the metrics hold no secrets beyond what
     // the endpoint serves.
