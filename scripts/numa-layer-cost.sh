@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Compares a move_pages node query through numaio-sys with libnuma's numa_move_pages on the
 # same number of pages (docs/ARCHITECTURE.md). Needs a C compiler and libnuma.so.1; the
-# header is not needed. Both query in batches of 1024 pages (numaio-sys's MOVE_PAGES_BATCH). A measurement, not a test: not run by scripts/test.sh.
+# header is not needed. Both query in batches of 1024 pages (numaio-sys's MOVE_PAGES_BATCH).
+# A measurement, not a test: not run by scripts/test.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PAGES=${1:-16384}
