@@ -134,13 +134,13 @@ impl Metrics {
         };
         // Known label values start at 0, so a rate over the first increment is not lost.
         for kind in ["follow-data", "pull-data"] {
-            m.actions.get_or_create(&label("kind", kind));
+            let _ = m.actions.get_or_create(&label("kind", kind));
         }
         for verdict in ["act", "advise", "blocked", "skipped"] {
-            m.decisions.get_or_create(&label("verdict", verdict));
+            let _ = m.decisions.get_or_create(&label("verdict", verdict));
         }
         for kind in ["process-memory", "page-cache"] {
-            m.bytes_moved.get_or_create(&label("kind", kind));
+            let _ = m.bytes_moved.get_or_create(&label("kind", kind));
         }
         let build_info = Family::<Labels, Gauge>::default();
         build_info
@@ -246,11 +246,8 @@ impl Metrics {
                 weight += w;
             }
         }
-        self.io_active_locality.set(if weight > 0.0 {
-            weighted / weight
-        } else {
-            0.0
-        });
+        self.io_active_locality
+            .set(if weight > 0.0 { weighted / weight } else { 0.0 });
         self.process_locality.clear();
         self.process_read_rate.clear();
         if self.top_processes == 0 {
@@ -361,7 +358,10 @@ pub fn write_atomically(dir: &Path, name: &str, text: &str) -> std::io::Result<P
         .suffix(".tmp")
         .tempfile_in(dir)
         // tempfile's message names its random file; the caller names the directory.
-        .map_err(|e| e.raw_os_error().map_or(e, std::io::Error::from_raw_os_error))?;
+        .map_err(|e| {
+            e.raw_os_error()
+                .map_or(e, std::io::Error::from_raw_os_error)
+        })?;
     tmp.write_all(text.as_bytes())?;
     // node_exporter usually runs as another user; the metrics hold no secrets beyond what
     // the endpoint serves.
@@ -398,10 +398,13 @@ pub fn self_stats() -> Option<SelfStats> {
     let stat = me.stat().ok()?;
     let ticks = procfs::ticks_per_second().max(1) as f64;
     let boot = procfs::boot_time_secs().ok()? as f64;
-    let max_fds = me.limits().ok().and_then(|l| match l.max_open_files.soft_limit {
-        procfs::process::LimitValue::Value(v) => Some(v),
-        procfs::process::LimitValue::Unlimited => None,
-    });
+    let max_fds = me
+        .limits()
+        .ok()
+        .and_then(|l| match l.max_open_files.soft_limit {
+            procfs::process::LimitValue::Value(v) => Some(v),
+            procfs::process::LimitValue::Unlimited => None,
+        });
     Some(SelfStats {
         cpu_seconds: (stat.utime + stat.stime) as f64 / ticks,
         resident_memory_bytes: stat.rss.saturating_mul(procfs::page_size()),
@@ -427,12 +430,7 @@ impl Collector for SelfCollector {
         )?)?;
         let mut gauge = |name: &str, help: &str, v: f64| -> Result<(), std::fmt::Error> {
             let g = ConstGauge::new(v);
-            g.encode(enc.encode_descriptor(
-                &format!("{p}_{name}"),
-                help,
-                None,
-                g.metric_type(),
-            )?)
+            g.encode(enc.encode_descriptor(&format!("{p}_{name}"), help, None, g.metric_type())?)
         };
         gauge(
             "resident_memory_bytes",
@@ -444,9 +442,17 @@ impl Collector for SelfCollector {
             "Virtual memory size in bytes",
             s.virtual_memory_bytes as f64,
         )?;
-        gauge("open_fds", "Number of open file descriptors", s.open_fds as f64)?;
+        gauge(
+            "open_fds",
+            "Number of open file descriptors",
+            s.open_fds as f64,
+        )?;
         if let Some(m) = s.max_fds {
-            gauge("max_fds", "Maximum number of open file descriptors", m as f64)?;
+            gauge(
+                "max_fds",
+                "Maximum number of open file descriptors",
+                m as f64,
+            )?;
         }
         gauge(
             "start_time_seconds",
@@ -680,8 +686,13 @@ mod tests {
         let r = respond("GET", "/metrics", 10, false, None, |f| format!("{f:?}"));
         assert_eq!((r.content_type, r.body.as_str()), (CLASSIC, "Classic"));
         let prom = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5";
-        let r = respond("GET", "/metrics", 10, false, Some(prom), |f| format!("{f:?}"));
-        assert_eq!((r.content_type, r.body.as_str()), (OPENMETRICS, "OpenMetrics"));
+        let r = respond("GET", "/metrics", 10, false, Some(prom), |f| {
+            format!("{f:?}")
+        });
+        assert_eq!(
+            (r.content_type, r.body.as_str()),
+            (OPENMETRICS, "OpenMetrics")
+        );
         let mut rendered = false;
         respond("PUT", "/metrics", 10, false, None, |_| {
             rendered = true;
@@ -705,6 +716,9 @@ mod tests {
         assert!(exposure_warning(a("[::]:9477")).is_some());
         assert!(exposure_warning(a("192.168.1.5:80")).is_some());
     }
+
+    /// A parsed sample: its name and labels.
+    type Sample = (String, BTreeMap<String, String>);
 
     fn view(pid: i32, rate: f64, locality: Option<f64>) -> ProcessView {
         ProcessView {
@@ -738,12 +752,13 @@ mod tests {
     /// sample; a family's HELP and TYPE come once, before its samples; a sample's name is
     /// its family's (the classic format has no `_total` suffix rule). Returns the type of
     /// each family and the samples as (name, labels).
-    fn check_classic(text: &str) -> (BTreeMap<String, String>, Vec<(String, BTreeMap<String, String>)>) {
+    fn check_classic(text: &str) -> (BTreeMap<String, String>, Vec<Sample>) {
         let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
             .expect("prometheus-parse reads the text");
         let name_ok = |n: &str| {
             !n.is_empty()
-                && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+                && n.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
                 && !n.starts_with(|c: char| c.is_ascii_digit())
         };
         let mut types = BTreeMap::new();
@@ -762,7 +777,10 @@ mod tests {
                 );
                 assert!(name_ok(name), "{line}");
                 assert!(!seen_samples.contains(name), "TYPE after samples: {line}");
-                assert!(types.insert(name.to_string(), ty.to_string()).is_none(), "{line}");
+                assert!(
+                    types.insert(name.to_string(), ty.to_string()).is_none(),
+                    "{line}"
+                );
             } else {
                 assert!(!line.starts_with('#'), "not classic text: {line:?}");
                 let name = line.split(['{', ' ']).next().unwrap();
@@ -780,11 +798,18 @@ mod tests {
                     "{} has no type",
                     s.metric
                 );
-                let labels = s.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+                let labels = s
+                    .labels
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
                 (s.metric.clone(), labels)
             })
             .collect();
-        assert_eq!(samples.len(), text.lines().filter(|l| !l.starts_with('#')).count());
+        assert_eq!(
+            samples.len(),
+            text.lines().filter(|l| !l.starts_with('#')).count()
+        );
         (types, samples)
     }
 
@@ -792,7 +817,10 @@ mod tests {
     fn names_follow_prometheus_conventions() {
         let m = filled(0, 50);
         for text in [m.render_as(Format::Classic), m.render_textfile()] {
-            assert!(!text.contains("# EOF") && !text.contains("# UNIT"), "{text}");
+            assert!(
+                !text.contains("# EOF") && !text.contains("# UNIT"),
+                "{text}"
+            );
             let (types, samples) = check_classic(&text);
             for (name, ty) in &types {
                 assert_eq!(
@@ -808,7 +836,10 @@ mod tests {
             // No series per process and none per node by default.
             for (name, labels) in &samples {
                 assert!(!labels.contains_key("pid"), "{name} has a pid label");
-                assert!(!labels.contains_key("node"), "{name} duplicates node_exporter");
+                assert!(
+                    !labels.contains_key("node"),
+                    "{name} duplicates node_exporter"
+                );
             }
             let info: Vec<_> = samples
                 .iter()
@@ -817,7 +848,10 @@ mod tests {
             assert_eq!(info.len(), 1, "{text}");
             assert_eq!(info[0].1["version"], env!("CARGO_PKG_VERSION"));
             assert!(text.contains("numaio_io_active_processes 50"), "{text}");
-            assert!(text.contains("numaio_io_active_read_locality_ratio 0.5"), "{text}");
+            assert!(
+                text.contains("numaio_io_active_read_locality_ratio 0.5"),
+                "{text}"
+            );
             assert!(text.contains("numaio_moved_bytes_total{kind=\"page-cache\"} 4096"));
         }
         // The daemon's own figures: standard names over HTTP, numaio_daemon_* in the
@@ -831,18 +865,28 @@ mod tests {
             "open_fds",
             "start_time_seconds",
         ] {
-            assert!(served.contains(&format!("\nprocess_{n} ")), "process_{n}: {served}");
-            assert!(textfile.contains(&format!("\nnumaio_daemon_{n} ")), "{textfile}");
+            assert!(
+                served.contains(&format!("\nprocess_{n} ")),
+                "process_{n}: {served}"
+            );
+            assert!(
+                textfile.contains(&format!("\nnumaio_daemon_{n} ")),
+                "{textfile}"
+            );
             assert!(!textfile.contains(&format!("process_{n}")), "{textfile}");
         }
         let stats = self_stats().expect("/proc/self is readable");
-        assert!(stats.resident_memory_bytes > 0 && stats.open_fds >= 3, "{stats:?}");
+        assert!(
+            stats.resident_memory_bytes > 0 && stats.open_fds >= 3,
+            "{stats:?}"
+        );
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .as_secs_f64();
         assert!(
-            stats.start_time_seconds <= now + 1.0 && stats.start_time_seconds > now - 86400.0 * 365.0,
+            stats.start_time_seconds <= now + 1.0
+                && stats.start_time_seconds > now - 86400.0 * 365.0,
             "{stats:?}"
         );
     }
@@ -853,9 +897,15 @@ mod tests {
         let om = m.render();
         assert!(om.ends_with("# EOF\n"), "{om}");
         assert!(om.contains("# TYPE numaio_actions counter\n"), "{om}");
-        assert!(om.contains("numaio_actions_total{kind=\"follow-data\"} 1\n"), "{om}");
+        assert!(
+            om.contains("numaio_actions_total{kind=\"follow-data\"} 1\n"),
+            "{om}"
+        );
         let classic = m.render_as(Format::Classic);
-        assert!(classic.contains("# TYPE numaio_actions_total counter\n"), "{classic}");
+        assert!(
+            classic.contains("# TYPE numaio_actions_total counter\n"),
+            "{classic}"
+        );
         assert!(classic.contains("# HELP numaio_actions_total Actions carried out"));
         let samples = |t: &str| -> Vec<String> {
             t.lines()
@@ -905,7 +955,9 @@ mod tests {
     fn textfile_is_replaced_atomically() {
         let dir = tempfile::tempdir().unwrap();
         let small = "# TYPE a gauge\na 1\n".to_string();
-        let big: String = (0..20_000).map(|i| format!("b{{i=\"{i}\"}} {i}\n")).collect();
+        let big: String = (0..20_000)
+            .map(|i| format!("b{{i=\"{i}\"}} {i}\n"))
+            .collect();
         let path = write_atomically(dir.path(), "t.prom", &small).unwrap();
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let reader = {
@@ -925,8 +977,7 @@ mod tests {
             })
         };
         for i in 0..200 {
-            write_atomically(dir.path(), "t.prom", if i % 2 == 0 { &big } else { &small })
-                .unwrap();
+            write_atomically(dir.path(), "t.prom", if i % 2 == 0 { &big } else { &small }).unwrap();
         }
         stop.store(true, Ordering::Relaxed);
         let reads = reader.join().unwrap();
@@ -955,7 +1006,10 @@ mod tests {
         let mut resp = String::new();
         c.read_to_string(&mut resp).unwrap();
         assert!(resp.starts_with("HTTP/1.1 200 OK"), "{resp}");
-        assert!(resp.contains("content-type: text/plain; version=0.0.4"), "{resp}");
+        assert!(
+            resp.contains("content-type: text/plain; version=0.0.4"),
+            "{resp}"
+        );
         let body = resp.split_once("\r\n\r\n").unwrap().1;
         check_classic(body);
         assert!(body.contains("numaio_actions_total{kind=\"follow-data\"} 1"));

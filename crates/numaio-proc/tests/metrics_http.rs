@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 fn server() -> SocketAddr {
     let m = Arc::new(Metrics::new());
-    m.actions.get_or_create(&label("kind", "pull-data")).inc_by(7);
+    m.actions
+        .get_or_create(&label("kind", "pull-data"))
+        .inc_by(7);
     serve(m, "127.0.0.1:0").expect("bind the metrics endpoint on loopback")
 }
 
@@ -99,7 +101,10 @@ fn scrape_answers_metrics() {
         .expect("numaio_actions_total");
     assert_eq!(actions.value, prometheus_parse::Value::Counter(7.0));
     assert!(s.samples.iter().any(|x| x.metric == "numaio_build_info"));
-    assert!(s.samples.iter().any(|x| x.metric == "process_cpu_seconds_total"));
+    assert!(s
+        .samples
+        .iter()
+        .any(|x| x.metric == "process_cpu_seconds_total"));
 }
 
 #[test]

@@ -15,7 +15,10 @@ fn main() {
     }
     let ptrs: Vec<*const u8> = (0..pages).map(|i| buf[i * page..].as_ptr()).collect();
     let first = numaio_sys::move_pages::query_pages(0, &ptrs).expect("move_pages query");
-    assert!(first.iter().all(|s| s.node().is_some()), "pages not resident");
+    assert!(
+        first.iter().all(|s| s.node().is_some()),
+        "pages not resident"
+    );
     let t0 = Instant::now();
     for _ in 0..rounds {
         let st = numaio_sys::move_pages::query_pages(0, &ptrs).expect("move_pages query");
