@@ -356,6 +356,18 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("metrics"), "{e}");
+        let e = Config::from_toml("metrics_top_processes = 101\n", p)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("metrics_top_processes must be at most 100"),
+            "{e}"
+        );
+        let c = Config::from_toml("metrics_top_processes = 5\ntextfile_dir = \"/x\"\n", p).unwrap();
+        assert_eq!(
+            (c.metrics_top_processes, c.textfile_dir.as_deref()),
+            (5, Some("/x"))
+        );
         assert!(Config::from_toml("min_free_bytes = \"lots\"\n", p).is_err());
         assert_eq!(
             "pull-data".parse::<PolicyKind>().unwrap(),
