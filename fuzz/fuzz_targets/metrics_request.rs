@@ -22,7 +22,7 @@ fn expect(method: &str, path: &str, head: usize, body: bool) -> u16 {
 
 fn check(method: &str, path: &str, head: usize, body: bool) {
     let mut rendered = false;
-    let r = respond(method, path, head, body, || {
+    let r = respond(method, path, head, body, None, |_| {
         rendered = true;
         "numaio_intervals_total 1\n".into()
     });
@@ -61,7 +61,7 @@ fuzz_target!(|data: &[u8]| {
         _ => {
             // A label value must not break out of its quotes or its line.
             let s = String::from_utf8_lossy(rest);
-            let m = Metrics::new();
+            let m = Metrics::with_top_processes(1);
             m.process_locality
                 .get_or_create(&vec![
                     ("pid".into(), "1".into()),
@@ -72,7 +72,9 @@ fuzz_target!(|data: &[u8]| {
             let text = m.render();
             for line in text.lines() {
                 assert!(
-                    line.starts_with("# ") || line.starts_with("numaio_"),
+                    line.starts_with("# ")
+                        || line.starts_with("numaio_")
+                        || line.starts_with("process_"),
                     "label {s:?} injected line {line:?}"
                 );
             }

@@ -31,3 +31,62 @@ fn bare_port_binds_loopback_without_warning() {
     assert!(err.contains("metrics on http://127.0.0.1:"), "{err}");
     assert!(!err.contains("warning"), "{err}");
 }
+
+#[test]
+fn textfile_mode_writes_classic_text_atomically() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let out = Command::new(env!("CARGO_BIN_EXE_numaio"))
+        .args([
+            "daemon",
+            "--iterations",
+            "2",
+            "--interval",
+            "0.2",
+            "--textfile",
+        ])
+        .arg(dir.path())
+        .output()
+        .expect("run numaio daemon");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "numaio daemon --textfile failed: {err}"
+    );
+    let text = std::fs::read_to_string(dir.path().join("numaio.prom")).expect("numaio.prom");
+    assert!(!text.contains("# EOF"), "{text}");
+    assert!(
+        text.contains("# TYPE numaio_intervals_total counter\n"),
+        "{text}"
+    );
+    assert!(text.contains("\nnumaio_intervals_total 2\n"), "{text}");
+    assert!(text.contains("\nnumaio_build_info{version=\""), "{text}");
+    assert!(
+        text.contains("\nnumaio_daemon_cpu_seconds_total "),
+        "{text}"
+    );
+    assert!(!text.contains("pid=\""), "{text}");
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["numaio.prom"], "temporary files left behind");
+}
+
+#[test]
+fn textfile_in_a_missing_directory_fails_at_start() {
+    let out = Command::new(env!("CARGO_BIN_EXE_numaio"))
+        .args([
+            "daemon",
+            "--once",
+            "--textfile",
+            "/nonexistent/numaio-textfile",
+        ])
+        .output()
+        .expect("run numaio daemon");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("/nonexistent/numaio-textfile/numaio.prom") && err.contains("--textfile"),
+        "{err}"
+    );
+}

@@ -492,7 +492,7 @@ impl Snapshot {
             events,
         );
         reg.register(
-            "local_fraction",
+            "local_access_ratio",
             "Share of buffer accesses that were node-local",
             local_fraction,
         );
@@ -689,7 +689,7 @@ mod tests {
         assert!(
             p.contains(r#"numaio_engine_slice_requests_total{slice="1",node="1",result="hit"} 1"#)
         );
-        assert!(p.contains("numaio_engine_local_fraction 0.5"));
+        assert!(p.contains("numaio_engine_local_access_ratio 0.5"));
         assert!(p.trim_end().ends_with("# EOF"));
     }
 

@@ -147,6 +147,12 @@ pub struct Config {
     pub residency_ttl_secs: f64,
     /// `127.0.0.1:PORT` to serve Prometheus metrics; off when absent.
     pub metrics: Option<String>,
+    /// Directory to write `numaio.prom` into each interval for node_exporter's textfile
+    /// collector; off when absent.
+    pub textfile_dir: Option<String>,
+    /// Processes (the fastest readers) that get metric series of their own, labelled with
+    /// pid and command; 0 (the default) for none, at most 100.
+    pub metrics_top_processes: usize,
     /// Also append the JSON decision lines to this file.
     pub log_file: Option<String>,
     pub filter: Filter,
@@ -173,6 +179,8 @@ impl Default for Config {
             max_files_per_process: 64,
             residency_ttl_secs: 10.0,
             metrics: None,
+            textfile_dir: None,
+            metrics_top_processes: 0,
             log_file: None,
             filter: Filter::default(),
             auto: AutoModel::default(),
@@ -296,6 +304,13 @@ impl Config {
                 return Err(format!("{name} must hold process ids above 0, got {p}"));
             }
         }
+        if self.metrics_top_processes > crate::metrics::MAX_TOP_PROCESSES {
+            return Err(format!(
+                "metrics_top_processes must be at most {}, got {}",
+                crate::metrics::MAX_TOP_PROCESSES,
+                self.metrics_top_processes
+            ));
+        }
         if let Some(m) = self.metrics.as_ref().filter(|m| m.parse::<u16>().is_err()) {
             m.parse::<std::net::SocketAddr>().map_err(|_| {
                 format!("metrics must be ADDRESS:PORT such as 127.0.0.1:9477, got {m:?}")
@@ -341,6 +356,18 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("metrics"), "{e}");
+        let e = Config::from_toml("metrics_top_processes = 101\n", p)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("metrics_top_processes must be at most 100"),
+            "{e}"
+        );
+        let c = Config::from_toml("metrics_top_processes = 5\ntextfile_dir = \"/x\"\n", p).unwrap();
+        assert_eq!(
+            (c.metrics_top_processes, c.textfile_dir.as_deref()),
+            (5, Some("/x"))
+        );
         assert!(Config::from_toml("min_free_bytes = \"lots\"\n", p).is_err());
         assert_eq!(
             "pull-data".parse::<PolicyKind>().unwrap(),

@@ -57,6 +57,8 @@ pub struct Daemon<'a> {
     /// Test aid (`NUMAIO_DAEMON_ACT_DELAY_MS`): a pause between checking a process and
     /// acting on it, which widens the window in which it can exit mid-action.
     act_delay: Option<Duration>,
+    /// Whether the last textfile write failed (its error was logged).
+    textfile_failing: bool,
 }
 
 fn now_unix() -> f64 {
@@ -99,6 +101,7 @@ impl<'a> Daemon<'a> {
                 .ok()
                 .and_then(|v| v.parse::<u64>().ok())
                 .map(Duration::from_millis),
+            textfile_failing: false,
         }
     }
 
@@ -145,8 +148,28 @@ impl<'a> Daemon<'a> {
         out
     }
 
-    /// The first sample: establishes the baseline for rates and file offsets.
+    /// Writes the metrics textfile when one is configured.
+    fn write_textfile(&self) -> ProcResult<()> {
+        let (Some(m), Some(dir)) = (&self.metrics, &self.cfg.textfile_dir) else {
+            return Ok(());
+        };
+        m.write_textfile(std::path::Path::new(dir))
+            .map(|_| ())
+            .map_err(|e| {
+                ProcError::Invalid(format!(
+                    "cannot write the metrics textfile {}/{}: {e}; give --textfile a \
+                     directory the daemon can write (node_exporter's \
+                     --collector.textfile.directory)",
+                    dir.trim_end_matches('/'),
+                    crate::metrics::TEXTFILE_NAME
+                ))
+            })
+    }
+
+    /// The first sample: establishes the baseline for rates and file offsets. Fails when a
+    /// configured textfile cannot be written, so a wrong directory shows at start.
     pub fn baseline(&mut self) -> ProcResult<()> {
+        self.write_textfile()?;
         let topo = Topology::detect()?;
         self.node_utils(&topo);
         let opts = self.scan_opts(true);
@@ -273,30 +296,19 @@ impl<'a> Daemon<'a> {
         sum.wall_secs = t0.elapsed().as_secs_f64();
         sum.cpu_secs = self_cpu_secs() - cpu0;
         if let Some(m) = &self.metrics {
-            for n in &topo.nodes {
-                m.node_page_cache
-                    .get_or_create(&label("node", n.id))
-                    .set(n.mem.file_pages_bytes as i64);
-                m.node_free
-                    .get_or_create(&label("node", n.id))
-                    .set(n.mem.mem_free_bytes as i64);
-            }
-            m.process_locality.clear();
-            m.process_read_rate.clear();
-            for v in &res.views {
-                let l = vec![
-                    ("pid".to_string(), v.pid.to_string()),
-                    ("comm".to_string(), v.comm.clone()),
-                ];
-                if let Some(loc) = v.locality {
-                    m.process_locality.get_or_create(&l).set(loc);
-                }
-                m.process_read_rate
-                    .get_or_create(&l)
-                    .set(v.read_bytes_per_sec);
-            }
+            m.observe_processes(res.scanned, &res.views);
             m.intervals.inc();
             m.interval_cpu_seconds.set(sum.cpu_secs);
+            m.interval_duration_seconds.set(sum.wall_secs);
+        }
+        if let Err(e) = self.write_textfile() {
+            // A full or read-only disk must not stop placement; say so once per outage.
+            if !self.textfile_failing {
+                (self.sink)(&json!({"event": "error", "ts": now_unix(), "error": e.to_string()}));
+            }
+            self.textfile_failing = true;
+        } else {
+            self.textfile_failing = false;
         }
         let mut line = json!({"event": "interval", "ts": now_unix()});
         if let (Some(obj), Ok(serde_json::Value::Object(sv))) =

@@ -1,7 +1,17 @@
-//! Prometheus metrics of the daemon and a minimal HTTP endpoint for them.
+//! Prometheus metrics of the daemon: an HTTP endpoint and node_exporter textfiles.
 //!
-//! Off by default; `--metrics 127.0.0.1:PORT` turns it on. Only `GET /metrics` is answered
-//! (OpenMetrics text); other paths get 404, other methods 405, a request body 413.
+//! Off by default; `--metrics 127.0.0.1:PORT` serves them, `--textfile DIR` writes them for
+//! node_exporter's textfile collector. Only `GET /metrics` is answered; other paths get 404,
+//! other methods 405, a request body 413. A client that asks for OpenMetrics (its `Accept`
+//! names `application/openmetrics-text`, as Prometheus does) gets it; others get the classic
+//! text format 0.0.4, as from node_exporter.
+//!
+//! Names follow Prometheus' conventions: counters end in `_total`, units are in the names
+//! (`_bytes`, `_seconds`, `_ratio`), `numaio_build_info` carries the version, and the
+//! daemon's own resource use comes as the standard `process_*` metrics. Per-node free memory
+//! and page cache are left to node_exporter (its `meminfo_numa` collector). Series per
+//! process are off by default, since pids are unbounded; when opted in they are limited to
+//! the [`MAX_TOP_PROCESSES`] busiest readers.
 //!
 //! The endpoint runs on its own thread, so a scrape never blocks the decision loop for longer
 //! than copying the counters. HTTP is hyper's HTTP/1 server on a single-threaded tokio
@@ -12,32 +22,72 @@
 //! over axum because routing one path needs no framework; with tokio limited to its `rt`,
 //! `net` and `time` features it adds a dozen crates.
 
+use crate::sample::ProcessView;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::{Body as _, Incoming};
-use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE};
+use hyper::header::{HeaderValue, ACCEPT, ALLOW, CONTENT_TYPE};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use prometheus_client::collector::Collector;
 use prometheus_client::encoding::text::encode;
-use prometheus_client::metrics::counter::Counter;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::registry::Registry;
 use std::convert::Infallible;
+use std::io::Write as _;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 type Labels = Vec<(String, String)>;
 
+/// Most processes that may get series of their own (`metrics_top_processes`).
+pub const MAX_TOP_PROCESSES: usize = 100;
+
+/// Name of the file written in the textfile directory.
+pub const TEXTFILE_NAME: &str = "numaio.prom";
+
+/// The two text formats the metrics are rendered in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// OpenMetrics 1.0 (ends with `# EOF`; counter families are named without `_total`).
+    OpenMetrics,
+    /// Prometheus' classic text format 0.0.4, which node_exporter's textfile collector reads.
+    Classic,
+}
+
+impl Format {
+    /// The format a client asks for with its `Accept` header.
+    pub fn from_accept(accept: Option<&str>) -> Format {
+        match accept {
+            Some(a) if a.contains("application/openmetrics-text") => Format::OpenMetrics,
+            _ => Format::Classic,
+        }
+    }
+
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::OpenMetrics => OPENMETRICS,
+            Format::Classic => CLASSIC,
+        }
+    }
+}
+
 /// The daemon's metrics.
 pub struct Metrics {
+    /// Served over HTTP: with the standard `process_*` metrics of the daemon itself.
     registry: Registry,
-    pub node_page_cache: Family<Labels, Gauge>,
-    pub node_free: Family<Labels, Gauge>,
+    /// Written as a textfile: node_exporter exports `process_*` for itself, so the daemon's
+    /// own figures are named `numaio_daemon_*` there to avoid a clash.
+    textfile_registry: Registry,
+    top_processes: usize,
     pub process_locality: Family<Labels, Gauge<f64, AtomicU64>>,
     pub process_read_rate: Family<Labels, Gauge<f64, AtomicU64>>,
     pub actions: Family<Labels, Counter>,
@@ -45,6 +95,10 @@ pub struct Metrics {
     pub bytes_moved: Family<Labels, Counter>,
     pub intervals: Counter,
     pub interval_cpu_seconds: Gauge<f64, AtomicU64>,
+    pub interval_duration_seconds: Gauge<f64, AtomicU64>,
+    pub scanned_processes: Gauge,
+    pub io_active_processes: Gauge,
+    pub io_active_locality: Gauge<f64, AtomicU64>,
 }
 
 impl Default for Metrics {
@@ -54,12 +108,18 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Metrics without per-process series.
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("numaio");
+        Self::with_top_processes(0)
+    }
+
+    /// Metrics with series for the `top` processes reading fastest (at most
+    /// [`MAX_TOP_PROCESSES`]; 0 for none).
+    pub fn with_top_processes(top: usize) -> Self {
         let m = Metrics {
             registry: Registry::default(),
-            node_page_cache: Family::default(),
-            node_free: Family::default(),
+            textfile_registry: Registry::default(),
+            top_processes: top.min(MAX_TOP_PROCESSES),
             process_locality: Family::default(),
             process_read_rate: Family::default(),
             actions: Family::default(),
@@ -67,52 +127,338 @@ impl Metrics {
             bytes_moved: Family::default(),
             intervals: Counter::default(),
             interval_cpu_seconds: Gauge::default(),
+            interval_duration_seconds: Gauge::default(),
+            scanned_processes: Gauge::default(),
+            io_active_processes: Gauge::default(),
+            io_active_locality: Gauge::default(),
         };
-        registry.register(
-            "node_page_cache_bytes",
-            "Page cache (FilePages) per NUMA node",
-            m.node_page_cache.clone(),
-        );
-        registry.register(
-            "node_free_bytes",
-            "Free memory per NUMA node",
-            m.node_free.clone(),
-        );
-        registry.register(
-            "process_read_locality_ratio",
-            "Estimated share of a process's file reads served from the node(s) it runs on",
-            m.process_locality.clone(),
-        );
-        registry.register(
-            "process_read_bytes_per_second",
-            "Read rate (rchar) of I/O-active processes",
-            m.process_read_rate.clone(),
-        );
-        registry.register("actions", "Actions carried out, by kind", m.actions.clone());
-        registry.register(
-            "decisions",
-            "Decisions by verdict (act, advise, blocked, skipped)",
-            m.decisions.clone(),
-        );
-        registry.register(
-            "moved_bytes",
-            "Bytes migrated, by kind (process memory or page cache)",
-            m.bytes_moved.clone(),
-        );
-        registry.register("intervals", "Intervals completed", m.intervals.clone());
-        registry.register(
-            "interval_cpu_seconds",
-            "CPU time the daemon used in its last interval",
-            m.interval_cpu_seconds.clone(),
-        );
-        Metrics { registry, ..m }
+        // Known label values start at 0, so a rate over the first increment is not lost.
+        for kind in ["follow-data", "pull-data"] {
+            let _ = m.actions.get_or_create(&label("kind", kind));
+        }
+        for verdict in ["act", "advise", "blocked", "skipped"] {
+            let _ = m.decisions.get_or_create(&label("verdict", verdict));
+        }
+        for kind in ["process-memory", "page-cache"] {
+            let _ = m.bytes_moved.get_or_create(&label("kind", kind));
+        }
+        let build_info = Family::<Labels, Gauge>::default();
+        build_info
+            .get_or_create(&vec![
+                ("version".into(), env!("CARGO_PKG_VERSION").into()),
+                ("arch".into(), std::env::consts::ARCH.into()),
+            ])
+            .set(1);
+        let mut registry = Registry::default();
+        let mut textfile_registry = Registry::default();
+        for reg in [&mut registry, &mut textfile_registry] {
+            reg.register(
+                "numaio_build_info",
+                "The numaio version, as labels; always 1",
+                build_info.clone(),
+            );
+            reg.register(
+                "numaio_actions",
+                "Actions carried out, by kind",
+                m.actions.clone(),
+            );
+            reg.register(
+                "numaio_decisions",
+                "Decisions by verdict (act, advise, blocked, skipped)",
+                m.decisions.clone(),
+            );
+            reg.register(
+                "numaio_moved_bytes",
+                "Bytes migrated, by kind (process memory or page cache)",
+                m.bytes_moved.clone(),
+            );
+            reg.register(
+                "numaio_intervals",
+                "Intervals completed",
+                m.intervals.clone(),
+            );
+            reg.register(
+                "numaio_last_interval_cpu_seconds",
+                "CPU time the daemon used in its last interval",
+                m.interval_cpu_seconds.clone(),
+            );
+            reg.register(
+                "numaio_last_interval_duration_seconds",
+                "Wall-clock time the daemon's last interval took",
+                m.interval_duration_seconds.clone(),
+            );
+            reg.register(
+                "numaio_scanned_processes",
+                "Processes sampled in the last interval",
+                m.scanned_processes.clone(),
+            );
+            reg.register(
+                "numaio_io_active_processes",
+                "Processes reading above the I/O-active threshold in the last interval",
+                m.io_active_processes.clone(),
+            );
+            reg.register(
+                "numaio_io_active_read_locality_ratio",
+                "Estimated share of the I/O-active processes' file reads served from the \
+                 node(s) they run on, weighted by read rate",
+                m.io_active_locality.clone(),
+            );
+            if m.top_processes > 0 {
+                reg.register(
+                    "numaio_process_read_locality_ratio",
+                    "Estimated share of a process's file reads served from the node(s) it \
+                     runs on (the busiest readers only)",
+                    m.process_locality.clone(),
+                );
+                reg.register(
+                    "numaio_process_read_bytes_per_second",
+                    "Read rate (rchar) of a process (the busiest readers only)",
+                    m.process_read_rate.clone(),
+                );
+            }
+        }
+        registry.register_collector(Box::new(SelfCollector { prefix: "process" }));
+        textfile_registry.register_collector(Box::new(SelfCollector {
+            prefix: "numaio_daemon",
+        }));
+        Metrics {
+            registry,
+            textfile_registry,
+            ..m
+        }
+    }
+
+    /// How many processes may get series of their own.
+    pub fn top_processes(&self) -> usize {
+        self.top_processes
+    }
+
+    /// Records one interval's process views: counts and the read-weighted locality, and the
+    /// per-process series of the fastest readers when they are opted in.
+    pub fn observe_processes(&self, scanned: usize, views: &[ProcessView]) {
+        self.scanned_processes.set(scanned as i64);
+        self.io_active_processes.set(views.len() as i64);
+        let (mut weighted, mut weight) = (0.0, 0.0);
+        for v in views {
+            if let Some(loc) = v.locality.filter(|l| l.is_finite()) {
+                let w = v.read_bytes_per_sec.max(0.0);
+                weighted += loc * w;
+                weight += w;
+            }
+        }
+        self.io_active_locality
+            .set(if weight > 0.0 { weighted / weight } else { 0.0 });
+        self.process_locality.clear();
+        self.process_read_rate.clear();
+        if self.top_processes == 0 {
+            return;
+        }
+        let mut busiest: Vec<&ProcessView> = views.iter().collect();
+        busiest.sort_by(|a, b| b.read_bytes_per_sec.total_cmp(&a.read_bytes_per_sec));
+        for v in busiest.into_iter().take(self.top_processes) {
+            let l = vec![
+                ("pid".to_string(), v.pid.to_string()),
+                ("comm".to_string(), v.comm.clone()),
+            ];
+            if let Some(loc) = v.locality {
+                self.process_locality.get_or_create(&l).set(loc);
+            }
+            self.process_read_rate
+                .get_or_create(&l)
+                .set(v.read_bytes_per_sec);
+        }
     }
 
     /// The OpenMetrics text of every metric.
     pub fn render(&self) -> String {
-        let mut s = String::new();
-        let _ = encode(&mut s, &self.registry);
-        s
+        self.render_as(Format::OpenMetrics)
+    }
+
+    /// The metrics served over HTTP in `format`.
+    pub fn render_as(&self, format: Format) -> String {
+        render_registry(&self.registry, format)
+    }
+
+    /// The textfile's contents: classic text format, the daemon's own figures named
+    /// `numaio_daemon_*`.
+    pub fn render_textfile(&self) -> String {
+        render_registry(&self.textfile_registry, Format::Classic)
+    }
+
+    /// Writes the textfile into `dir` atomically; returns its path.
+    pub fn write_textfile(&self, dir: &Path) -> std::io::Result<PathBuf> {
+        write_atomically(dir, TEXTFILE_NAME, &self.render_textfile())
+    }
+}
+
+fn render_registry(registry: &Registry, format: Format) -> String {
+    let mut s = String::new();
+    if let Err(e) = encode(&mut s, registry) {
+        tracing::warn!("encoding metrics: {e}");
+    }
+    match format {
+        Format::OpenMetrics => s,
+        Format::Classic => openmetrics_to_classic(&s),
+    }
+}
+
+/// Rewrites prometheus-client's OpenMetrics text into the classic format: a counter family's
+/// `# HELP`/`# TYPE` lines name its `_total` sample, `# UNIT` and `# EOF` are dropped, and an
+/// info family becomes a gauge. Samples and label escaping are the same in both formats.
+pub fn openmetrics_to_classic(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut help: Option<&str> = None;
+    for line in text.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            if let Some(h) = help.replace(rest) {
+                push_line(&mut out, &format!("# HELP {h}"));
+            }
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, ty) = rest.rsplit_once(' ').unwrap_or((rest, "untyped"));
+            let (name, ty) = match ty {
+                "counter" => (format!("{name}_total"), "counter"),
+                "info" => (format!("{name}_info"), "gauge"),
+                "gauge" | "histogram" | "summary" => (name.to_string(), ty),
+                _ => (name.to_string(), "untyped"),
+            };
+            if let Some(h) = help.take() {
+                let text = h.split_once(' ').map_or("", |(_, t)| t);
+                push_line(&mut out, &format!("# HELP {name} {text}"));
+            }
+            push_line(&mut out, &format!("# TYPE {name} {ty}"));
+            continue;
+        }
+        if let Some(h) = help.take() {
+            push_line(&mut out, &format!("# HELP {h}"));
+        }
+        push_line(&mut out, line);
+    }
+    out
+}
+
+fn push_line(out: &mut String, line: &str) {
+    out.push_str(line);
+    out.push('\n');
+}
+
+/// Replaces `dir/name` with `text` so that a reader sees the old or the new file whole,
+/// never a part: write a temporary file in the same directory, fsync it, rename it over
+/// `name`, fsync the directory. The temporary file's name does not end in `.prom`, so
+/// node_exporter ignores it (and one left by a crash).
+pub fn write_atomically(dir: &Path, name: &str, text: &str) -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let target = dir.join(name);
+    let mut tmp = tempfile::Builder::new()
+        .prefix(&format!(".{name}."))
+        .suffix(".tmp")
+        .tempfile_in(dir)
+        // tempfile's message names its random file; the caller names the directory.
+        .map_err(|e| {
+            e.raw_os_error()
+                .map_or(e, std::io::Error::from_raw_os_error)
+        })?;
+    tmp.write_all(text.as_bytes())?;
+    // node_exporter usually runs as another user; the metrics hold no secrets beyond what
+    // the endpoint serves.
+    tmp.as_file()
+        .set_permissions(std::fs::Permissions::from_mode(0o644))?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(&target).map_err(|e| e.error)?;
+    std::fs::File::open(dir)?.sync_all()?;
+    Ok(target)
+}
+
+/// The daemon's own CPU time, memory, descriptors and start time, read from
+/// `/proc/self` at each scrape (with the `procfs` crate), named like the Prometheus client
+/// libraries' process collector.
+#[derive(Debug)]
+struct SelfCollector {
+    prefix: &'static str,
+}
+
+/// One reading of the daemon's own resource use.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SelfStats {
+    pub cpu_seconds: f64,
+    pub resident_memory_bytes: u64,
+    pub virtual_memory_bytes: u64,
+    pub open_fds: u64,
+    pub max_fds: Option<u64>,
+    pub start_time_seconds: f64,
+}
+
+/// Reads [`SelfStats`] of this process; `None` when `/proc/self` cannot be read.
+pub fn self_stats() -> Option<SelfStats> {
+    let me = procfs::process::Process::myself().ok()?;
+    let stat = me.stat().ok()?;
+    let ticks = procfs::ticks_per_second().max(1) as f64;
+    let boot = procfs::boot_time_secs().ok()? as f64;
+    let max_fds = me
+        .limits()
+        .ok()
+        .and_then(|l| match l.max_open_files.soft_limit {
+            procfs::process::LimitValue::Value(v) => Some(v),
+            procfs::process::LimitValue::Unlimited => None,
+        });
+    Some(SelfStats {
+        cpu_seconds: (stat.utime + stat.stime) as f64 / ticks,
+        resident_memory_bytes: stat.rss.saturating_mul(procfs::page_size()),
+        virtual_memory_bytes: stat.vsize,
+        open_fds: me.fd_count().ok()? as u64,
+        max_fds,
+        start_time_seconds: boot + stat.starttime as f64 / ticks,
+    })
+}
+
+impl Collector for SelfCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Some(s) = self_stats() else {
+            return Ok(());
+        };
+        let p = self.prefix;
+        let counter = ConstCounter::new(s.cpu_seconds);
+        counter.encode(enc.encode_descriptor(
+            &format!("{p}_cpu_seconds"),
+            "Total user and system CPU time spent in seconds",
+            None,
+            counter.metric_type(),
+        )?)?;
+        let mut gauge = |name: &str, help: &str, v: f64| -> Result<(), std::fmt::Error> {
+            let g = ConstGauge::new(v);
+            g.encode(enc.encode_descriptor(&format!("{p}_{name}"), help, None, g.metric_type())?)
+        };
+        gauge(
+            "resident_memory_bytes",
+            "Resident memory size in bytes",
+            s.resident_memory_bytes as f64,
+        )?;
+        gauge(
+            "virtual_memory_bytes",
+            "Virtual memory size in bytes",
+            s.virtual_memory_bytes as f64,
+        )?;
+        gauge(
+            "open_fds",
+            "Number of open file descriptors",
+            s.open_fds as f64,
+        )?;
+        if let Some(m) = s.max_fds {
+            gauge(
+                "max_fds",
+                "Maximum number of open file descriptors",
+                m as f64,
+            )?;
+        }
+        gauge(
+            "start_time_seconds",
+            "Start time of the process since the Unix epoch in seconds",
+            s.start_time_seconds,
+        )
     }
 }
 
@@ -156,17 +502,20 @@ pub struct Reply {
 }
 
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+const CLASSIC: &str = "text/plain; version=0.0.4; charset=utf-8";
 const TEXT: &str = "text/plain; charset=utf-8";
 
 /// Decides the answer to a request from its method, target path (a query string is
-/// ignored), the size of its head in bytes and whether it carries a body. `render` is only
-/// called for a request that gets the metrics. Pure apart from `render`, so it can be fuzzed.
+/// ignored), the size of its head in bytes, whether it carries a body and its `Accept`
+/// header. `render` is only called for a request that gets the metrics. Pure apart from
+/// `render`, so it can be fuzzed.
 pub fn respond(
     method: &str,
     path: &str,
     head_bytes: usize,
     has_body: bool,
-    render: impl FnOnce() -> String,
+    accept: Option<&str>,
+    render: impl FnOnce(Format) -> String,
 ) -> Reply {
     let plain = |status, body: &str| Reply {
         status,
@@ -186,10 +535,11 @@ pub fn respond(
     if has_body {
         return plain(413, "a request body is not accepted");
     }
+    let format = Format::from_accept(accept);
     Reply {
         status: 200,
-        content_type: OPENMETRICS,
-        body: render(),
+        content_type: format.content_type(),
+        body: render(format),
     }
 }
 
@@ -201,8 +551,8 @@ pub fn exposure_warning(addr: SocketAddr) -> Option<String> {
     }
     Some(format!(
         "metrics endpoint listens on {addr}, which is not a loopback address: anyone who can \
-         reach port {} can read process names, pids and read rates; bind to 127.0.0.1 or \
-         firewall the port",
+         reach port {} can read the daemon's figures (and process names and pids when \
+         per-process series are on); bind to 127.0.0.1 or firewall the port",
         addr.port()
     ))
 }
@@ -294,7 +644,8 @@ fn reply_to(metrics: &Metrics, req: &Request<Incoming>) -> Reply {
         req.uri().path(),
         head_bytes,
         !req.body().is_end_stream(),
-        || metrics.render(),
+        req.headers().get(ACCEPT).and_then(|v| v.to_str().ok()),
+        |f| metrics.render_as(f),
     )
 }
 
@@ -313,10 +664,11 @@ fn into_response(reply: Reply) -> Response<Full<Bytes>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::{BTreeMap, BTreeSet};
     use std::io::{Read, Write};
 
     fn status(method: &str, path: &str, head: usize, body: bool) -> u16 {
-        respond(method, path, head, body, || "m".into()).status
+        respond(method, path, head, body, None, |_| "m".into()).status
     }
 
     #[test]
@@ -331,10 +683,18 @@ mod tests {
         assert_eq!(status("GET", "/metrics", 40, true), 413);
         assert_eq!(status("GET", "/metrics", MAX_HEAD_BYTES, false), 200);
         assert_eq!(status("GET", "/metrics", MAX_HEAD_BYTES + 1, false), 431);
-        let r = respond("GET", "/metrics", 10, false, || "body".into());
-        assert_eq!((r.content_type, r.body.as_str()), (OPENMETRICS, "body"));
+        let r = respond("GET", "/metrics", 10, false, None, |f| format!("{f:?}"));
+        assert_eq!((r.content_type, r.body.as_str()), (CLASSIC, "Classic"));
+        let prom = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5";
+        let r = respond("GET", "/metrics", 10, false, Some(prom), |f| {
+            format!("{f:?}")
+        });
+        assert_eq!(
+            (r.content_type, r.body.as_str()),
+            (OPENMETRICS, "OpenMetrics")
+        );
         let mut rendered = false;
-        respond("PUT", "/metrics", 10, false, || {
+        respond("PUT", "/metrics", 10, false, None, |_| {
             rendered = true;
             String::new()
         });
@@ -357,30 +717,288 @@ mod tests {
         assert!(exposure_warning(a("192.168.1.5:80")).is_some());
     }
 
+    /// A parsed sample: its name and labels.
+    type Sample = (String, BTreeMap<String, String>);
+
+    fn view(pid: i32, rate: f64, locality: Option<f64>) -> ProcessView {
+        ProcessView {
+            pid,
+            comm: format!("p{pid}"),
+            read_bytes_per_sec: rate,
+            locality,
+            ..Default::default()
+        }
+    }
+
+    /// Metrics with every family holding a sample.
+    fn filled(top: usize, processes: i32) -> Metrics {
+        let m = Metrics::with_top_processes(top);
+        m.actions.get_or_create(&label("kind", "follow-data")).inc();
+        m.decisions.get_or_create(&label("verdict", "act")).inc();
+        m.bytes_moved
+            .get_or_create(&label("kind", "page-cache"))
+            .inc_by(4096);
+        m.intervals.inc();
+        m.interval_cpu_seconds.set(0.01);
+        m.interval_duration_seconds.set(0.02);
+        let views: Vec<ProcessView> = (1..=processes)
+            .map(|p| view(p, p as f64 * 1000.0, Some(0.5)))
+            .collect();
+        m.observe_processes(500, &views);
+        m
+    }
+
+    /// A strict reading of the classic text format: every line is a HELP, a TYPE or a
+    /// sample; a family's HELP and TYPE come once, before its samples; a sample's name is
+    /// its family's (the classic format has no `_total` suffix rule). Returns the type of
+    /// each family and the samples as (name, labels).
+    fn check_classic(text: &str) -> (BTreeMap<String, String>, Vec<Sample>) {
+        let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
+            .expect("prometheus-parse reads the text");
+        let name_ok = |n: &str| {
+            !n.is_empty()
+                && n.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+                && !n.starts_with(|c: char| c.is_ascii_digit())
+        };
+        let mut types = BTreeMap::new();
+        let mut seen_samples = BTreeSet::new();
+        let mut helps = BTreeSet::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# HELP ") {
+                let name = rest.split(' ').next().unwrap();
+                assert!(name_ok(name) && helps.insert(name.to_string()), "{line}");
+                assert!(!seen_samples.contains(name), "HELP after samples: {line}");
+            } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let (name, ty) = rest.split_once(' ').unwrap();
+                assert!(
+                    ["counter", "gauge", "histogram", "summary", "untyped"].contains(&ty),
+                    "{line}"
+                );
+                assert!(name_ok(name), "{line}");
+                assert!(!seen_samples.contains(name), "TYPE after samples: {line}");
+                assert!(
+                    types.insert(name.to_string(), ty.to_string()).is_none(),
+                    "{line}"
+                );
+            } else {
+                assert!(!line.starts_with('#'), "not classic text: {line:?}");
+                let name = line.split(['{', ' ']).next().unwrap();
+                assert!(name_ok(name), "{line}");
+                assert!(types.contains_key(name), "sample without a TYPE: {line}");
+                seen_samples.insert(name.to_string());
+            }
+        }
+        let samples: Vec<_> = scrape
+            .samples
+            .iter()
+            .map(|s| {
+                assert!(
+                    !matches!(s.value, prometheus_parse::Value::Untyped(_)),
+                    "{} has no type",
+                    s.metric
+                );
+                let labels = s
+                    .labels
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                (s.metric.clone(), labels)
+            })
+            .collect();
+        assert_eq!(
+            samples.len(),
+            text.lines().filter(|l| !l.starts_with('#')).count()
+        );
+        (types, samples)
+    }
+
+    #[test]
+    fn names_follow_prometheus_conventions() {
+        let m = filled(0, 50);
+        for text in [m.render_as(Format::Classic), m.render_textfile()] {
+            assert!(
+                !text.contains("# EOF") && !text.contains("# UNIT"),
+                "{text}"
+            );
+            let (types, samples) = check_classic(&text);
+            for (name, ty) in &types {
+                assert_eq!(
+                    ty == "counter",
+                    name.ends_with("_total"),
+                    "{name} is a {ty}: counters and only counters end in _total"
+                );
+                assert!(
+                    !name.contains("fraction") && !name.contains("_per_sec_"),
+                    "{name}: units belong in names as _bytes, _seconds, _ratio"
+                );
+            }
+            // No series per process and none per node by default.
+            for (name, labels) in &samples {
+                assert!(!labels.contains_key("pid"), "{name} has a pid label");
+                assert!(
+                    !labels.contains_key("node"),
+                    "{name} duplicates node_exporter"
+                );
+            }
+            let info: Vec<_> = samples
+                .iter()
+                .filter(|(n, _)| n == "numaio_build_info")
+                .collect();
+            assert_eq!(info.len(), 1, "{text}");
+            assert_eq!(info[0].1["version"], env!("CARGO_PKG_VERSION"));
+            assert!(text.contains("numaio_io_active_processes 50"), "{text}");
+            assert!(
+                text.contains("numaio_io_active_read_locality_ratio 0.5"),
+                "{text}"
+            );
+            assert!(text.contains("numaio_moved_bytes_total{kind=\"page-cache\"} 4096"));
+        }
+        // The daemon's own figures: standard names over HTTP, numaio_daemon_* in the
+        // textfile (node_exporter has process_* of its own).
+        let served = m.render_as(Format::Classic);
+        let textfile = m.render_textfile();
+        for n in [
+            "cpu_seconds_total",
+            "resident_memory_bytes",
+            "virtual_memory_bytes",
+            "open_fds",
+            "start_time_seconds",
+        ] {
+            assert!(
+                served.contains(&format!("\nprocess_{n} ")),
+                "process_{n}: {served}"
+            );
+            assert!(
+                textfile.contains(&format!("\nnumaio_daemon_{n} ")),
+                "{textfile}"
+            );
+            assert!(!textfile.contains(&format!("process_{n}")), "{textfile}");
+        }
+        let stats = self_stats().expect("/proc/self is readable");
+        assert!(
+            stats.resident_memory_bytes > 0 && stats.open_fds >= 3,
+            "{stats:?}"
+        );
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        assert!(
+            stats.start_time_seconds <= now + 1.0
+                && stats.start_time_seconds > now - 86400.0 * 365.0,
+            "{stats:?}"
+        );
+    }
+
+    #[test]
+    fn openmetrics_text_is_consistent_with_classic() {
+        let m = filled(3, 5);
+        let om = m.render();
+        assert!(om.ends_with("# EOF\n"), "{om}");
+        assert!(om.contains("# TYPE numaio_actions counter\n"), "{om}");
+        assert!(
+            om.contains("numaio_actions_total{kind=\"follow-data\"} 1\n"),
+            "{om}"
+        );
+        let classic = m.render_as(Format::Classic);
+        assert!(
+            classic.contains("# TYPE numaio_actions_total counter\n"),
+            "{classic}"
+        );
+        assert!(classic.contains("# HELP numaio_actions_total Actions carried out"));
+        let samples = |t: &str| -> Vec<String> {
+            t.lines()
+                .filter(|l| !l.starts_with('#'))
+                .filter(|l| !l.starts_with("process_"))
+                .map(String::from)
+                .collect()
+        };
+        assert_eq!(samples(&om), samples(&classic));
+    }
+
+    #[test]
+    fn per_process_series_are_opt_in_and_bounded() {
+        let count = |m: &Metrics, metric: &str| {
+            check_classic(&m.render_as(Format::Classic))
+                .1
+                .iter()
+                .filter(|(n, l)| n == metric && l.contains_key("pid"))
+                .count()
+        };
+        let off = filled(0, 300);
+        assert_eq!(count(&off, "numaio_process_read_bytes_per_second"), 0);
+        let on = filled(10, 300);
+        assert_eq!(count(&on, "numaio_process_read_bytes_per_second"), 10);
+        assert_eq!(count(&on, "numaio_process_read_locality_ratio"), 10);
+        // The busiest readers are the ones shown.
+        let text = on.render_as(Format::Classic);
+        assert!(
+            text.contains("numaio_process_read_bytes_per_second{pid=\"300\",comm=\"p300\"} 300000"),
+            "{text}"
+        );
+        assert!(!text.contains("pid=\"290\""), "{text}");
+        let huge = filled(1_000_000, 300);
+        assert_eq!(huge.top_processes(), MAX_TOP_PROCESSES);
+        assert_eq!(
+            count(&huge, "numaio_process_read_bytes_per_second"),
+            MAX_TOP_PROCESSES
+        );
+        // Processes that stopped reading lose their series.
+        on.observe_processes(1, &[]);
+        assert_eq!(count(&on, "numaio_process_read_bytes_per_second"), 0);
+    }
+
+    /// A reader polling the file while it is rewritten sees one whole version or the other,
+    /// never a mix or a truncated file.
+    #[test]
+    fn textfile_is_replaced_atomically() {
+        let dir = tempfile::tempdir().unwrap();
+        let small = "# TYPE a gauge\na 1\n".to_string();
+        let big: String = (0..20_000)
+            .map(|i| format!("b{{i=\"{i}\"}} {i}\n"))
+            .collect();
+        let path = write_atomically(dir.path(), "t.prom", &small).unwrap();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let reader = {
+            let (stop, path, small, big) = (stop.clone(), path.clone(), small.clone(), big.clone());
+            std::thread::spawn(move || {
+                let mut reads = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let got = std::fs::read_to_string(&path).unwrap();
+                    assert!(
+                        got == small || got == big,
+                        "partial textfile seen: {} bytes",
+                        got.len()
+                    );
+                    reads += 1;
+                }
+                reads
+            })
+        };
+        for i in 0..200 {
+            write_atomically(dir.path(), "t.prom", if i % 2 == 0 { &big } else { &small }).unwrap();
+        }
+        stop.store(true, Ordering::Relaxed);
+        let reads = reader.join().unwrap();
+        assert!(reads > 0);
+        // Only the target remains; temporary files do not end in .prom.
+        let names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, vec!["t.prom".to_string()]);
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o644);
+        let e = write_atomically(Path::new("/nonexistent/dir"), "t.prom", "x").unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+    }
+
     #[test]
     fn render_and_serve() {
         let m = Arc::new(Metrics::new());
-        m.node_page_cache.get_or_create(&label("node", 1)).set(4096);
         m.actions.get_or_create(&label("kind", "follow-data")).inc();
-        m.process_locality
-            .get_or_create(&vec![
-                ("pid".into(), "42".into()),
-                ("comm".into(), "cat".into()),
-            ])
-            .set(0.25);
-        let text = m.render();
-        assert!(
-            text.contains("numaio_node_page_cache_bytes{node=\"1\"} 4096"),
-            "{text}"
-        );
-        assert!(
-            text.contains("numaio_actions_total{kind=\"follow-data\"} 1"),
-            "{text}"
-        );
-        assert!(
-            text.contains("numaio_process_read_locality_ratio{pid=\"42\",comm=\"cat\"} 0.25"),
-            "{text}"
-        );
         let addr = serve(m.clone(), "127.0.0.1:0").unwrap();
         let mut c = std::net::TcpStream::connect(addr).unwrap();
         c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -388,6 +1006,12 @@ mod tests {
         let mut resp = String::new();
         c.read_to_string(&mut resp).unwrap();
         assert!(resp.starts_with("HTTP/1.1 200 OK"), "{resp}");
-        assert!(resp.contains("numaio_node_page_cache_bytes{node=\"1\"} 4096"));
+        assert!(
+            resp.contains("content-type: text/plain; version=0.0.4"),
+            "{resp}"
+        );
+        let body = resp.split_once("\r\n\r\n").unwrap().1;
+        check_classic(body);
+        assert!(body.contains("numaio_actions_total{kind=\"follow-data\"} 1"));
     }
 }

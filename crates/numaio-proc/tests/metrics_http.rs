@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 fn server() -> SocketAddr {
     let m = Arc::new(Metrics::new());
-    m.node_page_cache.get_or_create(&label("node", 0)).set(7);
+    m.actions
+        .get_or_create(&label("kind", "pull-data"))
+        .inc_by(7);
     serve(m, "127.0.0.1:0").expect("bind the metrics endpoint on loopback")
 }
 
@@ -62,16 +64,47 @@ fn wait_closed(c: &mut TcpStream, limit: Duration) -> Duration {
 
 #[test]
 fn scrape_answers_metrics() {
-    let resp = scrape(server());
+    let addr = server();
+    let resp = scrape(addr);
     assert!(resp.starts_with("HTTP/1.1 200 OK\r\n"), "{resp}");
     assert!(
-        resp.contains("content-type: application/openmetrics-text"),
+        resp.contains("content-type: text/plain; version=0.0.4"),
         "{resp}"
     );
     assert!(
-        resp.contains("numaio_node_page_cache_bytes{node=\"0\"} 7"),
+        resp.contains("# TYPE numaio_actions_total counter\r\n")
+            || resp.contains("# TYPE numaio_actions_total counter\n"),
         "{resp}"
     );
+    assert!(
+        resp.contains("numaio_actions_total{kind=\"pull-data\"} 7"),
+        "{resp}"
+    );
+    assert!(!resp.contains("# EOF"), "{resp}");
+    // Prometheus asks for OpenMetrics and gets it.
+    let om = exchange(
+        addr,
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\nAccept: application/openmetrics-text;version=1.0.0,text/plain;q=0.5\r\n\r\n",
+    );
+    assert!(
+        om.contains("content-type: application/openmetrics-text"),
+        "{om}"
+    );
+    assert!(om.ends_with("# EOF\n"), "{om}");
+    // The served text reads back with a Prometheus text parser, counters typed as such.
+    let body = resp.split_once("\r\n\r\n").unwrap().1;
+    let s = prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string()))).unwrap();
+    let actions = s
+        .samples
+        .iter()
+        .find(|x| x.metric == "numaio_actions_total")
+        .expect("numaio_actions_total");
+    assert_eq!(actions.value, prometheus_parse::Value::Counter(7.0));
+    assert!(s.samples.iter().any(|x| x.metric == "numaio_build_info"));
+    assert!(s
+        .samples
+        .iter()
+        .any(|x| x.metric == "process_cpu_seconds_total"));
 }
 
 #[test]

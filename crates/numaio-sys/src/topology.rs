@@ -372,25 +372,18 @@ impl Topology {
     }
 }
 
-/// Parses a size with an optional K/M/G/T suffix (binary units), e.g. `512M`, `1G`, `4096`.
+/// Parses a size with an optional unit, binary whatever the spelling (`K`, `KB` and `KiB`
+/// are all 1024, as in numactl and vmtouch), e.g. `512M`, `1G`, `1.5GiB`, `4096`. Fractions
+/// round to the nearest byte; overflow, negatives and other units are `None`. Parsing is the
+/// `parse-size` crate's (exact to 64 bits, fuzzed upstream).
 pub fn parse_size(s: &str) -> Option<u64> {
+    const BINARY: parse_size::Config = parse_size::Config::new().with_binary();
     let s = s.trim();
-    let (num, mult) = match s.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
-        Some((i, _)) => {
-            let unit = s[i..].to_ascii_lowercase();
-            let mult: u64 = match unit.trim_end_matches("ib").trim_end_matches('b') {
-                "" => 1,
-                "k" => 1 << 10,
-                "m" => 1 << 20,
-                "g" => 1 << 30,
-                "t" => 1 << 40,
-                _ => return None,
-            };
-            (&s[..i], mult)
-        }
-        None => (s, 1),
-    };
-    num.trim().parse::<u64>().ok()?.checked_mul(mult)
+    // parse-size ignores spaces and underscores inside numbers; an empty string is no size.
+    if s.is_empty() {
+        return None;
+    }
+    BINARY.parse_size(s).ok()
 }
 
 /// A path under the live sysfs node directory (for callers that need extra files).
@@ -544,5 +537,12 @@ mod tests {
         assert_eq!(parse_size("1M"), Some(1 << 20));
         assert_eq!(parse_size("2GiB"), Some(2 << 30));
         assert_eq!(parse_size("1x"), None);
+        assert_eq!(parse_size("4k"), Some(4096));
+        assert_eq!(parse_size("4KB"), Some(4096));
+        assert_eq!(parse_size(" 1.5G "), Some(3 << 29));
+        assert_eq!(parse_size("16E"), None, "overflow");
+        for bad in ["", "-1", "nan", "inf", "1Q", "K", "1KK"] {
+            assert_eq!(parse_size(bad), None, "{bad:?}");
+        }
     }
 }

@@ -19,11 +19,11 @@ pub fn parse_secs(s: &str, lo: f64, lo_open: bool, hi: f64) -> Result<f64, Strin
     }
 }
 
-/// Parses a size with an optional K/M/G/T suffix (binary units) within `[lo, hi]` bytes.
+/// Parses a size with an optional K/M/G/T/P suffix (binary units) within `[lo, hi]` bytes.
 pub fn parse_size_in(s: &str, lo: u64, hi: u64) -> Result<u64, String> {
     let v = crate::topology::parse_size(s).ok_or_else(|| {
         format!(
-            "{:?} is not a size: use a whole number with an optional K/M/G/T suffix",
+            "{:?} is not a size: use a number with an optional K/M/G/T suffix (binary: 1K = 1024)",
             short(s)
         )
     })?;
@@ -55,7 +55,8 @@ fn short(s: &str) -> String {
     s.chars().take(32).collect()
 }
 
-/// `4K`, `1T`, or plain bytes when not a whole number of a unit.
+/// `4K`, `1T`, or plain bytes when not a whole number of a unit: exact and in the form the
+/// parser reads back, which `bytesize`'s rounded `1.0 MiB` is not.
 fn size_text(b: u64) -> String {
     for (shift, unit) in [(40, "T"), (30, "G"), (20, "M"), (10, "K")] {
         if b >= 1 << shift && b & ((1 << shift) - 1) == 0 {

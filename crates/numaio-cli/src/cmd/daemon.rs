@@ -32,6 +32,14 @@ pub struct DaemonArgs {
     /// Serve Prometheus metrics on ADDRESS:PORT (e.g. 127.0.0.1:9477).
     #[arg(long, value_name = "ADDR:PORT")]
     metrics: Option<String>,
+    /// Write the metrics to DIR/numaio.prom each interval for node_exporter's textfile
+    /// collector (replaced atomically).
+    #[arg(long, value_name = "DIR")]
+    textfile: Option<PathBuf>,
+    /// Give the N fastest-reading processes metric series of their own (pid and comm
+    /// labels; 0 to 100, default 0).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(0..=100))]
+    metrics_top_processes: Option<u16>,
     /// Stop after N intervals (for tests and measurements).
     #[arg(long, value_name = "N", value_parser = crate::args::positive)]
     iterations: Option<u64>,
@@ -166,6 +174,12 @@ fn build_config(a: &DaemonArgs) -> anyhow::Result<Config> {
     }
     if let Some(m) = &a.metrics {
         c.metrics = Some(m.clone());
+    }
+    if let Some(d) = &a.textfile {
+        c.textfile_dir = Some(d.display().to_string());
+    }
+    if let Some(n) = a.metrics_top_processes {
+        c.metrics_top_processes = n.into();
     }
     // A bare port binds the loopback address only.
     if let Some(port) = c.metrics.as_deref().and_then(|m| m.parse::<u16>().ok()) {
@@ -330,16 +344,13 @@ fn open_log(p: &std::path::Path) -> anyhow::Result<std::fs::File> {
 pub fn run(a: DaemonArgs) -> anyhow::Result<ExitCode> {
     let cfg = build_config(&a)?;
     raise_nofile_limit();
-    let metrics = match &cfg.metrics {
-        Some(addr) => {
-            let m = Arc::new(Metrics::new());
-            let bound = metrics::serve(m.clone(), addr)
-                .map_err(|e| anyhow::anyhow!("cannot serve metrics on {addr}: {e}"))?;
-            crate::warnln!("metrics on http://{bound}/metrics");
-            Some(m)
-        }
-        None => None,
-    };
+    let metrics = (cfg.metrics.is_some() || cfg.textfile_dir.is_some())
+        .then(|| Arc::new(Metrics::with_top_processes(cfg.metrics_top_processes)));
+    if let (Some(addr), Some(m)) = (&cfg.metrics, &metrics) {
+        let bound = metrics::serve(m.clone(), addr)
+            .map_err(|e| anyhow::anyhow!("cannot serve metrics on {addr}: {e}"))?;
+        crate::warnln!("metrics on http://{bound}/metrics");
+    }
     let mut log_file = match &cfg.log_file {
         Some(p) => Some(open_log(std::path::Path::new(p))?),
         None => None,
