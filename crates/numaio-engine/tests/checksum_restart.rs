@@ -11,6 +11,7 @@ use numaio_engine::integrity::{IntegrityConfig, IntegrityStage};
 use numaio_engine::power_loss::{PowerLossBackend, PowerLossOptions};
 use numaio_engine::sumfile::sum_path;
 use numaio_engine::{Backend, Engine, EngineError, OpenOptions, PolicyKind, PsyncBackend};
+use numaio_testkit::Rng;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
@@ -177,21 +178,6 @@ fn a_foreign_or_mismatched_sum_file_is_refused_and_left_alone() {
     assert_eq!(std::fs::read(sum_path(&path2)).unwrap(), before);
 }
 
-/// splitmix64, so a seed names the same workload whatever crate versions are used.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
-
 const SPAN_BLOCKS: u64 = 32;
 
 /// One cut point; returns (blocks verified after the cut, whether a corrupted block was
@@ -238,7 +224,7 @@ fn one_cut(seed: u64) -> Result<(u64, bool), String> {
         } else {
             let off = rng.below(SPAN_BLOCKS * BS as u64 - 1);
             let len = (1 + rng.below(3 * BS as u64)).min(SPAN_BLOCKS * BS as u64 - off);
-            let data = pattern(rng.next(), len as usize);
+            let data = pattern(rng.next_u64(), len as usize);
             f.pwrite(&data, off)
                 .map_err(|e| format!("seed {seed} op {i} pwrite: {e}"))?;
             for b in off / BS as u64..=(off + len - 1) / BS as u64 {

@@ -15,6 +15,7 @@ use numaio_engine::power_loss::{PowerLossBackend, PowerLossControl, PowerLossOpt
 use numaio_engine::{
     Backend, Engine, EngineConfig, FileHandle, OpenOptions, PolicyKind, PsyncBackend,
 };
+use numaio_testkit::{env_u64, Rng};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
@@ -22,31 +23,6 @@ use std::time::Instant;
 const BS: usize = 4096;
 /// Files span this many bytes: several times the cache, so eviction writes back constantly.
 const SPAN: u64 = 48 * BS as u64;
-
-/// splitmix64: the workload of a seed must stay the same whatever crate versions are used,
-/// so a printed seed reproduces a failure later.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
-
-fn env_u64(name: &str, default: u64) -> u64 {
-    match std::env::var(name) {
-        Ok(v) => v
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={v:?} is not a whole number")),
-        Err(_) => default,
-    }
-}
 
 /// What one file must look like after the cut.
 #[derive(Default, Clone)]
@@ -272,7 +248,7 @@ fn one_cut(seed: u64, dir: &Path, tally: &mut Tally) -> Result<(), String> {
             0..=4 => {
                 let len = 1 + rng.below(3 * BS as u64 + 100) as usize;
                 let off = rng.below(SPAN);
-                let data = pattern(rng.next(), len);
+                let data = pattern(rng.next_u64(), len);
                 let n = f
                     .pwrite(&data, off)
                     .map_err(|e| format!("{}: {e}", ctx(i, "pwrite")))?;
@@ -303,7 +279,7 @@ fn one_cut(seed: u64, dir: &Path, tally: &mut Tally) -> Result<(), String> {
                 // Zero-copy write of one block's range.
                 let off = rng.below(SPAN);
                 let len = 1 + rng.below(BS as u64 - off % BS as u64) as usize;
-                let data = pattern(rng.next(), len);
+                let data = pattern(rng.next_u64(), len);
                 let mut pin = f
                     .get_mut(off, len)
                     .map_err(|e| format!("{}: {e}", ctx(i, "get_mut")))?;

@@ -86,6 +86,38 @@ macro_rules! require {
     };
 }
 
+/// splitmix64: a seeded generator whose sequence never changes with crate versions, so a
+/// seed printed by a failing randomized test reproduces the same workload later.
+#[derive(Debug, Clone)]
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A number below `n` (0 when `n` is 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+}
+
+/// A whole number from the environment variable `name`, or `default` when it is unset;
+/// panics naming the variable when it is set but not a whole number.
+pub fn env_u64(name: &str, default: u64) -> u64 {
+    match std::env::var(name) {
+        Ok(v) => v
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={v:?} is not a whole number")),
+        Err(_) => default,
+    }
+}
+
 /// Whether the process runs as root.
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
