@@ -97,7 +97,7 @@ fn scrape_answers_metrics() {
     let actions = s
         .samples
         .iter()
-        .find(|x| x.metric == "numaio_actions_total")
+        .find(|x| x.metric == "numaio_actions_total" && x.labels.get("kind") == Some("pull-data"))
         .expect("numaio_actions_total");
     assert_eq!(actions.value, prometheus_parse::Value::Counter(7.0));
     assert!(s.samples.iter().any(|x| x.metric == "numaio_build_info"));
