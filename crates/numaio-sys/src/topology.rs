@@ -383,7 +383,14 @@ pub fn parse_size(s: &str) -> Option<u64> {
     if s.is_empty() {
         return None;
     }
-    BINARY.parse_size(s).ok()
+    // parse-size rounds a mantissa of more than 19 digits by adding one to it, which
+    // overflows at u64::MAX. No size we accept needs that many digits, and every accepted size
+    // stays below 10^19 bytes (8.6 EiB), so its decimal form reads back.
+    const LIMIT: u64 = 10_000_000_000_000_000_000;
+    if s.bytes().filter(u8::is_ascii_digit).count() > 19 {
+        return None;
+    }
+    BINARY.parse_size(s).ok().filter(|&v| v < LIMIT)
 }
 
 /// A path under the live sysfs node directory (for callers that need extra files).
@@ -533,6 +540,10 @@ mod tests {
 
     #[test]
     fn sizes() {
+        // A rounded 20-digit mantissa used to overflow inside parse-size (found by fuzzing).
+        assert_eq!(parse_size(" 000.00 00018446744073709551615 00000"), None);
+        assert_eq!(parse_size("18446744073709551615"), None);
+        assert_eq!(parse_size("14E"), None);
         assert_eq!(parse_size("4096"), Some(4096));
         assert_eq!(parse_size("1M"), Some(1 << 20));
         assert_eq!(parse_size("2GiB"), Some(2 << 30));
