@@ -14,6 +14,9 @@
 #                                OOM (for long runs), report them all at the end
 #   FUZZ_REQUIRED=1              fail instead of skipping when nightly or cargo-fuzz is missing
 #   FUZZ_LOG_DIR=DIR             keep each target's libFuzzer log there (default: a temp dir)
+#   FUZZ_SEED=N                  libFuzzer's -seed (default: random; test.sh fixes it in CI so
+#                                that the gate replays the same mutations and new finds come
+#                                from the documented longer runs)
 set -uo pipefail
 cd "$(dirname "$0")/../fuzz"
 [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
@@ -61,6 +64,7 @@ for t in $targets; do
     mkdir -p "$work/$t" "artifacts/$t"
     args=(-max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1
           -artifact_prefix="artifacts/$t/")
+    [ -n "${FUZZ_SEED:-}" ] && args+=(-seed="$FUZZ_SEED")
     [ "${FUZZ_KEEP_GOING:-0}" = 1 ] &&
         args+=(-fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1)
     # New inputs go to the scratch directory (first); the seeds are only read.

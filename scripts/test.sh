@@ -48,7 +48,7 @@ else
 fi
 # Every fuzz target for a short time from the seed corpus (nightly + cargo-fuzz; see
 # docs/fuzzing.md for the longer runs).
-step fuzz     env FUZZ_REQUIRED=1 bash scripts/fuzz.sh 10
+step fuzz     env FUZZ_REQUIRED=1 FUZZ_SEED=1 bash scripts/fuzz.sh 10
 step lab      cargo test -p numaio-lab --no-fail-fast -- --ignored --test-threads=2
 
 echo
