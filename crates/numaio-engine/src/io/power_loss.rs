@@ -207,66 +207,37 @@ fn fstat(fd: RawFd) -> io::Result<libc::stat> {
     Ok(st)
 }
 
+/// `fd` as a `File` that is never closed here: the caller owns the descriptor.
+fn borrowed(fd: RawFd) -> std::mem::ManuallyDrop<std::fs::File> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: callers keep `fd` open while the result is used, and `ManuallyDrop` never
+    // closes it, so ownership stays with the caller.
+    std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(fd) })
+}
+
 /// Reads the whole file behind `fd` (positional reads, so the descriptor's offset is kept).
 fn read_all(fd: RawFd, len: u64) -> io::Result<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let f = borrowed(fd);
     let mut buf = vec![0u8; len as usize];
     let mut done = 0usize;
     while done < buf.len() {
-        let rest = &mut buf[done..];
-        // SAFETY: `rest` is a live, writable buffer of `rest.len()` bytes.
-        let r = unsafe {
-            libc::pread(
-                fd,
-                rest.as_mut_ptr() as *mut _,
-                rest.len(),
-                done as libc::off_t,
-            )
-        };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
+        match f.read_at(&mut buf[done..], done as u64) {
+            Ok(0) => {
+                buf.truncate(done);
+                break;
             }
-            return Err(e);
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
         }
-        if r == 0 {
-            buf.truncate(done);
-            break;
-        }
-        done += r as usize;
     }
     Ok(buf)
 }
 
 fn write_all(fd: RawFd, data: &[u8]) -> io::Result<()> {
-    let mut done = 0usize;
-    while done < data.len() {
-        let rest = &data[done..];
-        // SAFETY: `rest` is a live buffer of `rest.len()` bytes.
-        let r = unsafe {
-            libc::pwrite(
-                fd,
-                rest.as_ptr() as *const _,
-                rest.len(),
-                done as libc::off_t,
-            )
-        };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        if r == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::WriteZero,
-                "pwrite wrote 0 bytes",
-            ));
-        }
-        done += r as usize;
-    }
-    Ok(())
+    use std::os::unix::fs::FileExt;
+    borrowed(fd).write_all_at(data, 0)
 }
 
 /// Small deterministic generator for the cut's choices (splitmix64).
