@@ -17,6 +17,9 @@
 #   FUZZ_SEED=N                  libFuzzer's -seed (default: random; test.sh fixes it in CI so
 #                                that the gate replays the same mutations and new finds come
 #                                from the documented longer runs)
+#   FUZZ_RUNS=N                  stop each target after N inputs (libFuzzer's -runs); with
+#                                FUZZ_SEED the run is then the same every time, and the
+#                                seconds only bound it
 set -uo pipefail
 cd "$(dirname "$0")/../fuzz"
 [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
@@ -55,7 +58,7 @@ if [ -n "${FUZZ_TARGETS:-}" ]; then
 else
     build || { echo "fuzz: build failed" >&2; exit 1; }
 fi
-echo "fuzz: built in $((SECONDS - t0)) s; running each target for $secs s (logs in $logs)"
+echo "fuzz: built in $((SECONDS - t0)) s; running each target for $secs s${FUZZ_RUNS:+ or $FUZZ_RUNS inputs} (logs in $logs)"
 
 fail=0
 printf '%-16s %-6s %12s %9s %7s %7s\n' target result execs exec/s cov ft
@@ -65,11 +68,14 @@ for t in $targets; do
     args=(-max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1
           -artifact_prefix="artifacts/$t/")
     [ -n "${FUZZ_SEED:-}" ] && args+=(-seed="$FUZZ_SEED")
+    [ -n "${FUZZ_RUNS:-}" ] && args+=(-runs="$FUZZ_RUNS")
     [ "${FUZZ_KEEP_GOING:-0}" = 1 ] &&
         args+=(-fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1)
     # New inputs go to the scratch directory (first); the seeds are only read.
+    started=$SECONDS
     "$bindir/$t" "${args[@]}" "$work/$t" "corpus/$t" >"$logs/$t.log" 2>&1
     rc=$?
+    took=$((SECONDS - started > 0 ? SECONDS - started : 1))
     # Plain mode ends with "#N DONE cov: C ft: F ..."; fork mode prints "#N: cov: C ft: F ...".
     last="$(grep -E '^#[0-9]+:?[[:space:]]+(DONE|cov:|pulse|NEW|REDUCE|INITED)' "$logs/$t.log" | tail -1)"
     execs="$(grep -m1 'stat::number_of_executed_units' "$logs/$t.log" | awk '{print $2}')"
@@ -83,7 +89,7 @@ for t in $targets; do
         fail=1
     fi
     printf '%-16s %-6s %12s %9s %7s %7s\n' "$t" "$result" "${execs:-?}" \
-        "$(( ${execs:-0} / secs ))" "${cov:-?}" "${ft:-?}"
+        "$(( ${execs:-0} / took ))" "${cov:-?}" "${ft:-?}"
     if [ "$result" = FAIL ]; then
         grep -m3 -E 'panicked at|^SUMMARY|ERROR: libFuzzer' "$logs/$t.log" | sed 's/^/    /'
         find "artifacts/$t" -type f | head -5 | sed 's/^/    input: fuzz\//'

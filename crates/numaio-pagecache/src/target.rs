@@ -109,8 +109,17 @@ impl Target {
         match self {
             Target::Node(_) => max,
             Target::Stripe { chunk, .. } if *chunk >= page_size => {
+                // Whole chunks at a time; a node listed twice in a row (or a one-node list)
+                // continues the run into the next chunk.
                 let pages_per_chunk = chunk / page_size;
-                (pages_per_chunk - page_index % pages_per_chunk).min(max)
+                let n = self.node_for_page(page_index, page_size);
+                let mut len = pages_per_chunk - page_index % pages_per_chunk;
+                while len < max
+                    && self.node_for_page(page_index.saturating_add(len), page_size) == n
+                {
+                    len = len.saturating_add(pages_per_chunk);
+                }
+                len.min(max)
             }
             _ => {
                 let n = self.node_for_page(page_index, page_size);
@@ -316,6 +325,23 @@ impl fmt::Display for Target {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stripe_runs_continue_across_chunks_of_the_same_node() {
+        let ps = 4096;
+        let one = Target::Stripe {
+            nodes: vec![0],
+            chunk: ps,
+        };
+        assert_eq!(one.run_len(0, ps, 64), 64);
+        let twice = Target::Stripe {
+            nodes: vec![1, 1, 0],
+            chunk: 2 * ps,
+        };
+        assert_eq!(twice.run_len(1, ps, 64), 3);
+        assert_eq!(twice.run_len(4, ps, 64), 2);
+        assert_eq!(twice.run_len(6, ps, 64), 4);
+    }
 
     #[test]
     fn node_for_page_follows_each_shape() {
