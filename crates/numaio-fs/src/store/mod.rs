@@ -1,0 +1,62 @@
+//! Where a volume's blocks live: devices, each on one NUMA node.
+//!
+//! [`BlockStore`] is the one interface the file system uses to reach its devices; the
+//! implementations differ in what backs a device (a block device or file, through the numaio
+//! engine or plain positional I/O; a memory zone bound to a node; an in-memory image for
+//! tests) but not in their contract: `write_at` may be lost until `sync` of that device
+//! returns, and a completed `sync` makes every write before it durable.
+
+mod mem;
+
+pub use mem::{CrashMode, MemStore};
+
+use crate::FsError;
+use std::path::PathBuf;
+
+/// What backs a device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DeviceKind {
+    /// A block device (`/dev/nvme0n1`, `/dev/pmem0` used as a block device).
+    BlockDevice,
+    /// A regular file standing in for a device.
+    File,
+    /// Anonymous memory bound to a node: lost on unmount.
+    RamZone,
+    /// A mapped persistent-memory device or file on a DAX file system: survives unmount.
+    PmemZone,
+    /// In-memory test image.
+    Memory,
+}
+
+/// One device of a volume.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DeviceInfo {
+    /// Path as given by the user (for messages); I/O goes through the store's open handle.
+    pub path: PathBuf,
+    /// NUMA node the device belongs to.
+    pub node: u32,
+    /// Usable size in bytes.
+    pub bytes: u64,
+    pub kind: DeviceKind,
+}
+
+/// Block I/O on a volume's devices. Offsets and lengths are in bytes; the file system only
+/// issues whole, aligned blocks, but implementations must not rely on it for correctness.
+pub trait BlockStore: Send + Sync {
+    /// The devices, in volume order (the index is the `dev` of an extent).
+    fn devices(&self) -> &[DeviceInfo];
+    /// Fills `buf` from `dev` at `offset`; reading past the device's end is an error.
+    fn read_at(&self, dev: u16, offset: u64, buf: &mut [u8]) -> Result<(), FsError>;
+    /// Writes `data` to `dev` at `offset`; not durable until [`BlockStore::sync`].
+    fn write_at(&self, dev: u16, offset: u64, data: &[u8]) -> Result<(), FsError>;
+    /// Makes every write to `dev` completed before the call durable.
+    fn sync(&self, dev: u16) -> Result<(), FsError>;
+    /// Syncs every device.
+    fn sync_all(&self) -> Result<(), FsError> {
+        for dev in 0..self.devices().len() {
+            self.sync(dev as u16)?;
+        }
+        Ok(())
+    }
+}
