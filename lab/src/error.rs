@@ -20,6 +20,8 @@ pub enum LabError {
     BadTopology(String),
     #[error("bad disk spec: {0}")]
     BadDisk(String),
+    #[error("bad node device: {0}")]
+    BadNodeDevice(String),
     #[error("building the guest {what} failed: {detail}")]
     Build { what: String, detail: String },
     #[error("QEMU could not boot this guest ({status}); QEMU said:\n{stderr}\n--- console tail ---\n{console_tail}")]

@@ -1,7 +1,8 @@
 //! The guest's initramfs, built as up to three gzip'd newc cpio archives that the kernel
 //! unpacks one after the other (a concatenation is a valid initramfs):
 //! - base: busybox-static and its applet links, numactl (+ libnuma), vmtouch when the host
-//!   has it, the virtio modules, /etc/passwd and /etc/group, `/bin/as-nobody` and `/init`.
+//!   has it, the virtio and NVDIMM modules, /etc/passwd and /etc/group, `/bin/as-nobody`,
+//!   `/bin/node-disk`, `/bin/node-pmem` (see [`crate::nodedev`]) and `/init`.
 //!   Cached in the lab cache, keyed by the inputs' paths, sizes and mtimes.
 //! - bins: every binary the workspace built in `<target>/release` (stripped), with the
 //!   shared libraries `ldd` lists, at the paths `ldd` prints. Cached the same way.
@@ -10,6 +11,7 @@
 use crate::cpio::Cpio;
 use crate::error::{LabError, LabResult};
 use crate::kernel::Kernel;
+use crate::nodedev::{GUEST_NODE_DEVICES, NODE_DISK_HELPER, NODE_PMEM_HELPER};
 use std::collections::BTreeSet;
 use std::hash::{Hash, Hasher};
 use std::io::Write;
@@ -27,7 +29,7 @@ pub const GUEST_DISK_FLAG: &str = "/etc/numaio-lab/disk";
 pub const GUEST_MODULES_DIR: &str = "/lib/modules/numaio-lab";
 
 /// Bumped whenever the base archive's layout or /init changes, to invalidate caches.
-const BASE_LAYOUT_VERSION: u32 = 4;
+const BASE_LAYOUT_VERSION: u32 = 5;
 
 /// The guest's /init.
 pub const INIT: &str = r#"#!/bin/sh
@@ -38,6 +40,33 @@ mount -t devtmpfs devtmpfs /dev
 mount -t tmpfs -o mode=1777 tmpfs /tmp
 mkdir -p /dev/shm && mount -t tmpfs -o mode=1777 tmpfs /dev/shm
 setup_rc=0
+if [ -e /etc/numaio-lab/node-devices ]; then
+  . /etc/numaio-lab/node-devices
+  if [ "$want_pmem" -gt 0 ]; then
+    for m in libnvdimm nfit nd_btt nd_pmem; do
+      insmod /lib/modules/numaio-lab/$m.ko || { echo "numaio-lab: insmod $m failed"; setup_rc=125; }
+    done
+  fi
+  # NVMe and pmem devices are probed asynchronously: wait for all of them (up to 20 s)
+  i=0
+  while :; do
+    nd=$(ls -d /sys/block/nvme*n* 2>/dev/null | wc -l)
+    np=$(ls -d /sys/block/pmem* 2>/dev/null | wc -l)
+    [ "$nd" -ge "$want_disks" ] && [ "$np" -ge "$want_pmem" ] && break
+    [ $i -ge 400 ] && break
+    usleep 50000; i=$((i+1))
+  done
+  [ "$nd" -eq "$want_disks" ] || { echo "numaio-lab: $want_disks node disk(s) attached, the guest shows $nd"; setup_rc=125; }
+  [ "$np" -eq "$want_pmem" ] || { echo "numaio-lab: $want_pmem pmem device(s) attached, the guest shows $np"; setup_rc=125; }
+  for b in /sys/block/nvme*n*; do
+    [ -e "$b" ] || continue
+    echo "$(cat $b/device/numa_node 2>/dev/null || echo '?') /dev/${b##*/} $(cat $b/device/serial 2>/dev/null || echo '?')"
+  done | sort -k1,1n -k3,3 > /tmp/node-disks
+  for b in /sys/block/pmem*; do
+    [ -e "$b" ] || continue
+    echo "$(cat $b/device/numa_node 2>/dev/null || echo '?') /dev/${b##*/}"
+  done | sort -k1,1n > /tmp/node-pmem
+fi
 if [ -e /etc/numaio-lab/disk ]; then
   for m in virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci virtio_blk; do
     insmod /lib/modules/numaio-lab/$m.ko || { echo "numaio-lab: insmod $m failed"; setup_rc=125; }
@@ -55,7 +84,7 @@ if [ $setup_rc -eq 0 ]; then
 else
   rc=$setup_rc
 fi
-[ -e /etc/numaio-lab/disk ] && sync
+if [ -e /etc/numaio-lab/disk ] || [ -e /etc/numaio-lab/node-devices ]; then sync; fi
 echo
 echo "@@NUMAIO-LAB-END rc=$rc@@"
 poweroff -f
@@ -228,11 +257,20 @@ pub fn base(cache: &Path, kernel: &Kernel) -> LabResult<PathBuf> {
         .iter()
         .filter_map(|n| find_host_tool(n))
         .collect();
-    let modules = kernel.virtio_modules().unwrap_or_default();
+    // modules a kernel lacks are left out here; a scenario that needs them fails before
+    // booting, naming the missing module
+    let modules: Vec<PathBuf> = kernel
+        .virtio_modules()
+        .unwrap_or_default()
+        .into_iter()
+        .chain(kernel.nvdimm_modules().unwrap_or_default())
+        .collect();
 
     let mut h = std::collections::hash_map::DefaultHasher::new();
     BASE_LAYOUT_VERSION.hash(&mut h);
     INIT.hash(&mut h);
+    NODE_DISK_HELPER.hash(&mut h);
+    NODE_PMEM_HELPER.hash(&mut h);
     for p in [&busybox, &numactl]
         .into_iter()
         .chain(&optional)
@@ -297,6 +335,8 @@ pub fn base(cache: &Path, kernel: &Kernel) -> LabResult<PathBuf> {
         c.file("etc/passwd", 0o644, PASSWD.as_bytes());
         c.file("etc/group", 0o644, GROUP.as_bytes());
         c.file("bin/as-nobody", 0o755, AS_NOBODY.as_bytes());
+        c.file("bin/node-disk", 0o755, NODE_DISK_HELPER.as_bytes());
+        c.file("bin/node-pmem", 0o755, NODE_PMEM_HELPER.as_bytes());
         c.file("init", 0o755, INIT.as_bytes());
         Ok(c.finish())
     })
@@ -394,12 +434,21 @@ pub struct GuestFile {
     pub with_libs: bool,
 }
 
-/// The per-run archive: scenario script, disk flag, extra files.
-pub fn run_archive(script: &str, disk: bool, files: &[GuestFile]) -> LabResult<Vec<u8>> {
+/// The per-run archive: scenario script, disk flag, node devices (the contents of
+/// [`GUEST_NODE_DEVICES`], if any), extra files.
+pub fn run_archive(
+    script: &str,
+    disk: bool,
+    node_devices: Option<&str>,
+    files: &[GuestFile],
+) -> LabResult<Vec<u8>> {
     let mut c = Cpio::new();
     c.file(GUEST_SCENARIO, 0o755, script.as_bytes());
     if disk {
         c.file(GUEST_DISK_FLAG, 0o644, b"");
+    }
+    if let Some(conf) = node_devices {
+        c.file(GUEST_NODE_DEVICES, 0o644, conf.as_bytes());
     }
     let mut seen = BTreeSet::new();
     for f in files {

@@ -25,6 +25,14 @@ pub const VIRTIO_MODULES: [&str; 6] = [
     "kernel/drivers/block/virtio_blk.ko",
 ];
 
+/// The modules persistent memory (NVDIMM) needs, in load order.
+pub const NVDIMM_MODULES: [&str; 4] = [
+    "kernel/drivers/nvdimm/libnvdimm.ko",
+    "kernel/drivers/acpi/nfit/nfit.ko",
+    "kernel/drivers/nvdimm/nd_btt.ko",
+    "kernel/drivers/nvdimm/nd_pmem.ko",
+];
+
 impl Kernel {
     /// A kernel at `vmlinuz`; its modules are looked for next to it (an extracted package:
     /// `<root>/boot/vmlinuz-V` with `<root>/lib/modules/V`) and then on the host
@@ -59,24 +67,32 @@ impl Kernel {
 
     /// The modules a virtio disk needs, or an error naming the first one missing.
     pub fn virtio_modules(&self) -> LabResult<Vec<PathBuf>> {
+        self.modules_for("the virtio disk", &VIRTIO_MODULES)
+    }
+
+    /// The modules persistent memory needs, or an error naming the first one missing.
+    pub fn nvdimm_modules(&self) -> LabResult<Vec<PathBuf>> {
+        self.modules_for("persistent memory (NVDIMM)", &NVDIMM_MODULES)
+    }
+
+    fn modules_for(&self, what: &str, list: &[&str]) -> LabResult<Vec<PathBuf>> {
         let Some(dir) = &self.modules else {
             return Err(LabError::MissingHostFile {
-                what: "kernel modules for the virtio disk".into(),
+                what: format!("kernel modules for {what}"),
                 path: self.vmlinuz.clone(),
                 hint: "no lib/modules/<version> found next to this kernel or on the host; use the kernel fetched by `numaio-lab fetch-kernel`".into(),
             });
         };
-        VIRTIO_MODULES
-            .iter()
+        list.iter()
             .map(|m| {
                 let p = dir.join(m);
                 if p.is_file() {
                     Ok(p)
                 } else {
                     Err(LabError::MissingHostFile {
-                        what: "virtio kernel module".into(),
+                        what: format!("kernel module for {what}"),
                         path: p,
-                        hint: "the modules directory does not match the kernel".into(),
+                        hint: "this guest kernel lacks it (or the modules directory does not match the kernel); use a kernel built with it as a module".into(),
                     })
                 }
             })

@@ -23,6 +23,7 @@ pub mod disk;
 pub mod error;
 pub mod initramfs;
 pub mod kernel;
+pub mod nodedev;
 pub mod powercut;
 pub mod powerload;
 pub mod probe;
@@ -33,6 +34,7 @@ pub mod writelog;
 pub use disk::{Content, DiskFile, DiskImage, DiskSpec, FsckReport, GUEST_MOUNT};
 pub use error::{LabError, LabResult};
 pub use initramfs::{GuestFile, GUEST_BIN_DIR};
+pub use nodedev::{blank_image, GuestNodeDisk, NodeDisk, NodePmem};
 pub use powercut::PowerCut;
 pub use qemu::Accel;
 pub use topology::{ExpectedNode, LabNode, LabTopology};
@@ -144,16 +146,24 @@ impl LabConfig {
                 log.display()
             )))?;
         }
+        nodedev::validate(&s.topology, &s.node_disks, &s.node_pmem)?;
         let has_disk = s.disk.is_some() || s.disk_image.is_some();
+        let has_node_devices = !s.node_disks.is_empty() || !s.node_pmem.is_empty();
         let qemu = qemu::find_qemu()?;
         let kernel = kernel::find(self.kernel.as_deref(), &self.cache)?;
         if has_disk {
             kernel.virtio_modules()?;
         }
+        if !s.node_pmem.is_empty() {
+            kernel.nvdimm_modules()?;
+        }
         warn_if_stale(&self.bin_dir);
         let base = initramfs::base(&self.cache, &kernel)?;
         let bins = initramfs::bins(&self.cache, &self.bin_dir)?;
-        let run = initramfs::run_archive(&s.script, has_disk, &s.files)?;
+        let mut topology_args = match &s.hmat {
+            Some((l, b)) => s.topology.qemu_args_hmat(l, b),
+            None => s.topology.qemu_args(),
+        };
 
         // a private directory per run, so guests can run side by side
         let work = tempfile::Builder::new()
@@ -166,7 +176,25 @@ impl LabConfig {
         all.extend(
             std::fs::read(&bins).map_err(LabError::io(format!("reading {}", bins.display())))?,
         );
-        all.extend(run);
+        let node_conf = if has_node_devices {
+            let (args, conf) = nodedev::qemu_args(
+                &s.topology,
+                &s.node_disks,
+                &s.node_pmem,
+                work.path(),
+                &mut topology_args,
+            )?;
+            topology_args.extend(args);
+            Some(conf)
+        } else {
+            None
+        };
+        all.extend(initramfs::run_archive(
+            &s.script,
+            has_disk,
+            node_conf.as_deref(),
+            &s.files,
+        )?);
         std::fs::write(&initrd, all)
             .map_err(LabError::io(format!("writing {}", initrd.display())))?;
         let disk = match &s.disk {
@@ -181,10 +209,7 @@ impl LabConfig {
                 disk: disk.as_deref(),
                 persistent_disk: s.disk_image.is_some(),
                 write_log: s.write_log.as_deref(),
-                topology_args: match &s.hmat {
-                    Some((l, b)) => s.topology.qemu_args_hmat(l, b),
-                    None => s.topology.qemu_args(),
-                },
+                topology_args,
                 kernel_args: &s.kernel_args,
                 timeout: s.timeout,
                 cut,
@@ -268,6 +293,10 @@ pub struct Scenario {
     pub kernel_args: Vec<String>,
     /// Advertised HMAT latency (ns) and bandwidth (MiB/s) per (initiator, target) QEMU node.
     pub hmat: Option<HmatValues>,
+    /// NVMe disks on nodes (see [`nodedev`]).
+    pub node_disks: Vec<NodeDisk>,
+    /// Persistent memory on nodes (see [`nodedev`]).
+    pub node_pmem: Vec<NodePmem>,
 }
 
 impl Scenario {
@@ -282,7 +311,51 @@ impl Scenario {
             timeout: DEFAULT_TIMEOUT,
             kernel_args: Vec::new(),
             hmat: None,
+            node_disks: Vec::new(),
+            node_pmem: Vec::new(),
         }
+    }
+
+    /// Adds a blank NVMe disk of `bytes` (a multiple of 1 MiB) on QEMU node `node`, behind a
+    /// PCI expander bridge on that node. Repeatable. The guest lists it in
+    /// `/tmp/node-disks` and `node-disk GUEST_NODE [K]` prints its device (see [`nodedev`]).
+    pub fn node_disk(mut self, node: usize, bytes: u64) -> Scenario {
+        self.node_disks.push(NodeDisk {
+            node,
+            backing: nodedev::Backing::Blank(bytes),
+        });
+        self
+    }
+
+    /// Like [`Scenario::node_disk`], on an existing image that is kept (make one with
+    /// [`blank_image`]): boot again on it to see what an earlier run wrote.
+    pub fn node_disk_image(mut self, node: usize, path: impl Into<PathBuf>) -> Scenario {
+        self.node_disks.push(NodeDisk {
+            node,
+            backing: nodedev::Backing::Image(path.into()),
+        });
+        self
+    }
+
+    /// Adds persistent memory (an NVDIMM) of `bytes` (a multiple of 2 MiB) on QEMU node
+    /// `node`, at most one per node. The guest lists it in `/tmp/node-pmem` and
+    /// `node-pmem GUEST_NODE` prints its device (see [`nodedev`]).
+    pub fn node_pmem(mut self, node: usize, bytes: u64) -> Scenario {
+        self.node_pmem.push(NodePmem {
+            node,
+            backing: nodedev::Backing::Blank(bytes),
+        });
+        self
+    }
+
+    /// Like [`Scenario::node_pmem`], backed by an existing file that is kept (its length is
+    /// the size): what a guest wrote survives a killed QEMU and shows in the next boot.
+    pub fn node_pmem_image(mut self, node: usize, path: impl Into<PathBuf>) -> Scenario {
+        self.node_pmem.push(NodePmem {
+            node,
+            backing: nodedev::Backing::Image(path.into()),
+        });
+        self
     }
 
     /// Gives the guest an ACPI HMAT with these values (see [`LabTopology::qemu_args_hmat`]).

@@ -1,0 +1,293 @@
+//! Lab tests of node devices: NVMe disks behind a PCI expander bridge on each node, and
+//! persistent memory on a node. The guest must show each device on its own node (after the
+//! guest's renumbering of CPU-less nodes), writes to one node's disk must show in that
+//! disk's counters only, and pmem contents must survive a killed QEMU.
+//!
+//! Needs the release binaries (`cargo build --release`) and the lab's kernel cache; see
+//! lab/README.md.
+
+use numaio_lab::{blank_image, GuestNodeDisk, LabTopology, Outcome, PowerCut, Scenario};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+const MIB: u64 = 1 << 20;
+
+/// Prints every NVMe namespace as `@@dev NAME NUMA_NODE SERIAL WRITE_SECTORS`, read
+/// straight from sysfs (not from /tmp/node-disks, which is under test).
+const PRELUDE: &str = r#"
+disks() { for b in /sys/block/nvme*n*; do set -- $(cat $b/stat); echo "@@dev ${b##*/} $(cat $b/device/numa_node) $(cat $b/device/serial) $7"; done; }
+"#;
+
+/// One `@@dev` line.
+#[derive(Debug, Clone)]
+struct Dev {
+    node: i64,
+    serial: String,
+    written: u64,
+}
+
+/// The `@@dev` lines between `@@begin NAME` and the next `@@begin`/end, by device name.
+fn devs(out: &Outcome, section: &str) -> BTreeMap<String, Dev> {
+    let mut in_section = false;
+    let mut m = BTreeMap::new();
+    for l in out.output.lines() {
+        if let Some(name) = l.strip_prefix("@@begin ") {
+            in_section = name.trim() == section;
+        } else if let (true, Some(rest)) = (in_section, l.strip_prefix("@@dev ")) {
+            let w: Vec<&str> = rest.split_whitespace().collect();
+            assert_eq!(w.len(), 4, "bad @@dev line {l:?}\n{}", out.report());
+            m.insert(
+                w[0].to_string(),
+                Dev {
+                    node: w[1].parse().expect("numa_node"),
+                    serial: w[2].to_string(),
+                    written: w[3].parse().expect("write sectors"),
+                },
+            );
+        }
+    }
+    assert!(!m.is_empty(), "no devices in section {section}\n{}", out.report());
+    m
+}
+
+/// The text between `@@begin NAME` and the next `@@begin`.
+fn section<'a>(out: &'a Outcome, name: &str) -> &'a str {
+    let start = out
+        .output
+        .find(&format!("@@begin {name}\n"))
+        .unwrap_or_else(|| panic!("section {name} missing\n{}", out.report()));
+    let body = &out.output[start..];
+    let body = &body[body.find('\n').unwrap() + 1..];
+    &body[..body.find("@@begin ").unwrap_or(body.len())]
+}
+
+/// QEMU node of a serial `node<N>-<K>`.
+fn qemu_node_of(serial: &str) -> usize {
+    serial
+        .strip_prefix("node")
+        .and_then(|r| r.split('-').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("serial {serial:?} does not name a node"))
+}
+
+/// Boots `topo` with `disks` (QEMU node of each disk, 16 MiB each), writes 4 MiB with
+/// O_DIRECT to the first disk of guest node `target` from a writer pinned to that node,
+/// and checks placement and counters.
+fn disks_on_nodes(topo: LabTopology, disks: &[usize], target: u32) {
+    let script = format!(
+        r#"{PRELUDE}
+echo "@@begin list"; cat /tmp/node-disks
+echo "@@begin before"; disks
+d=$(node-disk {target}) || exit 10
+echo "@@begin target"; echo "$d"
+echo "@@begin dd"
+numactl --cpunodebind={target} --membind={target} dd if=/dev/zero of=$d bs=1M count=4 oflag=direct || exit 11
+echo "@@begin after"; disks
+echo "@@begin numaio-run"
+numaio run --cpunodebind {target} -- grep Cpus_allowed_list /proc/self/status || exit 12
+echo "@@begin none"; node-disk 99; echo "rc=$?"
+"#
+    );
+    let mut s = Scenario::new(topo.clone(), script).timeout(Duration::from_secs(90));
+    for &n in disks {
+        s = s.node_disk(n, 16 * MIB);
+    }
+    let t = Instant::now();
+    let out = s.must_run();
+    eprintln!(
+        "{} nodes, {} disks: boot {:.1} s, whole run {:.1} s",
+        topo.nodes.len(),
+        disks.len(),
+        out.boot_time.as_secs_f64(),
+        t.elapsed().as_secs_f64()
+    );
+    assert_eq!(out.exit_code, 0, "{}", out.report());
+
+    // every disk on its node, guest numbering
+    let before = devs(&out, "before");
+    assert_eq!(before.len(), disks.len(), "{}", out.report());
+    let mut per_node: BTreeMap<usize, usize> = BTreeMap::new();
+    for (name, d) in &before {
+        let q = qemu_node_of(&d.serial);
+        *per_node.entry(q).or_default() += 1;
+        assert_eq!(
+            d.node,
+            topo.guest_node_id(q) as i64,
+            "{name} ({}) is on guest node {}, expected guest node {} (QEMU node {q})\n{}",
+            d.serial,
+            d.node,
+            topo.guest_node_id(q),
+            out.report()
+        );
+    }
+    let mut want: BTreeMap<usize, usize> = BTreeMap::new();
+    for &n in disks {
+        *want.entry(n).or_default() += 1;
+    }
+    assert_eq!(per_node, want, "disks per QEMU node\n{}", out.report());
+
+    // /tmp/node-disks says the same
+    let list = GuestNodeDisk::parse(section(&out, "list"));
+    assert_eq!(list.len(), disks.len(), "{}", out.report());
+    for l in &list {
+        let name = l.dev.trim_start_matches("/dev/");
+        let d = &before[name];
+        assert_eq!((l.node, &l.serial), (d.node, &d.serial), "{}", out.report());
+    }
+
+    // the helper picked the target node's first disk, and only it was written to
+    let target_dev = section(&out, "target").trim().to_string();
+    let target_name = target_dev.trim_start_matches("/dev/");
+    let q = topo.qemu_node_id(target).expect("target node exists") as usize;
+    assert_eq!(
+        before[target_name].serial,
+        format!("node{q}-0"),
+        "{}",
+        out.report()
+    );
+    let after = devs(&out, "after");
+    for (name, b) in &before {
+        let delta = after[name].written - b.written;
+        let expect = if name == target_name { 4 * MIB / 512 } else { 0 };
+        assert_eq!(
+            delta,
+            expect,
+            "{name} ({}): {delta} sectors written, expected {expect}\n{}",
+            b.serial,
+            out.report()
+        );
+    }
+
+    // `numaio run --cpunodebind` pins to the node's CPUs
+    let cpus = topo.cpus_of(q);
+    let want_cpus = match (cpus.first(), cpus.last()) {
+        (Some(a), Some(b)) if a == b => a.to_string(),
+        (Some(a), Some(b)) => format!("{a}-{b}"),
+        _ => panic!("target node {target} has no CPUs"),
+    };
+    assert!(
+        section(&out, "numaio-run").contains(&format!("Cpus_allowed_list:\t{want_cpus}")),
+        "{}",
+        out.report()
+    );
+    let none = section(&out, "none");
+    assert!(
+        none.contains("has no disk") && none.contains("rc=1"),
+        "{}",
+        out.report()
+    );
+}
+
+#[test]
+#[ignore = "lab: needs QEMU and the lab kernel; run by scripts/test.sh"]
+fn two_nodes_one_disk_each() {
+    disks_on_nodes(LabTopology::from_nodes(&[(1, 256), (1, 192)]), &[0, 1], 1);
+}
+
+#[test]
+#[ignore = "lab: needs QEMU and the lab kernel; run by scripts/test.sh"]
+fn four_nodes_with_a_cpu_less_node() {
+    // QEMU node 2 has no CPU: the guest calls it node 3 and calls QEMU node 3 node 2. Node 1
+    // has two disks, so the write must pick the right one of them too.
+    let topo = LabTopology::from_nodes(&[(1, 256), (1, 128), (0, 128), (1, 128)]);
+    disks_on_nodes(topo, &[0, 1, 2, 3, 1], 1);
+}
+
+#[test]
+#[ignore = "lab: needs QEMU and the lab kernel; run by scripts/test.sh"]
+fn pmem_and_disk_survive_a_killed_guest() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let pmem = dir.path().join("pmem1.img");
+    let disk = dir.path().join("disk1.img");
+    blank_image(&pmem, 16 * MIB).expect("pmem image");
+    blank_image(&disk, 16 * MIB).expect("disk image");
+    let topo = LabTopology::from_nodes(&[(1, 256), (1, 192)]);
+    let boot = |script: &str| {
+        Scenario::new(topo.clone(), script)
+            .node_pmem_image(1, &pmem)
+            .node_disk_image(1, &disk)
+            .timeout(Duration::from_secs(90))
+    };
+    // 1 MiB of random data at 1 MiB into each device; the guest prints its checksum, then
+    // idles until the host kills QEMU
+    let write = r#"
+cat /tmp/node-pmem
+p=$(node-pmem 1) || exit 10
+d=$(node-disk 1) || exit 11
+n=/sys/block/${p#/dev/}/device
+echo "pmem-node $(cat $n/numa_node) $(cat $n/target_node)"
+head -c 1048576 /dev/urandom > /tmp/data
+echo "sum $(md5sum < /tmp/data)"
+dd if=/tmp/data of=$p bs=4096 seek=256 oflag=direct conv=fsync 2>/dev/null || exit 12
+dd if=/tmp/data of=$d bs=4096 seek=256 oflag=direct conv=fsync 2>/dev/null || exit 13
+echo WRITTEN
+sleep 600
+"#;
+    let t = Instant::now();
+    let first = boot(write)
+        .run_with_cut(&PowerCut::after_lines("WRITTEN", 1))
+        .unwrap_or_else(|e| panic!("numaio lab could not run the scenario: {e}"));
+    eprintln!(
+        "pmem boot 1 (write, kill): {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    assert!(first.cut_at.is_some(), "{}", first.report());
+    assert!(
+        first.output.contains("pmem-node 1 1"),
+        "pmem numa_node/target_node\n{}",
+        first.report()
+    );
+    let sum = first
+        .output
+        .lines()
+        .find_map(|l| l.strip_prefix("sum "))
+        .and_then(|s| s.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no checksum\n{}", first.report()))
+        .to_string();
+
+    // the host file holds the bytes at the same offset (a label-less NVDIMM is one raw
+    // namespace covering the whole file)
+    let host = std::fs::read(&pmem).expect("reading the pmem image");
+    let host_disk = std::fs::read(&disk).expect("reading the disk image");
+    assert_eq!(
+        host[MIB as usize..2 * MIB as usize],
+        host_disk[MIB as usize..2 * MIB as usize],
+        "pmem and disk images differ at 1 MiB"
+    );
+    assert!(
+        host[MIB as usize..2 * MIB as usize].iter().any(|&b| b != 0),
+        "the pmem image has no data at 1 MiB"
+    );
+
+    let read = r#"
+p=$(node-pmem 1) || exit 10
+d=$(node-disk 1) || exit 11
+echo "pmem $(dd if=$p bs=4096 skip=256 count=256 2>/dev/null | md5sum)"
+echo "disk $(dd if=$d bs=4096 skip=256 count=256 iflag=direct 2>/dev/null | md5sum)"
+"#;
+    let t = Instant::now();
+    let second = boot(read).must_run();
+    eprintln!("pmem boot 2 (read): {:.1} s", t.elapsed().as_secs_f64());
+    assert_eq!(second.exit_code, 0, "{}", second.report());
+    for dev in ["pmem", "disk"] {
+        let got = second
+            .output
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{dev} ")))
+            .and_then(|s| s.split_whitespace().next())
+            .unwrap_or_else(|| panic!("no {dev} checksum\n{}", second.report()));
+        assert_eq!(got, sum, "{dev} lost data across the kill\n{}", second.report());
+    }
+}
+
+#[test]
+fn bad_node_devices_fail_before_booting() {
+    let s = Scenario::new(LabTopology::uniform(2), "true").node_disk(5, 16 * MIB);
+    let err = s.run().expect_err("node 5 does not exist");
+    let msg = err.to_string();
+    assert!(msg.contains("node 5") && msg.contains("0..=1"), "{msg}");
+    let s = Scenario::new(LabTopology::uniform(2), "true")
+        .node_pmem_image(1, "/nonexistent/pmem.img");
+    let msg = s.run().expect_err("no image").to_string();
+    assert!(msg.contains("/nonexistent/pmem.img"), "{msg}");
+}
