@@ -60,7 +60,8 @@ if [ -e /etc/numaio-lab/node-devices ]; then
   [ "$np" -eq "$want_pmem" ] || { echo "numaio-lab: $want_pmem pmem device(s) attached, the guest shows $np"; setup_rc=125; }
   for b in /sys/block/nvme*n*; do
     [ -e "$b" ] || continue
-    echo "$(cat $b/device/numa_node 2>/dev/null || echo '?') /dev/${b##*/} $(cat $b/device/serial 2>/dev/null || echo '?')"
+    # the kernel pads serials with spaces; the unquoted inner echo drops them
+    echo "$(cat $b/device/numa_node 2>/dev/null || echo '?') /dev/${b##*/} $(echo $(cat $b/device/serial 2>/dev/null || echo '?'))"
   done | sort -k1,1n -k3,3 > /tmp/node-disks
   for b in /sys/block/pmem*; do
     [ -e "$b" ] || continue

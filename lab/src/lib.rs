@@ -15,7 +15,12 @@
 //! Parts: [`topology`] (QEMU options, guest node renumbering, expected guest view),
 //! [`kernel`] (Debian cloud kernel, fetched and cached), [`initramfs`] (busybox + our
 //! binaries + /init), [`disk`] (ext4 image from a spec), [`qemu`] (the guest process),
-//! [`console`] (escape stripping, markers), [`probe`] (the guest-side `numaio-probe`).
+//! [`console`] (escape stripping, markers), [`probe`] (the guest-side `numaio-probe`),
+//! [`nodedev`] (NVMe disks and persistent memory on a node: [`Scenario::node_disk`],
+//! [`Scenario::node_pmem`], the guest's `/tmp/node-disks` and `node-disk N`).
+//!
+//! To pin a guest process to a node, scenarios use `numactl --cpunodebind=N --membind=N
+//! CMD` (numactl is in every guest) or the workspace's `numaio run --cpunodebind N -- CMD`.
 
 pub mod console;
 pub mod cpio;
@@ -267,17 +272,18 @@ fn warn_if_stale(bin_dir: &Path) {
     }
 }
 
+/// Advertised HMAT latency (ns) and bandwidth (MiB/s), indexed [initiator][target] by QEMU
+/// node id.
+pub type HmatValues = (Vec<Vec<u32>>, Vec<Vec<u64>>);
+
 /// One lab run: a topology, a busybox `sh` script, optional disk and extra files.
 ///
 /// In the guest: `PATH` has the workspace binaries (`numaio`, `numaio-probe`, ...) in
 /// `/usr/local/bin`, busybox applets, `numactl` (and `vmtouch` if the host has it);
 /// `/proc`, `/sys`, `/dev` are mounted, `/tmp` is a tmpfs, the disk (if any) is ext4 on
-/// `/mnt`. The script runs as root with stdin `/dev/null`; stderr is merged into stdout.
-/// `as-nobody CMD ARGS...` runs a command as uid/gid 65534.
-/// Advertised HMAT latency (ns) and bandwidth (MiB/s), indexed [initiator][target] by QEMU
-/// node id.
-pub type HmatValues = (Vec<Vec<u32>>, Vec<Vec<u64>>);
-
+/// `/mnt`, node devices are listed in `/tmp/node-disks` and `/tmp/node-pmem` (see
+/// [`nodedev`]). The script runs as root with stdin `/dev/null`; stderr is merged into
+/// stdout. `as-nobody CMD ARGS...` runs a command as uid/gid 65534.
 #[derive(Clone, Debug)]
 pub struct Scenario {
     pub topology: LabTopology,

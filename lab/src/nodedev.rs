@@ -133,8 +133,33 @@ pub fn blank_image(path: impl AsRef<Path>, bytes: u64) -> LabResult<()> {
             "creating the blank image {} (it must not exist yet)",
             path.display()
         )))?;
-    f.set_len(bytes)
-        .map_err(LabError::io(format!("sizing {} to {bytes} bytes", path.display())))
+    f.set_len(bytes).map_err(LabError::io(format!(
+        "sizing {} to {bytes} bytes",
+        path.display()
+    )))
+}
+
+/// Parses the CLI form `NODE=SIZE` (a blank device, SIZE like `16M`) or `NODE=PATH` (an
+/// existing image; a path has a `/`, e.g. `./d.img`).
+pub fn parse_node_arg(arg: &str) -> LabResult<(usize, Backing)> {
+    let (node, what) = arg.split_once('=').ok_or_else(|| {
+        bad(format!(
+            "{arg:?}: write NODE=SIZE (e.g. 1=16M) or NODE=PATH (e.g. 1=./d.img)"
+        ))
+    })?;
+    let node = node
+        .trim()
+        .parse()
+        .map_err(|_| bad(format!("{arg:?}: {node:?} is not a QEMU node id")))?;
+    if what.contains('/') {
+        return Ok((node, Backing::Image(what.into())));
+    }
+    let bytes = numaio_sys::topology::parse_size(what).ok_or_else(|| {
+        bad(format!(
+            "{arg:?}: {what:?} is not a size (e.g. 16M) nor a path (write ./{what} for a file here)"
+        ))
+    })?;
+    Ok((node, Backing::Blank(bytes)))
 }
 
 fn bad(msg: String) -> LabError {
@@ -249,7 +274,7 @@ pub(crate) fn qemu_args(
     disks: &[NodeDisk],
     pmem: &[NodePmem],
     work: &Path,
-    topology_args: &mut Vec<String>,
+    topology_args: &mut [String],
 ) -> LabResult<(Vec<String>, String)> {
     let pmem_total = validate(topo, disks, pmem)?;
     let mut a = Vec::new();
@@ -327,7 +352,10 @@ fn add_memory_slots(args: &mut [String], slots: usize, extra: u64) -> LabResult<
         .and_then(|v| v.strip_suffix('M'))
         .and_then(|v| v.parse().ok())
         .ok_or_else(|| bad(format!("unexpected -m value {:?}", args.get(i + 1))))?;
-    args[i + 1] = format!("{mib}M,slots={slots},maxmem={}M", mib + extra.div_ceil(1 << 20));
+    args[i + 1] = format!(
+        "{mib}M,slots={slots},maxmem={}M",
+        mib + extra.div_ceil(1 << 20)
+    );
     Ok(())
 }
 
@@ -378,15 +406,27 @@ mod tests {
         )
         .unwrap();
         let s = a.join(" ");
-        assert!(s.contains("pxb,id=numaio-pxb0,bus=pci.0,bus_nr=16,numa_node=0"), "{s}");
-        assert!(s.contains("pxb,id=numaio-pxb2,bus=pci.0,bus_nr=32,numa_node=2"), "{s}");
+        assert!(
+            s.contains("pxb,id=numaio-pxb0,bus=pci.0,bus_nr=16,numa_node=0"),
+            "{s}"
+        );
+        assert!(
+            s.contains("pxb,id=numaio-pxb2,bus=pci.0,bus_nr=32,numa_node=2"),
+            "{s}"
+        );
         assert!(s.contains("serial=node2-1,bus=numaio-pxb2"), "{s}");
         assert!(s.contains("serial=node0-0,bus=numaio-pxb0"), "{s}");
-        assert!(s.contains("nvdimm,id=numaio-nvd1,memdev=numaio-nv1,node=1"), "{s}");
+        assert!(
+            s.contains("nvdimm,id=numaio-nvd1,memdev=numaio-nv1,node=1"),
+            "{s}"
+        );
         assert!(s.contains("share=on"), "{s}");
         assert!(s.contains("cache=unsafe"), "{s}");
         assert_eq!(conf, "want_disks=3\nwant_pmem=1\n");
-        assert!(targs.join(" ").contains("-m 1536M,slots=1,maxmem=1552M"), "{targs:?}");
+        assert!(
+            targs.join(" ").contains("-m 1536M,slots=1,maxmem=1552M"),
+            "{targs:?}"
+        );
         let img = work.path().join("node2-1.img");
         assert_eq!(std::fs::metadata(img).unwrap().len(), 8 << 20);
     }
@@ -408,7 +448,10 @@ mod tests {
             backing: Backing::Image("/nonexistent/d.img".into()),
         };
         let m = msg(&[missing], &[]);
-        assert!(m.contains("/nonexistent/d.img") && m.contains("blank_image"), "{m}");
+        assert!(
+            m.contains("/nonexistent/d.img") && m.contains("blank_image"),
+            "{m}"
+        );
         let many: Vec<NodeDisk> = (0..=MAX_DISKS_PER_NODE).map(|_| disk(1, 1 << 20)).collect();
         assert!(msg(&many, &[]).contains("more than"));
     }
@@ -431,6 +474,21 @@ mod tests {
         };
         let m = validate(&topo, &[d], &[pm]).unwrap_err().to_string();
         assert!(m.contains("backs two"), "{m}");
+    }
+
+    #[test]
+    fn parses_cli_args() {
+        assert_eq!(
+            parse_node_arg("1=16M").unwrap(),
+            (1, Backing::Blank(16 << 20))
+        );
+        assert_eq!(
+            parse_node_arg("0=./d.img").unwrap(),
+            (0, Backing::Image("./d.img".into()))
+        );
+        for bad in ["1", "x=16M", "1=lots", "-1=4M"] {
+            assert!(parse_node_arg(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

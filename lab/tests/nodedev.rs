@@ -46,7 +46,11 @@ fn devs(out: &Outcome, section: &str) -> BTreeMap<String, Dev> {
             );
         }
     }
-    assert!(!m.is_empty(), "no devices in section {section}\n{}", out.report());
+    assert!(
+        !m.is_empty(),
+        "no devices in section {section}\n{}",
+        out.report()
+    );
     m
 }
 
@@ -138,7 +142,7 @@ echo "@@begin none"; node-disk 99; echo "rc=$?"
     // the helper picked the target node's first disk, and only it was written to
     let target_dev = section(&out, "target").trim().to_string();
     let target_name = target_dev.trim_start_matches("/dev/");
-    let q = topo.qemu_node_id(target).expect("target node exists") as usize;
+    let q = topo.qemu_node_id(target).expect("target node exists");
     assert_eq!(
         before[target_name].serial,
         format!("node{q}-0"),
@@ -148,7 +152,11 @@ echo "@@begin none"; node-disk 99; echo "rc=$?"
     let after = devs(&out, "after");
     for (name, b) in &before {
         let delta = after[name].written - b.written;
-        let expect = if name == target_name { 4 * MIB / 512 } else { 0 };
+        let expect = if name == target_name {
+            4 * MIB / 512
+        } else {
+            0
+        };
         assert_eq!(
             delta,
             expect,
@@ -276,7 +284,12 @@ echo "disk $(dd if=$d bs=4096 skip=256 count=256 iflag=direct 2>/dev/null | md5s
             .find_map(|l| l.strip_prefix(&format!("{dev} ")))
             .and_then(|s| s.split_whitespace().next())
             .unwrap_or_else(|| panic!("no {dev} checksum\n{}", second.report()));
-        assert_eq!(got, sum, "{dev} lost data across the kill\n{}", second.report());
+        assert_eq!(
+            got,
+            sum,
+            "{dev} lost data across the kill\n{}",
+            second.report()
+        );
     }
 }
 
@@ -286,8 +299,8 @@ fn bad_node_devices_fail_before_booting() {
     let err = s.run().expect_err("node 5 does not exist");
     let msg = err.to_string();
     assert!(msg.contains("node 5") && msg.contains("0..=1"), "{msg}");
-    let s = Scenario::new(LabTopology::uniform(2), "true")
-        .node_pmem_image(1, "/nonexistent/pmem.img");
+    let s =
+        Scenario::new(LabTopology::uniform(2), "true").node_pmem_image(1, "/nonexistent/pmem.img");
     let msg = s.run().expect_err("no image").to_string();
     assert!(msg.contains("/nonexistent/pmem.img"), "{msg}");
 }

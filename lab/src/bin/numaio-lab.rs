@@ -2,7 +2,7 @@
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
-use numaio_lab::{kernel, DiskSpec, LabConfig, LabNode, LabTopology, Scenario};
+use numaio_lab::{kernel, nodedev, DiskSpec, LabConfig, LabNode, LabTopology, Scenario};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -54,6 +54,14 @@ struct RunArgs {
     /// at /mnt. Repeatable.
     #[arg(long = "disk", value_name = "NAME=SIZE")]
     disk: Vec<String>,
+    /// An NVMe disk on QEMU node NODE: a blank one of SIZE (e.g. 1=16M) or an existing
+    /// image (e.g. 1=./d.img, kept). The guest lists them in /tmp/node-disks. Repeatable.
+    #[arg(long = "node-disk", value_name = "NODE=SIZE|PATH")]
+    node_disks: Vec<String>,
+    /// Persistent memory on QEMU node NODE: blank of SIZE (e.g. 1=16M) or backed by an
+    /// existing file (e.g. 1=./pmem.img, kept). The guest lists them in /tmp/node-pmem.
+    #[arg(long = "node-pmem", value_name = "NODE=SIZE|PATH")]
+    node_pmem: Vec<String>,
     /// Guest kernel (default: the one fetched into the lab cache).
     #[arg(long)]
     kernel: Option<PathBuf>,
@@ -144,6 +152,14 @@ fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
             d = d.file(DiskSpec::parse_file_arg(f)?);
         }
         s = s.disk(d);
+    }
+    for arg in &a.node_disks {
+        let (node, backing) = nodedev::parse_node_arg(arg)?;
+        s.node_disks.push(numaio_lab::NodeDisk { node, backing });
+    }
+    for arg in &a.node_pmem {
+        let (node, backing) = nodedev::parse_node_arg(arg)?;
+        s.node_pmem.push(numaio_lab::NodePmem { node, backing });
     }
     for b in a.host_binaries {
         s = s.host_binary(b);
