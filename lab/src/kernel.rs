@@ -229,3 +229,32 @@ pub fn fetch(cache: &Path) -> LabResult<Kernel> {
         ))
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An extracted package with the virtio modules only.
+    fn kernel_without_nvdimm(root: &Path) -> Kernel {
+        let ver = "6.1.0-test";
+        std::fs::create_dir_all(root.join("boot")).unwrap();
+        let vmlinuz = root.join(format!("boot/vmlinuz-{ver}"));
+        std::fs::write(&vmlinuz, b"").unwrap();
+        for m in VIRTIO_MODULES {
+            let p = root.join("lib/modules").join(ver).join(m);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, b"").unwrap();
+        }
+        Kernel::at(&vmlinuz).unwrap()
+    }
+
+    #[test]
+    fn a_missing_module_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let k = kernel_without_nvdimm(dir.path());
+        assert_eq!(k.virtio_modules().unwrap().len(), VIRTIO_MODULES.len());
+        let msg = k.nvdimm_modules().unwrap_err().to_string();
+        assert!(msg.contains("libnvdimm.ko"), "{msg}");
+        assert!(msg.contains("persistent memory"), "{msg}");
+    }
+}

@@ -304,3 +304,37 @@ fn bad_node_devices_fail_before_booting() {
     let msg = s.run().expect_err("no image").to_string();
     assert!(msg.contains("/nonexistent/pmem.img"), "{msg}");
 }
+
+#[test]
+fn a_kernel_without_pmem_modules_fails_before_booting() {
+    // an extracted kernel package with the virtio modules only
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ver = "6.1.0-test";
+    let vmlinuz = dir.path().join(format!("boot/vmlinuz-{ver}"));
+    std::fs::create_dir_all(vmlinuz.parent().unwrap()).unwrap();
+    std::fs::write(&vmlinuz, b"").unwrap();
+    for m in numaio_lab::kernel::VIRTIO_MODULES {
+        let p = dir.path().join("lib/modules").join(ver).join(m);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, b"").unwrap();
+    }
+    let cfg = numaio_lab::LabConfig {
+        kernel: Some(vmlinuz),
+        ..numaio_lab::LabConfig::from_env()
+    };
+    let s = Scenario::new(LabTopology::uniform(2), "true").node_pmem(1, 16 * MIB);
+    let err = cfg.run(&s).expect_err("no nvdimm modules, no run");
+    let msg = err.to_string();
+    match err {
+        numaio_lab::LabError::MissingHostFile { .. } => {
+            assert!(msg.contains("libnvdimm.ko"), "{msg}")
+        }
+        // a machine without QEMU fails earlier, with its own hint
+        numaio_lab::LabError::NoQemu(_) => {
+            eprintln!(
+                "SKIPPED: a_kernel_without_pmem_modules_fails_before_booting: no QEMU ({msg})"
+            )
+        }
+        other => panic!("unexpected error: {other}"),
+    }
+}
