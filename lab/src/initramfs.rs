@@ -11,7 +11,7 @@
 use crate::cpio::Cpio;
 use crate::error::{LabError, LabResult};
 use crate::kernel::Kernel;
-use crate::nodedev::{GUEST_NODE_DEVICES, NODE_DISK_HELPER, NODE_PMEM_HELPER};
+use crate::nodedev::{NODE_DISK_HELPER, NODE_PMEM_HELPER};
 use std::collections::BTreeSet;
 use std::hash::{Hash, Hasher};
 use std::io::Write;
@@ -27,6 +27,10 @@ pub const GUEST_SCENARIO: &str = "/etc/numaio-lab/scenario.sh";
 pub const GUEST_DISK_FLAG: &str = "/etc/numaio-lab/disk";
 /// Where the virtio modules are placed.
 pub const GUEST_MODULES_DIR: &str = "/lib/modules/numaio-lab";
+/// Where a scenario's extra kernel modules are placed ([`crate::Scenario::kernel_module`]).
+pub const GUEST_EXTRA_MODULES_DIR: &str = "/lib/modules/numaio-lab/extra";
+/// The extra modules to load, in order: `FILE SYSFS_NAME` per line.
+pub const GUEST_EXTRA_MODULES: &str = "/etc/numaio-lab/modules";
 
 /// Bumped whenever the base archive's layout or /init changes, to invalidate caches.
 const BASE_LAYOUT_VERSION: u32 = 5;
@@ -40,11 +44,16 @@ mount -t devtmpfs devtmpfs /dev
 mount -t tmpfs -o mode=1777 tmpfs /tmp
 mkdir -p /dev/shm && mount -t tmpfs -o mode=1777 tmpfs /dev/shm
 setup_rc=0
+if [ -e /etc/numaio-lab/modules ]; then
+  while read -r f m; do
+    [ -d /sys/module/$m ] || insmod /lib/modules/numaio-lab/extra/$f || { echo "numaio-lab: insmod $f failed"; setup_rc=125; }
+  done < /etc/numaio-lab/modules
+fi
 if [ -e /etc/numaio-lab/node-devices ]; then
   . /etc/numaio-lab/node-devices
   if [ "$want_pmem" -gt 0 ]; then
     for m in libnvdimm nfit nd_btt nd_pmem; do
-      insmod /lib/modules/numaio-lab/$m.ko || { echo "numaio-lab: insmod $m failed"; setup_rc=125; }
+      [ -d /sys/module/$m ] || insmod /lib/modules/numaio-lab/$m.ko || { echo "numaio-lab: insmod $m failed"; setup_rc=125; }
     done
   fi
   # NVMe and pmem devices are probed asynchronously: wait for all of them (up to 20 s)
@@ -435,12 +444,12 @@ pub struct GuestFile {
     pub with_libs: bool,
 }
 
-/// The per-run archive: scenario script, disk flag, node devices (the contents of
-/// [`GUEST_NODE_DEVICES`], if any), extra files.
+/// The per-run archive: scenario script, disk flag, generated files (`(guest path,
+/// contents)`, mode 0644: the node-device settings, kernel modules), extra host files.
 pub fn run_archive(
     script: &str,
     disk: bool,
-    node_devices: Option<&str>,
+    generated: &[(String, Vec<u8>)],
     files: &[GuestFile],
 ) -> LabResult<Vec<u8>> {
     let mut c = Cpio::new();
@@ -448,8 +457,8 @@ pub fn run_archive(
     if disk {
         c.file(GUEST_DISK_FLAG, 0o644, b"");
     }
-    if let Some(conf) = node_devices {
-        c.file(GUEST_NODE_DEVICES, 0o644, conf.as_bytes());
+    for (path, data) in generated {
+        c.file(path, 0o644, data);
     }
     let mut seen = BTreeSet::new();
     for f in files {

@@ -75,6 +75,78 @@ impl Kernel {
         self.modules_for("persistent memory (NVDIMM)", &NVDIMM_MODULES)
     }
 
+    /// A module of this kernel by name (`dm-mod`; `-` and `_` match each other) or by path
+    /// under the modules directory, decompressed if the package compressed it.
+    pub fn module(&self, name: &str) -> LabResult<Module> {
+        let Some(dir) = &self.modules else {
+            return Err(LabError::MissingHostFile {
+                what: format!("kernel module {name}"),
+                path: self.vmlinuz.clone(),
+                hint: "no lib/modules/<version> found next to this kernel or on the host; use the kernel fetched by `numaio-lab fetch-kernel`".into(),
+            });
+        };
+        let path = if name.contains('/') {
+            let p = dir.join(name);
+            p.is_file().then_some(p)
+        } else {
+            find_module(&dir.join("kernel"), &normalize(name))
+        };
+        let path = path.ok_or_else(|| LabError::MissingHostFile {
+            what: format!("kernel module {name}"),
+            path: dir.join("kernel"),
+            hint: "this guest kernel has no such module (built in, named differently, or not built at all); check the kernel's config".into(),
+        })?;
+        let file_name = path.file_name().unwrap_or_default().to_string_lossy();
+        let (stem, data) = if let Some(stem) = file_name.strip_suffix(".ko") {
+            let data = std::fs::read(&path)
+                .map_err(LabError::io(format!("reading {}", path.display())))?;
+            (stem.to_string(), data)
+        } else if let Some(stem) = file_name.strip_suffix(".ko.gz") {
+            use std::io::Read;
+            let f = std::fs::File::open(&path)
+                .map_err(LabError::io(format!("opening {}", path.display())))?;
+            let mut data = Vec::new();
+            flate2::read::GzDecoder::new(f)
+                .read_to_end(&mut data)
+                .map_err(LabError::io(format!("decompressing {}", path.display())))?;
+            (stem.to_string(), data)
+        } else {
+            let (stem, tool) = match (
+                file_name.strip_suffix(".ko.xz"),
+                file_name.strip_suffix(".ko.zst"),
+            ) {
+                (Some(stem), _) => (stem, "xz"),
+                (_, Some(stem)) => (stem, "zstd"),
+                _ => unreachable!("find_module returns modules only"),
+            };
+            let out = Command::new(tool)
+                .arg("-dc")
+                .arg(&path)
+                .output()
+                .map_err(|e| LabError::MissingHostFile {
+                    what: tool.into(),
+                    path: tool.into(),
+                    hint: format!("{e}; install it to decompress {}", path.display()),
+                })?;
+            if !out.status.success() {
+                return Err(LabError::Build {
+                    what: "kernel module".into(),
+                    detail: format!(
+                        "{tool} -dc {} failed: {}",
+                        path.display(),
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    ),
+                });
+            }
+            (stem.to_string(), out.stdout)
+        };
+        Ok(Module {
+            file: format!("{stem}.ko"),
+            sysfs_name: normalize(&stem),
+            data,
+        })
+    }
+
     fn modules_for(&self, what: &str, list: &[&str]) -> LabResult<Vec<PathBuf>> {
         let Some(dir) = &self.modules else {
             return Err(LabError::MissingHostFile {
@@ -98,6 +170,44 @@ impl Kernel {
             })
             .collect()
     }
+}
+
+/// A kernel module ready to be placed in the guest.
+#[derive(Clone, Debug)]
+pub struct Module {
+    /// File name in the guest (`dm-mod.ko`).
+    pub file: String,
+    /// The name the loaded module has in `/sys/module` (`dm_mod`).
+    pub sysfs_name: String,
+    /// The uncompressed module.
+    pub data: Vec<u8>,
+}
+
+/// Module names treat `-` and `_` alike; the kernel uses `_`.
+fn normalize(name: &str) -> String {
+    name.trim_end_matches(".ko").replace('-', "_")
+}
+
+/// The module file named `name` (normalized) under `dir`, compressed or not.
+fn find_module(dir: &Path, name: &str) -> Option<PathBuf> {
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).ok()?.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+                continue;
+            }
+            let f = e.file_name().to_string_lossy().into_owned();
+            let stem = [".ko", ".ko.xz", ".ko.zst", ".ko.gz"]
+                .iter()
+                .find_map(|ext| f.strip_suffix(ext));
+            if stem.is_some_and(|s| normalize(s) == name) {
+                return Some(p);
+            }
+        }
+    }
+    None
 }
 
 /// The directory where fetched kernels are extracted.
@@ -246,6 +356,39 @@ mod tests {
             std::fs::write(p, b"").unwrap();
         }
         Kernel::at(&vmlinuz).unwrap()
+    }
+
+    #[test]
+    fn modules_by_name_or_path_compressed_or_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let k = kernel_without_nvdimm(dir.path());
+        let mods = k.modules.clone().unwrap();
+        let md = mods.join("kernel/drivers/md");
+        std::fs::create_dir_all(&md).unwrap();
+        std::fs::write(md.join("dm-mod.ko"), b"plain").unwrap();
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut gz, b"zipped").unwrap();
+        std::fs::write(md.join("dm_flakey.ko.gz"), gz.finish().unwrap()).unwrap();
+        let m = k.module("dm_mod").unwrap();
+        assert_eq!(
+            (m.file.as_str(), m.sysfs_name.as_str()),
+            ("dm-mod.ko", "dm_mod")
+        );
+        assert_eq!(m.data, b"plain");
+        let m = k.module("dm-flakey").unwrap();
+        assert_eq!(
+            (m.file.as_str(), m.data.as_slice()),
+            ("dm_flakey.ko", &b"zipped"[..])
+        );
+        assert_eq!(
+            k.module("kernel/drivers/md/dm-mod.ko").unwrap().data,
+            b"plain"
+        );
+        let msg = k.module("no-such-thing").unwrap_err().to_string();
+        assert!(
+            msg.contains("no-such-thing") && msg.contains("no such module"),
+            "{msg}"
+        );
     }
 
     #[test]

@@ -162,6 +162,13 @@ impl LabConfig {
         if !s.node_pmem.is_empty() {
             kernel.nvdimm_modules()?;
         }
+        let mut modules: Vec<kernel::Module> = Vec::new();
+        for name in &s.kernel_modules {
+            let m = kernel.module(name)?;
+            if !modules.iter().any(|o| o.file == m.file) {
+                modules.push(m);
+            }
+        }
         warn_if_stale(&self.bin_dir);
         let base = initramfs::base(&self.cache, &kernel)?;
         let bins = initramfs::bins(&self.cache, &self.bin_dir)?;
@@ -181,7 +188,8 @@ impl LabConfig {
         all.extend(
             std::fs::read(&bins).map_err(LabError::io(format!("reading {}", bins.display())))?,
         );
-        let node_conf = if has_node_devices {
+        let mut generated = Vec::new();
+        if has_node_devices {
             let (args, conf) = nodedev::qemu_args(
                 &s.topology,
                 &s.node_disks,
@@ -190,15 +198,24 @@ impl LabConfig {
                 &mut topology_args,
             )?;
             topology_args.extend(args);
-            Some(conf)
-        } else {
-            None
-        };
+            generated.push((nodedev::GUEST_NODE_DEVICES.to_string(), conf.into_bytes()));
+        }
+        if !modules.is_empty() {
+            let mut list = String::new();
+            for m in &modules {
+                list += &format!("{} {}\n", m.file, m.sysfs_name);
+                generated.push((
+                    format!("{}/{}", initramfs::GUEST_EXTRA_MODULES_DIR, m.file),
+                    m.data.clone(),
+                ));
+            }
+            generated.push((
+                initramfs::GUEST_EXTRA_MODULES.to_string(),
+                list.into_bytes(),
+            ));
+        }
         all.extend(initramfs::run_archive(
-            &s.script,
-            has_disk,
-            node_conf.as_deref(),
-            &s.files,
+            &s.script, has_disk, &generated, &s.files,
         )?);
         std::fs::write(&initrd, all)
             .map_err(LabError::io(format!("writing {}", initrd.display())))?;
@@ -303,6 +320,9 @@ pub struct Scenario {
     pub node_disks: Vec<NodeDisk>,
     /// Persistent memory on nodes (see [`nodedev`]).
     pub node_pmem: Vec<NodePmem>,
+    /// Kernel modules from the guest kernel's package, loaded in this order before the
+    /// scenario (see [`Scenario::kernel_module`]).
+    pub kernel_modules: Vec<String>,
 }
 
 impl Scenario {
@@ -319,7 +339,18 @@ impl Scenario {
             hmat: None,
             node_disks: Vec::new(),
             node_pmem: Vec::new(),
+            kernel_modules: Vec::new(),
         }
+    }
+
+    /// Loads a module of the guest kernel's package before the scenario starts, after the
+    /// ones added before it (give dependencies first): a name (`dm-mod`, `fuse`; `-` and
+    /// `_` are the same) or a path under `lib/modules/<version>`
+    /// (`kernel/drivers/md/dm-mod.ko`). Compressed modules (`.ko.xz`, `.ko.zst`, `.ko.gz`)
+    /// are decompressed on the host. A module the kernel lacks fails the run before booting.
+    pub fn kernel_module(mut self, name: &str) -> Scenario {
+        self.kernel_modules.push(name.to_string());
+        self
     }
 
     /// Adds a blank NVMe disk of `bytes` (a multiple of 1 MiB) on QEMU node `node`, behind a

@@ -20,7 +20,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Boot a guest, run a scenario, print its output and exit with its status.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Download and extract Debian's cloud kernel into the lab cache (no-op when present).
     FetchKernel,
     /// Print the QEMU node -> guest node mapping and the topology the guest should report.
@@ -62,6 +62,10 @@ struct RunArgs {
     /// existing file (e.g. 1=./pmem.img, kept). The guest lists them in /tmp/node-pmem.
     #[arg(long = "node-pmem", value_name = "NODE=SIZE|PATH")]
     node_pmem: Vec<String>,
+    /// Load this module of the guest kernel's package before the scenario (e.g. dm-mod,
+    /// fuse). Repeatable, loaded in order.
+    #[arg(long = "module", value_name = "NAME")]
+    modules: Vec<String>,
     /// Guest kernel (default: the one fetched into the lab cache).
     #[arg(long)]
     kernel: Option<PathBuf>,
@@ -161,6 +165,9 @@ fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
         let (node, backing) = nodedev::parse_node_arg(arg)?;
         s.node_pmem.push(numaio_lab::NodePmem { node, backing });
     }
+    for m in &a.modules {
+        s = s.kernel_module(m);
+    }
     for b in a.host_binaries {
         s = s.host_binary(b);
     }
@@ -246,7 +253,7 @@ fn expect(t: &TopoArgs) -> anyhow::Result<ExitCode> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.cmd {
-        Cmd::Run(a) => run(a),
+        Cmd::Run(a) => run(*a),
         Cmd::Expect(t) => expect(&t),
         Cmd::FetchKernel => kernel::fetch(&numaio_lab::cache_dir())
             .map(|k| {
