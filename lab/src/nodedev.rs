@@ -33,7 +33,10 @@
 //!
 //! Two helpers read them: `node-disk NODE [K]` prints the device of guest node `NODE`'s
 //! `K`-th disk (default 0), `node-pmem NODE` its pmem device; both fail with a message if
-//! there is none. Pin a writer to a node with `numactl --cpunodebind=N --membind=N CMD`
+//! there is none. The pmem device comes up in raw mode (no DAX); `node-pmem-fsdax NODE`
+//! switches it to fsdax mode (for `mount -o dax` and mappings without a page cache; the
+//! contents count as lost, the mode itself is kept on the device for later boots) and
+//! prints the device. Pin a writer to a node with `numactl --cpunodebind=N --membind=N CMD`
 //! or `numaio run --cpunodebind N -- CMD` (a CPU-less node has no CPUs to bind to). A
 //! scenario fragment:
 //!
@@ -375,6 +378,40 @@ pub const NODE_PMEM_HELPER: &str = r#"#!/bin/sh
 d=$(awk -v n="$1" '$1 == n { print $2; exit }' /tmp/node-pmem 2>/dev/null)
 [ -n "$d" ] || { echo "node-pmem: guest node $1 has no pmem device (see /tmp/node-pmem)" >&2; exit 1; }
 echo "$d"
+"#;
+
+/// Guest helper: `node-pmem-fsdax NODE` switches guest node NODE's pmem device to fsdax
+/// mode and prints its device. A label-less NVDIMM comes up as a raw namespace, which
+/// cannot do DAX; an fsdax (pfn) info block written into the namespace gives it page
+/// structures (kept on the device itself), and the kernel finds the info block again on
+/// later boots. The info block and the page structures take the start of the device:
+/// treat its contents as lost.
+pub const NODE_PMEM_FSDAX_HELPER: &str = r#"#!/bin/sh
+# usage: node-pmem-fsdax NODE  -- puts guest node NODE's pmem device in fsdax mode (DAX mounts, mmap without page cache); prints it
+[ $# -eq 1 ] || { echo "usage: node-pmem-fsdax NODE" >&2; exit 2; }
+d=$(node-pmem "$1") || exit 1
+b=/sys/block/${d#/dev/}
+if [ "$(cat $b/queue/dax)" = 1 ]; then echo "$d"; exit 0; fi
+ns=$(basename "$(readlink -f $b/device)")
+region=$(dirname "$(readlink -f $b/device)")
+fail() { echo "node-pmem-fsdax: $d ($ns): $1" >&2; exit 1; }
+case "$ns" in namespace*) ;; *) fail "its device is $ns, not a namespace";; esac
+pfn=$(cat $region/pfn_seed) || fail "no pfn seed in $region"
+P=/sys/bus/nd/devices/$pfn
+echo "$ns" > /sys/bus/nd/drivers/nd_pmem/unbind || fail "cannot detach the namespace (in use? unmount it first)"
+cat /proc/sys/kernel/random/uuid > $P/uuid || fail "setting $pfn/uuid"
+echo pmem > $P/mode || fail "setting $pfn/mode"
+echo 2097152 > $P/align || fail "setting $pfn/align"
+echo "$ns" > $P/namespace || fail "setting $pfn/namespace"
+echo "$pfn" > /sys/bus/nd/drivers/nd_pmem/bind || fail "binding $pfn (see dmesg)"
+i=0
+while [ ! -d $P/block ] && [ $i -lt 100 ]; do usleep 50000; i=$((i+1)); done
+new=$(ls $P/block 2>/dev/null | head -n 1)
+[ -n "$new" ] || fail "no block device after the switch (see dmesg)"
+[ "$(cat /sys/block/$new/queue/dax)" = 1 ] || fail "/dev/$new still has no DAX"
+# keep /tmp/node-pmem right if the name changed
+sed -i "s|^$1 $d\$|$1 /dev/$new|" /tmp/node-pmem
+echo "/dev/$new"
 "#;
 
 #[cfg(test)]

@@ -438,3 +438,77 @@ echo "@@disks $a $b"
         on[0], on[1]
     );
 }
+
+#[test]
+#[ignore = "lab: needs QEMU and the lab kernel; run by scripts/test.sh"]
+fn fsdax_pmem_keeps_a_dax_file_system_across_a_kill() {
+    // the pmem device is switched to fsdax mode, carries ext4 mounted with -o dax, and both
+    // the mode and a file written through DAX come back after QEMU is killed
+    let mkfs = "/usr/sbin/mkfs.ext4";
+    if !std::path::Path::new(mkfs).is_file() {
+        eprintln!("SKIPPED: fsdax_pmem_keeps_a_dax_file_system_across_a_kill: {mkfs} is missing on the host (apt-get install e2fsprogs)");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let pmem = dir.path().join("pmem1.img");
+    blank_image(&pmem, 64 * MIB).expect("pmem image");
+    let topo = LabTopology::from_nodes(&[(1, 256), (1, 192)]);
+    let boot = |script: &str| {
+        Scenario::new(topo.clone(), script)
+            .node_pmem_image(1, &pmem)
+            .host_binary(mkfs)
+            .timeout(Duration::from_secs(90))
+    };
+    let write = r#"
+p=$(node-pmem-fsdax 1) || exit 10
+b=/sys/block/${p#/dev/}
+echo "dax $(cat $b/queue/dax) node $(cat $b/device/numa_node)"
+mkfs.ext4 -q -F -b 4096 $p || exit 11
+mount -t ext4 -o dax $p /mnt || exit 12
+grep -q "/mnt ext4 .*dax" /proc/mounts || exit 13
+head -c 1048576 /dev/urandom > /tmp/data
+echo "sum $(md5sum < /tmp/data)"
+numactl --cpunodebind=1 dd if=/tmp/data of=/mnt/f bs=64k conv=fsync 2>/dev/null || exit 14
+sync
+echo WRITTEN
+sleep 600
+"#;
+    let t = Instant::now();
+    let first = boot(write)
+        .run_with_cut(&PowerCut::after_lines("WRITTEN", 1))
+        .unwrap_or_else(|e| panic!("numaio lab could not run the scenario: {e}"));
+    eprintln!(
+        "fsdax boot 1 (switch, mkfs, write, kill): {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    assert!(first.cut_at.is_some(), "{}", first.report());
+    assert!(first.output.contains("dax 1 node 1"), "{}", first.report());
+    let sum = first
+        .output
+        .lines()
+        .find_map(|l| l.strip_prefix("sum "))
+        .and_then(|s| s.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no checksum\n{}", first.report()))
+        .to_string();
+    let read = r#"
+cat /tmp/node-pmem
+p=$(node-pmem 1) || exit 10
+echo "dax $(cat /sys/block/${p#/dev/}/queue/dax)"
+mount -t ext4 -o dax $p /mnt || exit 11
+echo "sum $(md5sum < /mnt/f)"
+"#;
+    let t = Instant::now();
+    let second = boot(read).must_run();
+    eprintln!("fsdax boot 2 (read): {:.1} s", t.elapsed().as_secs_f64());
+    assert_eq!(second.exit_code, 0, "{}", second.report());
+    assert!(
+        second.output.contains("dax 1"),
+        "fsdax mode not kept\n{}",
+        second.report()
+    );
+    assert!(
+        second.output.contains(&format!("sum {sum}")),
+        "the file changed across the kill (wrote {sum})\n{}",
+        second.report()
+    );
+}
