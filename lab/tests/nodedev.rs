@@ -451,7 +451,7 @@ fn fsdax_pmem_keeps_a_dax_file_system_across_a_kill() {
     }
     let dir = tempfile::tempdir().expect("temp dir");
     let pmem = dir.path().join("pmem1.img");
-    blank_image(&pmem, 64 * MIB).expect("pmem image");
+    blank_image(&pmem, 32 * MIB).expect("pmem image");
     let topo = LabTopology::from_nodes(&[(1, 256), (1, 192)]);
     let boot = |script: &str| {
         Scenario::new(topo.clone(), script)
@@ -466,7 +466,7 @@ echo "dax $(cat $b/queue/dax) node $(cat $b/device/numa_node)"
 mkfs.ext4 -q -F -b 4096 $p || exit 11
 mount -t ext4 -o dax $p /mnt || exit 12
 grep -q "/mnt ext4 .*dax" /proc/mounts || exit 13
-head -c 1048576 /dev/urandom > /tmp/data
+head -c 262144 /dev/urandom > /tmp/data
 echo "sum $(md5sum < /tmp/data)"
 numactl --cpunodebind=1 dd if=/tmp/data of=/mnt/f bs=64k conv=fsync 2>/dev/null || exit 14
 sync
