@@ -2,7 +2,7 @@
 //! unpacks one after the other (a concatenation is a valid initramfs):
 //! - base: busybox-static and its applet links, numactl (+ libnuma), vmtouch when the host
 //!   has it, the virtio and NVDIMM modules, /etc/passwd and /etc/group, `/bin/as-nobody`,
-//!   `/bin/node-disk`, `/bin/node-pmem`, `/bin/node-pmem-fsdax` (see [`crate::nodedev`]) and `/init`.
+//!   `/bin/node-disk`, `/bin/node-disk-stat`, `/bin/node-pmem`, `/bin/node-pmem-fsdax` (see [`crate::nodedev`]) and `/init`.
 //!   Cached in the lab cache, keyed by the inputs' paths, sizes and mtimes.
 //! - bins: every binary the workspace built in `<target>/release` (stripped), with the
 //!   shared libraries `ldd` lists, at the paths `ldd` prints. Cached the same way.
@@ -11,7 +11,9 @@
 use crate::cpio::Cpio;
 use crate::error::{LabError, LabResult};
 use crate::kernel::Kernel;
-use crate::nodedev::{NODE_DISK_HELPER, NODE_PMEM_FSDAX_HELPER, NODE_PMEM_HELPER};
+use crate::nodedev::{
+    NODE_DISK_HELPER, NODE_DISK_STAT_HELPER, NODE_PMEM_FSDAX_HELPER, NODE_PMEM_HELPER,
+};
 use std::collections::BTreeSet;
 use std::hash::{Hash, Hasher};
 use std::io::Write;
@@ -281,6 +283,7 @@ pub fn base(cache: &Path, kernel: &Kernel) -> LabResult<PathBuf> {
     INIT.hash(&mut h);
     NODE_DISK_HELPER.hash(&mut h);
     NODE_PMEM_HELPER.hash(&mut h);
+    NODE_DISK_STAT_HELPER.hash(&mut h);
     NODE_PMEM_FSDAX_HELPER.hash(&mut h);
     for p in [&busybox, &numactl]
         .into_iter()
@@ -348,6 +351,11 @@ pub fn base(cache: &Path, kernel: &Kernel) -> LabResult<PathBuf> {
         c.file("bin/as-nobody", 0o755, AS_NOBODY.as_bytes());
         c.file("bin/node-disk", 0o755, NODE_DISK_HELPER.as_bytes());
         c.file("bin/node-pmem", 0o755, NODE_PMEM_HELPER.as_bytes());
+        c.file(
+            "bin/node-disk-stat",
+            0o755,
+            NODE_DISK_STAT_HELPER.as_bytes(),
+        );
         c.file(
             "bin/node-pmem-fsdax",
             0o755,

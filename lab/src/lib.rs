@@ -39,7 +39,7 @@ pub mod writelog;
 pub use disk::{Content, DiskFile, DiskImage, DiskSpec, FsckReport, GUEST_MOUNT};
 pub use error::{LabError, LabResult};
 pub use initramfs::{GuestFile, GUEST_BIN_DIR};
-pub use nodedev::{blank_image, GuestNodeDisk, NodeDisk, NodePmem};
+pub use nodedev::{blank_image, GuestNodeDisk, NodeDisk, NodeDiskStat, NodePmem};
 pub use powercut::PowerCut;
 pub use qemu::Accel;
 pub use topology::{ExpectedNode, LabNode, LabTopology};

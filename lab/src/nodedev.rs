@@ -33,7 +33,8 @@
 //!
 //! Two helpers read them: `node-disk NODE [K]` prints the device of guest node `NODE`'s
 //! `K`-th disk (default 0), `node-pmem NODE` its pmem device; both fail with a message if
-//! there is none. The pmem device comes up in raw mode (no DAX); `node-pmem-fsdax NODE`
+//! there is none. `node-disk-stat` prints `NODE DEVPATH SERIAL SECTORS_WRITTEN` per disk
+//! (parse it with [`NodeDiskStat::parse`]). The pmem device comes up in raw mode (no DAX); `node-pmem-fsdax NODE`
 //! switches it to fsdax mode (for `mount -o dax` and mappings without a page cache; the
 //! contents count as lost, the mode itself is kept on the device for later boots) and
 //! prints the device. Pin a writer to a node with `numactl --cpunodebind=N --membind=N CMD`
@@ -371,6 +372,49 @@ d=$(awk -v n="$1" -v i="${2:-0}" 'BEGIN { k = 0 } $1 == n { if (k == i) { print 
 echo "$d"
 "#;
 
+/// Guest helper: `node-disk-stat` prints `NODE DEVPATH SERIAL SECTORS_WRITTEN` for every
+/// node disk (field 7 of `/sys/block/<dev>/stat`, 512-byte sectors).
+pub const NODE_DISK_STAT_HELPER: &str = r#"#!/bin/sh
+# usage: node-disk-stat  -- one line per node disk: NODE DEVPATH SERIAL SECTORS_WRITTEN
+while read -r n d s; do
+  set -- $(cat /sys/block/${d#/dev/}/stat)
+  echo "$n $d $s $7"
+done < /tmp/node-disks
+"#;
+
+/// One line of `node-disk-stat`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeDiskStat {
+    /// Guest node id.
+    pub node: i64,
+    pub dev: String,
+    pub serial: String,
+    /// 512-byte sectors written since boot.
+    pub sectors_written: u64,
+}
+
+impl NodeDiskStat {
+    /// Parses `node-disk-stat` output; other lines are skipped.
+    pub fn parse(text: &str) -> Vec<NodeDiskStat> {
+        text.lines()
+            .filter_map(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                match w[..] {
+                    [node, dev, serial, written] if dev.starts_with("/dev/") => {
+                        Some(NodeDiskStat {
+                            node: node.parse().ok()?,
+                            dev: dev.to_string(),
+                            serial: serial.to_string(),
+                            sectors_written: written.parse().ok()?,
+                        })
+                    }
+                    _ => None,
+                }
+            })
+            .collect()
+    }
+}
+
 /// Guest helper: `node-pmem NODE` prints guest node NODE's pmem device.
 pub const NODE_PMEM_HELPER: &str = r#"#!/bin/sh
 # usage: node-pmem NODE  -- the pmem device of guest node NODE, from /tmp/node-pmem
@@ -526,6 +570,15 @@ mod tests {
         for bad in ["1", "x=16M", "1=lots", "-1=4M"] {
             assert!(parse_node_arg(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn parses_disk_stats() {
+        let l =
+            NodeDiskStat::parse("1 /dev/nvme0n1 node1-0 8192\nnoise\n0 /dev/nvme1n1 node0-0 x\n");
+        assert_eq!(l.len(), 1);
+        assert_eq!(l[0].sectors_written, 8192);
+        assert_eq!(l[0].serial, "node1-0");
     }
 
     #[test]

@@ -6,7 +6,9 @@
 //! Needs the release binaries (`cargo build --release`) and the lab's kernel cache; see
 //! lab/README.md.
 
-use numaio_lab::{blank_image, GuestNodeDisk, LabTopology, Outcome, PowerCut, Scenario};
+use numaio_lab::{
+    blank_image, GuestNodeDisk, LabTopology, NodeDiskStat, Outcome, PowerCut, Scenario,
+};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -87,6 +89,7 @@ echo "@@begin target"; echo "$d"
 echo "@@begin dd"
 numactl --cpunodebind={target} --membind={target} dd if=/dev/zero of=$d bs=1M count=4 oflag=direct || exit 11
 echo "@@begin after"; disks
+echo "@@begin stat"; node-disk-stat
 echo "@@begin numaio-run"
 numaio run --cpunodebind {target} -- grep Cpus_allowed_list /proc/self/status || exit 12
 echo "@@begin none"; node-disk 99; echo "rc=$?"
@@ -162,6 +165,19 @@ echo "@@begin none"; node-disk 99; echo "rc=$?"
             expect,
             "{name} ({}): {delta} sectors written, expected {expect}\n{}",
             b.serial,
+            out.report()
+        );
+    }
+
+    // node-disk-stat agrees with sysfs
+    let stat = NodeDiskStat::parse(section(&out, "stat"));
+    assert_eq!(stat.len(), disks.len(), "{}", out.report());
+    for st in &stat {
+        let d = &after[st.dev.trim_start_matches("/dev/")];
+        assert_eq!(
+            (st.node, &st.serial, st.sectors_written),
+            (d.node, &d.serial, d.written),
+            "{}",
             out.report()
         );
     }
