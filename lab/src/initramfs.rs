@@ -2,7 +2,8 @@
 //! unpacks one after the other (a concatenation is a valid initramfs):
 //! - base: busybox-static and its applet links, numactl (+ libnuma), vmtouch when the host
 //!   has it, the virtio and NVDIMM modules, /etc/passwd and /etc/group, `/bin/as-nobody`,
-//!   `/bin/node-disk`, `/bin/node-disk-stat`, `/bin/node-pmem`, `/bin/node-pmem-fsdax` (see [`crate::nodedev`]) and `/init`.
+//!   the node-device helpers (`/bin/node-disk`, `node-disk-stat`, `node-pmem`,
+//!   `node-pmem-fsdax`, see [`crate::nodedev`]) and `/init`.
 //!   Cached in the lab cache, keyed by the inputs' paths, sizes and mtimes.
 //! - bins: every binary the workspace built in `<target>/release` (stripped), with the
 //!   shared libraries `ldd` lists, at the paths `ldd` prints. Cached the same way.

@@ -31,15 +31,17 @@
 //! - `/tmp/node-pmem`: one line `NODE DEVPATH` per NVDIMM, e.g. `1 /dev/pmem0`
 //!   (the libnvdimm modules are loaded first).
 //!
-//! Two helpers read them: `node-disk NODE [K]` prints the device of guest node `NODE`'s
-//! `K`-th disk (default 0), `node-pmem NODE` its pmem device; both fail with a message if
-//! there is none. `node-disk-stat` prints `NODE DEVPATH SERIAL SECTORS_WRITTEN` per disk
-//! (parse it with [`NodeDiskStat::parse`]). The pmem device comes up in raw mode (no DAX); `node-pmem-fsdax NODE`
-//! switches it to fsdax mode (for `mount -o dax` and mappings without a page cache; the
-//! contents count as lost, the mode itself is kept on the device for later boots) and
-//! prints the device. Pin a writer to a node with `numactl --cpunodebind=N --membind=N CMD`
-//! or `numaio run --cpunodebind N -- CMD` (a CPU-less node has no CPUs to bind to). A
-//! scenario fragment:
+//! Helpers read them: `node-disk NODE [K]` prints the device of guest node `NODE`'s `K`-th
+//! disk (default 0), `node-pmem NODE` its pmem device; both fail with a message if there is
+//! none. `node-disk-stat` prints `NODE DEVPATH SERIAL SECTORS_WRITTEN` per disk (parse it
+//! with [`NodeDiskStat::parse`]). The pmem device comes up in raw mode (no DAX);
+//! `node-pmem-fsdax NODE` switches it to fsdax mode (for `mount -o dax` and mappings
+//! without a page cache; the contents count as lost, the mode itself is kept on the device
+//! for later boots) and prints the device.
+//!
+//! Pin a writer to a node with `numactl --cpunodebind=N --membind=N CMD` or `numaio run
+//! --cpunodebind N -- CMD` (a CPU-less node has no CPUs to bind to: bind only its memory).
+//! A scenario fragment:
 //!
 //! ```text
 //! d=$(node-disk 1) || exit 1
