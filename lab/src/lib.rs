@@ -289,7 +289,7 @@ fn warn_if_stale(bin_dir: &Path) {
     }
 }
 
-/// Advertised HMAT latency (ns) and bandwidth (MiB/s), indexed [initiator][target] by QEMU
+/// Advertised HMAT latency (ns) and bandwidth (MiB/s), indexed `[initiator][target]` by QEMU
 /// node id.
 pub type HmatValues = (Vec<Vec<u32>>, Vec<Vec<u64>>);
 
