@@ -16,9 +16,9 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 
 # qemu: the lab's VM; busybox-static: guest userland; numactl: guest + host tool;
-# e2fsprogs: mkfs.ext4 -d for lab disks; cpio; fio/vmtouch: comparison peers;
+# e2fsprogs: mkfs.ext4 -d for lab disks; dmsetup: ext4 over dm-linear baseline in the lab; cpio; fio/vmtouch: comparison peers;
 # util-linux: fincore, setpriv; binutils: strip (smaller initramfs); apt/dpkg: kernel fetch.
-PKGS=(qemu-system-x86 busybox-static numactl e2fsprogs cpio fio vmtouch util-linux binutils libc-bin ca-certificates)
+PKGS=(qemu-system-x86 busybox-static numactl e2fsprogs dmsetup cpio fio vmtouch util-linux binutils libc-bin ca-certificates)
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

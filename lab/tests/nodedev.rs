@@ -346,11 +346,7 @@ fn a_kernel_without_pmem_modules_fails_before_booting() {
             assert!(msg.contains("libnvdimm.ko"), "{msg}")
         }
         // a machine without QEMU fails earlier, with its own hint
-        numaio_lab::LabError::NoQemu(_) => {
-            eprintln!(
-                "SKIPPED: a_kernel_without_pmem_modules_fails_before_booting: no QEMU ({msg})"
-            )
-        }
+        numaio_lab::LabError::NoQemu(_) => numaio_testkit::skipped("qemu", &msg),
         other => panic!("unexpected error: {other}"),
     }
 }
@@ -372,10 +368,10 @@ fn ext4_over_dm_linear_of_node_disks() {
         .iter()
         .find(|t| !std::path::Path::new(t).is_file())
     {
-        eprintln!(
-            "SKIPPED: ext4_over_dm_linear_of_node_disks: {t} is missing on the host (apt-get install dmsetup e2fsprogs)"
+        numaio_testkit::skip!(
+            "dmsetup",
+            "{t} is missing on the host (apt-get install dmsetup e2fsprogs)"
         );
-        return;
     }
     let script = r#"
 a=$(node-disk 0) || exit 10
@@ -462,8 +458,10 @@ fn fsdax_pmem_keeps_a_dax_file_system_across_a_kill() {
     // the mode and a file written through DAX come back after QEMU is killed
     let mkfs = "/usr/sbin/mkfs.ext4";
     if !std::path::Path::new(mkfs).is_file() {
-        eprintln!("SKIPPED: fsdax_pmem_keeps_a_dax_file_system_across_a_kill: {mkfs} is missing on the host (apt-get install e2fsprogs)");
-        return;
+        numaio_testkit::skip!(
+            "mkfs.ext4",
+            "{mkfs} is missing on the host (apt-get install e2fsprogs)"
+        );
     }
     let dir = tempfile::tempdir().expect("temp dir");
     let pmem = dir.path().join("pmem1.img");
