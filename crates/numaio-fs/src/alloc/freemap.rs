@@ -155,7 +155,9 @@ impl FreeMap {
 
     /// Takes up to `max` blocks from the start of the largest run.
     pub(crate) fn take_largest(&mut self, max: u64) -> Option<Extent> {
-        let &(len, dev, start) = self.by_len.iter().next_back()?;
+        let &(longest, _, _) = self.by_len.iter().next_back()?;
+        // Of the longest runs, the lowest address: a fresh volume fills front to back.
+        let &(len, dev, start) = self.by_len.range((longest, 0, 0)..).next()?;
         let take = len.min(max);
         self.del_raw(dev, start);
         if len > take {

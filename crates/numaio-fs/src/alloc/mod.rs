@@ -42,6 +42,8 @@ pub struct Extent {
 mod freemap;
 mod placement;
 mod prealloc;
+#[cfg(test)]
+mod tests_rules;
 
 use crate::{FsError, PlacementPolicy};
 use freemap::FreeMap;
@@ -404,6 +406,20 @@ impl Allocator {
             placement::fallback_order(pref, &self.nodes, self.rotor, &self.distances, |n| {
                 failed.contains(&n) || (n != pref && full.contains(&n))
             });
+        let mut order = order;
+        // A file that already continues on a fallback node stays there while it has room,
+        // rather than following the rotation to yet another node.
+        if let Some(g) = goal.and_then(|(dev, _)| self.node_of_dev(dev)) {
+            if g != pref && !self.failed.contains(&g) && self.free_on(g) > 0 {
+                if let Some(i) = order.iter().position(|&n| n == g) {
+                    let at = usize::from(order.first() == Some(&pref));
+                    if i > at {
+                        order.remove(i);
+                        order.insert(at, g);
+                    }
+                }
+            }
+        }
         let mut left = run;
         let mut fell_back = false;
         for &node in &order {
@@ -478,8 +494,7 @@ impl Allocator {
             }
             // Reserve ahead for a file that keeps growing, right after what it got.
             if sequential && got > 0 && self.prealloc_max > 0 && !self.prealloc.has(ino, node) {
-                let ahead = max.next_power_of_two().clamp(16, self.prealloc_max.max(1));
-                let ahead = ahead.min(self.prealloc_max);
+                let ahead = max.next_power_of_two().max(16).min(self.prealloc_max);
                 if let Some(r) = cursor.and_then(|(d, s)| map.take_at(d, s, ahead)) {
                     cursor = Some((r.dev, r.start + r.len));
                     self.prealloc.reserve(ino, node, r);
