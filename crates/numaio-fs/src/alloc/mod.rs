@@ -13,6 +13,31 @@
 //! disagree with them. Freed blocks stay unusable until [`Allocator::commit_frees`]: a block
 //! freed by an operation that is not yet durable must not be handed to another file, or a
 //! crash would leave the old file pointing at the new file's data.
+//!
+//! How blocks are chosen (NUMA-aware ext4's rules, in user space):
+//!
+//! * Each node's free space is one free-extent map indexed by address and by length, so a
+//!   lookup at a goal, a best fit and a largest-first take are O(log n) in the number of
+//!   free runs; free runs never span two groups. A request whose blocks all want one node is
+//!   served as a whole, never block by block; interleave and stripe requests are cut into
+//!   runs at computed chunk boundaries.
+//! * On a node, blocks come from the file's preallocation there, then `req.goal` (the block
+//!   after the file's previous extent) if free, then the node's stream goal (the block after
+//!   the node's last allocation, so consecutive small files of different writers pack
+//!   together instead of scattering over the groups), then the smallest run that holds the
+//!   whole request, then the largest runs.
+//! * A file that grows sequentially gets up to [`DEFAULT_PREALLOC_BLOCKS`] blocks reserved
+//!   right after its allocation on that node, for its next request there. Reserved blocks
+//!   are not in use and count as free; [`Allocator::release_prealloc`] returns them, and an
+//!   allocation that finds nothing else free anywhere takes them back.
+//! * Node order: the preferred node, then the other nodes round robin from a rotating start
+//!   (nearest first when [`Allocator::with_distances`] gave distances), a file already
+//!   continuing on a fallback node staying there; nodes with an I/O error
+//!   ([`Allocator::node_failed`]) or found full go last. Both count as soft errors in
+//!   [`NodeUsage::soft_errors`]. [`FsError::NoSpace`] only when the volume as a whole lacks
+//!   the blocks, and then nothing was allocated.
+//! * A writer on a node without storage is served by the nearest node with storage (by
+//!   distance), else by the node its file already continues on, else round robin.
 
 use serde::{Deserialize, Serialize};
 

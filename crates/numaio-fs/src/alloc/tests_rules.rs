@@ -479,7 +479,7 @@ fn alloc_throughput() {
                 while live.len() as u64 * size > blocks_per_node {
                     a.free(live.pop_front().unwrap());
                 }
-                if n % 64 == 0 {
+                if n.is_multiple_of(64) {
                     a.commit_frees();
                 }
             }
