@@ -4,7 +4,7 @@
 //! A volume's devices are split into allocation groups, each wholly inside one device, so
 //! each group belongs to exactly one node (NUMA-aware ext4 trims each node's device to whole
 //! block groups for the same reason). [`Allocator::alloc`] asks the file's
-//! [`PlacementPolicy`](crate::PlacementPolicy) for the node each block should live on, then
+//! [`PlacementPolicy`] for the node each block should live on, then
 //! searches that node's groups first and the other nodes round robin, so a full or failing
 //! node never fails a write while another node has room.
 //!
