@@ -449,6 +449,14 @@ impl Allocator {
         let mut fell_back = false;
         for &node in &order {
             left -= self.take_on(node, ino, left, goal, sequential, pref, out);
+            if left > 0 && node == pref && self.prealloc.reserved_on(pref) > 0 {
+                // Other files' reservations on the wanted node yield before the blocks go
+                // to a remote node: locality matters more than a guess at future appends.
+                for e in self.prealloc.release_node(pref) {
+                    self.insert_free(pref, e.dev, e.start, e.len);
+                }
+                left -= self.take_on(node, ino, left, goal, false, pref, out);
+            }
             if left == 0 {
                 break;
             }
@@ -462,7 +470,7 @@ impl Allocator {
             fell_back = true;
         }
         if left > 0 {
-            // Nothing free anywhere: take back blocks reserved ahead, nearest nodes first.
+            // Nothing free anywhere: take back blocks reserved ahead on the other nodes.
             for &node in &order {
                 for e in self.prealloc.release_node(node) {
                     self.insert_free(node, e.dev, e.start, e.len);

@@ -370,6 +370,21 @@ fn preallocation_is_reused_released_and_stolen() {
 }
 
 #[test]
+fn local_reservations_yield_before_blocks_go_remote() {
+    let mut a = volume(&[40, 100], 40).with_prealloc(16);
+    let g = a.alloc(&req(1, 0, 4, &WL, 0)).unwrap();
+    let mut r = req(1, 4, 4, &WL, 0);
+    r.goal = end_of(&g);
+    a.alloc(&r).unwrap();
+    assert_eq!(a.reserved_blocks(), 16);
+    // Node 0 has 32 blocks left, 16 of them reserved for file 1.
+    let got = a.alloc(&req(2, 0, 30, &WL, 0)).unwrap();
+    assert_eq!(per_node(&got), BTreeMap::from([(0, 30)]));
+    assert_eq!(a.reserved_blocks(), 0);
+    assert_eq!(usage_of(&a, 0).soft_errors, 0);
+}
+
+#[test]
 fn mark_used_rebuilds_state_across_group_boundaries() {
     let mut a = volume(&[100], 50);
     a.mark_used(Extent {
