@@ -345,7 +345,16 @@ impl Allocator {
         if self.nodes.binary_search(&node).is_ok() {
             return node;
         }
-        if let Some(n) = placement::nearest(&self.distances, node, &self.nodes, req.ino) {
+        // Nearest among the nodes with room and no I/O error, else nearest of all.
+        let healthy: Vec<u32> = self
+            .nodes
+            .iter()
+            .copied()
+            .filter(|&n| !self.failed.contains(&n) && self.free_on(n) > 0)
+            .collect();
+        if let Some(n) = placement::nearest(&self.distances, node, &healthy, req.ino)
+            .or_else(|| placement::nearest(&self.distances, node, &self.nodes, req.ino))
+        {
             return n;
         }
         if let Some(n) = req.goal.and_then(|(dev, _)| self.node_of_dev(dev)) {

@@ -191,6 +191,32 @@ fn cpu_only_writers_get_the_nearest_node_or_round_robin() {
 }
 
 #[test]
+fn four_nodes_cpu_only_writer_moves_on_when_its_nearest_node_fails_or_fills() {
+    // Storage on nodes 0..4 (unequal); node 4 is CPU-only, nearest to 3, then 2, then 1, 0.
+    let groups = volume(&[100, 60, 80, 20], 32).groups().to_vec();
+    let mut d = Vec::new();
+    for a in 0..5u32 {
+        for b in 0..5u32 {
+            d.push(((a, b), if a == b { 10 } else { 10 + 5 * a.abs_diff(b) }));
+        }
+    }
+    let mut a = Allocator::new(groups).unwrap().with_distances(d);
+    let got = a.alloc(&req(1, 0, 20, &WL, 4)).unwrap();
+    assert_eq!(per_node(&got), BTreeMap::from([(3, 20)]));
+    // Node 3 is full now: the next nearest serves node 4's writers.
+    let got = a.alloc(&req(2, 0, 10, &WL, 4)).unwrap();
+    assert_eq!(per_node(&got), BTreeMap::from([(2, 10)]));
+    a.node_failed(2);
+    let got = a.alloc(&req(3, 0, 10, &WL, 4)).unwrap();
+    assert_eq!(per_node(&got), BTreeMap::from([(1, 10)]));
+    // Node 1's own writers spill to the nearest healthy node (0), not to failed 2.
+    let got = a.alloc(&req(4, 0, 60, &WL, 1)).unwrap();
+    assert_eq!(per_node(&got), BTreeMap::from([(0, 10), (1, 50)]));
+    assert_eq!(usage_of(&a, 1).soft_errors, 1);
+    assert_eq!(usage_of(&a, 2).soft_errors, 1);
+}
+
+#[test]
 fn goal_keeps_a_file_contiguous_and_stream_goal_packs_files() {
     let mut a = volume(&[1000], 1000).with_prealloc(0);
     // Three files written one after the other by one node: back to back.
