@@ -555,6 +555,11 @@ enum Op {
     Fail {
         node: u32,
     },
+    Mark {
+        dev: u16,
+        start: u64,
+        len: u64,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -566,6 +571,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Commit),
         1 => (1..6u64).prop_map(|ino| Op::Release { ino }),
         1 => (0..3u32).prop_map(|node| Op::Fail { node }),
+        1 => (0..4u16, 0..40u64, 1..6u64).prop_map(|(dev, start, len)| Op::Mark { dev, start, len }),
     ]
 }
 
@@ -664,6 +670,19 @@ proptest! {
                 }
                 Op::Release { ino } => a.release_prealloc(ino),
                 Op::Fail { node } => a.node_failed(node),
+                Op::Mark { dev, start, len } => {
+                    let ok = (start..start + len).all(|b| {
+                        all.iter().any(|&(d, bb, _)| (d, bb) == (dev, b)) && !model.contains_key(&(dev, b))
+                    });
+                    let e = Extent { dev, start, len };
+                    prop_assert_eq!(a.mark_used(e).is_ok(), ok, "mark_used({:?})", e);
+                    if ok {
+                        for b in start..start + len {
+                            model.insert((dev, b), St::Used);
+                        }
+                        live.push(e);
+                    }
+                }
             }
             prop_assert_eq!(a.rejected_frees(), 0);
             for &(d, b, _) in &all {
