@@ -435,6 +435,14 @@ impl Allocator {
         full_noted: &mut BTreeSet<u32>,
         out: &mut Vec<Allocated>,
     ) {
+        // Fast path: the wanted node has the room.
+        let mut left = run;
+        if !self.failed.contains(&pref) {
+            left -= self.take_on(pref, ino, left, goal, sequential, pref, out);
+            if left == 0 {
+                return;
+            }
+        }
         let (failed, full) = (&self.failed, &self.full);
         let order =
             placement::fallback_order(pref, &self.nodes, self.rotor, &self.distances, |n| {
@@ -454,7 +462,6 @@ impl Allocator {
                 }
             }
         }
-        let mut left = run;
         let mut fell_back = false;
         for &node in &order {
             left -= self.take_on(node, ino, left, goal, sequential, pref, out);

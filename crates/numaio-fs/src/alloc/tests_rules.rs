@@ -503,7 +503,8 @@ fn overlapping_groups_and_split_devices_are_refused() {
 #[ignore]
 fn alloc_throughput() {
     let blocks_per_node = (1u64 << 30) / BLOCK_SIZE / 2;
-    for size in [1u64, 256] {
+    let il = PlacementPolicy::Interleave;
+    for (size, policy) in [(1u64, &WL), (256, &WL), (256, &il)] {
         let mut a = volume(&[blocks_per_node, blocks_per_node], 32768);
         let mut live = std::collections::VecDeque::new();
         let mut n = 0u64;
@@ -512,7 +513,7 @@ fn alloc_throughput() {
             for _ in 0..1000 {
                 let ino = n % 4096;
                 let got = a
-                    .alloc(&req(ino, (n / 4096) * size, size, &WL, (n % 2) as u32))
+                    .alloc(&req(ino, (n / 4096) * size, size, policy, (n % 2) as u32))
                     .unwrap();
                 live.extend(got.into_iter().map(|x| x.extent));
                 n += 1;
@@ -527,7 +528,7 @@ fn alloc_throughput() {
         }
         let s = t.elapsed().as_secs_f64();
         eprintln!(
-            "{size}-block allocations: {:.0}/s ({:.0} MiB/s of blocks), with frees",
+            "{size}-block {policy} allocations: {:.0}/s ({:.0} MiB/s of blocks), with frees",
             n as f64 / s,
             (n * size * BLOCK_SIZE) as f64 / s / (1 << 20) as f64
         );
