@@ -465,13 +465,10 @@ impl Allocator {
         let mut fell_back = false;
         for &node in &order {
             left -= self.take_on(node, ino, left, goal, sequential, pref, out);
-            if left > 0 && node == pref && self.prealloc.reserved_on(pref) > 0 {
+            if node == pref {
                 // Other files' reservations on the wanted node yield before the blocks go
                 // to a remote node: locality matters more than a guess at future appends.
-                for e in self.prealloc.release_node(pref) {
-                    self.insert_free(pref, e.dev, e.start, e.len);
-                }
-                left -= self.take_on(node, ino, left, goal, false, pref, out);
+                left -= self.steal_on(node, ino, left, goal, pref, out);
             }
             if left == 0 {
                 break;
@@ -488,10 +485,7 @@ impl Allocator {
         if left > 0 {
             // Nothing free anywhere: take back blocks reserved ahead on the other nodes.
             for &node in &order {
-                for e in self.prealloc.release_node(node) {
-                    self.insert_free(node, e.dev, e.start, e.len);
-                }
-                left -= self.take_on(node, ino, left, goal, false, pref, out);
+                left -= self.steal_on(node, ino, left, goal, pref, out);
                 if left == 0 {
                     break;
                 }
@@ -501,6 +495,28 @@ impl Allocator {
         if fell_back || order.first() != Some(&pref) {
             self.rotor = self.rotor.wrapping_add(1);
         }
+    }
+
+    /// Takes back other files' reservations on `node`, one at a time, until `max` blocks
+    /// are placed there or none is left; returns how many blocks were placed.
+    fn steal_on(
+        &mut self,
+        node: u32,
+        ino: u64,
+        max: u64,
+        goal: Option<(u16, u64)>,
+        pref: u32,
+        out: &mut Vec<Allocated>,
+    ) -> u64 {
+        let mut got = 0;
+        while got < max {
+            let Some(e) = self.prealloc.steal_one(node) else {
+                break;
+            };
+            self.insert_free(node, e.dev, e.start, e.len);
+            got += self.take_on(node, ino, max - got, goal, false, pref, out);
+        }
+        got
     }
 
     /// Takes up to `max` blocks for `ino` on `node`; returns how many.
@@ -542,8 +558,21 @@ impl Allocator {
                 pieces.push(e);
             }
             // Reserve ahead for a file that keeps growing, right after what it got.
-            if sequential && got > 0 && self.prealloc_max > 0 && !self.prealloc.has(ino, node) {
-                let ahead = max.next_power_of_two().max(16).min(self.prealloc_max);
+            // Reservations never hold more than half of what is left free on the node, so
+            // a filling node does not spend its last blocks on guesses that must be stolen
+            // back.
+            let room = map.total() / 2;
+            if sequential
+                && got > 0
+                && self.prealloc_max > 0
+                && !self.prealloc.has(ino, node)
+                && self.prealloc.reserved_on(node) < room
+            {
+                let ahead = max
+                    .next_power_of_two()
+                    .max(16)
+                    .min(self.prealloc_max)
+                    .min(room - self.prealloc.reserved_on(node));
                 if let Some(r) = cursor.and_then(|(d, s)| map.take_at(d, s, ahead)) {
                     cursor = Some((r.dev, r.start + r.len));
                     self.prealloc.reserve(ino, node, r);

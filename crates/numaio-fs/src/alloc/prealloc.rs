@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Prealloc {
-    /// (ino, node) → the reserved run.
-    by_file: BTreeMap<(u64, u32), Extent>,
+    /// (node, ino) → the reserved run.
+    by_file: BTreeMap<(u32, u64), Extent>,
     /// (dev, start) → (len, ino), to answer "is this block reserved".
     by_block: BTreeMap<(u16, u64), (u64, u64)>,
     /// Reserved blocks per node.
@@ -28,20 +28,20 @@ impl Prealloc {
     }
 
     pub(crate) fn has(&self, ino: u64, node: u32) -> bool {
-        self.by_file.contains_key(&(ino, node))
+        self.by_file.contains_key(&(node, ino))
     }
 
     /// Reserves `e` (on `node`) for `ino`; the file must hold no reservation there yet.
     pub(crate) fn reserve(&mut self, ino: u64, node: u32, e: Extent) {
         debug_assert!(!self.has(ino, node));
-        self.by_file.insert((ino, node), e);
+        self.by_file.insert((node, ino), e);
         self.by_block.insert((e.dev, e.start), (e.len, ino));
         *self.per_node.entry(node).or_default() += e.len;
     }
 
     /// Hands out up to `max` blocks from the front of `ino`'s reservation on `node`.
     pub(crate) fn take(&mut self, ino: u64, node: u32, max: u64) -> Option<Extent> {
-        let e = self.by_file.remove(&(ino, node))?;
+        let e = self.by_file.remove(&(node, ino))?;
         self.by_block.remove(&(e.dev, e.start));
         let take = e.len.min(max);
         *self.per_node.get_mut(&node).expect("node has reservations") -= take;
@@ -51,7 +51,7 @@ impl Prealloc {
                 start: e.start + take,
                 len: e.len - take,
             };
-            self.by_file.insert((ino, node), rest);
+            self.by_file.insert((node, ino), rest);
             self.by_block
                 .insert((rest.dev, rest.start), (rest.len, ino));
         }
@@ -63,7 +63,7 @@ impl Prealloc {
     }
 
     fn drop_entry(&mut self, ino: u64, node: u32) -> Option<Extent> {
-        let e = self.by_file.remove(&(ino, node))?;
+        let e = self.by_file.remove(&(node, ino))?;
         self.by_block.remove(&(e.dev, e.start));
         *self.per_node.get_mut(&node).expect("node has reservations") -= e.len;
         Some(e)
@@ -71,30 +71,17 @@ impl Prealloc {
 
     /// Drops every reservation of `ino`, returning the runs with their nodes.
     pub(crate) fn release_file(&mut self, ino: u64) -> Vec<(u32, Extent)> {
-        let keys: Vec<(u64, u32)> = self
-            .by_file
-            .range((ino, 0)..=(ino, u32::MAX))
-            .map(|(&k, _)| k)
-            .collect();
-        keys.into_iter()
-            .filter_map(|(i, n)| self.drop_entry(i, n).map(|e| (n, e)))
+        let nodes: Vec<u32> = self.per_node.keys().copied().collect();
+        nodes
+            .into_iter()
+            .filter_map(|n| self.drop_entry(ino, n).map(|e| (n, e)))
             .collect()
     }
 
-    /// Drops every reservation on `node` (stealing them back for an allocation).
-    pub(crate) fn release_node(&mut self, node: u32) -> Vec<Extent> {
-        if self.reserved_on(node) == 0 {
-            return Vec::new();
-        }
-        let keys: Vec<(u64, u32)> = self
-            .by_file
-            .keys()
-            .filter(|&&(_, n)| n == node)
-            .copied()
-            .collect();
-        keys.into_iter()
-            .filter_map(|(i, n)| self.drop_entry(i, n))
-            .collect()
+    /// Drops one reservation on `node` (stealing it back for an allocation).
+    pub(crate) fn steal_one(&mut self, node: u32) -> Option<Extent> {
+        let (&(_, ino), _) = self.by_file.range((node, 0)..=(node, u64::MAX)).next()?;
+        self.drop_entry(ino, node)
     }
 
     /// The owner (ino) and node-independent run of every reservation overlapping

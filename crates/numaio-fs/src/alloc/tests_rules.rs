@@ -507,6 +507,7 @@ fn alloc_throughput() {
     for (size, policy) in [(1u64, &WL), (256, &WL), (256, &il)] {
         let mut a = volume(&[blocks_per_node, blocks_per_node], 32768);
         let mut live = std::collections::VecDeque::new();
+        let mut live_blocks = 0u64;
         let mut n = 0u64;
         let t = std::time::Instant::now();
         while t.elapsed().as_secs_f64() < 1.0 {
@@ -515,11 +516,14 @@ fn alloc_throughput() {
                 let got = a
                     .alloc(&req(ino, (n / 4096) * size, size, policy, (n % 2) as u32))
                     .unwrap();
+                live_blocks += size;
                 live.extend(got.into_iter().map(|x| x.extent));
                 n += 1;
                 // Keep the volume about half full: free the oldest.
-                while live.len() as u64 * size > blocks_per_node {
-                    a.free(live.pop_front().unwrap());
+                while live_blocks > blocks_per_node {
+                    let e: Extent = live.pop_front().unwrap();
+                    live_blocks -= e.len;
+                    a.free(e);
                 }
                 if n.is_multiple_of(64) {
                     a.commit_frees();
@@ -576,6 +580,14 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// 200 cases, or `PROPTEST_CASES` for a longer run.
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200)
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum St {
     Used,
@@ -583,7 +595,7 @@ enum St {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
 
     #[test]
     fn never_double_allocates_and_counts_match(ops in prop::collection::vec(op(), 1..120)) {
