@@ -396,6 +396,32 @@ fn preallocation_is_reused_released_and_stolen() {
 }
 
 #[test]
+fn reservations_leave_a_filling_node_room() {
+    let mut a = volume(&[100], 100).with_prealloc(64);
+    let mut ends: HashMap<u64, Option<(u16, u64)>> = HashMap::new();
+    for round in 0..5 {
+        for ino in 1..=8u64 {
+            let mut r = req(ino, round * 2, 2, &WL, 0);
+            r.goal = ends.get(&ino).copied().flatten();
+            let before = a.reserved_blocks();
+            let got = a.alloc(&r).unwrap();
+            assert_eq!(per_node(&got), BTreeMap::from([(0, 2)]));
+            ends.insert(ino, end_of(&got));
+            let reserved = a.reserved_blocks();
+            let free = usage_of(&a, 0).free_blocks;
+            if reserved > before {
+                // A new reservation takes at most half the unreserved free space, so a
+                // filling node does not hand its last blocks to guesses.
+                assert!(
+                    reserved * 2 <= free,
+                    "{reserved} of {free} free blocks reserved"
+                );
+            }
+        }
+    }
+}
+
+#[test]
 fn local_reservations_yield_before_blocks_go_remote() {
     let mut a = volume(&[40, 100], 40).with_prealloc(16);
     let g = a.alloc(&req(1, 0, 4, &WL, 0)).unwrap();
