@@ -47,6 +47,7 @@ pub struct EngineStoreBuilder {
     topology: Option<Topology>,
     read_only: bool,
     direct_io: bool,
+    bind: bool,
 }
 
 impl EngineStoreBuilder {
@@ -74,6 +75,13 @@ impl EngineStoreBuilder {
     /// O_DIRECT device I/O (default on; falls back to buffered per device when refused).
     pub fn with_direct_io(mut self, on: bool) -> Self {
         self.direct_io = on;
+        self
+    }
+
+    /// Bind each slice's memory to its node and pin its threads there (default on; off only
+    /// for tests on a synthetic topology whose nodes this machine lacks).
+    pub fn with_bind_memory(mut self, on: bool) -> Self {
+        self.bind = on;
         self
     }
 
@@ -115,7 +123,9 @@ impl EngineStoreBuilder {
             .with_cache_bytes(self.cache_bytes)
             .with_slice_nodes(nodes.clone())
             .with_placement(placement)
-            .with_direct_io(self.direct_io);
+            .with_direct_io(self.direct_io)
+            .with_bind_memory(self.bind)
+            .with_pin_threads(self.bind);
         if let Some(be) = self.backend {
             b = b.with_backend(be);
         }
@@ -177,6 +187,7 @@ impl EngineStore {
             topology: None,
             read_only: false,
             direct_io: true,
+            bind: true,
         }
     }
 
