@@ -163,7 +163,7 @@ struct Probed {
     sysfs_node: Option<u32>,
 }
 
-fn probe_one(path: &Path) -> Result<Probed, FsError> {
+fn probe_one(path: &Path, mountinfo: &[(u32, u32)], swaps: &[PathBuf]) -> Result<Probed, FsError> {
     let invalid = |what: &str| FsError::Invalid(format!("{}: {what}", path.display()));
     // stat first: it opens nothing, so a FIFO or socket is refused without blocking.
     let meta = std::fs::metadata(path)
@@ -191,6 +191,11 @@ fn probe_one(path: &Path) -> Result<Probed, FsError> {
     let block = ft.is_block_device();
     if !block && !ft.is_file() {
         return Err(invalid("is neither a block device nor a regular file"));
+    }
+    if block {
+        // Before opening: a mounted device may not even be openable here, and "mounted"
+        // is the error that tells the user what to do.
+        check_not_mounted_or_swap(path, meta.rdev(), mountinfo, swaps)?;
     }
     // O_NONBLOCK: should the path have been swapped for a FIFO since the stat, the open does
     // not wait for a writer.
@@ -246,15 +251,13 @@ fn identity_of(path: &Path) -> io::Result<Identity> {
     })
 }
 
-/// Refuses a block device that is mounted, used as swap, or held exclusively by another
-/// user (a mount, md/dm, another mkfs).
-fn check_block_device_free(
-    info: &DeviceInfo,
+/// Refuses a block device that is mounted or used as swap.
+fn check_not_mounted_or_swap(
+    path: &Path,
     rdev: u64,
     mountinfo: &[(u32, u32)],
     swaps: &[PathBuf],
 ) -> Result<(), FsError> {
-    let path = &info.path;
     let (maj, min) = (libc::major(rdev), libc::minor(rdev));
     if mountinfo.contains(&(maj, min)) {
         return Err(FsError::Invalid(format!(
@@ -273,6 +276,11 @@ fn check_block_device_free(
             }
         }
     }
+    Ok(())
+}
+
+/// Refuses a block device held exclusively by another user (a mount, md/dm, another mkfs).
+fn check_not_busy(path: &Path) -> Result<(), FsError> {
     // O_EXCL on a block device fails with EBUSY while anyone else holds it exclusively.
     match std::fs::OpenOptions::new()
         .read(true)
@@ -304,9 +312,17 @@ pub fn probe_devices<P: AsRef<Path>>(
             "no device given; name at least one block device or file".into(),
         ));
     }
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")
+        .map(|t| parse_mountinfo_devs(&t))
+        .map_err(|e| FsError::io("/proc/self/mountinfo", "reading the mount table", e))?;
+    // No /proc/swaps means no swap support, hence no swap device.
+    let swaps = std::fs::read_to_string("/proc/swaps")
+        .map(|t| parse_swaps(&t))
+        .unwrap_or_default();
+
     let mut probed: Vec<Probed> = Vec::with_capacity(paths.len());
     for p in paths {
-        let p = probe_one(p.as_ref())?;
+        let p = probe_one(p.as_ref(), &mountinfo, &swaps)?;
         if let Some(first) = probed.iter().find(|q| q.id == p.id) {
             return Err(FsError::Invalid(format!(
                 "{} is the same device as {}; list each device once",
@@ -337,14 +353,6 @@ pub fn probe_devices<P: AsRef<Path>>(
         }
         rule_for[i] = Some(r);
     }
-
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")
-        .map(|t| parse_mountinfo_devs(&t))
-        .map_err(|e| FsError::io("/proc/self/mountinfo", "reading the mount table", e))?;
-    // No /proc/swaps means no swap support, hence no swap device.
-    let swaps = std::fs::read_to_string("/proc/swaps")
-        .map(|t| parse_swaps(&t))
-        .unwrap_or_default();
 
     let mut out = Vec::with_capacity(probed.len());
     for (p, rule) in probed.into_iter().zip(rule_for) {
@@ -379,8 +387,8 @@ pub fn probe_devices<P: AsRef<Path>>(
             Some(_) => {}
         }
         info.node = node;
-        if let Identity::Block(rdev) = p.id {
-            check_block_device_free(&info, rdev, &mountinfo, &swaps)?;
+        if let Identity::Block(_) = p.id {
+            check_not_busy(&info.path)?;
         }
         out.push(info);
     }

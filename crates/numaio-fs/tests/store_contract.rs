@@ -3,6 +3,9 @@
 //! and `sync` succeeds. Plus what only some stores promise: persistence across reopen,
 //! durability of synced writes over a power cut (engine), node placement (zones, engine).
 
+mod common;
+
+use common::{Loop, LOOP_DEVICE};
 use numaio_engine::power_loss::{PowerLossBackend, PowerLossOptions};
 use numaio_engine::{Backend, PsyncBackend};
 use numaio_fs::store::{
@@ -332,4 +335,51 @@ fn zone_writers_of_one_range_never_tear_each_other() {
     for t in threads {
         t.join().unwrap();
     }
+}
+
+#[test]
+fn file_and_engine_stores_keep_the_contract_on_block_devices() {
+    let (a, b) = match (Loop::new(DEV_BYTES), Loop::new(DEV_BYTES)) {
+        (Ok(a), Ok(b)) => (a, b),
+        (Err(why), _) | (_, Err(why)) => numaio_testkit::skip!(LOOP_DEVICE, "{why}"),
+    };
+    let devs: Vec<DeviceInfo> = [&a, &b]
+        .iter()
+        .map(|l| DeviceInfo {
+            path: l.dev.clone(),
+            node: 0,
+            bytes: DEV_BYTES,
+            kind: DeviceKind::BlockDevice,
+        })
+        .collect();
+    {
+        let s = FileStore::open(&devs, false).unwrap();
+        contract("file on block devices", &s);
+    }
+    {
+        let s = EngineStore::builder(&devs)
+            .with_cache_bytes(4 << 20)
+            .build()
+            .unwrap();
+        // The engine sees the whole device (a block device's st_size is 0).
+        let mut buf = vec![0u8; 3 * BS];
+        s.read_at(1, 2 * BLOCK_SIZE, &mut buf).unwrap();
+        assert_eq!(
+            buf,
+            pattern(8, 3 * BS),
+            "the FileStore's data reads through the engine"
+        );
+        // Held exclusively while the engine store lives.
+        let e = FileStore::open(&devs, true).err().unwrap().to_string();
+        assert!(e.contains("busy"), "{e}");
+        contract("engine on block devices", &s);
+    }
+    let s = FileStore::open(&devs, true).unwrap();
+    let mut buf = vec![0u8; BS];
+    s.read_at(0, DEV_BYTES - BLOCK_SIZE, &mut buf).unwrap();
+    assert_eq!(
+        buf,
+        pattern(2, BS),
+        "the engine's synced last block is on the device"
+    );
 }
