@@ -23,10 +23,9 @@ fn rule(p: &Path, node: u32) -> NodeRule {
     format!("{}={node}", p.display()).parse().unwrap()
 }
 
-fn probe_err(paths: &[PathBuf], rules: &[NodeRule]) -> String {
+fn probe_err<P: AsRef<Path>>(paths: &[P], rules: &[NodeRule]) -> String {
     probe_devices(paths, rules, &topo())
-        .err()
-        .expect("probe must fail")
+        .expect_err("probe must fail")
         .to_string()
 }
 
@@ -66,7 +65,7 @@ fn a_device_without_a_node_needs_a_rule() {
     let a = file(dir.path(), "a", 1 << 20);
     match sysfs_node_of_fs(&a) {
         None => {
-            let e = probe_err(&[a.clone()], &[]);
+            let e = probe_err(&[&a], &[]);
             assert!(
                 e.contains("reports no NUMA node")
                     && e.contains(&format!("--node-of {}=NODE", a.display())),
@@ -99,14 +98,14 @@ fn what_is_not_a_device_is_refused_by_name_without_hanging() {
         (sock, "is a socket"),
         (PathBuf::from("/dev/null"), "is a character device"),
     ] {
-        let e = probe_err(&[p.clone()], &[rule(&p, 0)]);
+        let e = probe_err(&[&p], &[rule(&p, 0)]);
         assert!(
             e.contains(&p.display().to_string()) && e.contains(what),
             "{e}"
         );
     }
     let missing = dir.path().join("missing");
-    let e = probe_err(&[missing.clone()], &[]);
+    let e = probe_err(&[&missing], &[]);
     assert!(e.contains("missing") && e.contains("stat"), "{e}");
     let e = probe_devices::<PathBuf>(&[], &[], &topo())
         .err()
@@ -138,18 +137,18 @@ fn rules_must_name_a_listed_device_and_a_node_with_memory() {
     let dir = tempfile::tempdir().unwrap();
     let a = file(dir.path(), "a", 1 << 20);
     let b = file(dir.path(), "b", 1 << 20);
-    let e = probe_err(&[a.clone()], &[rule(&a, 0), rule(&b, 0)]);
+    let e = probe_err(&[&a], &[rule(&a, 0), rule(&b, 0)]);
     assert!(e.contains("not one of the devices being formatted"), "{e}");
-    let e = probe_err(&[a.clone()], &[rule(&a, 7)]);
+    let e = probe_err(&[&a], &[rule(&a, 7)]);
     assert!(e.contains("node 7 does not exist"), "{e}");
-    let e = probe_err(&[a.clone()], &[rule(&a, 2)]);
+    let e = probe_err(&[&a], &[rule(&a, 2)]);
     assert!(e.contains("node 2 has no memory"), "{e}");
-    let e = probe_err(&[a.clone()], &[rule(&a, 0), rule(&a, 1)]);
+    let e = probe_err(&[&a], &[rule(&a, 0), rule(&a, 1)]);
     assert!(e.contains("two different nodes"), "{e}");
-    let e = probe_err(&[a.clone()], &[rule(&dir.path().join("nope"), 0)]);
+    let e = probe_err(&[&a], &[rule(&dir.path().join("nope"), 0)]);
     assert!(e.contains("nope") && e.contains("node rule"), "{e}");
     // The same rule twice is harmless.
-    probe_devices(&[a.clone()], &[rule(&a, 1), rule(&a, 1)], &topo()).unwrap();
+    probe_devices(&[&a], &[rule(&a, 1), rule(&a, 1)], &topo()).unwrap();
 }
 
 #[test]
@@ -173,7 +172,7 @@ fn a_mounted_block_device_is_refused() {
             "the root file system's device node is not visible"
         );
     };
-    let e = probe_err(&[root.clone()], &[rule(&root, 0)]);
+    let e = probe_err(&[&root], &[rule(&root, 0)]);
     assert!(
         e.contains("is mounted") && e.contains(&root.display().to_string()),
         "{e}"
@@ -187,9 +186,9 @@ fn a_loop_device_is_probed_and_refused_while_held() {
         Err(why) => numaio_testkit::skip!(LOOP_DEVICE, "{why}"),
     };
     // A loop device reports no NUMA node.
-    let e = probe_err(&[lo.dev.clone()], &[]);
+    let e = probe_err(&[&lo.dev], &[]);
     assert!(e.contains("--node-of"), "{e}");
-    let devs = probe_devices(&[lo.dev.clone()], &[rule(&lo.dev, 1)], &topo()).unwrap();
+    let devs = probe_devices(&[&lo.dev], &[rule(&lo.dev, 1)], &topo()).unwrap();
     assert_eq!(devs[0].kind, DeviceKind::BlockDevice);
     assert_eq!((devs[0].bytes, devs[0].node), (2 << 20, 1));
     // Listed twice through a symlink.
@@ -200,7 +199,7 @@ fn a_loop_device_is_probed_and_refused_while_held() {
     assert!(e.contains("same device"), "{e}");
     // Held exclusively (an open store): busy.
     let store = FileStore::open(&devs, false).unwrap();
-    let e = probe_err(&[lo.dev.clone()], &[rule(&lo.dev, 0)]);
+    let e = probe_err(&[&lo.dev], &[rule(&lo.dev, 0)]);
     assert!(
         e.contains("busy") && e.contains(&lo.dev.display().to_string()),
         "{e}"
@@ -211,5 +210,5 @@ fn a_loop_device_is_probed_and_refused_while_held() {
     store.write_at(0, (2 << 20) - 4096, &[7u8; 4096]).unwrap();
     store.sync(0).unwrap();
     drop(store);
-    probe_devices(&[lo.dev.clone()], &[rule(&lo.dev, 0)], &topo()).unwrap();
+    probe_devices(&[&lo.dev], &[rule(&lo.dev, 0)], &topo()).unwrap();
 }
