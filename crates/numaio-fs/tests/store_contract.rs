@@ -308,6 +308,13 @@ fn pmem_zone_keeps_the_contract_and_its_data() {
         .unwrap();
     let e = ZoneStore::new(&[big]).err().unwrap().to_string();
     assert!(e.contains("holds only") && e.contains("pmem"), "{e}");
+
+    // The same backing twice, also through a symlink, would alias: refused.
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&path, &link).unwrap();
+    let again: ZoneSpec = format!("0:8K:{}", link.display()).parse().unwrap();
+    let e = ZoneStore::new(&[spec, again]).err().unwrap().to_string();
+    assert!(e.contains("already the backing"), "{e}");
 }
 
 #[test]
@@ -382,4 +389,34 @@ fn file_and_engine_stores_keep_the_contract_on_block_devices() {
         pattern(2, BS),
         "the engine's synced last block is on the device"
     );
+}
+
+#[test]
+fn pmem_zone_on_a_block_device_keeps_the_contract_and_holds_it() {
+    let lo = match Loop::new(DEV_BYTES) {
+        Ok(l) => l,
+        Err(why) => numaio_testkit::skip!(LOOP_DEVICE, "{why}"),
+    };
+    let spec: ZoneSpec = format!("0:{DEV_BYTES}:{}", lo.dev.display())
+        .parse()
+        .unwrap();
+    {
+        let s = ZoneStore::new(std::slice::from_ref(&spec)).unwrap();
+        contract("pmem zone on a block device", &s);
+        // Held exclusively while mapped.
+        let e = ZoneStore::new(std::slice::from_ref(&spec))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("Device or resource busy"), "{e}");
+    }
+    let too_big: ZoneSpec = format!("0:{}:{}", DEV_BYTES * 2, lo.dev.display())
+        .parse()
+        .unwrap();
+    let e = ZoneStore::new(&[too_big]).err().unwrap().to_string();
+    assert!(e.contains("holds only"), "{e}");
+    let s = ZoneStore::new(&[spec]).unwrap();
+    let mut buf = vec![0u8; 3 * BS];
+    s.read_at(0, 2 * BLOCK_SIZE, &mut buf).unwrap();
+    assert_eq!(buf, pattern(7, 3 * BS), "synced zone data is on the device");
 }

@@ -268,6 +268,7 @@ impl ZoneStore {
         let mut infos = Vec::with_capacity(specs.len());
         let mut zones = Vec::with_capacity(specs.len());
         let mut map_sync = Vec::with_capacity(specs.len());
+        let mut backings: Vec<(String, (u64, u64))> = Vec::new();
         for (i, spec) in specs.iter().enumerate() {
             spec.check_size()
                 .map_err(|e| FsError::Invalid(format!("zone {spec}: {e}")))?;
@@ -305,10 +306,34 @@ impl ZoneStore {
                     (zone, info, false)
                 }
                 Some(path) => {
+                    let meta = std::fs::metadata(path)
+                        .map_err(|e| FsError::io(path, "looking up the zone's backing", e))?;
+                    // Two zones over the same memory would be two mappings with separate
+                    // locks: copies through them could race.
+                    let id = if meta.file_type().is_block_device()
+                        || meta.file_type().is_char_device()
+                    {
+                        (0, meta.rdev())
+                    } else {
+                        (meta.dev(), meta.ino())
+                    };
+                    if let Some((other, _)) = backings.iter().find(|(_, b)| *b == id) {
+                        return Err(FsError::Invalid(format!(
+                            "zone {spec}: {} is already the backing of zone {other}; \
+                             give each zone its own device or file",
+                            path.display()
+                        )));
+                    }
+                    backings.push((spec.to_string(), id));
+                    let mut flags = libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY;
+                    if meta.file_type().is_block_device() {
+                        // Nobody mounts or formats the device while it is a zone.
+                        flags |= libc::O_EXCL;
+                    }
                     let f = std::fs::OpenOptions::new()
                         .read(true)
                         .write(true)
-                        .custom_flags(libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY)
+                        .custom_flags(flags)
                         .open(path)
                         .map_err(|e| {
                             FsError::io(path, "opening the zone's backing read-write", e)
