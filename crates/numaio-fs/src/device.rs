@@ -136,17 +136,12 @@ pub fn parse_numa_node(text: &str) -> Option<u32> {
 /// The node sysfs reports for the block device `maj:min` (for a partition, its disk's).
 fn sysfs_node(maj: u32, min: u32) -> Option<u32> {
     let base = PathBuf::from(format!("/sys/dev/block/{maj}:{min}"));
-    let own = base.join("device/numa_node");
-    let parent = base.join("../device/numa_node");
-    let candidates: &[PathBuf] = if base.join("partition").exists() {
-        std::slice::from_ref(&parent)
+    let file = if base.join("partition").exists() {
+        base.join("../device/numa_node")
     } else {
-        std::slice::from_ref(&own)
+        base.join("device/numa_node")
     };
-    candidates
-        .iter()
-        .find_map(|p| std::fs::read_to_string(p).ok())
-        .and_then(|t| parse_numa_node(&t))
+    parse_numa_node(&std::fs::read_to_string(file).ok()?)
 }
 
 /// What identifies a device whatever path names it: the device number of a block device,
