@@ -1,0 +1,1 @@
+//! Offline check of a volume.
