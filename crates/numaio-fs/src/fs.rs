@@ -120,8 +120,8 @@ struct Inner {
     alloc: Allocator,
     journal: Journal,
     pending: Vec<Record>,
-    /// Estimated encoded size of `pending`.
-    pending_bytes: u64,
+    /// A bound on the encoded size of `meta` (a checkpoint's payload).
+    meta_bytes: u64,
     data_dirty: BTreeSet<u16>,
     open: HashMap<u64, u32>,
     commits: u64,
@@ -140,14 +140,14 @@ fn bug(e: String) -> FsError {
     FsError::Invalid(format!("internal inconsistency (please report): {e}"))
 }
 
-fn est(r: &Record) -> u64 {
+/// A bound on how much `r` grows the encoded metadata.
+fn growth(r: &Record) -> u64 {
     match r {
-        Record::NewInode { target, .. } => 120 + target.as_ref().map_or(0, |t| t.len() as u64),
-        Record::SetAttr { .. } => 110,
-        Record::DirAdd { name, .. } | Record::DirRemove { name, .. } => 40 + name.len() as u64,
-        Record::SetXattr { name, value, .. } => 30 + (name.len() + value.len()) as u64,
-        Record::RemoveXattr { name, .. } => 20 + name.len() as u64,
-        _ => 40,
+        Record::NewInode { target, .. } => 160 + target.as_ref().map_or(0, |t| t.len() as u64),
+        Record::DirAdd { name, .. } => 40 + name.len() as u64,
+        Record::SetXattr { name, value, .. } => 20 + (name.len() + value.len()) as u64,
+        Record::Map { .. } | Record::Unmap { .. } => 32,
+        _ => 0,
     }
 }
 
@@ -250,7 +250,7 @@ impl Inner {
         for e in freed {
             self.alloc.free(e);
         }
-        self.pending_bytes += est(&r);
+        self.meta_bytes += growth(&r);
         self.pending.push(r);
         Ok(())
     }
@@ -266,11 +266,11 @@ impl Inner {
             .journal
             .slot_capacity()
             .saturating_sub(crate::format::FRAME_HEADER as u64);
-        let bound = self.journal.checkpoint_bytes + self.journal.pos + self.pending_bytes + extra;
-        if bound <= cap {
+        if self.meta_bytes + extra <= cap {
             return Ok(());
         }
         let exact = crate::format::encode(&self.meta).len() as u64;
+        self.meta_bytes = exact;
         if exact + extra <= cap {
             Ok(())
         } else {
@@ -544,6 +544,7 @@ impl Fs {
             orphans_freed: 0,
         };
         let _ = header;
+        let meta_bytes = crate::format::encode(&rec.meta).len() as u64;
         let fs = Fs {
             store,
             read_only: opts.read_only,
@@ -553,7 +554,7 @@ impl Fs {
                 alloc,
                 journal: rec.journal,
                 pending: Vec::new(),
-                pending_bytes: 0,
+                meta_bytes,
                 data_dirty: BTreeSet::new(),
                 open: HashMap::new(),
                 commits: 0,
@@ -624,7 +625,6 @@ impl Fs {
             g.journal.checkpoint(&*self.store, &g.meta, seq)?;
         }
         g.pending.clear();
-        g.pending_bytes = 0;
         g.alloc.commit_frees();
         g.commits += 1;
         if g.journal.pos > g.journal.capacity() / 2 {
