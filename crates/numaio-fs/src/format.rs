@@ -238,9 +238,12 @@ pub fn unframe<'a>(
     Ok((seq, payload))
 }
 
-fn decode<'a, T: Deserialize<'a>>(payload: &'a [u8], device: &Path, what: &str) -> Result<T, FsError> {
-    postcard::from_bytes(payload)
-        .map_err(|e| corrupt(device, format!("{what}: undecodable ({e})")))
+fn decode<'a, T: Deserialize<'a>>(
+    payload: &'a [u8],
+    device: &Path,
+    what: &str,
+) -> Result<T, FsError> {
+    postcard::from_bytes(payload).map_err(|e| corrupt(device, format!("{what}: undecodable ({e})")))
 }
 
 /// Postcard encoding of a structure; encoding in-memory values cannot fail short of memory.

@@ -696,13 +696,18 @@ impl Fs {
                 return Err(FsError::IsDir);
             }
             if a.kind != Kind::File {
-                return Err(FsError::Invalid("only regular files can be truncated".into()));
+                return Err(FsError::Invalid(
+                    "only regular files can be truncated".into(),
+                ));
             }
             access(&a, c, 2)?;
             if size > MAX_FILE_SIZE {
                 return Err(FsError::TooBig);
             }
             g.reserve(200)?;
+            if size > a.size {
+                self.zero_tail(g, ino, a.size)?;
+            }
             self.truncate(g, ino, size)?;
             a = g.attr(ino)?;
             a.size = size;
@@ -727,6 +732,25 @@ impl Fs {
         g.reserve(200)?;
         g.set_attr(ino, a)?;
         Ok(to_attr(ino, g.inode(ino)?))
+    }
+
+    /// Zeroes the bytes after `size` in the block holding it, before the file grows past
+    /// `size`: a crash may have left there part of an overwrite whose size change was
+    /// never committed, and a file must read zeros where it was never written.
+    fn zero_tail(&self, g: &mut Inner, ino: u64, size: u64) -> Result<(), FsError> {
+        let tail = (size % BLOCK_SIZE) as usize;
+        if tail == 0 {
+            return Ok(());
+        }
+        if let Some((dev, b)) = g.inode(ino)?.lookup_block(size / BLOCK_SIZE) {
+            let mut buf = vec![0u8; BLOCK_SIZE as usize];
+            self.store.read_at(dev, b * BLOCK_SIZE, &mut buf)?;
+            if buf[tail..].iter().any(|&x| x != 0) {
+                buf[tail..].fill(0);
+                write_blocks(&*self.store, &mut g.data_dirty, vec![(dev, b, buf)])?;
+            }
+        }
+        Ok(())
     }
 
     /// Frees the blocks past `size` and zeroes the tail of the last block.
@@ -823,7 +847,13 @@ impl Fs {
         self.new_inode(parent, name, Kind::File, mode, None, c)
     }
 
-    pub fn mkdir(&self, parent: u64, name: &[u8], mode: u32, c: &Caller) -> Result<FileAttr, FsError> {
+    pub fn mkdir(
+        &self,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        c: &Caller,
+    ) -> Result<FileAttr, FsError> {
         self.new_inode(parent, name, Kind::Dir, mode, None, c)
     }
 
@@ -927,7 +957,12 @@ impl Fs {
         if e.kind != Kind::Dir {
             return Err(FsError::NotDir);
         }
-        if !g.inode(e.ino)?.dir.as_ref().is_some_and(|d| d.entries.is_empty()) {
+        if !g
+            .inode(e.ino)?
+            .dir
+            .as_ref()
+            .is_some_and(|d| d.entries.is_empty())
+        {
             return Err(FsError::NotEmpty);
         }
         g.reserve(300 + name.len() as u64)?;
@@ -952,7 +987,9 @@ impl Fs {
         c: &Caller,
     ) -> Result<(), FsError> {
         if flags & !RENAME_NOREPLACE != 0 {
-            return Err(FsError::Invalid(format!("unsupported rename flags {flags:#x}")));
+            return Err(FsError::Invalid(format!(
+                "unsupported rename flags {flags:#x}"
+            )));
         }
         check_old_name(name)?;
         check_old_name(newname)?;
@@ -979,7 +1016,12 @@ impl Fs {
                 (true, false) => return Err(FsError::NotDir),
                 (false, true) => return Err(FsError::IsDir),
                 (true, true) => {
-                    if !g.inode(t.ino)?.dir.as_ref().is_some_and(|d| d.entries.is_empty()) {
+                    if !g
+                        .inode(t.ino)?
+                        .dir
+                        .as_ref()
+                        .is_some_and(|d| d.entries.is_empty())
+                    {
                         return Err(FsError::NotEmpty);
                     }
                 }
@@ -1146,6 +1188,9 @@ impl Fs {
             .ok_or(FsError::TooBig)?;
         let first = offset / BLOCK_SIZE;
         let last = end.div_ceil(BLOCK_SIZE);
+        if offset > a.size {
+            self.zero_tail(g, ino, a.size)?;
+        }
         let fresh = g.fill_holes(ino, first, last, c)?;
         let is_fresh = |lb: u64| fresh.iter().any(|&(l, n)| lb >= l && lb < l + n);
         let bs = BLOCK_SIZE as usize;
@@ -1215,6 +1260,9 @@ impl Fs {
         let now = now_ns();
         match mode {
             0 | FALLOC_KEEP_SIZE => {
+                if mode == 0 && end > a.size {
+                    self.zero_tail(g, ino, a.size)?;
+                }
                 let fresh = g.fill_holes(ino, offset / BLOCK_SIZE, end.div_ceil(BLOCK_SIZE), c)?;
                 let i = g.inode(ino)?;
                 let mut blocks = Vec::new();
@@ -1436,8 +1484,7 @@ impl Fs {
     pub fn block_map(&self, ino: u64) -> Result<Vec<(u64, Extent, u32)>, FsError> {
         let g = self.inner.lock();
         let i = g.inode(ino)?;
-        Ok(i
-            .extents
+        Ok(i.extents
             .iter()
             .map(|(&l, e)| (l, *e, g.alloc.node_of_dev(e.dev).unwrap_or(u32::MAX)))
             .collect())

@@ -13,7 +13,6 @@
 //! later owner), reconnects unreachable inodes under `/lost+found`, frees orphans, and
 //! writes the result as a new checkpoint.
 
-use crate::alloc::Extent;
 use crate::format::Header;
 use crate::journal;
 use crate::meta::{Attr, Kind, Meta, Record, ROOT_INO};
@@ -138,7 +137,8 @@ pub fn fsck(store: &dyn BlockStore, o: &FsckOptions) -> Result<FsckReport, FsErr
     j.checkpoint(store, &meta, seq)?;
     r.repaired.extend(found);
     r.errors = again;
-    r.errors.extend(failed.into_iter().map(|e| format!("repair failed: {e}")));
+    r.errors
+        .extend(failed.into_iter().map(|e| format!("repair failed: {e}")));
     r.inodes = meta.inodes.len() as u64;
     r.used_blocks = meta
         .inodes
@@ -201,7 +201,10 @@ fn check(header: &Header, meta: &Meta, found: &mut Vec<String>, fixes: &mut Vec<
         if i.attr.kind == Kind::Symlink {
             let len = i.target.as_ref().map_or(0, |t| t.len() as u64);
             if i.target.is_none() || i.attr.size != len {
-                found.push(format!("symlink {ino}: size {} but target of {len} bytes", i.attr.size));
+                found.push(format!(
+                    "symlink {ino}: size {} but target of {len} bytes",
+                    i.attr.size
+                ));
                 fixes.push(Record::SetAttr {
                     ino,
                     attr: Attr {
@@ -234,7 +237,10 @@ fn check(header: &Header, meta: &Meta, found: &mut Vec<String>, fixes: &mut Vec<
                 name: name.clone(),
             };
             let Some(t) = meta.inodes.get(&e.ino) else {
-                found.push(format!("directory {d}: entry {shown:?} points at missing inode {}", e.ino));
+                found.push(format!(
+                    "directory {d}: entry {shown:?} points at missing inode {}",
+                    e.ino
+                ));
                 fixes.push(remove);
                 continue;
             };
@@ -282,15 +288,17 @@ fn check(header: &Header, meta: &Meta, found: &mut Vec<String>, fixes: &mut Vec<
     let lost: Vec<u64> = meta
         .inodes
         .iter()
-        .filter(|(&n, i)| {
-            i.attr.nlink > 0 && !reached.contains_key(&n) && !refs.contains_key(&n)
-        })
+        .filter(|(&n, i)| i.attr.nlink > 0 && !reached.contains_key(&n) && !refs.contains_key(&n))
         .map(|(&n, _)| n)
         .collect();
     let mut lf_subdirs = 0;
     if !lost.is_empty() {
         let root = &meta.inodes[&ROOT_INO];
-        let lf = match root.dir.as_ref().and_then(|d| d.entries.get(b"lost+found".as_slice())) {
+        let lf = match root
+            .dir
+            .as_ref()
+            .and_then(|d| d.entries.get(b"lost+found".as_slice()))
+        {
             Some(e) if e.kind == Kind::Dir => e.ino,
             _ => {
                 let ino = meta.next_ino.max(lost.iter().max().map_or(0, |m| m + 1));
@@ -326,7 +334,9 @@ fn check(header: &Header, meta: &Meta, found: &mut Vec<String>, fixes: &mut Vec<
         };
         for &ino in &lost {
             let i = &meta.inodes[&ino];
-            found.push(format!("inode {ino} is in no directory (reconnected to /lost+found)"));
+            found.push(format!(
+                "inode {ino} is in no directory (reconnected to /lost+found)"
+            ));
             fixes.push(Record::DirAdd {
                 dir: lf,
                 name: format!("#{ino}").into_bytes(),
@@ -361,7 +371,10 @@ fn check(header: &Header, meta: &Meta, found: &mut Vec<String>, fixes: &mut Vec<
             refs.get(&ino).copied().unwrap_or(0)
         };
         if i.attr.nlink != want {
-            found.push(format!("inode {ino}: link count {} but {want} links", i.attr.nlink));
+            found.push(format!(
+                "inode {ino}: link count {} but {want} links",
+                i.attr.nlink
+            ));
             // Applied after the fixes above, so it sees their attribute changes.
             fixes.push(Record::SetAttr {
                 ino,
@@ -372,10 +385,19 @@ fn check(header: &Header, meta: &Meta, found: &mut Vec<String>, fixes: &mut Vec<
             });
         }
     }
-    if meta.inodes.keys().next_back().is_some_and(|&m| m >= meta.next_ino) {
+    if meta
+        .inodes
+        .keys()
+        .next_back()
+        .is_some_and(|&m| m >= meta.next_ino)
+    {
         found.push("next inode number is below an inode in use".into());
     }
-    let _ = Extent { dev: 0, start: 0, len: 0 };
+    let _ = Extent {
+        dev: 0,
+        start: 0,
+        len: 0,
+    };
 }
 
 /// The attributes of `ino` after the fixes queued so far.

@@ -95,7 +95,8 @@ fn create_write_read_and_survive_a_remount() {
 fn holes_read_as_zeros_and_take_no_blocks() {
     let (_, fs) = vol();
     let f = fs.create(ROOT, b"sparse", 0o644, &root()).unwrap();
-    fs.write(f.ino, 10 * BLOCK_SIZE + 100, b"xyz", &root()).unwrap();
+    fs.write(f.ino, 10 * BLOCK_SIZE + 100, b"xyz", &root())
+        .unwrap();
     let a = fs.getattr(f.ino).unwrap();
     assert_eq!(a.size, 10 * BLOCK_SIZE + 103);
     assert_eq!(a.blocks, 1);
@@ -149,8 +150,14 @@ fn fallocate_allocates_keeps_size_and_punches_holes() {
     let a = fs.getattr(f.ino).unwrap();
     assert_eq!((a.size, a.blocks), (3 * BLOCK_SIZE, 3));
     assert!(read_all(&fs, f.ino).iter().all(|&b| b == 0));
-    fs.fallocate(f.ino, 3 * BLOCK_SIZE, 2 * BLOCK_SIZE, FALLOC_KEEP_SIZE, &root())
-        .unwrap();
+    fs.fallocate(
+        f.ino,
+        3 * BLOCK_SIZE,
+        2 * BLOCK_SIZE,
+        FALLOC_KEEP_SIZE,
+        &root(),
+    )
+    .unwrap();
     let a = fs.getattr(f.ino).unwrap();
     assert_eq!((a.size, a.blocks), (3 * BLOCK_SIZE, 5));
     fs.write(f.ino, 0, &vec![7u8; 3 * BLOCK_SIZE as usize], &root())
@@ -206,10 +213,7 @@ fn rename_cases() {
         fs.rename(ROOT, b"a", sub.ino, b"x", 0, &c),
         Err(FsError::Invalid(_))
     ));
-    assert!(matches!(
-        fs.rename(ROOT, b"a", ROOT, b"a", 0, &c),
-        Ok(())
-    ));
+    assert!(matches!(fs.rename(ROOT, b"a", ROOT, b"a", 0, &c), Ok(())));
     assert!(matches!(
         fs.rename(ROOT, b"b", ROOT, b"a", 0, &c),
         Err(FsError::NotEmpty)
@@ -334,12 +338,14 @@ fn xattrs() {
         fs.setxattr(f.ino, b"user.a", b"1", XATTR_REPLACE, &c),
         Err(FsError::NoAttr)
     ));
-    fs.setxattr(f.ino, b"user.a", b"1", XATTR_CREATE, &c).unwrap();
+    fs.setxattr(f.ino, b"user.a", b"1", XATTR_CREATE, &c)
+        .unwrap();
     assert!(matches!(
         fs.setxattr(f.ino, b"user.a", b"2", XATTR_CREATE, &c),
         Err(FsError::Exists)
     ));
-    fs.setxattr(f.ino, b"user.a", b"2", XATTR_REPLACE, &c).unwrap();
+    fs.setxattr(f.ino, b"user.a", b"2", XATTR_REPLACE, &c)
+        .unwrap();
     fs.setxattr(f.ino, b"user.b", &[0, 1, 2], 0, &c).unwrap();
     assert_eq!(fs.getxattr(f.ino, b"user.a").unwrap(), b"2");
     assert_eq!(
@@ -361,11 +367,10 @@ fn xattrs() {
     assert_eq!(fs2.getxattr(f.ino, b"user.b").unwrap(), vec![0, 1, 2]);
     assert_eq!(fs2.listxattr(f.ino).unwrap(), vec![b"user.b".to_vec()]);
     // The placement xattr is validated.
-    assert_eq!(
-        fs.getxattr(ROOT, PLACEMENT_XATTR).unwrap(),
-        b"writer-local"
-    );
-    assert!(fs.setxattr(ROOT, PLACEMENT_XATTR, b"fixed:7", 0, &c).is_err());
+    assert_eq!(fs.getxattr(ROOT, PLACEMENT_XATTR).unwrap(), b"writer-local");
+    assert!(fs
+        .setxattr(ROOT, PLACEMENT_XATTR, b"fixed:7", 0, &c)
+        .is_err());
     assert!(fs
         .setxattr(ROOT, PLACEMENT_XATTR, b"stripe:3:8K", 0, &c)
         .is_err());
@@ -388,7 +393,8 @@ fn a_huge_directory_looks_up_and_lists_stably() {
             .unwrap();
     }
     for i in (0..n).step_by(997) {
-        fs.lookup(d.ino, format!("file-{i}").as_bytes(), &c).unwrap();
+        fs.lookup(d.ino, format!("file-{i}").as_bytes(), &c)
+            .unwrap();
     }
     fs.lookup(d.ino, format!("file-{}", n - 1).as_bytes(), &c)
         .unwrap();
@@ -416,7 +422,11 @@ fn a_huge_directory_looks_up_and_lists_stably() {
     }
     let gone = |i: u32| i >= n - 50;
     for i in 0..n {
-        assert_eq!(seen.contains(format!("file-{i}").as_bytes()), !gone(i), "file-{i}");
+        assert_eq!(
+            seen.contains(format!("file-{i}").as_bytes()),
+            !gone(i),
+            "file-{i}"
+        );
     }
     for r in 0..round {
         assert!(seen.contains(format!("new-{r}").as_bytes()), "new-{r}");
@@ -549,14 +559,19 @@ fn writer_local_places_each_file_on_its_writers_device() {
         .map(|u| (u.node, u.total_blocks - u.free_blocks))
         .collect();
     assert_eq!(per, vec![(0, 16), (1, 16)]);
-    assert!(fs.block_map(a.ino).unwrap().iter().all(|(_, e, _)| e.dev == 0));
+    assert!(fs
+        .block_map(a.ino)
+        .unwrap()
+        .iter()
+        .all(|(_, e, _)| e.dev == 0));
 }
 
 #[test]
 fn directory_and_stripe_policies_through_the_xattr() {
     let (s, fs) = vol();
     let c = root();
-    fs.setxattr(ROOT, PLACEMENT_XATTR, b"directory", 0, &c).unwrap();
+    fs.setxattr(ROOT, PLACEMENT_XATTR, b"directory", 0, &c)
+        .unwrap();
     let d1 = fs.mkdir(ROOT, b"d1", 0o755, &c).unwrap();
     let d2 = fs.mkdir(ROOT, b"d2", 0o755, &c).unwrap();
     assert_ne!(d1.home, d2.home);
@@ -575,7 +590,10 @@ fn directory_and_stripe_policies_through_the_xattr() {
     let st = fs.mkdir(ROOT, b"striped", 0o755, &c).unwrap();
     fs.setxattr(st.ino, PLACEMENT_XATTR, b"stripe:2:8K", 0, &c)
         .unwrap();
-    assert_eq!(fs.getxattr(st.ino, PLACEMENT_XATTR).unwrap(), b"stripe:2:8192");
+    assert_eq!(
+        fs.getxattr(st.ino, PLACEMENT_XATTR).unwrap(),
+        b"stripe:2:8192"
+    );
     let f = fs.create(st.ino, b"s", 0o644, &c).unwrap();
     fs.write(f.ino, 0, &[4; 8 * 4096], &c).unwrap();
     let n = nodes_of(&fs, f.ino);
@@ -701,10 +719,16 @@ fn mount_refuses_missing_swapped_and_foreign_devices() {
     assert!(m.contains("another numaio-fs volume"), "{m}");
     let blank = Arc::new(MemStore::new(&[(0, 2 * MIB), (1, 2 * MIB)]));
     let m = msg(vec![(a.clone(), 0), (blank, 1)]);
-    assert!(m.contains("mem1") && m.contains("not a device of the volume"), "{m}");
-    Fs::mount(Arc::new(Mix::new(vec![(a, 0), (a_dev1(&b), 1)])), MountOptions::default())
-        .err()
-        .unwrap();
+    assert!(
+        m.contains("mem1") && m.contains("not a device of the volume"),
+        "{m}"
+    );
+    Fs::mount(
+        Arc::new(Mix::new(vec![(a, 0), (a_dev1(&b), 1)])),
+        MountOptions::default(),
+    )
+    .err()
+    .unwrap();
 }
 
 fn a_dev1(s: &Arc<MemStore>) -> Arc<MemStore> {
@@ -718,7 +742,10 @@ fn mkfs_refuses_bad_devices() {
     assert!(e.contains("mem1") && e.contains("too small"), "{e}");
     let s = MemStore::new(&[(0, 400 * 1024)]);
     let e = Fs::mkfs(&s, &opts()).unwrap_err().to_string();
-    assert!(e.contains("mem0") && e.contains("device 0 also holds"), "{e}");
+    assert!(
+        e.contains("mem0") && e.contains("device 0 also holds"),
+        "{e}"
+    );
     let s = MemStore::new(&[(0, 2 * MIB)]);
     let o = MkfsOptions {
         policy: PlacementPolicy::Fixed(3),
@@ -767,7 +794,12 @@ fn metadata_full_is_no_space_and_the_volume_stays_mountable() {
     let c = root();
     let mut made = 0;
     let err = loop {
-        match fs.create(ROOT, format!("some-longer-file-name-{made}").as_bytes(), 0o644, &c) {
+        match fs.create(
+            ROOT,
+            format!("some-longer-file-name-{made}").as_bytes(),
+            0o644,
+            &c,
+        ) {
             Ok(_) => made += 1,
             Err(e) => break e,
         }
@@ -790,7 +822,8 @@ fn many_commits_rotate_checkpoints_and_recover() {
     let c = root();
     let f = fs.create(ROOT, b"f", 0o644, &c).unwrap();
     for i in 0..300u64 {
-        fs.write(f.ino, i * 100, &pattern(100, i as u8), &c).unwrap();
+        fs.write(f.ino, i * 100, &pattern(100, i as u8), &c)
+            .unwrap();
         let mut v = i.to_string().into_bytes();
         v.resize(300, b' ');
         fs.setxattr(f.ino, b"user.i", &v, 0, &c).unwrap();

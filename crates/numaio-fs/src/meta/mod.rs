@@ -110,13 +110,26 @@ pub enum Record {
         target: Option<Vec<u8>>,
     },
     /// Replaces an inode's attributes.
-    SetAttr { ino: u64, attr: Attr },
+    SetAttr {
+        ino: u64,
+        attr: Attr,
+    },
     /// Maps logical blocks `lblock..lblock + ext.len` (unmapped before) to `ext`.
-    Map { ino: u64, lblock: u64, ext: Extent },
+    Map {
+        ino: u64,
+        lblock: u64,
+        ext: Extent,
+    },
     /// Unmaps logical blocks `from..to`; the blocks are freed.
-    Unmap { ino: u64, from: u64, to: u64 },
+    Unmap {
+        ino: u64,
+        from: u64,
+        to: u64,
+    },
     /// Removes an inode (no entry may point at it any more).
-    DelInode { ino: u64 },
+    DelInode {
+        ino: u64,
+    },
     /// Adds `name → ino` to directory `dir` under its next cookie.
     DirAdd {
         dir: u64,
@@ -124,13 +137,19 @@ pub enum Record {
         ino: u64,
         kind: Kind,
     },
-    DirRemove { dir: u64, name: Vec<u8> },
+    DirRemove {
+        dir: u64,
+        name: Vec<u8>,
+    },
     SetXattr {
         ino: u64,
         name: Vec<u8>,
         value: Vec<u8>,
     },
-    RemoveXattr { ino: u64, name: Vec<u8> },
+    RemoveXattr {
+        ino: u64,
+        name: Vec<u8>,
+    },
 }
 
 impl Meta {
