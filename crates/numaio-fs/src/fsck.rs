@@ -393,11 +393,6 @@ fn check(header: &Header, meta: &Meta, found: &mut Vec<String>, fixes: &mut Vec<
     {
         found.push("next inode number is below an inode in use".into());
     }
-    let _ = Extent {
-        dev: 0,
-        start: 0,
-        len: 0,
-    };
 }
 
 /// The attributes of `ino` after the fixes queued so far.
