@@ -34,6 +34,8 @@ pub const CHECKPOINT_MAGIC: &[u8; 8] = b"NUMAIOCP";
 pub const RECORD_MAGIC: u32 = 0x4a52_4e4c; // "JRNL"
 /// Blocks of the volume header on device 0 (after the label).
 pub const HEADER_BLOCKS: u64 = 4;
+/// Most allocation groups in a volume (the allocator keeps a little state per group).
+pub const MAX_GROUPS: u64 = 1 << 24;
 /// Bytes before the payload of a label, header or checkpoint: magic, version, seq, length, crc.
 pub const FRAME_HEADER: usize = 8 + 4 + 8 + 8 + 4;
 /// Bytes before the payload of a journal record: magic, length, seq, crc.
@@ -94,6 +96,16 @@ impl Header {
         self.checkpoint_start + slot as u64 * self.checkpoint_blocks
     }
 
+    /// Number of allocation groups, computed without listing them.
+    pub fn group_count(&self) -> u64 {
+        let mut n = 0u64;
+        for (i, d) in self.devices.iter().enumerate() {
+            let blocks = (d.bytes / BLOCK_SIZE).saturating_sub(self.data_start(i));
+            n = n.saturating_add(blocks / self.group_blocks.max(1));
+        }
+        n
+    }
+
     /// The allocation groups: whole groups only, so each lies on one device.
     pub fn groups(&self) -> Vec<GroupInfo> {
         let mut out = Vec::new();
@@ -139,8 +151,14 @@ impl Header {
             Some(end) if end.saturating_mul(BLOCK_SIZE) <= self.devices[0].bytes => {}
             _ => return Err(bad("metadata area past the end of device 0".into())),
         }
-        if self.groups().is_empty() {
+        let groups = self.group_count();
+        if groups == 0 {
             return Err(bad("no allocation group".into()));
+        }
+        if groups > MAX_GROUPS {
+            return Err(bad(format!(
+                "{groups} allocation groups (at most {MAX_GROUPS})"
+            )));
         }
         Ok(())
     }

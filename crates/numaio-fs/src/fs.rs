@@ -213,7 +213,10 @@ fn to_attr(ino: u64, i: &Inode) -> FileAttr {
         gid: a.gid,
         nlink: a.nlink,
         size: a.size,
-        blocks: i.extents.values().map(|e| e.len).sum(),
+        blocks: i
+            .extents
+            .values()
+            .fold(0u64, |n, e| n.saturating_add(e.len)),
         atime: a.atime,
         mtime: a.mtime,
         ctime: a.ctime,

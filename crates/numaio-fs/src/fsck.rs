@@ -99,13 +99,12 @@ pub fn fsck(store: &dyn BlockStore, o: &FsckOptions) -> Result<FsckReport, FsErr
         }
     }
     let groups = header.groups();
-    r.total_blocks = groups.iter().map(|g| g.blocks).sum();
+    r.total_blocks = groups.iter().fold(0u64, |n, g| n.saturating_add(g.blocks));
     r.used_blocks = meta
         .inodes
         .values()
         .flat_map(|i| i.extents.values())
-        .map(|e| e.len)
-        .sum();
+        .fold(0u64, |n, e| n.saturating_add(e.len));
     r.free_blocks = r.total_blocks.saturating_sub(r.used_blocks);
     if !o.repair {
         r.errors = found;
@@ -144,8 +143,7 @@ pub fn fsck(store: &dyn BlockStore, o: &FsckOptions) -> Result<FsckReport, FsErr
         .inodes
         .values()
         .flat_map(|i| i.extents.values())
-        .map(|e| e.len)
-        .sum();
+        .fold(0u64, |n, e| n.saturating_add(e.len));
     r.free_blocks = r.total_blocks.saturating_sub(r.used_blocks);
     Ok(r)
 }

@@ -169,6 +169,8 @@ pub fn read_checkpoint(
     store.read_at(0, off, &mut all)?;
     let (seq, payload) = format::unframe(CHECKPOINT_MAGIC, Some(&header.uuid), &all, device, what)?;
     let mut meta: Meta = format::decode_payload(payload, device, what)?;
+    meta.validate()
+        .map_err(|e| corrupt(device, format!("{what}: {e}")))?;
     meta.after_decode();
     Ok((seq, meta, payload.len() as u64))
 }

@@ -132,6 +132,13 @@ pub fn mkfs(store: &dyn BlockStore, o: &MkfsOptions) -> Result<Header, FsError> 
         journal_blocks: o.journal_blocks,
         created_ns: now,
     };
+    if header.group_count() > format::MAX_GROUPS {
+        return Err(FsError::Invalid(format!(
+            "{} allocation groups: at most {} (use a larger group size)",
+            header.group_count(),
+            format::MAX_GROUPS
+        )));
+    }
     let hblocks = header.to_blocks().ok_or_else(|| {
         FsError::Invalid(format!(
             "the device list does not fit the volume header ({} bytes): use fewer devices \

@@ -188,6 +188,35 @@ impl Meta {
         }
     }
 
+    /// Checks what the code relies on when it computes with the decoded metadata: extents
+    /// of at least one block whose ends do not overflow and that do not overlap in the file,
+    /// a directory table exactly on directories, the root a directory.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.inodes.get(&ROOT_INO).map(|i| i.attr.kind) != Some(Kind::Dir) {
+            return Err("the root is missing or not a directory".into());
+        }
+        for (&ino, i) in &self.inodes {
+            if ino == 0 || ino >= self.next_ino {
+                return Err(format!("inode number {ino} out of range"));
+            }
+            if (i.attr.kind == Kind::Dir) != i.dir.is_some() {
+                return Err(format!("inode {ino}: kind and directory table disagree"));
+            }
+            let mut end = 0u64;
+            for (&l, e) in &i.extents {
+                if e.len == 0
+                    || l.checked_add(e.len).is_none()
+                    || e.start.checked_add(e.len).is_none()
+                    || l < end
+                {
+                    return Err(format!("inode {ino}: bad extent at block {l}: {e:?}"));
+                }
+                end = l + e.len;
+            }
+        }
+        Ok(())
+    }
+
     pub fn get(&self, ino: u64) -> Option<&Inode> {
         self.inodes.get(&ino)
     }
@@ -210,7 +239,7 @@ impl Meta {
     pub fn apply(&mut self, r: &Record) -> Result<Vec<Extent>, String> {
         match r {
             Record::NewInode { ino, attr, target } => {
-                if self.inodes.contains_key(ino) || *ino == 0 {
+                if self.inodes.contains_key(ino) || *ino == 0 || *ino == u64::MAX {
                     return Err(format!("inode {ino} created twice"));
                 }
                 let dir = (attr.kind == Kind::Dir).then(|| Dir {
@@ -240,7 +269,10 @@ impl Meta {
             }
             Record::Map { ino, lblock, ext } => {
                 let i = self.inode_mut(*ino)?;
-                if ext.len == 0 || lblock.checked_add(ext.len).is_none() {
+                if ext.len == 0
+                    || lblock.checked_add(ext.len).is_none()
+                    || ext.start.checked_add(ext.len).is_none()
+                {
                     return Err(format!("inode {ino}: empty or overflowing extent"));
                 }
                 if let Some((&l, e)) = i.extents.range(..lblock + ext.len).next_back() {
@@ -287,7 +319,9 @@ impl Meta {
                     return Err(format!("directory {dir}: entry added twice"));
                 }
                 let cookie = d.next_cookie;
-                d.next_cookie += 1;
+                d.next_cookie = cookie
+                    .checked_add(1)
+                    .ok_or_else(|| format!("directory {dir}: cookies exhausted"))?;
                 d.entries.insert(
                     name.clone(),
                     Entry {
