@@ -215,7 +215,7 @@ struct Run {
 
 impl Run {
     fn new(seed: u64) -> Run {
-        let store = Arc::new(MemStore::new(&[(0, 3 << 20), (1, 3 << 20)]));
+        let store = Arc::new(MemStore::new(&[(0, 2 << 20), (1, 2 << 20)]));
         let o = MkfsOptions {
             policy: PlacementPolicy::WriterLocal,
             group_blocks: 128,
