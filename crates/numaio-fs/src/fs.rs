@@ -631,8 +631,14 @@ impl Fs {
         g.alloc.commit_frees();
         g.commits += 1;
         if g.journal.pos > g.journal.capacity() / 2 {
+            // The commit is durable already; a checkpoint that does not fit is retried at
+            // the next commit (which fails with NoSpace only if its record does not fit
+            // the journal either).
             let inner = &mut *g;
-            inner.journal.checkpoint(&*self.store, &inner.meta, seq)?;
+            match inner.journal.checkpoint(&*self.store, &inner.meta, seq) {
+                Ok(()) | Err(FsError::NoSpace) => {}
+                Err(e) => return Err(e),
+            }
         }
         Ok(())
     }

@@ -836,3 +836,49 @@ fn many_commits_rotate_checkpoints_and_recover() {
     assert!(fs2.getxattr(f.ino, b"user.i").unwrap().starts_with(b"299 "));
     assert!(fs2.mount_info().checkpoint_seq > 0);
 }
+
+#[test]
+fn threads_share_one_volume() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Fs>();
+    let (s, fs) = vol();
+    let fs = Arc::new(fs);
+    let handles: Vec<_> = (0..4u32)
+        .map(|t| {
+            let fs = fs.clone();
+            std::thread::spawn(move || {
+                let c = Caller::root_on(t % 2);
+                let d = fs
+                    .mkdir(ROOT, format!("t{t}").as_bytes(), 0o755, &c)
+                    .unwrap();
+                for i in 0..20u64 {
+                    let f = fs
+                        .create(d.ino, format!("f{i}").as_bytes(), 0o644, &c)
+                        .unwrap();
+                    fs.write(f.ino, 0, &pattern(6000, (t as u8) ^ (i as u8)), &c)
+                        .unwrap();
+                    if i % 5 == 0 {
+                        fs.fsync(f.ino, false).unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    fs.sync().unwrap();
+    let (_, fs2) = remount(&s, CrashMode::DropUnsynced);
+    for t in 0..4u32 {
+        let d = fs2
+            .lookup(ROOT, format!("t{t}").as_bytes(), &root())
+            .unwrap();
+        for i in 0..20u64 {
+            let f = fs2
+                .lookup(d.ino, format!("f{i}").as_bytes(), &root())
+                .unwrap();
+            assert_eq!(read_all(&fs2, f.ino), pattern(6000, (t as u8) ^ (i as u8)));
+            assert!(nodes_of(&fs2, f.ino) == vec![t % 2]);
+        }
+    }
+}
