@@ -194,7 +194,10 @@ fn check(fs: &Fs, m: &Model, skip_data: &BTreeSet<u64>, ctx: &str) {
                     "{ctx}: directory {ino} parent"
                 );
             }
-            Kind::Symlink => {}
+            Kind::Symlink => {
+                assert_eq!(fs.readlink(ino).unwrap(), mi.data, "{ctx}: symlink {ino}");
+                assert_eq!(a.size, mi.data.len() as u64, "{ctx}: symlink {ino} size");
+            }
         }
     }
 }
@@ -396,6 +399,46 @@ impl Run {
                     .unwrap()
                     .xattrs
                     .insert(name.to_vec(), v);
+            }
+            97 => {
+                let d = self.pick(&dirs);
+                let n = self.name();
+                let target = format!("t{}", self.rng.below(1000)).into_bytes();
+                let r = self.fs.symlink(d, n, &target, &c);
+                let exists = self.model.inodes[&d].entries.contains_key(n);
+                assert_eq!(r.is_ok(), !exists, "{ctx}: symlink {r:?}");
+                if let Ok(a) = r {
+                    let mut i = MInode::new(Kind::Symlink, 0);
+                    i.data = target;
+                    self.model.inodes.insert(a.ino, i);
+                    self.model
+                        .inodes
+                        .get_mut(&d)
+                        .unwrap()
+                        .entries
+                        .insert(n.to_vec(), a.ino);
+                }
+            }
+            98 | 99 if !files.is_empty() => {
+                let f = self.pick(&files);
+                let off = self.rng.below(40_000);
+                let len = 1 + self.rng.below(20_000);
+                let size = self.model.inodes[&f].data.len() as u64;
+                if self.rng.below(2) == 0 {
+                    self.fs
+                        .fallocate(f, off, len, FALLOC_PUNCH_HOLE | FALLOC_KEEP_SIZE, &c)
+                        .unwrap();
+                    let m = &mut self.model.inodes.get_mut(&f).unwrap().data;
+                    let end = ((off + len).min(size)) as usize;
+                    if (off as usize) < end {
+                        m[off as usize..end].fill(0);
+                    }
+                } else {
+                    self.fs
+                        .fallocate(f, off, len, FALLOC_KEEP_SIZE, &c)
+                        .unwrap();
+                }
+                self.touched.insert(f);
             }
             88..=92 if !files.is_empty() => {
                 let f = self.pick(&files);
