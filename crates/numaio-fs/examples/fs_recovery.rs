@@ -15,7 +15,7 @@ fn main() {
         .collect();
     let mib = args.first().copied().unwrap_or(1024);
     let files = args.get(1).copied().unwrap_or(100_000);
-    let half = mib / 2 << 20;
+    let half = (mib / 2) << 20;
     let store = Arc::new(MemStore::new(&[(0, half), (1, half)]));
     let o = MkfsOptions {
         group_blocks: 8192,

@@ -133,6 +133,7 @@ pub struct Fs {
     store: Arc<dyn BlockStore>,
     read_only: bool,
     info: MountInfo,
+    header: Header,
     inner: Mutex<Inner>,
 }
 
@@ -546,27 +547,22 @@ impl Fs {
             replayed: rec.replayed,
             orphans_freed: 0,
         };
-        let _ = header;
         let meta_bytes = crate::format::encode(&rec.meta).len() as u64;
-        let fs = Fs {
-            store,
-            read_only: opts.read_only,
-            info,
-            inner: Mutex::new(Inner {
-                meta: rec.meta,
-                alloc,
-                journal: rec.journal,
-                pending: Vec::new(),
-                meta_bytes,
-                data_dirty: BTreeSet::new(),
-                open: HashMap::new(),
-                commits: 0,
-                nodes,
-            }),
+        let mut inner = Inner {
+            meta: rec.meta,
+            alloc,
+            journal: rec.journal,
+            pending: Vec::new(),
+            meta_bytes,
+            data_dirty: BTreeSet::new(),
+            open: HashMap::new(),
+            commits: 0,
+            nodes,
         };
+        let mut info = info;
         if !opts.read_only {
-            let mut g = fs.inner.lock();
-            let orphans: Vec<u64> = g
+            // Unlinked files that were open at the crash.
+            let orphans: Vec<u64> = inner
                 .meta
                 .inodes
                 .iter()
@@ -574,17 +570,26 @@ impl Fs {
                 .map(|(&n, _)| n)
                 .collect();
             for &ino in &orphans {
-                g.rec(Record::DelInode { ino })?;
+                inner.rec(Record::DelInode { ino })?;
             }
-            if !orphans.is_empty() {
-                fs.commit(&mut g)?;
-            }
-            drop(g);
-            let mut fs = fs;
-            fs.info.orphans_freed = orphans.len() as u64;
-            return Ok(fs);
+            info.orphans_freed = orphans.len() as u64;
+        }
+        let fs = Fs {
+            store,
+            read_only: opts.read_only,
+            info,
+            header,
+            inner: Mutex::new(inner),
+        };
+        if info.orphans_freed > 0 {
+            fs.commit(&mut fs.inner.lock())?;
         }
         Ok(fs)
+    }
+
+    /// The volume header (devices, geometry, default policy).
+    pub fn header(&self) -> &Header {
+        &self.header
     }
 
     /// What mount found.
