@@ -172,6 +172,21 @@ impl FileTable {
         let meta = std::fs::metadata(path).map_err(|e| {
             io::Error::new(e.kind(), format!("cannot stat {}: {e}", path.display()))
         })?;
+        // A block device's st_size is 0: its length is where its end is.
+        let len = if std::os::unix::fs::FileTypeExt::is_block_device(&meta.file_type()) {
+            // SAFETY: lseek on our own open descriptor.
+            let end = unsafe { libc::lseek(buffered_fd.as_raw_fd(), 0, libc::SEEK_END) };
+            if end < 0 {
+                let e = io::Error::last_os_error();
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("cannot find the size of {} (lseek): {e}", path.display()),
+                ));
+            }
+            end as u64
+        } else {
+            meta.len()
+        };
         let mut files = self.files.write();
         let id = FileId(files.len() as u32);
         opened(id, &canon)?;
@@ -181,7 +196,7 @@ impl FileTable {
             use_direct: AtomicBool::new(direct_fd.is_some()),
             direct_fd,
             buffered_fd,
-            size: AtomicU64::new(meta.len()),
+            size: AtomicU64::new(len),
             wb_error: Mutex::new(None),
             fell_back: AtomicBool::new(fell_back),
             seq_next: AtomicU64::new(u64::MAX),

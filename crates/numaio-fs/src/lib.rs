@@ -21,6 +21,7 @@
 //! decisions are testable without FUSE and without a multi-node machine.
 
 pub mod alloc;
+pub mod device;
 mod error;
 pub mod policy;
 pub mod store;

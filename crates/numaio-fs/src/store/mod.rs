@@ -6,9 +6,15 @@
 //! tests) but not in their contract: `write_at` may be lost until `sync` of that device
 //! returns, and a completed `sync` makes every write before it durable.
 
+mod engine;
+mod file;
 mod mem;
+mod zone;
 
+pub use engine::{EngineStore, EngineStoreBuilder};
+pub use file::FileStore;
 pub use mem::{CrashMode, MemStore};
+pub use zone::{ZonePlacement, ZoneSpec, ZoneStore};
 
 use crate::FsError;
 use std::path::PathBuf;
@@ -58,5 +64,36 @@ pub trait BlockStore: Send + Sync {
             self.sync(dev as u16)?;
         }
         Ok(())
+    }
+}
+
+/// The device `dev` of `infos`, or an error saying the volume has no such device.
+pub(crate) fn device(infos: &[DeviceInfo], dev: u16) -> Result<&DeviceInfo, FsError> {
+    infos.get(dev as usize).ok_or_else(|| {
+        FsError::Invalid(format!(
+            "no device {dev} in this volume (it has {})",
+            infos.len()
+        ))
+    })
+}
+
+/// Checks that `len` bytes at `offset` lie inside `info`; the error names the device and
+/// the request.
+pub(crate) fn check_range(
+    info: &DeviceInfo,
+    what: &str,
+    offset: u64,
+    len: usize,
+) -> Result<(), FsError> {
+    match offset.checked_add(len as u64) {
+        Some(end) if end <= info.bytes => Ok(()),
+        _ => Err(FsError::io(
+            &info.path,
+            format!(
+                "{what} of {len} bytes at {offset} past the end ({} bytes)",
+                info.bytes
+            ),
+            std::io::Error::from_raw_os_error(libc::EIO),
+        )),
     }
 }
