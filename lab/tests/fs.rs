@@ -89,10 +89,14 @@ fn written(out: &Outcome, before: &str, after: &str) -> BTreeMap<String, (i64, u
     let a = NodeDiskStat::parse(section(out, after));
     b.iter()
         .map(|d| {
-            let now = a.iter().find(|x| x.dev == d.dev).unwrap_or_else(|| {
-                panic!("{} missing after\n{}", d.dev, out.report())
-            });
-            (d.dev.clone(), (d.node, now.sectors_written - d.sectors_written))
+            let now = a
+                .iter()
+                .find(|x| x.dev == d.dev)
+                .unwrap_or_else(|| panic!("{} missing after\n{}", d.dev, out.report()));
+            (
+                d.dev.clone(),
+                (d.node, now.sectors_written - d.sectors_written),
+            )
         })
         .collect()
 }
@@ -119,7 +123,7 @@ echo "@@begin fsck"; numaio fsck $devs; echo "rc=$?"
     );
     let mut s = Scenario::new(topo.clone(), script).timeout(Duration::from_secs(240));
     for &n in nodes {
-        s = s.node_disk(topo.qemu_node_id(n).expect("node") , 64 * MIB);
+        s = s.node_disk(topo.qemu_node_id(n).expect("node"), 64 * MIB);
     }
     let t = Instant::now();
     let out = s.must_run();
@@ -146,7 +150,10 @@ echo "@@begin fsck"; numaio fsck $devs; echo "rc=$?"
     for (i, &n) in nodes.iter().enumerate() {
         let (per, _) = &map[&format!("/w{n}")];
         let frac = fraction_on(per, n as u64);
-        eprintln!("  node-{n} writer: {:.2} % of its blocks on node {n}", frac * 100.0);
+        eprintln!(
+            "  node-{n} writer: {:.2} % of its blocks on node {n}",
+            frac * 100.0
+        );
         assert!(
             frac >= 0.99,
             "/w{n}: {per:?} blocks per node, {:.1} % on node {n}\n{}",
@@ -228,7 +235,12 @@ echo "@@begin policy"; numaio fs policy --json $dargs /s/n0 || exit 18
         let mut home = None;
         for n in 0..2 {
             let (per, _) = &map[&format!("/{t}/n{n}")];
-            assert_eq!(per.len(), 1, "/{t}/n{n} spread over {per:?}\n{}", out.report());
+            assert_eq!(
+                per.len(),
+                1,
+                "/{t}/n{n} spread over {per:?}\n{}",
+                out.report()
+            );
             let node = *per.keys().next().unwrap();
             assert!(
                 home.is_none() || home == Some(node),
@@ -239,7 +251,12 @@ echo "@@begin policy"; numaio fs policy --json $dargs /s/n0 || exit 18
         }
         homes.push(home.unwrap());
     }
-    assert_ne!(homes[0], homes[1], "both directories on one node\n{}", out.report());
+    assert_ne!(
+        homes[0],
+        homes[1],
+        "both directories on one node\n{}",
+        out.report()
+    );
     // stripe:2:64K: 16-block chunks alternate between the nodes, whoever writes
     for n in 0..2 {
         let (per, ext) = &map[&format!("/s/n{n}")];
@@ -258,7 +275,12 @@ echo "@@begin policy"; numaio fs policy --json $dargs /s/n0 || exit 18
         }
         for (c, node) in &chunk_node {
             if let Some(next) = chunk_node.get(&(c + 1)) {
-                assert_ne!(node, next, "/s/n{n}: chunks {c} and {} both on node {node}", c + 1);
+                assert_ne!(
+                    node,
+                    next,
+                    "/s/n{n}: chunks {c} and {} both on node {node}",
+                    c + 1
+                );
             }
         }
         assert_eq!(chunk_node.len(), 16, "1 MiB = 16 chunks of 64K");
@@ -356,9 +378,7 @@ echo "@@begin fsck"; numaio fsck $devs; echo "rc=$?"
         "{on1} blocks on node 1 of {node1_cap} bytes\n{}",
         out.report()
     );
-    eprintln!(
-        "  {n} puts of 2 MiB: the first {r} on node 1, the rest on node 0; then ENOSPC"
-    );
+    eprintln!("  {n} puts of 2 MiB: the first {r} on node 1, the rest on node 0; then ENOSPC");
     assert!(section(&out, "fsck").contains("rc=0"), "{}", out.report());
 }
 

@@ -58,7 +58,12 @@ fn volume() -> Vol {
     assert_eq!(v["devices"][0]["node"], 0);
     assert!(v["devices"][1]["groups"].as_u64().unwrap() >= 16, "{v}");
     let root = dir.path().to_path_buf();
-    Vol { _dir: dir, a, b, root }
+    Vol {
+        _dir: dir,
+        a,
+        b,
+        root,
+    }
 }
 
 /// `numaio fs SUB -d a -d b ARGS...` (devices in the order given).
@@ -95,7 +100,11 @@ fn put_get_map_fsck_and_damage() {
     std::fs::write(tree.join("x"), b"hello").unwrap();
     std::fs::write(tree.join("sub/y"), pattern(10_000, 3)).unwrap();
 
-    let r = fs(&[&v.a, &v.b], "put", &["--fsync", "--json", s(&src), "/file"]);
+    let r = fs(
+        &[&v.a, &v.b],
+        "put",
+        &["--fsync", "--json", s(&src), "/file"],
+    );
     assert_eq!(r.code, Some(0), "put: {}", r.stderr);
     assert_eq!(json(&r)["files"][0]["bytes"], data.len() as u64);
     let r = fs(&[&v.a, &v.b], "mkdir", &["/d"]);
@@ -107,7 +116,10 @@ fn put_get_map_fsck_and_damage() {
     let out = v.root.join("out.bin");
     let r = fs(&[&v.b, &v.a], "get", &["/file", s(&out)]);
     assert_eq!(r.code, Some(0), "get: {}", r.stderr);
-    assert!(std::fs::read(&out).unwrap() == data, "get is not byte-identical");
+    assert!(
+        std::fs::read(&out).unwrap() == data,
+        "get is not byte-identical"
+    );
     let back = v.root.join("back");
     let r = fs(&[&v.a, &v.b], "get", &["/d/tree", s(&back)]);
     assert_eq!(r.code, Some(0), "get tree: {}", r.stderr);
@@ -145,7 +157,12 @@ fn put_get_map_fsck_and_damage() {
     assert_eq!(f["nodes"][0]["fraction"], 1.0);
     // a directory maps every file under it
     let r = fs(&[&v.a, &v.b], "map", &["--json", "/d"]);
-    assert_eq!(json(&r)["files"].as_array().unwrap().len(), 2, "{}", r.out());
+    assert_eq!(
+        json(&r)["files"].as_array().unwrap().len(),
+        2,
+        "{}",
+        r.out()
+    );
 
     let r = fs(&[&v.a, &v.b], "stat", &["--json"]);
     assert_eq!(r.code, Some(0), "stat: {}", r.stderr);
@@ -182,7 +199,11 @@ fn put_get_map_fsck_and_damage() {
     assert!(r.out().contains("clean"), "{}", r.out());
 
     // one byte of the volume header (device 0, block 1)
-    let f = std::fs::OpenOptions::new().read(true).write(true).open(&v.a).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&v.a)
+        .unwrap();
     let mut b = [0u8; 1];
     f.read_exact_at(&mut b, 4096 + 40).unwrap();
     f.write_all_at(&[b[0] ^ 0x5a], 4096 + 40).unwrap();
@@ -211,11 +232,19 @@ fn devices_missing_foreign_or_twice_are_named() {
     // device 0 alone
     let r = fs(&[&v.a], "ls", &["/"]);
     assert_ne!(r.code, Some(0));
-    assert!(r.stderr.contains("missing") && r.stderr.contains(s(&v.b)), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("missing") && r.stderr.contains(s(&v.b)),
+        "{}",
+        r.stderr
+    );
     // a device of another volume
     let r = fs(&[&v.a, &w.b], "ls", &["/"]);
     assert_ne!(r.code, Some(0));
-    assert!(r.stderr.contains(s(&w.b)) && r.stderr.contains("another"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains(s(&w.b)) && r.stderr.contains("another"),
+        "{}",
+        r.stderr
+    );
     // the same device twice, through a symlink
     let link = v.root.join("link");
     std::os::unix::fs::symlink(&v.a, &link).unwrap();
@@ -254,7 +283,11 @@ fn mkfs_refuses_what_it_must_not_format() {
     drop(f);
     let r = run(&["mkfs", "--node-of", &rule(&ext4), s(&ext4)]);
     assert_ne!(r.code, Some(0));
-    assert!(r.stderr.contains("ext2/ext3/ext4") && r.stderr.contains("--force"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("ext2/ext3/ext4") && r.stderr.contains("--force"),
+        "{}",
+        r.stderr
+    );
     let r = run(&["mkfs", "--force", "--node-of", &rule(&ext4), s(&ext4)]);
     assert_eq!(r.code, Some(0), "{}", r.stderr);
     // now it holds a numaio-fs volume
@@ -279,7 +312,15 @@ fn mkfs_refuses_what_it_must_not_format() {
 
     // the same device twice
     let a = p("a.img");
-    let r = run(&["mkfs", "--size", "32M", "--node-of", &rule(&a), s(&a), s(&a)]);
+    let r = run(&[
+        "mkfs",
+        "--size",
+        "32M",
+        "--node-of",
+        &rule(&a),
+        s(&a),
+        s(&a),
+    ]);
     assert_ne!(r.code, Some(0));
     assert!(r.stderr.contains("same device"), "{}", r.stderr);
     // a node the machine does not have
@@ -307,7 +348,10 @@ fn mkfs_refuses_what_it_must_not_format() {
     let r = run(&["mkfs", "--node-of", &rule(&p("none")), s(&p("none"))]);
     assert_ne!(r.code, Some(0));
     assert!(r.stderr.contains(s(&p("none"))), "{}", r.stderr);
-    for r in [run(&["mkfs", "--placement", "stripe:0:1", s(&a)]), run(&["mkfs"])] {
+    for r in [
+        run(&["mkfs", "--placement", "stripe:0:1", s(&a)]),
+        run(&["mkfs"]),
+    ] {
         assert_eq!(r.code, Some(2), "{}", r.stderr);
     }
 }

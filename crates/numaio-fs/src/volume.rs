@@ -74,7 +74,12 @@ pub fn read_label(path: &Path) -> Result<FoundDevice, FsError> {
     read_label_of(&f, path, kind, bytes)
 }
 
-fn read_label_of(f: &File, path: &Path, kind: DeviceKind, bytes: u64) -> Result<FoundDevice, FsError> {
+fn read_label_of(
+    f: &File,
+    path: &Path,
+    kind: DeviceKind,
+    bytes: u64,
+) -> Result<FoundDevice, FsError> {
     let mut b = vec![0u8; BLOCK_SIZE as usize];
     if bytes < BLOCK_SIZE {
         return Err(FsError::Corrupt {
@@ -179,11 +184,9 @@ pub fn order_devices<P: AsRef<Path>>(paths: &[P]) -> Result<VolumeDevices, FsErr
                 missing
                     .iter()
                     .map(|&i| {
-                        h.devices
-                            .get(i)
-                            .map_or(format!("device {i}"), |e| {
-                                format!("device {i} (formatted as {})", e.path.display())
-                            })
+                        h.devices.get(i).map_or(format!("device {i}"), |e| {
+                            format!("device {i} (formatted as {})", e.path.display())
+                        })
                     })
                     .collect::<Vec<_>>()
             })
@@ -196,7 +199,10 @@ pub fn order_devices<P: AsRef<Path>>(paths: &[P]) -> Result<VolumeDevices, FsErr
         )));
     }
     Ok(VolumeDevices {
-        devices: slots.into_iter().map(|d| d.expect("checked above")).collect(),
+        devices: slots
+            .into_iter()
+            .map(|d| d.expect("checked above"))
+            .collect(),
         uuid,
     })
 }

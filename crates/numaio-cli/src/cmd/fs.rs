@@ -7,8 +7,8 @@
 //! CPU the command runs on at the time, so `numactl --cpunodebind=N numaio fs put ...` is a
 //! node-N writer.
 
-use crate::output::{human_bytes, print_json, quote};
 use crate::outln;
+use crate::output::{human_bytes, print_json, quote};
 use anyhow::{bail, Context};
 use numaio_fs::meta::{Kind, ROOT_INO};
 use numaio_fs::volume::Volume;
@@ -44,10 +44,12 @@ struct Vol {
 
 #[derive(clap::Subcommand)]
 enum FsCmd {
-    /// Space per node: capacity, used, free, files, fallback blocks, soft errors.
-    /// JSON: {"schema_version":1,"block_size","total_bytes","free_bytes","files",
-    /// "nodes":[{"node","capacity_bytes","used_bytes","free_bytes","files",
-    /// "fallback_blocks","soft_errors"}]}
+    /// Space per node: capacity, used, free, files with blocks there, misplaced blocks
+    /// (of files whose placement names a node: fixed:N, or directory with its home node,
+    /// that sit on another node), and the allocator's fallback blocks and soft errors since
+    /// the volume was opened. JSON: {"schema_version":1,"block_size","total_bytes",
+    /// "free_bytes","files","nodes":[{"node","capacity_bytes","used_bytes","free_bytes",
+    /// "files","misplaced_blocks","fallback_blocks","soft_errors"}]}
     Stat {
         #[command(flatten)]
         vol: Vol,
@@ -72,7 +74,7 @@ enum FsCmd {
         dest: PathBuf,
     },
     /// List a directory. JSON: {"schema_version":1,"entries":[{"name","ino","kind","size",
-    /// "mode","nlink","blocks","policy"}]}
+    /// "mode","nlink","blocks","policy","home"}]}
     Ls {
         #[command(flatten)]
         vol: Vol,
@@ -154,7 +156,10 @@ fn resolve(fs: &Fs, path: &str) -> anyhow::Result<u64> {
 fn parent_of<'a>(fs: &Fs, path: &'a str) -> anyhow::Result<(u64, &'a [u8])> {
     let comps = components(path);
     let Some((last, dirs)) = comps.split_last() else {
-        bail!("{}: the root has no parent; name something under it", quote(path));
+        bail!(
+            "{}: the root has no parent; name something under it",
+            quote(path)
+        );
     };
     let c = caller();
     let mut ino = ROOT_INO;
@@ -214,9 +219,7 @@ pub fn run(a: FsArgs) -> anyhow::Result<ExitCode> {
     };
     let v = Volume::open(&vol.devices, !writes)?;
     let fs = v
-        .mount(MountOptions {
-            read_only: !writes,
-        })
+        .mount(MountOptions { read_only: !writes })
         .context("mounting the volume (run `numaio fsck` on its devices)")?;
     let json = vol.json;
     let res = match a.cmd {
@@ -232,7 +235,9 @@ pub fn run(a: FsArgs) -> anyhow::Result<ExitCode> {
         FsCmd::Policy { path, policy, .. } => policy_cmd(&fs, &path, policy, json),
     };
     // Unmount even after an error, so what was done before it is kept; the first error wins.
-    let un = fs.unmount().context("unmounting the volume (commit and checkpoint)");
+    let un = fs
+        .unmount()
+        .context("unmounting the volume (commit and checkpoint)");
     res?;
     un?;
     Ok(ExitCode::SUCCESS)
@@ -245,6 +250,7 @@ struct NodeStat {
     used_bytes: u64,
     free_bytes: u64,
     files: u64,
+    misplaced_blocks: u64,
     fallback_blocks: u64,
     soft_errors: u64,
 }
@@ -254,14 +260,23 @@ fn stat(fs: &Fs, json: bool) -> anyhow::Result<()> {
     let meta = fs.meta_snapshot();
     // A file counts on every node that holds some of its blocks.
     let mut files: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut misplaced: BTreeMap<u32, u64> = BTreeMap::new();
     for (&ino, i) in &meta.inodes {
         if i.attr.kind != Kind::File {
             continue;
         }
-        let mut nodes: Vec<u32> = fs
-            .block_map(ino)
-            .map(|m| m.iter().map(|(_, _, n)| *n).collect())
-            .unwrap_or_default();
+        let map = fs.block_map(ino).unwrap_or_default();
+        let want = match i.attr.policy {
+            PlacementPolicy::Fixed(n) => Some(n),
+            PlacementPolicy::Directory => i.attr.home,
+            _ => None,
+        };
+        for (_, e, n) in &map {
+            if want.is_some_and(|w| w != *n) {
+                *misplaced.entry(*n).or_default() += e.len;
+            }
+        }
+        let mut nodes: Vec<u32> = map.iter().map(|(_, _, n)| *n).collect();
         nodes.sort_unstable();
         nodes.dedup();
         for n in nodes {
@@ -278,6 +293,7 @@ fn stat(fs: &Fs, json: bool) -> anyhow::Result<()> {
             used_bytes: (u.total_blocks - u.free_blocks.min(u.total_blocks)) * bs,
             free_bytes: u.free_blocks * bs,
             files: files.get(&u.node).copied().unwrap_or(0),
+            misplaced_blocks: misplaced.get(&u.node).copied().unwrap_or(0),
             fallback_blocks: u.fallback_blocks,
             soft_errors: u.soft_errors,
         })
@@ -308,23 +324,25 @@ fn stat(fs: &Fs, json: bool) -> anyhow::Result<()> {
         s.files
     )?;
     outln!(
-        "{:>4} {:>10} {:>10} {:>10} {:>7} {:>9} {:>6}",
+        "{:>4} {:>10} {:>10} {:>10} {:>7} {:>9} {:>9} {:>6}",
         "node",
         "capacity",
         "used",
         "free",
         "files",
+        "misplaced",
         "fallback",
         "errors"
     )?;
     for n in &nodes {
         outln!(
-            "{:>4} {:>10} {:>10} {:>10} {:>7} {:>9} {:>6}",
+            "{:>4} {:>10} {:>10} {:>10} {:>7} {:>9} {:>9} {:>6}",
             n.node,
             human_bytes(n.capacity_bytes),
             human_bytes(n.used_bytes),
             human_bytes(n.free_bytes),
             n.files,
+            n.misplaced_blocks,
             n.fallback_blocks,
             n.soft_errors
         )?;
@@ -350,7 +368,10 @@ fn put_file(
 ) -> anyhow::Result<u64> {
     let mut f = std::fs::File::open(src)
         .with_context(|| format!("{}: opening the file to copy", quote(src)))?;
-    let mode = f.metadata().map(|m| m.permissions().mode() & 0o7777).unwrap_or(0o644);
+    let mode = f
+        .metadata()
+        .map(|m| m.permissions().mode() & 0o7777)
+        .unwrap_or(0o644);
     let c = caller();
     let ino = match fs.lookup(parent, name, &c) {
         Ok(a) if a.kind == Kind::File => {
@@ -380,9 +401,7 @@ fn put_file(
             Ok(0) => break,
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => {
-                return Err(anyhow::Error::new(e).context(format!("{}: reading", quote(src))))
-            }
+            Err(e) => return Err(anyhow::Error::new(e).context(format!("{}: reading", quote(src)))),
         };
         let mut done = 0;
         while done < n {
@@ -417,7 +436,10 @@ fn put_tree(
         let c = caller();
         let ino = match fs.lookup(parent, name, &c) {
             Ok(a) if a.kind == Kind::Dir => a.ino,
-            Ok(_) => bail!("{} exists in the volume and is not a directory", quote(dest)),
+            Ok(_) => bail!(
+                "{} exists in the volume and is not a directory",
+                quote(dest)
+            ),
             Err(FsError::NotFound) => {
                 fs.mkdir(parent, name, meta.permissions().mode() & 0o7777, &c)
                     .map_err(|e| fs_err(e, dest, "making directory"))?
@@ -473,7 +495,15 @@ fn put(fs: &Fs, paths: &[PathBuf], fsync: bool, json: bool) -> anyhow::Result<()
                 let Some(name) = s.file_name() else {
                     bail!("{}: has no file name to copy under", quote(s));
                 };
-                put_tree(fs, s, dir, name.as_bytes(), &join(&dest, name.as_bytes()), fsync, &mut out)?;
+                put_tree(
+                    fs,
+                    s,
+                    dir,
+                    name.as_bytes(),
+                    &join(&dest, name.as_bytes()),
+                    fsync,
+                    &mut out,
+                )?;
             }
         }
         None => {
@@ -506,7 +536,13 @@ fn put(fs: &Fs, paths: &[PathBuf], fsync: bool, json: bool) -> anyhow::Result<()
     Ok(())
 }
 
-fn get_tree(fs: &Fs, ino: u64, src: &str, dest: &Path, out: &mut Vec<Copied>) -> anyhow::Result<()> {
+fn get_tree(
+    fs: &Fs,
+    ino: u64,
+    src: &str,
+    dest: &Path,
+    out: &mut Vec<Copied>,
+) -> anyhow::Result<()> {
     let a = fs.getattr(ino).map_err(|e| fs_err(e, src, "reading"))?;
     match a.kind {
         Kind::Dir => {
@@ -548,7 +584,9 @@ fn get_tree(fs: &Fs, ino: u64, src: &str, dest: &Path, out: &mut Vec<Copied>) ->
             });
         }
         Kind::Symlink => {
-            let t = fs.readlink(ino).map_err(|e| fs_err(e, src, "reading the link"))?;
+            let t = fs
+                .readlink(ino)
+                .map_err(|e| fs_err(e, src, "reading the link"))?;
             std::os::unix::fs::symlink(OsStr::from_bytes(&t), dest)
                 .with_context(|| format!("{}: making the symlink", quote(dest)))?;
         }
@@ -591,6 +629,8 @@ struct Entry {
     nlink: u32,
     blocks: u64,
     policy: String,
+    /// The node a `directory` placement puts this directory's files on.
+    home: Option<u32>,
 }
 
 fn ls(fs: &Fs, path: &str, long: bool, json: bool) -> anyhow::Result<()> {
@@ -617,6 +657,7 @@ fn ls(fs: &Fs, path: &str, long: bool, json: bool) -> anyhow::Result<()> {
             nlink: a.nlink,
             blocks: a.blocks,
             policy: a.policy.to_string(),
+            home: a.home,
         });
     }
     if json {
@@ -741,7 +782,13 @@ struct MapFile {
     nodes: Vec<MapNode>,
 }
 
-fn map_tree(fs: &Fs, v: &Volume, ino: u64, path: &str, out: &mut Vec<MapFile>) -> anyhow::Result<()> {
+fn map_tree(
+    fs: &Fs,
+    v: &Volume,
+    ino: u64,
+    path: &str,
+    out: &mut Vec<MapFile>,
+) -> anyhow::Result<()> {
     let a = fs.getattr(ino).map_err(|e| fs_err(e, path, "reading"))?;
     match a.kind {
         Kind::Dir => {
@@ -750,9 +797,7 @@ fn map_tree(fs: &Fs, v: &Volume, ino: u64, path: &str, out: &mut Vec<MapFile>) -
             }
         }
         Kind::File => {
-            let m = fs
-                .block_map(ino)
-                .map_err(|e| fs_err(e, path, "mapping"))?;
+            let m = fs.block_map(ino).map_err(|e| fs_err(e, path, "mapping"))?;
             let mut per: BTreeMap<u32, u64> = BTreeMap::new();
             let extents: Vec<MapExtent> = m
                 .into_iter()

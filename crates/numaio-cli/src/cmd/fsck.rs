@@ -38,7 +38,12 @@ pub struct FsckArgs {
     #[arg(short = 'n', long = "no")]
     no: bool,
     /// Repair what can be repaired and write a new checkpoint.
-    #[arg(short = 'y', long = "repair", visible_alias = "yes", conflicts_with = "no")]
+    #[arg(
+        short = 'y',
+        long = "repair",
+        visible_alias = "yes",
+        conflicts_with = "no"
+    )]
     repair: bool,
     /// Print JSON: {"schema_version":1,"devices":[PATH...],"uuid","exit_code","errors":[..],
     /// "repaired":[..],"inodes","files","directories","symlinks","orphans","total_blocks",
@@ -105,7 +110,11 @@ pub fn run(a: FsckArgs) -> anyhow::Result<ExitCode> {
         })?;
     } else {
         let names: Vec<String> = paths.iter().map(|p| quote(p).into_owned()).collect();
-        outln!("numaio-fs volume {} on {}", uuid_text(&v.uuid), names.join(" "))?;
+        outln!(
+            "numaio-fs volume {} on {}",
+            uuid_text(&v.uuid),
+            names.join(" ")
+        )?;
         outln!(
             "  {} inodes: {} files, {} directories, {} symlinks, {} orphans",
             r.inodes,

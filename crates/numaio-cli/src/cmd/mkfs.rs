@@ -92,19 +92,21 @@ pub(crate) fn existing_signature(path: &Path) -> anyhow::Result<Option<&'static 
     }
     let b = &buf[..got];
     let at = |off: usize, magic: &[u8]| b.get(off..off + magic.len()) == Some(magic);
-    Ok(if got >= BLOCK_SIZE as usize && Label::decode(&b[..BLOCK_SIZE as usize], path).is_ok() {
-        Some("a numaio-fs volume")
-    } else if at(1080, &[0x53, 0xef]) {
-        Some("an ext2/ext3/ext4 file system")
-    } else if at(0, b"XFSB") {
-        Some("an XFS file system")
-    } else if at(65600, b"_BHRfS_M") {
-        Some("a btrfs file system")
-    } else if at(4086, b"SWAPSPACE2") {
-        Some("swap space")
-    } else {
-        None
-    })
+    Ok(
+        if got >= BLOCK_SIZE as usize && Label::decode(&b[..BLOCK_SIZE as usize], path).is_ok() {
+            Some("a numaio-fs volume")
+        } else if at(1080, &[0x53, 0xef]) {
+            Some("an ext2/ext3/ext4 file system")
+        } else if at(0, b"XFSB") {
+            Some("an XFS file system")
+        } else if at(65600, b"_BHRfS_M") {
+            Some("a btrfs file system")
+        } else if at(4086, b"SWAPSPACE2") {
+            Some("swap space")
+        } else {
+            None
+        },
+    )
 }
 
 /// The largest power of two not above `n` (`n` > 0).
