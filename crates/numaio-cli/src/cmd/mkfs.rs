@@ -117,7 +117,7 @@ fn pow2_floor(n: u64) -> u64 {
 /// The options for devices of `sizes` bytes (device 0 first), defaults scaled to them.
 fn options(a: &MkfsArgs, sizes: &[u64]) -> anyhow::Result<MkfsOptions> {
     let blocks = |what: &str, b: u64| -> anyhow::Result<u64> {
-        if b % BLOCK_SIZE != 0 {
+        if !b.is_multiple_of(BLOCK_SIZE) {
             usage_bail!("--{what} {b}: must be a multiple of {BLOCK_SIZE} bytes");
         }
         Ok(b / BLOCK_SIZE)
