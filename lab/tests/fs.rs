@@ -484,7 +484,7 @@ for f in /mnt/n*; do echo "@@file ${{f#/mnt/}}"; filefrag -v -b4096 $f; done
             ext4_bad += 1;
         }
     }
-    let total = 2 * files as f64;
+    let total = (2 * files) as f64;
     eprintln!(
         "misplaced files (most blocks off the writer's node), {} node-pinned 1 MiB files: \
          numaio-fs {:.0} %, ext4 over dm-linear {:.0} %",
