@@ -66,6 +66,12 @@ enum Command {
     /// Advise settings for a workload, learned from measured runs (needs Python; `--help`).
     #[command(after_help = exit::HELP)]
     Advise(cmd::advise::AdviseArgs),
+    /// Format devices, files or persistent memory zones as one numaio-fs volume.
+    Mkfs(cmd::mkfs::MkfsArgs),
+    /// Check (and with -y repair) an unmounted numaio-fs volume; exit codes like e2fsck.
+    Fsck(cmd::fsck::FsckArgs),
+    /// Offline tools on an unmounted numaio-fs volume: stat, put, get, ls, mkdir, rm, map, policy.
+    Fs(cmd::fs::FsArgs),
 }
 
 /// `numaio generate`: a packagers' command kept out of `--help`, the man pages and the
@@ -91,7 +97,11 @@ fn main() -> ExitCode {
         // Usage errors (exit 2) go to stderr; --help and --version (exit 0) to stdout, whose
         // write errors count like any command's.
         Err(e) => {
-            let code = u8::try_from(e.exit_code()).unwrap_or(exit::USAGE);
+            let mut code = u8::try_from(e.exit_code()).unwrap_or(exit::USAGE);
+            // fsck keeps e2fsck's codes, where a usage error is 16.
+            if code == exit::USAGE && std::env::args_os().nth(1).is_some_and(|a| a == "fsck") {
+                code = cmd::fsck::USAGE;
+            }
             return match e
                 .print()
                 .and_then(|_| std::io::Write::flush(&mut std::io::stdout()))
@@ -122,6 +132,9 @@ fn main() -> ExitCode {
         Command::Probe(a) => cmd::probe::run(a),
         Command::Model(a) => cmd::model::run(a),
         Command::Advise(a) => cmd::advise::run(a),
+        Command::Mkfs(a) => cmd::mkfs::run(a),
+        Command::Fsck(a) => cmd::fsck::run(a),
+        Command::Fs(a) => cmd::fs::run(a),
     };
     finish(result)
 }

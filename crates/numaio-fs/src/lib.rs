@@ -31,6 +31,7 @@ pub mod meta;
 mod mkfs;
 pub mod policy;
 pub mod store;
+pub mod volume;
 
 pub use error::FsError;
 pub use fs::*;

@@ -3,8 +3,11 @@
 pub mod advise;
 pub mod daemon;
 pub mod evict;
+pub mod fs;
+pub mod fsck;
 pub mod gen;
 pub mod lock;
+pub mod mkfs;
 pub mod model;
 pub mod move_;
 pub mod pin;

@@ -1,0 +1,920 @@
+//! `numaio fs`: offline tools on an unmounted numaio-fs volume (like debugfs): copy files in
+//! and out, list, make and remove directories, show where a file's blocks are and each
+//! node's space, get and set a directory's placement.
+//!
+//! The volume is opened exclusively for the command and unmounted cleanly at its end, so
+//! everything a command wrote is durable when it exits 0. Writes are made by the node of the
+//! CPU the command runs on at the time, so `numactl --cpunodebind=N numaio fs put ...` is a
+//! node-N writer.
+
+use crate::outln;
+use crate::output::{human_bytes, print_json, quote};
+use anyhow::{bail, Context};
+use numaio_fs::meta::{Kind, ROOT_INO};
+use numaio_fs::volume::Volume;
+use numaio_fs::{Caller, Fs, FsError, MountOptions, PlacementPolicy, SetAttr, PLACEMENT_XATTR};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::io::{Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Bytes copied per read or write call.
+const CHUNK: usize = 1 << 20;
+
+#[derive(clap::Args)]
+#[command(after_help = crate::exit::HELP)]
+pub struct FsArgs {
+    #[command(subcommand)]
+    cmd: FsCmd,
+}
+
+#[derive(clap::Args)]
+struct Vol {
+    /// A device of the volume (repeat for each; any order).
+    #[arg(short = 'd', long = "device", value_name = "DEV", required = true)]
+    devices: Vec<PathBuf>,
+    /// Print JSON (schema in the subcommand's --help).
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Subcommand)]
+enum FsCmd {
+    /// Space per node: capacity, used, free, files with blocks there, misplaced blocks
+    /// (of files whose placement names a node: fixed:N, or directory with its home node,
+    /// that sit on another node), and the allocator's fallback blocks and soft errors since
+    /// the volume was opened. JSON: {"schema_version":1,"block_size","total_bytes",
+    /// "free_bytes","files","nodes":[{"node","capacity_bytes","used_bytes","free_bytes",
+    /// "files","misplaced_blocks","fallback_blocks","soft_errors"}]}
+    Stat {
+        #[command(flatten)]
+        vol: Vol,
+    },
+    /// Copy host files and directories into the volume (SRC... DEST; DEST may be an existing
+    /// directory). JSON: {"schema_version":1,"node","files":[{"src","dest","bytes"}]}
+    Put {
+        #[command(flatten)]
+        vol: Vol,
+        /// fsync each file after writing it.
+        #[arg(long)]
+        fsync: bool,
+        #[arg(value_name = "SRC... DEST", required = true, num_args = 2..)]
+        paths: Vec<PathBuf>,
+    },
+    /// Copy a file or directory out of the volume to the host.
+    /// JSON: {"schema_version":1,"files":[{"src","dest","bytes"}]}
+    Get {
+        #[command(flatten)]
+        vol: Vol,
+        src: String,
+        dest: PathBuf,
+    },
+    /// List a directory. JSON: {"schema_version":1,"entries":[{"name","ino","kind","size",
+    /// "mode","nlink","blocks","policy","home"}]}
+    Ls {
+        #[command(flatten)]
+        vol: Vol,
+        /// Long listing: kind, mode, links, size, blocks.
+        #[arg(short = 'l')]
+        long: bool,
+        #[arg(default_value = "/")]
+        path: String,
+    },
+    /// Make a directory (its parent must exist). JSON: {"schema_version":1,"path","ino"}
+    Mkdir {
+        #[command(flatten)]
+        vol: Vol,
+        path: String,
+    },
+    /// Remove a file, symlink or empty directory (-r: a directory and all under it).
+    /// JSON: {"schema_version":1,"removed":[PATH...]}
+    Rm {
+        #[command(flatten)]
+        vol: Vol,
+        #[arg(short = 'r')]
+        recursive: bool,
+        path: String,
+    },
+    /// Each file's extents with device and node, and the fraction of its blocks on each node
+    /// (a directory: every file under it). JSON: {"schema_version":1,"files":[{"path","size",
+    /// "blocks","extents":[{"logical","dev","device","start","len","node"}],
+    /// "nodes":[{"node","blocks","fraction"}]}]}
+    Map {
+        #[command(flatten)]
+        vol: Vol,
+        path: String,
+    },
+    /// Show a file's or directory's placement, or set a directory's (inherited by what is
+    /// created under it). JSON: {"schema_version":1,"path","policy"}
+    Policy {
+        #[command(flatten)]
+        vol: Vol,
+        path: String,
+        /// writer-local, directory, interleave, stripe:K:CHUNK or fixed:N.
+        #[arg(value_parser = crate::cmd::mkfs::parse_policy)]
+        policy: Option<PlacementPolicy>,
+    },
+}
+
+/// The caller: the node of the CPU this thread runs on now; root, as the offline tool acts
+/// for whoever could write the devices.
+fn caller() -> Caller {
+    let node = numaio_sys::getcpu().map(|c| c.node).unwrap_or(0);
+    Caller {
+        node,
+        uid: 0,
+        gid: 0,
+        pid: std::process::id(),
+    }
+}
+
+fn components(path: &str) -> Vec<&[u8]> {
+    path.as_bytes()
+        .split(|&b| b == b'/')
+        .filter(|c| !c.is_empty() && *c != b".")
+        .collect()
+}
+
+/// The inode at `path` (absolute or relative to the root; symlinks are not followed).
+fn resolve(fs: &Fs, path: &str) -> anyhow::Result<u64> {
+    let c = caller();
+    let mut ino = ROOT_INO;
+    for comp in components(path) {
+        ino = fs
+            .lookup(ino, comp, &c)
+            .map_err(|e| fs_err(e, path, "looking up"))?
+            .ino;
+    }
+    Ok(ino)
+}
+
+/// The parent's inode and the last name of `path`.
+fn parent_of<'a>(fs: &Fs, path: &'a str) -> anyhow::Result<(u64, &'a [u8])> {
+    let comps = components(path);
+    let Some((last, dirs)) = comps.split_last() else {
+        bail!(
+            "{}: the root has no parent; name something under it",
+            quote(path)
+        );
+    };
+    let c = caller();
+    let mut ino = ROOT_INO;
+    for comp in dirs {
+        ino = fs
+            .lookup(ino, comp, &c)
+            .map_err(|e| fs_err(e, path, "looking up"))?
+            .ino;
+    }
+    Ok((ino, last))
+}
+
+fn fs_err(e: FsError, path: &str, what: &str) -> anyhow::Error {
+    anyhow::anyhow!("{what} {} in the volume: {e}", quote(path))
+}
+
+fn join(dir: &str, name: &[u8]) -> String {
+    let name = String::from_utf8_lossy(name);
+    if dir.ends_with('/') {
+        format!("{dir}{name}")
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+/// Every entry of directory `ino` but `.` and `..`.
+fn entries(fs: &Fs, ino: u64) -> Result<Vec<numaio_fs::DirEntry>, FsError> {
+    let mut out = Vec::new();
+    let mut cookie = 0;
+    loop {
+        let batch = fs.readdir(ino, cookie)?;
+        let Some(last) = batch.last() else { break };
+        cookie = last.cookie;
+        out.extend(
+            batch
+                .into_iter()
+                .filter(|e| e.name != b"." && e.name != b".."),
+        );
+    }
+    Ok(out)
+}
+
+fn kind_name(k: Kind) -> &'static str {
+    match k {
+        Kind::File => "file",
+        Kind::Dir => "dir",
+        Kind::Symlink => "symlink",
+    }
+}
+
+pub fn run(a: FsArgs) -> anyhow::Result<ExitCode> {
+    let (vol, writes) = match &a.cmd {
+        FsCmd::Stat { vol } | FsCmd::Get { vol, .. } | FsCmd::Ls { vol, .. } => (vol, false),
+        FsCmd::Map { vol, .. } => (vol, false),
+        FsCmd::Policy { vol, policy, .. } => (vol, policy.is_some()),
+        FsCmd::Put { vol, .. } | FsCmd::Mkdir { vol, .. } | FsCmd::Rm { vol, .. } => (vol, true),
+    };
+    let v = Volume::open(&vol.devices, !writes)?;
+    let fs = v
+        .mount(MountOptions { read_only: !writes })
+        .context("mounting the volume (run `numaio fsck` on its devices)")?;
+    let json = vol.json;
+    let res = match a.cmd {
+        FsCmd::Stat { .. } => stat(&fs, json),
+        FsCmd::Put { fsync, paths, .. } => put(&fs, &paths, fsync, json),
+        FsCmd::Get { src, dest, .. } => get(&fs, &src, &dest, json),
+        FsCmd::Ls { long, path, .. } => ls(&fs, &path, long, json),
+        FsCmd::Mkdir { path, .. } => mkdir(&fs, &path, json),
+        FsCmd::Rm {
+            recursive, path, ..
+        } => rm(&fs, &path, recursive, json),
+        FsCmd::Map { path, .. } => map(&fs, &v, &path, json),
+        FsCmd::Policy { path, policy, .. } => policy_cmd(&fs, &path, policy, json),
+    };
+    // Unmount even after an error, so what was done before it is kept; the first error wins.
+    let un = fs
+        .unmount()
+        .context("unmounting the volume (commit and checkpoint)");
+    res?;
+    un?;
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Serialize)]
+struct NodeStat {
+    node: u32,
+    capacity_bytes: u64,
+    used_bytes: u64,
+    free_bytes: u64,
+    files: u64,
+    misplaced_blocks: u64,
+    fallback_blocks: u64,
+    soft_errors: u64,
+}
+
+fn stat(fs: &Fs, json: bool) -> anyhow::Result<()> {
+    let s = fs.statfs();
+    let meta = fs.meta_snapshot();
+    // A file counts on every node that holds some of its blocks.
+    let mut files: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut misplaced: BTreeMap<u32, u64> = BTreeMap::new();
+    for (&ino, i) in &meta.inodes {
+        if i.attr.kind != Kind::File {
+            continue;
+        }
+        let map = fs.block_map(ino).unwrap_or_default();
+        let want = match i.attr.policy {
+            PlacementPolicy::Fixed(n) => Some(n),
+            PlacementPolicy::Directory => i.attr.home,
+            _ => None,
+        };
+        for (_, e, n) in &map {
+            if want.is_some_and(|w| w != *n) {
+                *misplaced.entry(*n).or_default() += e.len;
+            }
+        }
+        let mut nodes: Vec<u32> = map.iter().map(|(_, _, n)| *n).collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        for n in nodes {
+            *files.entry(n).or_default() += 1;
+        }
+    }
+    let bs = s.block_size;
+    let nodes: Vec<NodeStat> = s
+        .nodes
+        .iter()
+        .map(|u| NodeStat {
+            node: u.node,
+            capacity_bytes: u.total_blocks * bs,
+            used_bytes: (u.total_blocks - u.free_blocks.min(u.total_blocks)) * bs,
+            free_bytes: u.free_blocks * bs,
+            files: files.get(&u.node).copied().unwrap_or(0),
+            misplaced_blocks: misplaced.get(&u.node).copied().unwrap_or(0),
+            fallback_blocks: u.fallback_blocks,
+            soft_errors: u.soft_errors,
+        })
+        .collect();
+    if json {
+        #[derive(Serialize)]
+        struct J {
+            schema_version: u32,
+            block_size: u64,
+            total_bytes: u64,
+            free_bytes: u64,
+            files: u64,
+            nodes: Vec<NodeStat>,
+        }
+        return print_json(&J {
+            schema_version: 1,
+            block_size: bs,
+            total_bytes: s.total_blocks * bs,
+            free_bytes: s.free_blocks * bs,
+            files: s.files,
+            nodes,
+        });
+    }
+    outln!(
+        "total {}, free {}, {} inodes",
+        human_bytes(s.total_blocks * bs),
+        human_bytes(s.free_blocks * bs),
+        s.files
+    )?;
+    outln!(
+        "{:>4} {:>10} {:>10} {:>10} {:>7} {:>9} {:>9} {:>6}",
+        "node",
+        "capacity",
+        "used",
+        "free",
+        "files",
+        "misplaced",
+        "fallback",
+        "errors"
+    )?;
+    for n in &nodes {
+        outln!(
+            "{:>4} {:>10} {:>10} {:>10} {:>7} {:>9} {:>9} {:>6}",
+            n.node,
+            human_bytes(n.capacity_bytes),
+            human_bytes(n.used_bytes),
+            human_bytes(n.free_bytes),
+            n.files,
+            n.misplaced_blocks,
+            n.fallback_blocks,
+            n.soft_errors
+        )?;
+    }
+    Ok(())
+}
+
+#[derive(Serialize)]
+struct Copied {
+    src: String,
+    dest: String,
+    bytes: u64,
+}
+
+/// Copies host file `src` to `name` in directory `parent` (replacing a file there).
+fn put_file(
+    fs: &Fs,
+    src: &Path,
+    parent: u64,
+    name: &[u8],
+    dest: &str,
+    fsync: bool,
+) -> anyhow::Result<u64> {
+    let mut f = std::fs::File::open(src)
+        .with_context(|| format!("{}: opening the file to copy", quote(src)))?;
+    let mode = f
+        .metadata()
+        .map(|m| m.permissions().mode() & 0o7777)
+        .unwrap_or(0o644);
+    let c = caller();
+    let ino = match fs.lookup(parent, name, &c) {
+        Ok(a) if a.kind == Kind::File => {
+            fs.setattr(
+                a.ino,
+                &SetAttr {
+                    size: Some(0),
+                    ..SetAttr::default()
+                },
+                &c,
+            )
+            .map_err(|e| fs_err(e, dest, "truncating"))?;
+            a.ino
+        }
+        Ok(_) => bail!("{} exists in the volume and is not a file", quote(dest)),
+        Err(FsError::NotFound) => {
+            fs.create(parent, name, mode, &c)
+                .map_err(|e| fs_err(e, dest, "creating"))?
+                .ino
+        }
+        Err(e) => return Err(fs_err(e, dest, "looking up")),
+    };
+    let mut buf = vec![0u8; CHUNK];
+    let mut off = 0u64;
+    loop {
+        let n = match f.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(anyhow::Error::new(e).context(format!("{}: reading", quote(src)))),
+        };
+        let mut done = 0;
+        while done < n {
+            let w = fs
+                .write(ino, off, &buf[done..n], &caller())
+                .map_err(|e| fs_err(e, dest, "writing"))?;
+            if w == 0 {
+                bail!("writing {} in the volume: no progress", quote(dest));
+            }
+            done += w;
+            off += w as u64;
+        }
+    }
+    if fsync {
+        fs.fsync(ino, false)
+            .map_err(|e| fs_err(e, dest, "fsync of"))?;
+    }
+    Ok(off)
+}
+
+fn put_tree(
+    fs: &Fs,
+    src: &Path,
+    parent: u64,
+    name: &[u8],
+    dest: &str,
+    fsync: bool,
+    out: &mut Vec<Copied>,
+) -> anyhow::Result<()> {
+    let meta = std::fs::metadata(src).with_context(|| format!("{}: stat", quote(src)))?;
+    if meta.is_dir() {
+        let c = caller();
+        let ino = match fs.lookup(parent, name, &c) {
+            Ok(a) if a.kind == Kind::Dir => a.ino,
+            Ok(_) => bail!(
+                "{} exists in the volume and is not a directory",
+                quote(dest)
+            ),
+            Err(FsError::NotFound) => {
+                fs.mkdir(parent, name, meta.permissions().mode() & 0o7777, &c)
+                    .map_err(|e| fs_err(e, dest, "making directory"))?
+                    .ino
+            }
+            Err(e) => return Err(fs_err(e, dest, "looking up")),
+        };
+        let mut kids: Vec<_> = std::fs::read_dir(src)
+            .with_context(|| format!("{}: reading the directory", quote(src)))?
+            .collect::<Result<_, _>>()
+            .with_context(|| format!("{}: reading the directory", quote(src)))?;
+        kids.sort_by_key(|e| e.file_name());
+        for k in kids {
+            let n = k.file_name();
+            put_tree(
+                fs,
+                &k.path(),
+                ino,
+                n.as_bytes(),
+                &join(dest, n.as_bytes()),
+                fsync,
+                out,
+            )?;
+        }
+        Ok(())
+    } else if meta.is_file() {
+        let bytes = put_file(fs, src, parent, name, dest, fsync)?;
+        out.push(Copied {
+            src: src.display().to_string(),
+            dest: dest.to_string(),
+            bytes,
+        });
+        Ok(())
+    } else {
+        bail!(
+            "{}: only regular files and directories are copied",
+            quote(src)
+        )
+    }
+}
+
+fn put(fs: &Fs, paths: &[PathBuf], fsync: bool, json: bool) -> anyhow::Result<()> {
+    let (dest, srcs) = paths.split_last().expect("clap asks for two paths");
+    let dest = dest.to_string_lossy().into_owned();
+    let c = caller();
+    let dest_dir = resolve(fs, &dest)
+        .ok()
+        .filter(|&ino| fs.getattr(ino).is_ok_and(|a| a.kind == Kind::Dir));
+    let mut out = Vec::new();
+    match dest_dir {
+        Some(dir) => {
+            for s in srcs {
+                let Some(name) = s.file_name() else {
+                    bail!("{}: has no file name to copy under", quote(s));
+                };
+                put_tree(
+                    fs,
+                    s,
+                    dir,
+                    name.as_bytes(),
+                    &join(&dest, name.as_bytes()),
+                    fsync,
+                    &mut out,
+                )?;
+            }
+        }
+        None => {
+            if srcs.len() > 1 {
+                bail!(
+                    "{}: not a directory in the volume; copying several files needs one",
+                    quote(&dest)
+                );
+            }
+            let (parent, name) = parent_of(fs, &dest)?;
+            put_tree(fs, &srcs[0], parent, name, &dest, fsync, &mut out)?;
+        }
+    }
+    if json {
+        #[derive(Serialize)]
+        struct J {
+            schema_version: u32,
+            node: u32,
+            files: Vec<Copied>,
+        }
+        return print_json(&J {
+            schema_version: 1,
+            node: c.node,
+            files: out,
+        });
+    }
+    for f in &out {
+        outln!("{} -> {}: {} bytes", quote(&f.src), quote(&f.dest), f.bytes)?;
+    }
+    Ok(())
+}
+
+fn get_tree(
+    fs: &Fs,
+    ino: u64,
+    src: &str,
+    dest: &Path,
+    out: &mut Vec<Copied>,
+) -> anyhow::Result<()> {
+    let a = fs.getattr(ino).map_err(|e| fs_err(e, src, "reading"))?;
+    match a.kind {
+        Kind::Dir => {
+            match std::fs::create_dir(dest) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dest.is_dir() => {}
+                Err(e) => {
+                    return Err(anyhow::Error::new(e)
+                        .context(format!("{}: making the directory", quote(dest))))
+                }
+            }
+            for e in entries(fs, ino).map_err(|e| fs_err(e, src, "listing"))? {
+                let name = OsStr::from_bytes(&e.name);
+                get_tree(fs, e.ino, &join(src, &e.name), &dest.join(name), out)?;
+            }
+        }
+        Kind::File => {
+            let mut f = std::fs::File::create(dest)
+                .with_context(|| format!("{}: creating the file", quote(dest)))?;
+            let mut buf = vec![0u8; CHUNK];
+            let mut off = 0u64;
+            while off < a.size {
+                let n = fs
+                    .read(ino, off, &mut buf)
+                    .map_err(|e| fs_err(e, src, "reading"))?;
+                if n == 0 {
+                    break;
+                }
+                f.write_all(&buf[..n])
+                    .with_context(|| format!("{}: writing", quote(dest)))?;
+                off += n as u64;
+            }
+            f.sync_all()
+                .with_context(|| format!("{}: fsync", quote(dest)))?;
+            out.push(Copied {
+                src: src.to_string(),
+                dest: dest.display().to_string(),
+                bytes: off,
+            });
+        }
+        Kind::Symlink => {
+            let t = fs
+                .readlink(ino)
+                .map_err(|e| fs_err(e, src, "reading the link"))?;
+            std::os::unix::fs::symlink(OsStr::from_bytes(&t), dest)
+                .with_context(|| format!("{}: making the symlink", quote(dest)))?;
+        }
+    }
+    Ok(())
+}
+
+fn get(fs: &Fs, src: &str, dest: &Path, json: bool) -> anyhow::Result<()> {
+    let ino = resolve(fs, src)?;
+    let dest = match components(src).last() {
+        Some(name) if dest.is_dir() => dest.join(OsStr::from_bytes(name)),
+        _ => dest.to_path_buf(),
+    };
+    let mut out = Vec::new();
+    get_tree(fs, ino, src, &dest, &mut out)?;
+    if json {
+        #[derive(Serialize)]
+        struct J {
+            schema_version: u32,
+            files: Vec<Copied>,
+        }
+        return print_json(&J {
+            schema_version: 1,
+            files: out,
+        });
+    }
+    for f in &out {
+        outln!("{} -> {}: {} bytes", quote(&f.src), quote(&f.dest), f.bytes)?;
+    }
+    Ok(())
+}
+
+#[derive(Serialize)]
+struct Entry {
+    name: String,
+    ino: u64,
+    kind: &'static str,
+    size: u64,
+    mode: u32,
+    nlink: u32,
+    blocks: u64,
+    policy: String,
+    /// The node a `directory` placement puts this directory's files on.
+    home: Option<u32>,
+}
+
+fn ls(fs: &Fs, path: &str, long: bool, json: bool) -> anyhow::Result<()> {
+    let ino = resolve(fs, path)?;
+    let a = fs.getattr(ino).map_err(|e| fs_err(e, path, "reading"))?;
+    let list = if a.kind == Kind::Dir {
+        entries(fs, ino)
+            .map_err(|e| fs_err(e, path, "listing"))?
+            .into_iter()
+            .map(|e| (String::from_utf8_lossy(&e.name).into_owned(), e.ino))
+            .collect()
+    } else {
+        vec![(path.to_string(), ino)]
+    };
+    let mut out = Vec::new();
+    for (name, ino) in list {
+        let a = fs.getattr(ino).map_err(|e| fs_err(e, &name, "reading"))?;
+        out.push(Entry {
+            name,
+            ino,
+            kind: kind_name(a.kind),
+            size: a.size,
+            mode: a.mode,
+            nlink: a.nlink,
+            blocks: a.blocks,
+            policy: a.policy.to_string(),
+            home: a.home,
+        });
+    }
+    if json {
+        #[derive(Serialize)]
+        struct J {
+            schema_version: u32,
+            entries: Vec<Entry>,
+        }
+        return print_json(&J {
+            schema_version: 1,
+            entries: out,
+        });
+    }
+    for e in &out {
+        if long {
+            outln!(
+                "{:<7} {:04o} {:>3} {:>12} {:>8} {}",
+                e.kind,
+                e.mode & 0o7777,
+                e.nlink,
+                e.size,
+                e.blocks,
+                quote(&e.name)
+            )?;
+        } else {
+            outln!("{}", quote(&e.name))?;
+        }
+    }
+    Ok(())
+}
+
+fn mkdir(fs: &Fs, path: &str, json: bool) -> anyhow::Result<()> {
+    let (parent, name) = parent_of(fs, path)?;
+    let a = fs
+        .mkdir(parent, name, 0o755, &caller())
+        .map_err(|e| fs_err(e, path, "making directory"))?;
+    if json {
+        #[derive(Serialize)]
+        struct J<'a> {
+            schema_version: u32,
+            path: &'a str,
+            ino: u64,
+        }
+        return print_json(&J {
+            schema_version: 1,
+            path,
+            ino: a.ino,
+        });
+    }
+    Ok(())
+}
+
+fn rm_in(
+    fs: &Fs,
+    parent: u64,
+    name: &[u8],
+    path: &str,
+    recursive: bool,
+    out: &mut Vec<String>,
+) -> anyhow::Result<()> {
+    let c = caller();
+    let a = fs
+        .lookup(parent, name, &c)
+        .map_err(|e| fs_err(e, path, "looking up"))?;
+    if a.kind == Kind::Dir {
+        if recursive {
+            for e in entries(fs, a.ino).map_err(|e| fs_err(e, path, "listing"))? {
+                rm_in(fs, a.ino, &e.name, &join(path, &e.name), true, out)?;
+            }
+        }
+        fs.rmdir(parent, name, &c)
+            .map_err(|e| fs_err(e, path, "removing directory"))?;
+    } else {
+        fs.unlink(parent, name, &c)
+            .map_err(|e| fs_err(e, path, "removing"))?;
+    }
+    out.push(path.to_string());
+    Ok(())
+}
+
+fn rm(fs: &Fs, path: &str, recursive: bool, json: bool) -> anyhow::Result<()> {
+    let (parent, name) = parent_of(fs, path)?;
+    let mut out = Vec::new();
+    rm_in(fs, parent, name, path, recursive, &mut out)?;
+    if json {
+        #[derive(Serialize)]
+        struct J {
+            schema_version: u32,
+            removed: Vec<String>,
+        }
+        return print_json(&J {
+            schema_version: 1,
+            removed: out,
+        });
+    }
+    Ok(())
+}
+
+#[derive(Serialize)]
+struct MapExtent {
+    logical: u64,
+    dev: u16,
+    device: PathBuf,
+    start: u64,
+    len: u64,
+    node: u32,
+}
+
+#[derive(Serialize)]
+struct MapNode {
+    node: u32,
+    blocks: u64,
+    fraction: f64,
+}
+
+#[derive(Serialize)]
+struct MapFile {
+    path: String,
+    size: u64,
+    blocks: u64,
+    extents: Vec<MapExtent>,
+    nodes: Vec<MapNode>,
+}
+
+fn map_tree(
+    fs: &Fs,
+    v: &Volume,
+    ino: u64,
+    path: &str,
+    out: &mut Vec<MapFile>,
+) -> anyhow::Result<()> {
+    let a = fs.getattr(ino).map_err(|e| fs_err(e, path, "reading"))?;
+    match a.kind {
+        Kind::Dir => {
+            for e in entries(fs, ino).map_err(|e| fs_err(e, path, "listing"))? {
+                map_tree(fs, v, e.ino, &join(path, &e.name), out)?;
+            }
+        }
+        Kind::File => {
+            let m = fs.block_map(ino).map_err(|e| fs_err(e, path, "mapping"))?;
+            let mut per: BTreeMap<u32, u64> = BTreeMap::new();
+            let extents: Vec<MapExtent> = m
+                .into_iter()
+                .map(|(logical, e, node)| {
+                    *per.entry(node).or_default() += e.len;
+                    MapExtent {
+                        logical,
+                        dev: e.dev,
+                        device: v
+                            .devices
+                            .get(e.dev as usize)
+                            .map(|d| d.path.clone())
+                            .unwrap_or_default(),
+                        start: e.start,
+                        len: e.len,
+                        node,
+                    }
+                })
+                .collect();
+            let blocks: u64 = per.values().sum();
+            out.push(MapFile {
+                path: path.to_string(),
+                size: a.size,
+                blocks,
+                extents,
+                nodes: per
+                    .into_iter()
+                    .map(|(node, b)| MapNode {
+                        node,
+                        blocks: b,
+                        fraction: b as f64 / blocks.max(1) as f64,
+                    })
+                    .collect(),
+            });
+        }
+        Kind::Symlink => {}
+    }
+    Ok(())
+}
+
+fn map(fs: &Fs, v: &Volume, path: &str, json: bool) -> anyhow::Result<()> {
+    let ino = resolve(fs, path)?;
+    let mut out = Vec::new();
+    let shown = if path.starts_with('/') {
+        path.to_string()
+    } else {
+        format!("/{path}")
+    };
+    map_tree(fs, v, ino, &shown, &mut out)?;
+    if json {
+        #[derive(Serialize)]
+        struct J {
+            schema_version: u32,
+            files: Vec<MapFile>,
+        }
+        return print_json(&J {
+            schema_version: 1,
+            files: out,
+        });
+    }
+    for f in &out {
+        let nodes: Vec<String> = f
+            .nodes
+            .iter()
+            .map(|n| format!("node {} {:.1}%", n.node, n.fraction * 100.0))
+            .collect();
+        outln!(
+            "{}: {} bytes, {} blocks: {}",
+            quote(&f.path),
+            f.size,
+            f.blocks,
+            if nodes.is_empty() {
+                "no blocks".to_string()
+            } else {
+                nodes.join(", ")
+            }
+        )?;
+        for e in &f.extents {
+            outln!(
+                "  {:>10} +{:<8} dev {} ({}) block {} node {}",
+                e.logical,
+                e.len,
+                e.dev,
+                quote(&e.device),
+                e.start,
+                e.node
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn policy_cmd(
+    fs: &Fs,
+    path: &str,
+    policy: Option<PlacementPolicy>,
+    json: bool,
+) -> anyhow::Result<()> {
+    let ino = resolve(fs, path)?;
+    if let Some(p) = &policy {
+        fs.setxattr(ino, PLACEMENT_XATTR, p.to_string().as_bytes(), 0, &caller())
+            .map_err(|e| fs_err(e, path, "setting the placement of"))?;
+    }
+    let a = fs.getattr(ino).map_err(|e| fs_err(e, path, "reading"))?;
+    let p = a.policy.to_string();
+    if json {
+        #[derive(Serialize)]
+        struct J<'a> {
+            schema_version: u32,
+            path: &'a str,
+            policy: String,
+        }
+        return print_json(&J {
+            schema_version: 1,
+            path,
+            policy: p,
+        });
+    }
+    outln!("{}: {p}", quote(path))
+}

@@ -1,0 +1,338 @@
+//! `numaio mkfs`: format block devices, plain files or persistent memory zones as one
+//! numaio-fs volume, each device on a NUMA node.
+
+use crate::output::{human_bytes, print_json, quote};
+use crate::{outln, usage_bail};
+use anyhow::Context;
+use numaio_fs::device::{probe_devices, NodeRule};
+use numaio_fs::format::{Header, Label};
+use numaio_fs::store::{BlockStore, DeviceInfo, FileStore, ZoneSpec, ZoneStore};
+use numaio_fs::volume::uuid_text;
+use numaio_fs::{Fs, MkfsOptions, PlacementPolicy, BLOCK_SIZE};
+use numaio_sys::Topology;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::io::ErrorKind;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(clap::Args)]
+#[command(after_help = crate::exit::HELP)]
+pub struct MkfsArgs {
+    /// The devices (block devices or regular files), one volume over all of them.
+    #[arg(value_name = "DEV", required_unless_present = "zone")]
+    devices: Vec<PathBuf>,
+    /// DEV belongs to NODE (for files and devices whose sysfs numa_node is -1); repeatable.
+    #[arg(long = "node-of", value_name = "DEV=NODE", value_parser = parse_rule)]
+    node_of: Vec<NodeRule>,
+    /// Default placement: writer-local, directory, interleave, stripe:K:CHUNK or fixed:N.
+    #[arg(long, value_name = "POLICY", default_value = "writer-local", value_parser = parse_policy)]
+    placement: PlacementPolicy,
+    /// Allocation group size (a multiple of 4K; default: 128M, smaller on small devices so
+    /// each device holds at least 16 groups).
+    #[arg(long, value_name = "SIZE", value_parser = crate::args::nonzero_size)]
+    group_size: Option<u64>,
+    /// Journal size on the first device (default: 1/64 of it, 256K to 8M).
+    #[arg(long, value_name = "SIZE", value_parser = crate::args::nonzero_size)]
+    journal_size: Option<u64>,
+    /// Size of each of the two checkpoint slots on the first device, which must hold the
+    /// whole metadata (default: 1/64 of it, 256K to 64M).
+    #[arg(long, value_name = "SIZE", value_parser = crate::args::nonzero_size)]
+    checkpoint_size: Option<u64>,
+    /// Create each missing DEV as a regular file of SIZE (an existing file is never resized).
+    #[arg(long, value_name = "SIZE", value_parser = crate::args::nonzero_size)]
+    size: Option<u64>,
+    /// Format a device that already holds a file system, swap or a numaio-fs volume.
+    #[arg(long)]
+    force: bool,
+    /// A persistent memory zone NODE:SIZE:PATH (a /dev/pmemN, or a file on a DAX file
+    /// system, created when missing); repeatable, instead of DEVs.
+    #[arg(long, value_name = "NODE:SIZE:PATH", conflicts_with = "devices", value_parser = parse_zone)]
+    zone: Vec<ZoneSpec>,
+    /// Print JSON: {"schema_version":1,"uuid","policy","block_size","group_blocks",
+    /// "journal_blocks","checkpoint_blocks","capacity_bytes","devices":[{"path","node",
+    /// "bytes","kind","groups"}],"nodes":[{"node","groups","capacity_bytes"}]}
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_rule(s: &str) -> Result<NodeRule, String> {
+    s.parse().map_err(|e: numaio_fs::FsError| e.to_string())
+}
+
+pub(crate) fn parse_policy(s: &str) -> Result<PlacementPolicy, String> {
+    s.parse().map_err(|e: numaio_fs::FsError| e.to_string())
+}
+
+fn parse_zone(s: &str) -> Result<ZoneSpec, String> {
+    s.parse().map_err(|e: numaio_fs::FsError| e.to_string())
+}
+
+/// What a device already holds, from its first 68 KiB: the signatures `blkid` would find
+/// first for the file systems most likely to be formatted over by mistake.
+pub(crate) fn existing_signature(path: &Path) -> anyhow::Result<Option<&'static str>> {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
+        .open(path)
+        .with_context(|| format!("{}: opening to look for a file system", path.display()))?;
+    let mut buf = vec![0u8; 65600 + 8];
+    let mut got = 0;
+    while got < buf.len() {
+        match f.read_at(&mut buf[got..], got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => {
+                return Err(anyhow::Error::new(e)
+                    .context(format!("{}: reading its first blocks", path.display())))
+            }
+        }
+    }
+    let b = &buf[..got];
+    let at = |off: usize, magic: &[u8]| b.get(off..off + magic.len()) == Some(magic);
+    Ok(
+        if got >= BLOCK_SIZE as usize && Label::decode(&b[..BLOCK_SIZE as usize], path).is_ok() {
+            Some("a numaio-fs volume")
+        } else if at(1080, &[0x53, 0xef]) {
+            Some("an ext2/ext3/ext4 file system")
+        } else if at(0, b"XFSB") {
+            Some("an XFS file system")
+        } else if at(65600, b"_BHRfS_M") {
+            Some("a btrfs file system")
+        } else if at(4086, b"SWAPSPACE2") {
+            Some("swap space")
+        } else {
+            None
+        },
+    )
+}
+
+/// The largest power of two not above `n` (`n` > 0).
+fn pow2_floor(n: u64) -> u64 {
+    1u64 << (63 - n.leading_zeros())
+}
+
+/// The options for devices of `sizes` bytes (device 0 first), defaults scaled to them.
+fn options(a: &MkfsArgs, sizes: &[u64]) -> anyhow::Result<MkfsOptions> {
+    let blocks = |what: &str, b: u64| -> anyhow::Result<u64> {
+        if !b.is_multiple_of(BLOCK_SIZE) {
+            usage_bail!("--{what} {b}: must be a multiple of {BLOCK_SIZE} bytes");
+        }
+        Ok(b / BLOCK_SIZE)
+    };
+    let d0 = sizes.first().copied().unwrap_or(0) / BLOCK_SIZE;
+    let journal_blocks = match a.journal_size {
+        Some(b) => blocks("journal-size", b)?,
+        None => (d0 / 64).clamp(64, 2048),
+    };
+    let checkpoint_blocks = match a.checkpoint_size {
+        Some(b) => blocks("checkpoint-size", b)?,
+        None => (d0 / 64).clamp(64, 16384),
+    };
+    let group_blocks = match a.group_size {
+        Some(b) => blocks("group-size", b)?,
+        None => {
+            let meta = 1 + 4 + 2 * checkpoint_blocks + journal_blocks;
+            let smallest = sizes
+                .iter()
+                .enumerate()
+                .map(|(i, s)| (s / BLOCK_SIZE).saturating_sub(if i == 0 { meta } else { 1 }))
+                .min()
+                .unwrap_or(0);
+            pow2_floor((smallest / 16).max(1)).clamp(16, 32768)
+        }
+    };
+    Ok(MkfsOptions {
+        policy: a.placement.clone(),
+        group_blocks,
+        journal_blocks,
+        checkpoint_blocks,
+    })
+}
+
+#[derive(Serialize)]
+struct JsonDevice {
+    path: PathBuf,
+    node: u32,
+    bytes: u64,
+    kind: numaio_fs::store::DeviceKind,
+    groups: u64,
+}
+
+#[derive(Serialize)]
+struct JsonNode {
+    node: u32,
+    groups: u64,
+    capacity_bytes: u64,
+}
+
+#[derive(Serialize)]
+struct JsonVolume {
+    schema_version: u32,
+    uuid: String,
+    policy: String,
+    block_size: u64,
+    group_blocks: u64,
+    journal_blocks: u64,
+    checkpoint_blocks: u64,
+    capacity_bytes: u64,
+    devices: Vec<JsonDevice>,
+    nodes: Vec<JsonNode>,
+}
+
+fn describe(h: &Header, infos: &[DeviceInfo]) -> JsonVolume {
+    let groups = h.groups();
+    let mut nodes: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+    for g in &groups {
+        let e = nodes.entry(g.node).or_default();
+        e.0 += 1;
+        e.1 += g.blocks * BLOCK_SIZE;
+    }
+    JsonVolume {
+        schema_version: 1,
+        uuid: uuid_text(&h.uuid),
+        policy: h.policy.to_string(),
+        block_size: BLOCK_SIZE,
+        group_blocks: h.group_blocks,
+        journal_blocks: h.journal_blocks,
+        checkpoint_blocks: h.checkpoint_blocks,
+        capacity_bytes: groups.iter().map(|g| g.blocks * BLOCK_SIZE).sum(),
+        devices: infos
+            .iter()
+            .enumerate()
+            .map(|(i, d)| JsonDevice {
+                path: d.path.clone(),
+                node: d.node,
+                bytes: d.bytes,
+                kind: d.kind,
+                groups: groups.iter().filter(|g| g.dev as usize == i).count() as u64,
+            })
+            .collect(),
+        nodes: nodes
+            .into_iter()
+            .map(|(node, (groups, capacity_bytes))| JsonNode {
+                node,
+                groups,
+                capacity_bytes,
+            })
+            .collect(),
+    }
+}
+
+/// Creates `path` as a file of `size` bytes if nothing is there.
+fn create_missing(path: &Path, size: u64) -> anyhow::Result<()> {
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+    {
+        Ok(f) => f
+            .set_len(size)
+            .with_context(|| format!("{}: setting the new file's size to {size}", path.display())),
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(anyhow::Error::new(e).context(format!(
+            "{}: creating the file (--size); check the directory exists and is writable",
+            path.display()
+        ))),
+    }
+}
+
+fn refuse_existing(path: &Path, force: bool) -> anyhow::Result<()> {
+    if force {
+        return Ok(());
+    }
+    if let Some(what) = existing_signature(path)? {
+        anyhow::bail!(
+            "{}: holds {what}; formatting would destroy it. Check the device, or give --force",
+            quote(path)
+        );
+    }
+    Ok(())
+}
+
+pub fn run(a: MkfsArgs) -> anyhow::Result<ExitCode> {
+    let topo = Topology::detect().context("reading the NUMA topology from sysfs")?;
+    for r in &a.node_of {
+        if !topo.has_node(r.node) {
+            usage_bail!(
+                "--node-of {r}: node {} does not exist on this machine (nodes: {:?})",
+                r.node,
+                topo.node_ids()
+            );
+        }
+    }
+    let (header, infos) = if !a.zone.is_empty() {
+        for z in &a.zone {
+            let Some(p) = &z.path else {
+                usage_bail!(
+                    "--zone {z}: a RAM zone lives only while mounted; use `numaio mount --zone`"
+                );
+            };
+            if !topo.has_node(z.node) {
+                usage_bail!(
+                    "--zone {z}: node {} does not exist on this machine (nodes: {:?})",
+                    z.node,
+                    topo.node_ids()
+                );
+            }
+            create_missing(p, z.bytes)?;
+            refuse_existing(p, a.force)?;
+        }
+        let store = ZoneStore::new(&a.zone)?;
+        let sizes: Vec<u64> = store.devices().iter().map(|d| d.bytes).collect();
+        let o = options(&a, &sizes)?;
+        let h = Fs::mkfs(&store, &o)?;
+        (h, store.devices().to_vec())
+    } else {
+        if let Some(size) = a.size {
+            for d in &a.devices {
+                create_missing(d, size)?;
+            }
+        }
+        let infos = probe_devices(&a.devices, &a.node_of, &topo)?;
+        for d in &infos {
+            refuse_existing(&d.path, a.force)?;
+        }
+        let sizes: Vec<u64> = infos.iter().map(|d| d.bytes).collect();
+        let o = options(&a, &sizes)?;
+        let store = FileStore::open(&infos, false)?;
+        let h = Fs::mkfs(&store, &o)?;
+        (h, infos)
+    };
+    let v = describe(&header, &infos);
+    if a.json {
+        print_json(&v)?;
+    } else {
+        outln!("numaio-fs volume {}", v.uuid)?;
+        outln!(
+            "  placement {}, block size {}, group {} ({} blocks), journal {}, checkpoint slots {}",
+            v.policy,
+            v.block_size,
+            human_bytes(v.group_blocks * BLOCK_SIZE),
+            v.group_blocks,
+            human_bytes(v.journal_blocks * BLOCK_SIZE),
+            human_bytes(v.checkpoint_blocks * BLOCK_SIZE)
+        )?;
+        for (i, d) in v.devices.iter().enumerate() {
+            outln!(
+                "  device {i}: {} node {} {} ({} groups)",
+                quote(&d.path),
+                d.node,
+                human_bytes(d.bytes),
+                d.groups
+            )?;
+        }
+        for n in &v.nodes {
+            outln!(
+                "  node {}: {} groups, capacity {}",
+                n.node,
+                n.groups,
+                human_bytes(n.capacity_bytes)
+            )?;
+        }
+        outln!("  capacity {}", human_bytes(v.capacity_bytes))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
