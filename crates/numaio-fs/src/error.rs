@@ -34,6 +34,9 @@ pub enum FsError {
     TooManyLinks,
     #[error("file too large")]
     TooBig,
+    /// The volume is mounted read-only.
+    #[error("read-only file system")]
+    ReadOnly,
     /// Reading or writing a device failed; names the device and the step.
     #[error("{what} on {}: {source}", device.display())]
     Io {
@@ -65,6 +68,7 @@ impl FsError {
             FsError::NoAttr => libc::ENODATA,
             FsError::TooManyLinks => libc::EMLINK,
             FsError::TooBig => libc::EFBIG,
+            FsError::ReadOnly => libc::EROFS,
             FsError::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
             FsError::Corrupt { .. } => libc::EUCLEAN,
         }

@@ -23,10 +23,18 @@
 pub mod alloc;
 pub mod device;
 mod error;
+pub mod format;
+mod fs;
+pub mod fsck;
+pub mod journal;
+pub mod meta;
+mod mkfs;
 pub mod policy;
 pub mod store;
 
 pub use error::FsError;
+pub use fs::*;
+pub use mkfs::MkfsOptions;
 pub use policy::PlacementPolicy;
 
 /// Block size of every volume, in bytes: the page size, so that cache slots, O_DIRECT I/O and

@@ -1,0 +1,1513 @@
+//! The file system: [`Fs`], the API the FUSE layer and the tests call.
+//!
+//! One mutex guards the metadata, the allocator and the journal state: every operation is
+//! atomic with respect to the others, which keeps the code simple and correct; data I/O is
+//! done under it too.
+//!
+//! Durability (see [`crate::journal`]): metadata changes become durable at the next commit;
+//! `fsync`, `fdatasync` and `sync` of anything commit everything pending (as ext4's journal
+//! does), which is at least what POSIX asks. Ordered mode: a commit first syncs every device
+//! that got data writes since the previous commit, so committed metadata never points at
+//! unwritten blocks. Writes to blocks a file already owns go in place (like ext4
+//! `data=ordered`): after a crash such a block holds the old or the new data of an un-synced
+//! overwrite. New blocks are written whole (zero-filled around the data), so a file never
+//! shows another file's old data.
+
+use crate::alloc::{AllocRequest, Allocator, Extent, NodeUsage};
+use crate::format::{Header, Label, HEADER_BLOCKS};
+use crate::journal::{self, Journal};
+use crate::meta::{Attr, Inode, Kind, Meta, Record, FIRST_COOKIE, ROOT_INO};
+use crate::mkfs::{now_ns, MkfsOptions};
+use crate::store::BlockStore;
+use crate::{Caller, FsError, PlacementPolicy, BLOCK_SIZE};
+use parking_lot::Mutex;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+/// Longest name of a directory entry, in bytes.
+pub const MAX_NAME: usize = 255;
+/// Longest symlink target, in bytes.
+pub const MAX_TARGET: usize = 4095;
+/// Largest file size.
+pub const MAX_FILE_SIZE: u64 = 1 << 50;
+/// Most hard links to one inode (and subdirectories of one directory).
+pub const MAX_LINKS: u32 = 65000;
+/// Largest extended attribute value.
+pub const MAX_XATTR_VALUE: usize = 65536;
+/// The xattr that reads and sets an inode's placement policy.
+pub const PLACEMENT_XATTR: &[u8] = b"user.numaio.placement";
+/// `rename` flag: fail with [`FsError::Exists`] instead of replacing the target.
+pub const RENAME_NOREPLACE: u32 = 1;
+/// `fallocate` mode: do not change the size.
+pub const FALLOC_KEEP_SIZE: u32 = 1;
+/// `fallocate` mode: deallocate the range (with [`FALLOC_KEEP_SIZE`]).
+pub const FALLOC_PUNCH_HOLE: u32 = 2;
+/// `setxattr` flag: fail if the attribute exists.
+pub const XATTR_CREATE: u32 = 1;
+/// `setxattr` flag: fail if the attribute does not exist.
+pub const XATTR_REPLACE: u32 = 2;
+/// Entries returned by one `readdir` call at most.
+pub const READDIR_BATCH: usize = 1024;
+
+/// How to mount.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MountOptions {
+    /// Replay the journal in memory only and refuse every change: nothing is written.
+    pub read_only: bool,
+}
+
+/// Attributes of an inode as `getattr` reports them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileAttr {
+    pub ino: u64,
+    pub kind: Kind,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub nlink: u32,
+    pub size: u64,
+    /// Blocks allocated (of [`BLOCK_SIZE`] bytes).
+    pub blocks: u64,
+    pub atime: i64,
+    pub mtime: i64,
+    pub ctime: i64,
+    pub policy: PlacementPolicy,
+    pub home: Option<u32>,
+}
+
+/// Changes for `setattr`; `None` leaves a field alone. Times in ns since the epoch.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<i64>,
+    pub mtime: Option<i64>,
+}
+
+/// One `readdir` entry; `cookie` resumes the listing after it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    pub name: Vec<u8>,
+    pub ino: u64,
+    pub kind: Kind,
+    pub cookie: u64,
+}
+
+/// Space of the volume, in total and per node.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct StatFs {
+    pub block_size: u64,
+    pub total_blocks: u64,
+    pub free_blocks: u64,
+    /// Inodes in use.
+    pub files: u64,
+    pub nodes: Vec<NodeUsage>,
+}
+
+/// What mount found and did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MountInfo {
+    pub checkpoint_seq: u64,
+    pub replayed: u64,
+    /// Unlinked inodes still open at the crash, freed at mount.
+    pub orphans_freed: u64,
+}
+
+struct Inner {
+    meta: Meta,
+    alloc: Allocator,
+    journal: Journal,
+    pending: Vec<Record>,
+    /// A bound on the encoded size of `meta` (a checkpoint's payload).
+    meta_bytes: u64,
+    data_dirty: BTreeSet<u16>,
+    open: HashMap<u64, u32>,
+    commits: u64,
+    nodes: Vec<u32>,
+}
+
+/// A mounted volume.
+pub struct Fs {
+    store: Arc<dyn BlockStore>,
+    read_only: bool,
+    info: MountInfo,
+    inner: Mutex<Inner>,
+}
+
+fn bug(e: String) -> FsError {
+    FsError::Invalid(format!("internal inconsistency (please report): {e}"))
+}
+
+/// A bound on how much `r` grows the encoded metadata.
+fn growth(r: &Record) -> u64 {
+    match r {
+        Record::NewInode { target, .. } => 160 + target.as_ref().map_or(0, |t| t.len() as u64),
+        Record::DirAdd { name, .. } => 40 + name.len() as u64,
+        Record::SetXattr { name, value, .. } => 20 + (name.len() + value.len()) as u64,
+        Record::Map { .. } | Record::Unmap { .. } => 32,
+        _ => 0,
+    }
+}
+
+fn check_name(name: &[u8]) -> Result<(), FsError> {
+    if name.len() > MAX_NAME {
+        return Err(FsError::NameTooLong);
+    }
+    if name.is_empty() || name.contains(&b'/') || name.contains(&0) {
+        return Err(FsError::Invalid(
+            "a name must be non-empty, without '/' or NUL".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// For names that create an entry: `.` and `..` always exist.
+fn check_new_name(name: &[u8]) -> Result<(), FsError> {
+    check_name(name)?;
+    if name == b"." || name == b".." {
+        return Err(FsError::Exists);
+    }
+    Ok(())
+}
+
+/// For names that remove an entry.
+fn check_old_name(name: &[u8]) -> Result<(), FsError> {
+    check_name(name)?;
+    if name == b"." || name == b".." {
+        return Err(FsError::Invalid(format!(
+            "{:?} cannot be removed or renamed",
+            String::from_utf8_lossy(name)
+        )));
+    }
+    Ok(())
+}
+
+/// Permission bits `want` (4 read, 2 write, 1 search/execute) on `a` for `c`; root passes.
+fn access(a: &Attr, c: &Caller, want: u32) -> Result<(), FsError> {
+    if c.uid == 0 {
+        return Ok(());
+    }
+    let bits = if c.uid == a.uid {
+        a.mode >> 6
+    } else if c.gid == a.gid {
+        a.mode >> 3
+    } else {
+        a.mode
+    } & 7;
+    if bits & want == want {
+        Ok(())
+    } else {
+        Err(FsError::Permission)
+    }
+}
+
+fn to_attr(ino: u64, i: &Inode) -> FileAttr {
+    let a = &i.attr;
+    FileAttr {
+        ino,
+        kind: a.kind,
+        mode: a.mode,
+        uid: a.uid,
+        gid: a.gid,
+        nlink: a.nlink,
+        size: a.size,
+        blocks: i
+            .extents
+            .values()
+            .fold(0u64, |n, e| n.saturating_add(e.len)),
+        atime: a.atime,
+        mtime: a.mtime,
+        ctime: a.ctime,
+        policy: a.policy.clone(),
+        home: a.home,
+    }
+}
+
+impl Inner {
+    fn inode(&self, ino: u64) -> Result<&Inode, FsError> {
+        self.meta.get(ino).ok_or(FsError::NotFound)
+    }
+
+    fn attr(&self, ino: u64) -> Result<Attr, FsError> {
+        Ok(self.inode(ino)?.attr.clone())
+    }
+
+    fn dir_attr(&self, ino: u64) -> Result<Attr, FsError> {
+        let a = self.attr(ino)?;
+        if a.kind != Kind::Dir {
+            return Err(FsError::NotDir);
+        }
+        Ok(a)
+    }
+
+    fn entry(&self, dir: u64, name: &[u8]) -> Result<crate::meta::Entry, FsError> {
+        let d = self.inode(dir)?.dir.as_ref().ok_or(FsError::NotDir)?;
+        d.entries.get(name).copied().ok_or(FsError::NotFound)
+    }
+
+    /// Applies `r` and queues it for the next commit; freed blocks wait for that commit.
+    fn rec(&mut self, r: Record) -> Result<(), FsError> {
+        let freed = self.meta.apply(&r).map_err(bug)?;
+        for e in freed {
+            self.alloc.free(e);
+        }
+        self.meta_bytes += growth(&r);
+        self.pending.push(r);
+        Ok(())
+    }
+
+    fn set_attr(&mut self, ino: u64, attr: Attr) -> Result<(), FsError> {
+        self.rec(Record::SetAttr { ino, attr })
+    }
+
+    /// Refuses an operation that would grow the metadata past what a checkpoint slot holds
+    /// (`extra`: a bound on what the operation adds), so a commit can always be written.
+    fn reserve(&mut self, extra: u64) -> Result<(), FsError> {
+        let cap = self
+            .journal
+            .slot_capacity()
+            .saturating_sub(crate::format::FRAME_HEADER as u64);
+        if self.meta_bytes + extra <= cap {
+            return Ok(());
+        }
+        let exact = crate::format::encode(&self.meta).len() as u64;
+        self.meta_bytes = exact;
+        if exact + extra <= cap {
+            Ok(())
+        } else {
+            Err(FsError::NoSpace)
+        }
+    }
+
+    /// Drops one link of `ino` (a directory loses all); frees it when nothing holds it.
+    fn drop_link(&mut self, ino: u64, now: i64) -> Result<(), FsError> {
+        let mut a = self.attr(ino)?;
+        a.nlink = if a.kind == Kind::Dir {
+            0
+        } else {
+            a.nlink.saturating_sub(1)
+        };
+        a.ctime = now;
+        if a.nlink == 0 && self.open.get(&ino).copied().unwrap_or(0) == 0 {
+            self.rec(Record::DelInode { ino })?;
+            self.alloc.release_prealloc(ino);
+        } else {
+            self.set_attr(ino, a)?;
+        }
+        Ok(())
+    }
+
+    fn touch_dir(&mut self, dir: u64, now: i64, nlink_delta: i32) -> Result<(), FsError> {
+        let mut a = self.attr(dir)?;
+        a.mtime = now;
+        a.ctime = now;
+        a.nlink = a.nlink.saturating_add_signed(nlink_delta);
+        self.set_attr(dir, a)
+    }
+
+    /// Allocates and maps logical blocks `lb..lb + n` of `ino` (all unmapped).
+    fn allocate(&mut self, ino: u64, lb: u64, n: u64, c: &Caller) -> Result<(), FsError> {
+        let i = self.inode(ino)?;
+        let policy = i.attr.policy.clone();
+        let home = i.attr.home;
+        let goal = lb
+            .checked_sub(1)
+            .and_then(|p| i.lookup_block(p))
+            .map(|(d, b)| (d, b + 1));
+        let req = AllocRequest {
+            ino,
+            file_block: lb,
+            blocks: n,
+            policy: &policy,
+            caller_node: c.node,
+            home_node: home,
+            goal,
+        };
+        let got = self.alloc.alloc(&req)?;
+        let mut l = lb;
+        for a in got {
+            self.rec(Record::Map {
+                ino,
+                lblock: l,
+                ext: a.extent,
+            })?;
+            l += a.extent.len;
+        }
+        if l != lb + n {
+            return Err(bug(format!("allocator returned {} of {n} blocks", l - lb)));
+        }
+        Ok(())
+    }
+
+    /// Unmapped runs of logical blocks in `from..to`.
+    fn holes(&self, ino: u64, from: u64, to: u64) -> Result<Vec<(u64, u64)>, FsError> {
+        let i = self.inode(ino)?;
+        let mut out = Vec::new();
+        let mut b = from;
+        let mut prev = i
+            .extents
+            .range(..from)
+            .next_back()
+            .map(|(&l, e)| l + e.len)
+            .unwrap_or(0);
+        if prev > b {
+            b = prev.min(to);
+        }
+        for (&l, e) in i.extents.range(from..to) {
+            if l > b {
+                out.push((b, l - b));
+            }
+            prev = l + e.len;
+            b = b.max(prev);
+        }
+        if b < to {
+            out.push((b, to - b));
+        }
+        Ok(out)
+    }
+
+    fn free_blocks(&self) -> u64 {
+        self.alloc.usage().iter().map(|u| u.free_blocks).sum()
+    }
+
+    /// Allocates every hole of `from..to`; returns the runs allocated.
+    fn fill_holes(
+        &mut self,
+        ino: u64,
+        from: u64,
+        to: u64,
+        c: &Caller,
+    ) -> Result<Vec<(u64, u64)>, FsError> {
+        let holes = self.holes(ino, from, to)?;
+        let need: u64 = holes.iter().map(|h| h.1).sum();
+        if need > self.free_blocks() {
+            return Err(FsError::NoSpace);
+        }
+        self.reserve(need * 48 + 200)?;
+        for &(l, n) in &holes {
+            self.allocate(ino, l, n, c)?;
+        }
+        Ok(holes)
+    }
+}
+
+/// Writes blocks `(dev, block, data)` merging physically contiguous ones into one write.
+fn write_blocks(
+    store: &dyn BlockStore,
+    dirty: &mut BTreeSet<u16>,
+    blocks: Vec<(u16, u64, Vec<u8>)>,
+) -> Result<(), FsError> {
+    let mut run: Option<(u16, u64, u64, Vec<u8>)> = None;
+    for (dev, b, data) in blocks {
+        match &mut run {
+            Some((d, _, next, buf)) if *d == dev && *next == b => {
+                buf.extend_from_slice(&data);
+                *next += 1;
+            }
+            _ => {
+                if let Some((d, s, _, buf)) = run.take() {
+                    store.write_at(d, s * BLOCK_SIZE, &buf)?;
+                    dirty.insert(d);
+                }
+                run = Some((dev, b, b + 1, data));
+            }
+        }
+    }
+    if let Some((d, s, _, buf)) = run {
+        store.write_at(d, s * BLOCK_SIZE, &buf)?;
+        dirty.insert(d);
+    }
+    Ok(())
+}
+
+impl Fs {
+    /// Formats the devices of `store` as one volume.
+    pub fn mkfs(store: &dyn BlockStore, opts: &MkfsOptions) -> Result<Header, FsError> {
+        crate::mkfs::mkfs(store, opts)
+    }
+
+    /// Checks the labels of every device against the volume header; returns the header.
+    pub fn check_labels(store: &dyn BlockStore) -> Result<Header, FsError> {
+        let devs = store.devices();
+        let Some(d0) = devs.first() else {
+            return Err(FsError::Invalid("no device given".into()));
+        };
+        let bs = BLOCK_SIZE as usize;
+        let mut b = vec![0u8; bs];
+        store.read_at(0, 0, &mut b)?;
+        let l0 = Label::decode(&b, &d0.path)?;
+        let mut hb = vec![0u8; HEADER_BLOCKS as usize * bs];
+        store.read_at(0, BLOCK_SIZE, &mut hb)?;
+        let header = Header::decode(&hb, &d0.path);
+        if l0.dev_index != 0 {
+            return Err(FsError::Invalid(format!(
+                "{} is device {} of its volume, not its first device: give the devices in \
+                 the order mkfs was given them",
+                d0.path.display(),
+                l0.dev_index
+            )));
+        }
+        let header = header?;
+        if header.uuid != l0.uuid {
+            return Err(FsError::Corrupt {
+                device: d0.path.clone(),
+                what: "device label and volume header belong to different volumes".into(),
+            });
+        }
+        let names = || {
+            header
+                .devices
+                .iter()
+                .map(|d| d.path.display().to_string())
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        if devs.len() != header.devices.len() {
+            return Err(FsError::Invalid(format!(
+                "the volume on {} has {} devices ({}), {} given: give all of them, in mkfs order",
+                d0.path.display(),
+                header.devices.len(),
+                names(),
+                devs.len()
+            )));
+        }
+        for (i, d) in devs.iter().enumerate() {
+            let mut b = vec![0u8; bs];
+            store.read_at(i as u16, 0, &mut b)?;
+            let l = Label::decode(&b, &d.path).map_err(|e| FsError::Corrupt {
+                device: d.path.clone(),
+                what: format!(
+                    "not a device of the volume on {} ({e}); give the volume's devices: {}",
+                    d0.path.display(),
+                    names()
+                ),
+            })?;
+            if l.uuid != header.uuid {
+                return Err(FsError::Corrupt {
+                    device: d.path.clone(),
+                    what: format!(
+                        "belongs to another numaio-fs volume; give this volume's devices: {}",
+                        names()
+                    ),
+                });
+            }
+            if l.dev_index as usize != i {
+                return Err(FsError::Invalid(format!(
+                    "{} is device {} of the volume (formatted as {}), given as device {i}: give \
+                     the devices in mkfs order: {}",
+                    d.path.display(),
+                    l.dev_index,
+                    header
+                        .devices
+                        .get(l.dev_index as usize)
+                        .map_or("?".into(), |e| e.path.display().to_string()),
+                    names()
+                )));
+            }
+            if d.bytes < header.devices[i].bytes {
+                return Err(FsError::Corrupt {
+                    device: d.path.clone(),
+                    what: format!(
+                        "{} bytes, but the volume was formatted with {} bytes on it",
+                        d.bytes, header.devices[i].bytes
+                    ),
+                });
+            }
+        }
+        Ok(header)
+    }
+
+    /// Loads metadata and allocator from a volume without writing anything.
+    fn load(store: &dyn BlockStore) -> Result<(Header, journal::Recovered, Allocator), FsError> {
+        let header = Fs::check_labels(store)?;
+        let rec = journal::recover(store, &header)?;
+        let mut alloc = Allocator::new(header.groups())?;
+        let device = rec.journal.device.clone();
+        for (ino, i) in &rec.meta.inodes {
+            for (l, e) in &i.extents {
+                alloc.mark_used(*e).map_err(|why| FsError::Corrupt {
+                    device: device.clone(),
+                    what: format!("inode {ino} block {l}: {why}; run `numaio fsck --repair`"),
+                })?;
+            }
+        }
+        Ok((header, rec, alloc))
+    }
+
+    /// Mounts the volume on `store`: checks the labels, loads the newest checkpoint, replays
+    /// the journal, rebuilds the allocator and frees orphans (unless read-only).
+    pub fn mount(store: Arc<dyn BlockStore>, opts: MountOptions) -> Result<Fs, FsError> {
+        let (header, rec, alloc) = Fs::load(&*store)?;
+        let nodes = alloc.nodes();
+        let info = MountInfo {
+            checkpoint_seq: rec.checkpoint_seq,
+            replayed: rec.replayed,
+            orphans_freed: 0,
+        };
+        let _ = header;
+        let meta_bytes = crate::format::encode(&rec.meta).len() as u64;
+        let fs = Fs {
+            store,
+            read_only: opts.read_only,
+            info,
+            inner: Mutex::new(Inner {
+                meta: rec.meta,
+                alloc,
+                journal: rec.journal,
+                pending: Vec::new(),
+                meta_bytes,
+                data_dirty: BTreeSet::new(),
+                open: HashMap::new(),
+                commits: 0,
+                nodes,
+            }),
+        };
+        if !opts.read_only {
+            let mut g = fs.inner.lock();
+            let orphans: Vec<u64> = g
+                .meta
+                .inodes
+                .iter()
+                .filter(|(_, i)| i.attr.nlink == 0)
+                .map(|(&n, _)| n)
+                .collect();
+            for &ino in &orphans {
+                g.rec(Record::DelInode { ino })?;
+            }
+            if !orphans.is_empty() {
+                fs.commit(&mut g)?;
+            }
+            drop(g);
+            let mut fs = fs;
+            fs.info.orphans_freed = orphans.len() as u64;
+            return Ok(fs);
+        }
+        Ok(fs)
+    }
+
+    /// What mount found.
+    pub fn mount_info(&self) -> MountInfo {
+        self.info
+    }
+
+    /// Commits, writes a checkpoint and gives the volume back.
+    pub fn unmount(self) -> Result<(), FsError> {
+        if self.read_only {
+            return Ok(());
+        }
+        let mut g = self.inner.lock();
+        self.commit(&mut g)?;
+        let inner = &mut *g;
+        let seq = inner.journal.seq;
+        inner.journal.checkpoint(&*self.store, &inner.meta, seq)
+    }
+
+    /// Number of commits made durable since mount (tests use it to know what must survive).
+    pub fn commits(&self) -> u64 {
+        self.inner.lock().commits
+    }
+
+    fn commit(&self, g: &mut Inner) -> Result<(), FsError> {
+        if self.read_only {
+            return Ok(());
+        }
+        while let Some(&d) = g.data_dirty.first() {
+            self.store.sync(d)?;
+            g.data_dirty.remove(&d);
+        }
+        if g.pending.is_empty() {
+            return Ok(());
+        }
+        let seq = g.journal.seq + 1;
+        let payload = crate::format::encode(&g.pending);
+        if g.journal.fits(payload.len()) {
+            g.journal.append(&*self.store, seq, &payload)?;
+        } else {
+            g.journal.checkpoint(&*self.store, &g.meta, seq)?;
+        }
+        g.pending.clear();
+        g.alloc.commit_frees();
+        g.commits += 1;
+        if g.journal.pos > g.journal.capacity() / 2 {
+            // The commit is durable already; a checkpoint that does not fit is retried at
+            // the next commit (which fails with NoSpace only if its record does not fit
+            // the journal either).
+            let inner = &mut *g;
+            match inner.journal.checkpoint(&*self.store, &inner.meta, seq) {
+                Ok(()) | Err(FsError::NoSpace) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    fn lock_rw(&self) -> Result<parking_lot::MutexGuard<'_, Inner>, FsError> {
+        if self.read_only {
+            return Err(FsError::ReadOnly);
+        }
+        Ok(self.inner.lock())
+    }
+
+    /// Looks `name` up in directory `parent` (search permission needed).
+    pub fn lookup(&self, parent: u64, name: &[u8], c: &Caller) -> Result<FileAttr, FsError> {
+        let g = self.inner.lock();
+        let pa = g.dir_attr(parent)?;
+        access(&pa, c, 1)?;
+        let ino = match name {
+            b"." => parent,
+            b".." => pa.parent,
+            _ => {
+                check_name(name)?;
+                g.entry(parent, name)?.ino
+            }
+        };
+        Ok(to_attr(ino, g.inode(ino)?))
+    }
+
+    pub fn getattr(&self, ino: u64) -> Result<FileAttr, FsError> {
+        let g = self.inner.lock();
+        Ok(to_attr(ino, g.inode(ino)?))
+    }
+
+    /// Whether `c` may access `ino` with `mask` (4 read, 2 write, 1 execute; 0: exists).
+    pub fn access(&self, ino: u64, mask: u32, c: &Caller) -> Result<(), FsError> {
+        let g = self.inner.lock();
+        access(&g.inode(ino)?.attr, c, mask & 7)
+    }
+
+    /// Changes mode, owner, size (truncate or extend) and times.
+    pub fn setattr(&self, ino: u64, s: &SetAttr, c: &Caller) -> Result<FileAttr, FsError> {
+        let mut g = self.lock_rw()?;
+        let g = &mut *g;
+        let mut a = g.attr(ino)?;
+        let owner = c.uid == 0 || c.uid == a.uid;
+        if s.mode.is_some() && !owner {
+            return Err(FsError::NotPermitted);
+        }
+        if let Some(uid) = s.uid {
+            if c.uid != 0 && uid != a.uid {
+                return Err(FsError::NotPermitted);
+            }
+        }
+        if let Some(gid) = s.gid {
+            if c.uid != 0 && (gid != a.gid && (c.uid != a.uid || gid != c.gid)) {
+                return Err(FsError::NotPermitted);
+            }
+        }
+        if (s.atime.is_some() || s.mtime.is_some()) && !owner {
+            access(&a, c, 2)?;
+        }
+        let now = now_ns();
+        if let Some(size) = s.size {
+            if a.kind == Kind::Dir {
+                return Err(FsError::IsDir);
+            }
+            if a.kind != Kind::File {
+                return Err(FsError::Invalid(
+                    "only regular files can be truncated".into(),
+                ));
+            }
+            access(&a, c, 2)?;
+            if size > MAX_FILE_SIZE {
+                return Err(FsError::TooBig);
+            }
+            g.reserve(200)?;
+            if size > a.size {
+                self.zero_tail(g, ino, a.size)?;
+            }
+            self.truncate(g, ino, size)?;
+            a = g.attr(ino)?;
+            a.size = size;
+            a.mtime = now;
+        }
+        if let Some(m) = s.mode {
+            a.mode = m & 0o7777;
+        }
+        if let Some(u) = s.uid {
+            a.uid = u;
+        }
+        if let Some(gid) = s.gid {
+            a.gid = gid;
+        }
+        if let Some(t) = s.atime {
+            a.atime = t;
+        }
+        if let Some(t) = s.mtime {
+            a.mtime = t;
+        }
+        a.ctime = now;
+        g.reserve(200)?;
+        g.set_attr(ino, a)?;
+        Ok(to_attr(ino, g.inode(ino)?))
+    }
+
+    /// Zeroes the bytes after `size` in the block holding it, before the file grows past
+    /// `size`: a crash may have left there part of an overwrite whose size change was
+    /// never committed, and a file must read zeros where it was never written.
+    fn zero_tail(&self, g: &mut Inner, ino: u64, size: u64) -> Result<(), FsError> {
+        let tail = (size % BLOCK_SIZE) as usize;
+        if tail == 0 {
+            return Ok(());
+        }
+        if let Some((dev, b)) = g.inode(ino)?.lookup_block(size / BLOCK_SIZE) {
+            let mut buf = vec![0u8; BLOCK_SIZE as usize];
+            self.store.read_at(dev, b * BLOCK_SIZE, &mut buf)?;
+            if buf[tail..].iter().any(|&x| x != 0) {
+                buf[tail..].fill(0);
+                write_blocks(&*self.store, &mut g.data_dirty, vec![(dev, b, buf)])?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Frees the blocks past `size` and zeroes the tail of the last block.
+    fn truncate(&self, g: &mut Inner, ino: u64, size: u64) -> Result<(), FsError> {
+        let i = g.inode(ino)?;
+        let keep = size.div_ceil(BLOCK_SIZE);
+        let end = i.extents.iter().next_back().map_or(0, |(&l, e)| l + e.len);
+        if end > keep {
+            g.rec(Record::Unmap {
+                ino,
+                from: keep,
+                to: end,
+            })?;
+        }
+        let tail = (size % BLOCK_SIZE) as usize;
+        if tail != 0 && size < g.attr(ino)?.size {
+            if let Some((dev, b)) = g.inode(ino)?.lookup_block(size / BLOCK_SIZE) {
+                let mut buf = vec![0u8; BLOCK_SIZE as usize];
+                self.store.read_at(dev, b * BLOCK_SIZE, &mut buf)?;
+                buf[tail..].fill(0);
+                write_blocks(&*self.store, &mut g.data_dirty, vec![(dev, b, buf)])?;
+            }
+        }
+        Ok(())
+    }
+
+    fn new_inode(
+        &self,
+        parent: u64,
+        name: &[u8],
+        kind: Kind,
+        mode: u32,
+        target: Option<Vec<u8>>,
+        c: &Caller,
+    ) -> Result<FileAttr, FsError> {
+        check_new_name(name)?;
+        let mut g = self.lock_rw()?;
+        let g = &mut *g;
+        let pa = g.dir_attr(parent)?;
+        if pa.nlink == 0 {
+            return Err(FsError::NotFound);
+        }
+        access(&pa, c, 3)?;
+        match g.entry(parent, name) {
+            Ok(_) => return Err(FsError::Exists),
+            Err(FsError::NotFound) => {}
+            Err(e) => return Err(e),
+        }
+        if kind == Kind::Dir && pa.nlink >= MAX_LINKS {
+            return Err(FsError::TooManyLinks);
+        }
+        g.reserve(400 + name.len() as u64 + target.as_ref().map_or(0, |t| t.len() as u64))?;
+        let now = now_ns();
+        let ino = g.meta.next_ino;
+        let home = if kind == Kind::Dir && parent == ROOT_INO {
+            Some(g.alloc.directory_home())
+        } else {
+            pa.home
+        };
+        let attr = Attr {
+            kind,
+            mode: mode & 0o7777,
+            uid: c.uid,
+            gid: if pa.mode & 0o2000 != 0 { pa.gid } else { c.gid },
+            nlink: if kind == Kind::Dir { 2 } else { 1 },
+            size: target.as_ref().map_or(0, |t| t.len() as u64),
+            atime: now,
+            mtime: now,
+            ctime: now,
+            policy: pa.policy.clone(),
+            policy_set: false,
+            home,
+            parent: if kind == Kind::Dir { parent } else { 0 },
+        };
+        g.rec(Record::NewInode { ino, attr, target })?;
+        g.rec(Record::DirAdd {
+            dir: parent,
+            name: name.to_vec(),
+            ino,
+            kind,
+        })?;
+        g.touch_dir(parent, now, if kind == Kind::Dir { 1 } else { 0 })?;
+        Ok(to_attr(ino, g.inode(ino)?))
+    }
+
+    /// Creates a regular file.
+    pub fn create(
+        &self,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        c: &Caller,
+    ) -> Result<FileAttr, FsError> {
+        self.new_inode(parent, name, Kind::File, mode, None, c)
+    }
+
+    pub fn mkdir(
+        &self,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        c: &Caller,
+    ) -> Result<FileAttr, FsError> {
+        self.new_inode(parent, name, Kind::Dir, mode, None, c)
+    }
+
+    pub fn symlink(
+        &self,
+        parent: u64,
+        name: &[u8],
+        target: &[u8],
+        c: &Caller,
+    ) -> Result<FileAttr, FsError> {
+        if target.is_empty() || target.contains(&0) {
+            return Err(FsError::Invalid(
+                "a symlink target must be non-empty, without NUL".into(),
+            ));
+        }
+        if target.len() > MAX_TARGET {
+            return Err(FsError::NameTooLong);
+        }
+        self.new_inode(parent, name, Kind::Symlink, 0o777, Some(target.to_vec()), c)
+    }
+
+    pub fn readlink(&self, ino: u64) -> Result<Vec<u8>, FsError> {
+        let g = self.inner.lock();
+        g.inode(ino)?
+            .target
+            .clone()
+            .ok_or_else(|| FsError::Invalid(format!("inode {ino} is not a symlink")))
+    }
+
+    /// A new name `newname` in `newparent` for `ino` (not a directory).
+    pub fn link(
+        &self,
+        ino: u64,
+        newparent: u64,
+        newname: &[u8],
+        c: &Caller,
+    ) -> Result<FileAttr, FsError> {
+        check_new_name(newname)?;
+        let mut g = self.lock_rw()?;
+        let g = &mut *g;
+        let mut a = g.attr(ino)?;
+        if a.kind == Kind::Dir {
+            return Err(FsError::NotPermitted);
+        }
+        let pa = g.dir_attr(newparent)?;
+        access(&pa, c, 3)?;
+        if g.entry(newparent, newname).is_ok() {
+            return Err(FsError::Exists);
+        }
+        if a.nlink >= MAX_LINKS {
+            return Err(FsError::TooManyLinks);
+        }
+        if a.nlink == 0 {
+            return Err(FsError::NotFound);
+        }
+        g.reserve(300 + newname.len() as u64)?;
+        let now = now_ns();
+        a.nlink += 1;
+        a.ctime = now;
+        let kind = a.kind;
+        g.set_attr(ino, a)?;
+        g.rec(Record::DirAdd {
+            dir: newparent,
+            name: newname.to_vec(),
+            ino,
+            kind,
+        })?;
+        g.touch_dir(newparent, now, 0)?;
+        Ok(to_attr(ino, g.inode(ino)?))
+    }
+
+    /// Removes the entry `name` (not a directory) from `parent`.
+    pub fn unlink(&self, parent: u64, name: &[u8], c: &Caller) -> Result<(), FsError> {
+        check_old_name(name)?;
+        let mut g = self.lock_rw()?;
+        let g = &mut *g;
+        let pa = g.dir_attr(parent)?;
+        access(&pa, c, 3)?;
+        let e = g.entry(parent, name)?;
+        if e.kind == Kind::Dir {
+            return Err(FsError::IsDir);
+        }
+        g.reserve(300 + name.len() as u64)?;
+        let now = now_ns();
+        g.rec(Record::DirRemove {
+            dir: parent,
+            name: name.to_vec(),
+        })?;
+        g.touch_dir(parent, now, 0)?;
+        g.drop_link(e.ino, now)
+    }
+
+    /// Removes the empty directory `name` from `parent`.
+    pub fn rmdir(&self, parent: u64, name: &[u8], c: &Caller) -> Result<(), FsError> {
+        check_old_name(name)?;
+        let mut g = self.lock_rw()?;
+        let g = &mut *g;
+        let pa = g.dir_attr(parent)?;
+        access(&pa, c, 3)?;
+        let e = g.entry(parent, name)?;
+        if e.kind != Kind::Dir {
+            return Err(FsError::NotDir);
+        }
+        if !g
+            .inode(e.ino)?
+            .dir
+            .as_ref()
+            .is_some_and(|d| d.entries.is_empty())
+        {
+            return Err(FsError::NotEmpty);
+        }
+        g.reserve(300 + name.len() as u64)?;
+        let now = now_ns();
+        g.rec(Record::DirRemove {
+            dir: parent,
+            name: name.to_vec(),
+        })?;
+        g.touch_dir(parent, now, -1)?;
+        g.drop_link(e.ino, now)
+    }
+
+    /// Moves `parent/name` to `newparent/newname`, replacing what is there atomically unless
+    /// `flags` has [`RENAME_NOREPLACE`].
+    pub fn rename(
+        &self,
+        parent: u64,
+        name: &[u8],
+        newparent: u64,
+        newname: &[u8],
+        flags: u32,
+        c: &Caller,
+    ) -> Result<(), FsError> {
+        if flags & !RENAME_NOREPLACE != 0 {
+            return Err(FsError::Invalid(format!(
+                "unsupported rename flags {flags:#x}"
+            )));
+        }
+        check_old_name(name)?;
+        check_old_name(newname)?;
+        let mut g = self.lock_rw()?;
+        let g = &mut *g;
+        let pa = g.dir_attr(parent)?;
+        let npa = g.dir_attr(newparent)?;
+        access(&pa, c, 3)?;
+        access(&npa, c, 3)?;
+        let src = g.entry(parent, name)?;
+        let tgt = match g.entry(newparent, newname) {
+            Ok(t) => Some(t),
+            Err(FsError::NotFound) => None,
+            Err(e) => return Err(e),
+        };
+        if let Some(t) = tgt {
+            if flags & RENAME_NOREPLACE != 0 {
+                return Err(FsError::Exists);
+            }
+            if t.ino == src.ino {
+                return Ok(());
+            }
+            match (src.kind == Kind::Dir, t.kind == Kind::Dir) {
+                (true, false) => return Err(FsError::NotDir),
+                (false, true) => return Err(FsError::IsDir),
+                (true, true) => {
+                    if !g
+                        .inode(t.ino)?
+                        .dir
+                        .as_ref()
+                        .is_some_and(|d| d.entries.is_empty())
+                    {
+                        return Err(FsError::NotEmpty);
+                    }
+                }
+                (false, false) => {}
+            }
+        }
+        if src.kind == Kind::Dir {
+            // Refuse moving a directory into its own subtree.
+            let mut d = newparent;
+            loop {
+                if d == src.ino {
+                    return Err(FsError::Invalid(
+                        "cannot move a directory into itself or its own subtree".into(),
+                    ));
+                }
+                if d == ROOT_INO {
+                    break;
+                }
+                d = g.attr(d)?.parent;
+            }
+            if tgt.is_none() && parent != newparent && npa.nlink >= MAX_LINKS {
+                return Err(FsError::TooManyLinks);
+            }
+        }
+        g.reserve(800 + (name.len() + newname.len()) as u64)?;
+        let now = now_ns();
+        if let Some(t) = tgt {
+            g.rec(Record::DirRemove {
+                dir: newparent,
+                name: newname.to_vec(),
+            })?;
+            if t.kind == Kind::Dir {
+                g.touch_dir(newparent, now, -1)?;
+            }
+            g.drop_link(t.ino, now)?;
+        }
+        g.rec(Record::DirRemove {
+            dir: parent,
+            name: name.to_vec(),
+        })?;
+        g.rec(Record::DirAdd {
+            dir: newparent,
+            name: newname.to_vec(),
+            ino: src.ino,
+            kind: src.kind,
+        })?;
+        let moved_dir = src.kind == Kind::Dir && parent != newparent;
+        g.touch_dir(parent, now, if moved_dir { -1 } else { 0 })?;
+        if parent != newparent {
+            g.touch_dir(newparent, now, if moved_dir { 1 } else { 0 })?;
+        }
+        let mut a = g.attr(src.ino)?;
+        a.ctime = now;
+        if src.kind == Kind::Dir {
+            a.parent = newparent;
+        }
+        g.set_attr(src.ino, a)
+    }
+
+    /// Counts an open handle: an unlinked file keeps its blocks until the last release.
+    pub fn open(&self, ino: u64) -> Result<(), FsError> {
+        let mut g = self.inner.lock();
+        g.inode(ino)?;
+        *g.open.entry(ino).or_default() += 1;
+        Ok(())
+    }
+
+    pub fn release(&self, ino: u64) -> Result<(), FsError> {
+        let mut g = self.inner.lock();
+        let g = &mut *g;
+        let n = g.open.get_mut(&ino).ok_or_else(|| {
+            FsError::Invalid(format!("release of inode {ino}, which is not open"))
+        })?;
+        *n -= 1;
+        if *n == 0 {
+            g.open.remove(&ino);
+            if !self.read_only && g.meta.get(ino).is_some_and(|i| i.attr.nlink == 0) {
+                g.rec(Record::DelInode { ino })?;
+                g.alloc.release_prealloc(ino);
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads up to `buf.len()` bytes at `offset`; holes read as zeros. Returns the count
+    /// (0 at or past the end).
+    pub fn read(&self, ino: u64, offset: u64, buf: &mut [u8]) -> Result<usize, FsError> {
+        let mut g = self.inner.lock();
+        let i = g.inode(ino)?;
+        match i.attr.kind {
+            Kind::Dir => return Err(FsError::IsDir),
+            Kind::Symlink => return Err(FsError::Invalid("read of a symlink".into())),
+            Kind::File => {}
+        }
+        let size = i.attr.size;
+        if offset >= size || buf.is_empty() {
+            return Ok(0);
+        }
+        let n = (buf.len() as u64).min(size - offset) as usize;
+        let end = offset + n as u64;
+        let bs = BLOCK_SIZE as usize;
+        let mut lb = offset / BLOCK_SIZE;
+        while lb * BLOCK_SIZE < end {
+            // A run of logical blocks mapped contiguously (or a hole run).
+            let start = lb;
+            let phys = i.lookup_block(lb);
+            let mut count = 1;
+            while (lb + count) * BLOCK_SIZE < end {
+                let p = i.lookup_block(lb + count);
+                let contiguous = match (phys, p) {
+                    (Some((d, b)), Some((d2, b2))) => d == d2 && b2 == b + count,
+                    (None, None) => true,
+                    _ => false,
+                };
+                if !contiguous {
+                    break;
+                }
+                count += 1;
+            }
+            let run_off = start * BLOCK_SIZE;
+            let lo = offset.max(run_off);
+            let hi = end.min(run_off + count * BLOCK_SIZE);
+            let dst = &mut buf[(lo - offset) as usize..(hi - offset) as usize];
+            match phys {
+                None => dst.fill(0),
+                Some((d, b)) => {
+                    let mut tmp = vec![0u8; count as usize * bs];
+                    self.store.read_at(d, b * BLOCK_SIZE, &mut tmp)?;
+                    dst.copy_from_slice(&tmp[(lo - run_off) as usize..(hi - run_off) as usize]);
+                }
+            }
+            lb += count;
+        }
+        // relatime: update atime only when it is older than the last change.
+        if !self.read_only {
+            let mut a = i.attr.clone();
+            if a.atime <= a.mtime || a.atime <= a.ctime {
+                a.atime = now_ns();
+                if g.reserve(200).is_ok() {
+                    g.set_attr(ino, a)?;
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    /// Writes `data` at `offset`; new blocks come from the allocator under the file's
+    /// policy for `c`'s node. Returns the bytes written (all of them).
+    pub fn write(&self, ino: u64, offset: u64, data: &[u8], c: &Caller) -> Result<usize, FsError> {
+        let mut g = self.lock_rw()?;
+        let g = &mut *g;
+        let a = g.attr(ino)?;
+        match a.kind {
+            Kind::Dir => return Err(FsError::IsDir),
+            Kind::Symlink => return Err(FsError::Invalid("write to a symlink".into())),
+            Kind::File => {}
+        }
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let end = offset
+            .checked_add(data.len() as u64)
+            .filter(|&e| e <= MAX_FILE_SIZE)
+            .ok_or(FsError::TooBig)?;
+        let first = offset / BLOCK_SIZE;
+        let last = end.div_ceil(BLOCK_SIZE);
+        if offset > a.size {
+            self.zero_tail(g, ino, a.size)?;
+        }
+        let fresh = g.fill_holes(ino, first, last, c)?;
+        let is_fresh = |lb: u64| fresh.iter().any(|&(l, n)| lb >= l && lb < l + n);
+        let bs = BLOCK_SIZE as usize;
+        let mut blocks = Vec::with_capacity((last - first) as usize);
+        let i = g.inode(ino)?;
+        for lb in first..last {
+            let (dev, pb) = i
+                .lookup_block(lb)
+                .ok_or_else(|| bug(format!("inode {ino} block {lb} unmapped after allocation")))?;
+            let boff = lb * BLOCK_SIZE;
+            let lo = offset.max(boff);
+            let hi = end.min(boff + BLOCK_SIZE);
+            let src = &data[(lo - offset) as usize..(hi - offset) as usize];
+            let buf = if src.len() == bs {
+                src.to_vec()
+            } else {
+                let mut buf = vec![0u8; bs];
+                if !is_fresh(lb) {
+                    self.store.read_at(dev, pb * BLOCK_SIZE, &mut buf)?;
+                }
+                buf[(lo - boff) as usize..(hi - boff) as usize].copy_from_slice(src);
+                buf
+            };
+            blocks.push((dev, pb, buf));
+        }
+        write_blocks(&*self.store, &mut g.data_dirty, blocks)?;
+        let mut a = g.attr(ino)?;
+        let now = now_ns();
+        a.size = a.size.max(end);
+        a.mtime = now;
+        a.ctime = now;
+        // A write by someone else than root clears set-user-id and set-group-id.
+        if c.uid != 0 {
+            a.mode &= !0o6000;
+        }
+        g.set_attr(ino, a)?;
+        Ok(data.len())
+    }
+
+    /// Allocates (`mode` 0 or [`FALLOC_KEEP_SIZE`]) or deallocates
+    /// ([`FALLOC_PUNCH_HOLE`]`|`[`FALLOC_KEEP_SIZE`]) `len` bytes at `offset`.
+    pub fn fallocate(
+        &self,
+        ino: u64,
+        offset: u64,
+        len: u64,
+        mode: u32,
+        c: &Caller,
+    ) -> Result<(), FsError> {
+        let mut g = self.lock_rw()?;
+        let g = &mut *g;
+        let mut a = g.attr(ino)?;
+        if a.kind != Kind::File {
+            return Err(if a.kind == Kind::Dir {
+                FsError::IsDir
+            } else {
+                FsError::Invalid("fallocate of a symlink".into())
+            });
+        }
+        if len == 0 {
+            return Err(FsError::Invalid("fallocate of 0 bytes".into()));
+        }
+        let end = offset
+            .checked_add(len)
+            .filter(|&e| e <= MAX_FILE_SIZE)
+            .ok_or(FsError::TooBig)?;
+        let now = now_ns();
+        match mode {
+            0 | FALLOC_KEEP_SIZE => {
+                if mode == 0 && end > a.size {
+                    self.zero_tail(g, ino, a.size)?;
+                }
+                let fresh = g.fill_holes(ino, offset / BLOCK_SIZE, end.div_ceil(BLOCK_SIZE), c)?;
+                let i = g.inode(ino)?;
+                let mut blocks = Vec::new();
+                for (l, n) in fresh {
+                    for lb in l..l + n {
+                        let (d, b) = i.lookup_block(lb).ok_or_else(|| bug("unmapped".into()))?;
+                        blocks.push((d, b, vec![0u8; BLOCK_SIZE as usize]));
+                    }
+                }
+                write_blocks(&*self.store, &mut g.data_dirty, blocks)?;
+                a = g.attr(ino)?;
+                if mode == 0 && end > a.size {
+                    a.size = end;
+                    a.mtime = now;
+                }
+            }
+            m if m == FALLOC_PUNCH_HOLE | FALLOC_KEEP_SIZE || m == FALLOC_PUNCH_HOLE => {
+                g.reserve(400)?;
+                let from = offset.div_ceil(BLOCK_SIZE);
+                let to = end / BLOCK_SIZE;
+                if from < to {
+                    g.rec(Record::Unmap { ino, from, to })?;
+                }
+                // Zero the partial blocks at the edges in place.
+                let mut edges = vec![offset / BLOCK_SIZE];
+                if end % BLOCK_SIZE != 0 {
+                    edges.push(end / BLOCK_SIZE);
+                }
+                edges.dedup();
+                for lb in edges {
+                    let boff = lb * BLOCK_SIZE;
+                    let lo = offset.max(boff) - boff;
+                    let hi = end.min(boff + BLOCK_SIZE) - boff;
+                    if lo == 0 && hi == BLOCK_SIZE {
+                        continue;
+                    }
+                    if let Some((d, b)) = g.inode(ino)?.lookup_block(lb) {
+                        let mut buf = vec![0u8; BLOCK_SIZE as usize];
+                        self.store.read_at(d, b * BLOCK_SIZE, &mut buf)?;
+                        buf[lo as usize..hi as usize].fill(0);
+                        write_blocks(&*self.store, &mut g.data_dirty, vec![(d, b, buf)])?;
+                    }
+                }
+                a = g.attr(ino)?;
+                a.mtime = now;
+            }
+            m => {
+                return Err(FsError::Invalid(format!(
+                    "unsupported fallocate mode {m:#x} (supported: 0, KEEP_SIZE, \
+                     PUNCH_HOLE|KEEP_SIZE)"
+                )))
+            }
+        }
+        a.ctime = now;
+        g.set_attr(ino, a)
+    }
+
+    /// Makes everything done so far durable (a global commit).
+    pub fn fsync(&self, ino: u64, _datasync: bool) -> Result<(), FsError> {
+        let mut g = self.inner.lock();
+        g.inode(ino)?;
+        self.commit(&mut g)
+    }
+
+    /// Makes everything done so far durable.
+    pub fn sync(&self) -> Result<(), FsError> {
+        let mut g = self.inner.lock();
+        self.commit(&mut g)
+    }
+
+    /// Entries of directory `ino` after `cookie` (0: from the start, with `.` and `..`), at
+    /// most [`READDIR_BATCH`]; empty at the end.
+    pub fn readdir(&self, ino: u64, cookie: u64) -> Result<Vec<DirEntry>, FsError> {
+        let g = self.inner.lock();
+        let i = g.inode(ino)?;
+        let d = i.dir.as_ref().ok_or(FsError::NotDir)?;
+        let mut out = Vec::new();
+        if cookie < 1 {
+            out.push(DirEntry {
+                name: b".".to_vec(),
+                ino,
+                kind: Kind::Dir,
+                cookie: 1,
+            });
+        }
+        if cookie < 2 {
+            out.push(DirEntry {
+                name: b"..".to_vec(),
+                ino: i.attr.parent,
+                kind: Kind::Dir,
+                cookie: 2,
+            });
+        }
+        for (&ck, name) in d.by_cookie.range(cookie.max(FIRST_COOKIE - 1) + 1..) {
+            if out.len() >= READDIR_BATCH {
+                break;
+            }
+            let e = d.entries[name];
+            out.push(DirEntry {
+                name: name.clone(),
+                ino: e.ino,
+                kind: e.kind,
+                cookie: ck,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Sets an extended attribute; [`PLACEMENT_XATTR`] sets the placement policy.
+    pub fn setxattr(
+        &self,
+        ino: u64,
+        name: &[u8],
+        value: &[u8],
+        flags: u32,
+        c: &Caller,
+    ) -> Result<(), FsError> {
+        if name.is_empty() || name.len() > MAX_NAME {
+            return Err(FsError::Invalid("xattr names have 1 to 255 bytes".into()));
+        }
+        if value.len() > MAX_XATTR_VALUE {
+            return Err(FsError::Invalid(format!(
+                "xattr values have at most {MAX_XATTR_VALUE} bytes"
+            )));
+        }
+        let mut g = self.lock_rw()?;
+        let g = &mut *g;
+        let mut a = g.attr(ino)?;
+        if c.uid != 0 && c.uid != a.uid {
+            access(&a, c, 2)?;
+        }
+        let now = now_ns();
+        g.reserve(300 + (name.len() + value.len()) as u64)?;
+        if name == PLACEMENT_XATTR {
+            if c.uid != 0 && c.uid != a.uid {
+                return Err(FsError::NotPermitted);
+            }
+            let p: PlacementPolicy = std::str::from_utf8(value)
+                .map_err(|_| FsError::Invalid("placement policy is not UTF-8".into()))?
+                .parse()?;
+            p.validate(&g.nodes)?;
+            a.policy = p;
+            a.policy_set = true;
+            a.ctime = now;
+            return g.set_attr(ino, a);
+        }
+        let exists = g.inode(ino)?.xattrs.contains_key(name);
+        if flags & XATTR_CREATE != 0 && exists {
+            return Err(FsError::Exists);
+        }
+        if flags & XATTR_REPLACE != 0 && !exists {
+            return Err(FsError::NoAttr);
+        }
+        g.rec(Record::SetXattr {
+            ino,
+            name: name.to_vec(),
+            value: value.to_vec(),
+        })?;
+        a.ctime = now;
+        g.set_attr(ino, a)
+    }
+
+    pub fn getxattr(&self, ino: u64, name: &[u8]) -> Result<Vec<u8>, FsError> {
+        let g = self.inner.lock();
+        let i = g.inode(ino)?;
+        if name == PLACEMENT_XATTR {
+            return Ok(i.attr.policy.to_string().into_bytes());
+        }
+        i.xattrs.get(name).cloned().ok_or(FsError::NoAttr)
+    }
+
+    pub fn listxattr(&self, ino: u64) -> Result<Vec<Vec<u8>>, FsError> {
+        let g = self.inner.lock();
+        let i = g.inode(ino)?;
+        let mut out: Vec<Vec<u8>> = i.xattrs.keys().cloned().collect();
+        if i.attr.policy_set {
+            out.push(PLACEMENT_XATTR.to_vec());
+        }
+        Ok(out)
+    }
+
+    pub fn removexattr(&self, ino: u64, name: &[u8], c: &Caller) -> Result<(), FsError> {
+        let mut g = self.lock_rw()?;
+        let g = &mut *g;
+        let mut a = g.attr(ino)?;
+        if c.uid != 0 && c.uid != a.uid {
+            access(&a, c, 2)?;
+        }
+        if name == PLACEMENT_XATTR {
+            return Err(FsError::Invalid(
+                "the placement policy cannot be removed; set another one".into(),
+            ));
+        }
+        if !g.inode(ino)?.xattrs.contains_key(name) {
+            return Err(FsError::NoAttr);
+        }
+        g.reserve(300)?;
+        g.rec(Record::RemoveXattr {
+            ino,
+            name: name.to_vec(),
+        })?;
+        a.ctime = now_ns();
+        g.set_attr(ino, a)
+    }
+
+    pub fn statfs(&self) -> StatFs {
+        let g = self.inner.lock();
+        let nodes = g.alloc.usage();
+        StatFs {
+            block_size: BLOCK_SIZE,
+            total_blocks: nodes.iter().map(|u| u.total_blocks).sum(),
+            free_blocks: nodes.iter().map(|u| u.free_blocks).sum(),
+            files: g.meta.inodes.len() as u64,
+            nodes,
+        }
+    }
+
+    /// `(logical block, extent, node)` for every extent of `ino`.
+    pub fn block_map(&self, ino: u64) -> Result<Vec<(u64, Extent, u32)>, FsError> {
+        let g = self.inner.lock();
+        let i = g.inode(ino)?;
+        Ok(i.extents
+            .iter()
+            .map(|(&l, e)| (l, *e, g.alloc.node_of_dev(e.dev).unwrap_or(u32::MAX)))
+            .collect())
+    }
+
+    /// A copy of the metadata (for tests and fsck).
+    pub fn meta_snapshot(&self) -> Meta {
+        self.inner.lock().meta.clone()
+    }
+
+    /// Reads the whole metadata of a volume without mounting it (nothing is written).
+    pub fn load_meta(store: &dyn BlockStore) -> Result<(Header, Meta), FsError> {
+        let header = Fs::check_labels(store)?;
+        let rec = journal::recover(store, &header)?;
+        Ok((header, rec.meta))
+    }
+}

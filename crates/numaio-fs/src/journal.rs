@@ -1,0 +1,251 @@
+//! Durability of the metadata: a logical redo journal plus two checkpoint slots.
+//!
+//! The metadata lives in memory ([`crate::meta::Meta`]). A *commit* writes every change
+//! made since the previous commit as one journal record (`[magic][len][seq][crc32c]
+//! [payload]`, the payload being the postcard-encoded list of [`Record`]s) after the
+//! previous record, and syncs device 0. One record per commit makes each commit atomic: a
+//! torn record fails its checksum and recovery stops before it.
+//!
+//! When the journal is more than half full (or a commit would not fit in what is left), the
+//! whole metadata is written as a *checkpoint* to the slot not holding the newest one, with
+//! the sequence number of the last commit it contains, and synced; only then does the
+//! journal start again from its beginning. Records there from before the checkpoint carry
+//! older sequence numbers, so recovery never mistakes them for new ones. The checksum
+//! covers the volume UUID too, so nothing left by an earlier volume on the device is read.
+//!
+//! Recovery: the newest checkpoint whose checksum holds, then the journal records from the
+//! journal's start as long as each is whole, checks out and carries the next sequence
+//! number.
+
+use crate::format::{self, Header, CHECKPOINT_MAGIC, FRAME_HEADER, RECORD_HEADER};
+use crate::meta::{Meta, Record};
+use crate::store::BlockStore;
+use crate::{FsError, BLOCK_SIZE};
+use std::path::{Path, PathBuf};
+
+/// Where the journal stands on device 0.
+#[derive(Debug, Clone)]
+pub struct Journal {
+    pub uuid: [u8; 16],
+    pub header: Header,
+    /// Bytes of the journal in use since the last checkpoint.
+    pub pos: u64,
+    /// Contents of the journal block holding `pos` (rewritten whole with each commit).
+    tail: Vec<u8>,
+    /// Slot holding the newest checkpoint.
+    pub active_slot: usize,
+    /// Sequence number of the last durable commit.
+    pub seq: u64,
+    /// Encoded size of the newest checkpoint, for the space estimate.
+    pub checkpoint_bytes: u64,
+    pub device: PathBuf,
+}
+
+/// What recovery found.
+#[derive(Debug)]
+pub struct Recovered {
+    pub meta: Meta,
+    pub journal: Journal,
+    /// Sequence number of the checkpoint used.
+    pub checkpoint_seq: u64,
+    /// Journal records replayed on top of it.
+    pub replayed: u64,
+}
+
+fn corrupt(device: &Path, what: String) -> FsError {
+    FsError::Corrupt {
+        device: device.to_path_buf(),
+        what,
+    }
+}
+
+impl Journal {
+    pub fn capacity(&self) -> u64 {
+        self.header.journal_blocks * BLOCK_SIZE
+    }
+
+    pub fn slot_capacity(&self) -> u64 {
+        self.header.checkpoint_blocks * BLOCK_SIZE
+    }
+
+    /// Whether a record with a payload of `payload` bytes fits after what is there.
+    pub fn fits(&self, payload: usize) -> bool {
+        self.pos + (RECORD_HEADER + payload) as u64 <= self.capacity()
+    }
+
+    /// Writes the encoded records `payload` as commit `seq` (the next sequence number) and syncs
+    /// device 0. The caller checked [`Journal::fits`].
+    pub fn append(
+        &mut self,
+        store: &dyn BlockStore,
+        seq: u64,
+        payload: &[u8],
+    ) -> Result<(), FsError> {
+        let rec = format::record(&self.uuid, seq, payload);
+        let bs = BLOCK_SIZE as usize;
+        let first_block = self.pos / BLOCK_SIZE;
+        let in_block = (self.pos % BLOCK_SIZE) as usize;
+        // The partial block is rewritten with the same leading bytes: a torn write of it
+        // cannot damage the records already there.
+        let mut buf = self.tail[..in_block].to_vec();
+        buf.extend_from_slice(&rec);
+        let whole = buf.len().div_ceil(bs) * bs;
+        buf.resize(whole, 0);
+        let off = (self.header.journal_start + first_block) * BLOCK_SIZE;
+        store.write_at(0, off, &buf)?;
+        store.sync(0)?;
+        self.pos += rec.len() as u64;
+        let idx = ((self.pos / BLOCK_SIZE) - first_block) as usize * bs;
+        self.tail = if idx + bs <= buf.len() {
+            buf[idx..idx + bs].to_vec()
+        } else {
+            vec![0; bs]
+        };
+        self.seq = seq;
+        Ok(())
+    }
+
+    /// Writes `meta` as checkpoint `seq` to the inactive slot, syncs, and restarts the
+    /// journal after it. [`FsError::NoSpace`] when the metadata does not fit in a slot.
+    pub fn checkpoint(
+        &mut self,
+        store: &dyn BlockStore,
+        meta: &Meta,
+        seq: u64,
+    ) -> Result<(), FsError> {
+        let payload = format::encode(meta);
+        let framed = format::frame(CHECKPOINT_MAGIC, &self.uuid, seq, &payload);
+        if framed.len() as u64 > self.slot_capacity() {
+            return Err(FsError::NoSpace);
+        }
+        write_checkpoint(store, &self.header, 1 - self.active_slot, framed)?;
+        self.active_slot = 1 - self.active_slot;
+        self.pos = 0;
+        self.tail = vec![0; BLOCK_SIZE as usize];
+        self.seq = seq;
+        self.checkpoint_bytes = payload.len() as u64;
+        Ok(())
+    }
+}
+
+/// Writes a framed checkpoint to `slot` and syncs device 0.
+pub fn write_checkpoint(
+    store: &dyn BlockStore,
+    header: &Header,
+    slot: usize,
+    mut framed: Vec<u8>,
+) -> Result<(), FsError> {
+    let bs = BLOCK_SIZE as usize;
+    framed.resize(framed.len().div_ceil(bs) * bs, 0);
+    store.write_at(0, header.slot_start(slot) * BLOCK_SIZE, &framed)?;
+    store.sync(0)
+}
+
+/// Reads checkpoint slot `slot`: `(seq, meta, encoded size)`.
+pub fn read_checkpoint(
+    store: &dyn BlockStore,
+    header: &Header,
+    slot: usize,
+    device: &Path,
+) -> Result<(u64, Meta, u64), FsError> {
+    let what = if slot == 0 {
+        "checkpoint A"
+    } else {
+        "checkpoint B"
+    };
+    let off = header.slot_start(slot) * BLOCK_SIZE;
+    let mut first = vec![0u8; BLOCK_SIZE as usize];
+    store.read_at(0, off, &mut first)?;
+    let (_, len, _) = format::frame_header(CHECKPOINT_MAGIC, &first, device, what)?;
+    let cap = header.checkpoint_blocks * BLOCK_SIZE;
+    if len > cap - FRAME_HEADER as u64 {
+        return Err(corrupt(
+            device,
+            format!("{what}: length {len} past the end of its slot ({cap} bytes)"),
+        ));
+    }
+    let total = (FRAME_HEADER as u64 + len).div_ceil(BLOCK_SIZE) * BLOCK_SIZE;
+    let mut all = vec![0u8; total as usize];
+    store.read_at(0, off, &mut all)?;
+    let (seq, payload) = format::unframe(CHECKPOINT_MAGIC, Some(&header.uuid), &all, device, what)?;
+    let mut meta: Meta = format::decode_payload(payload, device, what)?;
+    meta.validate()
+        .map_err(|e| corrupt(device, format!("{what}: {e}")))?;
+    meta.after_decode();
+    Ok((seq, meta, payload.len() as u64))
+}
+
+/// Loads the metadata: newest valid checkpoint, then the journal.
+pub fn recover(store: &dyn BlockStore, header: &Header) -> Result<Recovered, FsError> {
+    let device = store
+        .devices()
+        .first()
+        .map(|d| d.path.clone())
+        .unwrap_or_default();
+    let a = read_checkpoint(store, header, 0, &device);
+    let b = read_checkpoint(store, header, 1, &device);
+    let (slot, (cp_seq, mut meta, cp_bytes)) = match (a, b) {
+        (Ok(a), Ok(b)) => {
+            if b.0 > a.0 {
+                (1, b)
+            } else {
+                (0, a)
+            }
+        }
+        (Ok(a), Err(_)) => (0, a),
+        (Err(_), Ok(b)) => (1, b),
+        (Err(ea), Err(eb)) => {
+            return Err(corrupt(
+                &device,
+                format!(
+                    "no valid checkpoint ({ea}; {eb}); run `numaio fsck` on the volume \
+                     (it cannot rebuild lost metadata: restore from a backup)"
+                ),
+            ))
+        }
+    };
+    let jbytes = header.journal_blocks * BLOCK_SIZE;
+    let mut j = vec![0u8; jbytes as usize];
+    store.read_at(0, header.journal_start * BLOCK_SIZE, &mut j)?;
+    let mut pos = 0usize;
+    let mut seq = cp_seq;
+    let mut replayed = 0;
+    while let Some((s, payload, len)) = format::read_record(&header.uuid, &j[pos..]) {
+        if s != seq + 1 {
+            break;
+        }
+        let records: Vec<Record> =
+            format::decode_payload(payload, &device, &format!("journal record {s}"))?;
+        for r in &records {
+            meta.apply(r).map_err(|e| {
+                corrupt(
+                    &device,
+                    format!("journal record {s} does not fit the metadata: {e}"),
+                )
+            })?;
+        }
+        pos += len;
+        seq = s;
+        replayed += 1;
+    }
+    let bs = BLOCK_SIZE as usize;
+    let tb = pos / bs * bs;
+    let mut tail = vec![0u8; bs];
+    let keep = pos - tb;
+    tail[..keep].copy_from_slice(&j[tb..pos]);
+    Ok(Recovered {
+        meta,
+        checkpoint_seq: cp_seq,
+        replayed,
+        journal: Journal {
+            uuid: header.uuid,
+            header: header.clone(),
+            pos: pos as u64,
+            tail,
+            active_slot: slot,
+            seq,
+            checkpoint_bytes: cp_bytes,
+            device,
+        },
+    })
+}

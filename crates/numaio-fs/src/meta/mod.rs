@@ -1,0 +1,458 @@
+//! The file system's metadata, held in memory and changed only through [`Record`]s.
+//!
+//! Every change to the metadata (an inode's attributes, its block map, a directory entry, an
+//! extended attribute) is a [`Record`]; the live file system applies each record with
+//! [`Meta::apply`] and queues it for the journal, and mount replays the journal through the
+//! very same function. So the state after a replay is the state that was committed, by
+//! construction. A checkpoint is the whole [`Meta`] serialised.
+
+use crate::alloc::Extent;
+use crate::PlacementPolicy;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+
+/// Inode number of the root directory.
+pub const ROOT_INO: u64 = 1;
+
+/// What an inode is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Kind {
+    File,
+    Dir,
+    Symlink,
+}
+
+/// An inode's attributes (everything but its block map, xattrs and entries).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attr {
+    pub kind: Kind,
+    /// Permission bits (07777).
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub nlink: u32,
+    pub size: u64,
+    /// Times in ns since the epoch.
+    pub atime: i64,
+    pub mtime: i64,
+    pub ctime: i64,
+    /// Placement of new blocks (inherited from the parent directory at create).
+    pub policy: PlacementPolicy,
+    /// Whether the policy was set on this inode through the xattr (listed by listxattr).
+    pub policy_set: bool,
+    /// Node of the top-level directory this inode lives under (the `directory` policy).
+    pub home: Option<u32>,
+    /// Parent directory (directories only; 1 for the root itself).
+    pub parent: u64,
+}
+
+/// A directory entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    pub ino: u64,
+    pub kind: Kind,
+    /// Readdir position: entries are listed in cookie order; cookies never repeat in a
+    /// directory, so a listing resumed after inserts and deletes skips and repeats nothing.
+    pub cookie: u64,
+}
+
+/// A directory's entries: a hash map for lookup, a cookie index for readdir.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Dir {
+    pub entries: HashMap<Vec<u8>, Entry>,
+    #[serde(skip)]
+    pub by_cookie: BTreeMap<u64, Vec<u8>>,
+    pub next_cookie: u64,
+}
+
+impl PartialEq for Dir {
+    fn eq(&self, o: &Dir) -> bool {
+        self.entries == o.entries && self.next_cookie == o.next_cookie
+    }
+}
+
+/// First cookie of a directory's entries; 1 and 2 are `.` and `..`.
+pub const FIRST_COOKIE: u64 = 3;
+
+/// One inode.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Inode {
+    pub attr: Attr,
+    /// Logical block → physical run; holes are absent.
+    pub extents: BTreeMap<u64, Extent>,
+    pub xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
+    pub target: Option<Vec<u8>>,
+    pub dir: Option<Dir>,
+}
+
+impl Inode {
+    /// The physical block holding logical block `lb`, if mapped.
+    pub fn lookup_block(&self, lb: u64) -> Option<(u16, u64)> {
+        let (&l, e) = self.extents.range(..=lb).next_back()?;
+        (lb < l + e.len).then(|| (e.dev, e.start + (lb - l)))
+    }
+}
+
+/// The whole metadata of a volume.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Meta {
+    pub inodes: BTreeMap<u64, Inode>,
+    pub next_ino: u64,
+}
+
+/// One metadata change. Records are applied in order; each is deterministic.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Record {
+    /// A new inode (`ino` must be free); a symlink carries its target.
+    NewInode {
+        ino: u64,
+        attr: Attr,
+        target: Option<Vec<u8>>,
+    },
+    /// Replaces an inode's attributes.
+    SetAttr {
+        ino: u64,
+        attr: Attr,
+    },
+    /// Maps logical blocks `lblock..lblock + ext.len` (unmapped before) to `ext`.
+    Map {
+        ino: u64,
+        lblock: u64,
+        ext: Extent,
+    },
+    /// Unmaps logical blocks `from..to`; the blocks are freed.
+    Unmap {
+        ino: u64,
+        from: u64,
+        to: u64,
+    },
+    /// Removes an inode (no entry may point at it any more).
+    DelInode {
+        ino: u64,
+    },
+    /// Adds `name → ino` to directory `dir` under its next cookie.
+    DirAdd {
+        dir: u64,
+        name: Vec<u8>,
+        ino: u64,
+        kind: Kind,
+    },
+    DirRemove {
+        dir: u64,
+        name: Vec<u8>,
+    },
+    SetXattr {
+        ino: u64,
+        name: Vec<u8>,
+        value: Vec<u8>,
+    },
+    RemoveXattr {
+        ino: u64,
+        name: Vec<u8>,
+    },
+}
+
+impl Meta {
+    /// A fresh volume's metadata: an empty root directory.
+    pub fn new(root: Attr) -> Meta {
+        let mut inodes = BTreeMap::new();
+        inodes.insert(
+            ROOT_INO,
+            Inode {
+                attr: root,
+                extents: BTreeMap::new(),
+                xattrs: BTreeMap::new(),
+                target: None,
+                dir: Some(Dir {
+                    next_cookie: FIRST_COOKIE,
+                    ..Dir::default()
+                }),
+            },
+        );
+        Meta {
+            inodes,
+            next_ino: ROOT_INO + 1,
+        }
+    }
+
+    /// Rebuilds what a checkpoint does not store (the cookie indexes).
+    pub fn after_decode(&mut self) {
+        for i in self.inodes.values_mut() {
+            if let Some(d) = &mut i.dir {
+                d.by_cookie = d
+                    .entries
+                    .iter()
+                    .map(|(n, e)| (e.cookie, n.clone()))
+                    .collect();
+            }
+        }
+    }
+
+    /// Checks what the code relies on when it computes with the decoded metadata: extents
+    /// of at least one block whose ends do not overflow and that do not overlap in the file,
+    /// a directory table exactly on directories, the root a directory.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.inodes.get(&ROOT_INO).map(|i| i.attr.kind) != Some(Kind::Dir) {
+            return Err("the root is missing or not a directory".into());
+        }
+        for (&ino, i) in &self.inodes {
+            if ino == 0 || ino >= self.next_ino {
+                return Err(format!("inode number {ino} out of range"));
+            }
+            if (i.attr.kind == Kind::Dir) != i.dir.is_some() {
+                return Err(format!("inode {ino}: kind and directory table disagree"));
+            }
+            let mut end = 0u64;
+            for (&l, e) in &i.extents {
+                if e.len == 0
+                    || l.checked_add(e.len).is_none()
+                    || e.start.checked_add(e.len).is_none()
+                    || l < end
+                {
+                    return Err(format!("inode {ino}: bad extent at block {l}: {e:?}"));
+                }
+                end = l + e.len;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn get(&self, ino: u64) -> Option<&Inode> {
+        self.inodes.get(&ino)
+    }
+
+    fn inode_mut(&mut self, ino: u64) -> Result<&mut Inode, String> {
+        self.inodes
+            .get_mut(&ino)
+            .ok_or_else(|| format!("inode {ino} does not exist"))
+    }
+
+    fn dir_mut(&mut self, ino: u64) -> Result<&mut Dir, String> {
+        self.inode_mut(ino)?
+            .dir
+            .as_mut()
+            .ok_or_else(|| format!("inode {ino} is not a directory"))
+    }
+
+    /// Applies `r`; returns the physical extents it freed. An error means the record does
+    /// not fit the state (a damaged journal): nothing is changed then.
+    pub fn apply(&mut self, r: &Record) -> Result<Vec<Extent>, String> {
+        match r {
+            Record::NewInode { ino, attr, target } => {
+                if self.inodes.contains_key(ino) || *ino == 0 || *ino == u64::MAX {
+                    return Err(format!("inode {ino} created twice"));
+                }
+                let dir = (attr.kind == Kind::Dir).then(|| Dir {
+                    next_cookie: FIRST_COOKIE,
+                    ..Dir::default()
+                });
+                self.inodes.insert(
+                    *ino,
+                    Inode {
+                        attr: attr.clone(),
+                        extents: BTreeMap::new(),
+                        xattrs: BTreeMap::new(),
+                        target: target.clone(),
+                        dir,
+                    },
+                );
+                self.next_ino = self.next_ino.max(ino + 1);
+                Ok(Vec::new())
+            }
+            Record::SetAttr { ino, attr } => {
+                let i = self.inode_mut(*ino)?;
+                if i.attr.kind != attr.kind {
+                    return Err(format!("inode {ino} changes kind"));
+                }
+                i.attr = attr.clone();
+                Ok(Vec::new())
+            }
+            Record::Map { ino, lblock, ext } => {
+                let i = self.inode_mut(*ino)?;
+                if ext.len == 0
+                    || lblock.checked_add(ext.len).is_none()
+                    || ext.start.checked_add(ext.len).is_none()
+                {
+                    return Err(format!("inode {ino}: empty or overflowing extent"));
+                }
+                if let Some((&l, e)) = i.extents.range(..lblock + ext.len).next_back() {
+                    if l + e.len > *lblock {
+                        return Err(format!("inode {ino}: block {lblock} mapped twice"));
+                    }
+                }
+                // Merge with the previous extent when physically contiguous.
+                if let Some((&l, e)) = i.extents.range(..*lblock).next_back() {
+                    if l + e.len == *lblock && e.dev == ext.dev && e.start + e.len == ext.start {
+                        let merged = Extent {
+                            len: e.len + ext.len,
+                            ..*e
+                        };
+                        i.extents.insert(l, merged);
+                        return Ok(Vec::new());
+                    }
+                }
+                i.extents.insert(*lblock, *ext);
+                Ok(Vec::new())
+            }
+            Record::Unmap { ino, from, to } => {
+                let i = self.inode_mut(*ino)?;
+                Ok(unmap(&mut i.extents, *from, *to))
+            }
+            Record::DelInode { ino } => {
+                if *ino == ROOT_INO {
+                    return Err("the root cannot be removed".into());
+                }
+                let i = self
+                    .inodes
+                    .remove(ino)
+                    .ok_or_else(|| format!("inode {ino} removed twice"))?;
+                Ok(i.extents.values().copied().collect())
+            }
+            Record::DirAdd {
+                dir,
+                name,
+                ino,
+                kind,
+            } => {
+                let d = self.dir_mut(*dir)?;
+                if d.entries.contains_key(name) {
+                    return Err(format!("directory {dir}: entry added twice"));
+                }
+                let cookie = d.next_cookie;
+                d.next_cookie = cookie
+                    .checked_add(1)
+                    .ok_or_else(|| format!("directory {dir}: cookies exhausted"))?;
+                d.entries.insert(
+                    name.clone(),
+                    Entry {
+                        ino: *ino,
+                        kind: *kind,
+                        cookie,
+                    },
+                );
+                d.by_cookie.insert(cookie, name.clone());
+                Ok(Vec::new())
+            }
+            Record::DirRemove { dir, name } => {
+                let d = self.dir_mut(*dir)?;
+                let e = d
+                    .entries
+                    .remove(name)
+                    .ok_or_else(|| format!("directory {dir}: missing entry removed"))?;
+                d.by_cookie.remove(&e.cookie);
+                Ok(Vec::new())
+            }
+            Record::SetXattr { ino, name, value } => {
+                self.inode_mut(*ino)?
+                    .xattrs
+                    .insert(name.clone(), value.clone());
+                Ok(Vec::new())
+            }
+            Record::RemoveXattr { ino, name } => {
+                self.inode_mut(*ino)?
+                    .xattrs
+                    .remove(name)
+                    .ok_or_else(|| format!("inode {ino}: missing xattr removed"))?;
+                Ok(Vec::new())
+            }
+        }
+    }
+}
+
+/// Removes logical blocks `from..to` from `map`, splitting extents at the edges; returns the
+/// physical runs removed.
+fn unmap(map: &mut BTreeMap<u64, Extent>, from: u64, to: u64) -> Vec<Extent> {
+    let mut freed = Vec::new();
+    if from >= to {
+        return freed;
+    }
+    let first = map
+        .range(..from)
+        .next_back()
+        .filter(|(&l, e)| l + e.len > from)
+        .map(|(&l, _)| l)
+        .unwrap_or(from);
+    let keys: Vec<u64> = map.range(first..to).map(|(&l, _)| l).collect();
+    for l in keys {
+        let e = map.remove(&l).expect("key just listed");
+        let end = l + e.len;
+        let cut_a = from.max(l);
+        let cut_b = to.min(end);
+        if l < cut_a {
+            map.insert(
+                l,
+                Extent {
+                    len: cut_a - l,
+                    ..e
+                },
+            );
+        }
+        if cut_b < end {
+            map.insert(
+                cut_b,
+                Extent {
+                    dev: e.dev,
+                    start: e.start + (cut_b - l),
+                    len: end - cut_b,
+                },
+            );
+        }
+        freed.push(Extent {
+            dev: e.dev,
+            start: e.start + (cut_a - l),
+            len: cut_b - cut_a,
+        });
+    }
+    freed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unmap_splits_extents_at_the_edges() {
+        let mut m = BTreeMap::new();
+        m.insert(
+            0,
+            Extent {
+                dev: 0,
+                start: 100,
+                len: 10,
+            },
+        );
+        m.insert(
+            20,
+            Extent {
+                dev: 1,
+                start: 50,
+                len: 5,
+            },
+        );
+        let freed = unmap(&mut m, 4, 22);
+        assert_eq!(
+            freed,
+            vec![
+                Extent {
+                    dev: 0,
+                    start: 104,
+                    len: 6
+                },
+                Extent {
+                    dev: 1,
+                    start: 50,
+                    len: 2
+                }
+            ]
+        );
+        assert_eq!(m[&0].len, 4);
+        assert_eq!(
+            m[&22],
+            Extent {
+                dev: 1,
+                start: 52,
+                len: 3
+            }
+        );
+    }
+}

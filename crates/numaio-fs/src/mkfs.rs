@@ -1,0 +1,189 @@
+//! Formatting a volume: labels, the volume header, an empty root in checkpoint A.
+
+use crate::format::{self, DeviceEntry, Header, Label, CHECKPOINT_MAGIC, HEADER_BLOCKS};
+use crate::meta::{Attr, Kind, Meta, ROOT_INO};
+use crate::store::BlockStore;
+use crate::{FsError, PlacementPolicy, BLOCK_SIZE};
+use std::collections::BTreeSet;
+
+/// How to format a volume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MkfsOptions {
+    /// The volume's default placement (the root directory's, inherited below it).
+    pub policy: PlacementPolicy,
+    /// Blocks per allocation group.
+    pub group_blocks: u64,
+    /// Blocks of the journal on device 0.
+    pub journal_blocks: u64,
+    /// Blocks of each of the two checkpoint slots on device 0: the whole metadata must fit
+    /// in one (about 100 bytes per inode and per directory entry, 20 per extent).
+    pub checkpoint_blocks: u64,
+}
+
+impl Default for MkfsOptions {
+    fn default() -> Self {
+        MkfsOptions {
+            policy: PlacementPolicy::WriterLocal,
+            group_blocks: 32768,
+            journal_blocks: 2048,
+            checkpoint_blocks: 16384,
+        }
+    }
+}
+
+/// Current time in ns since the epoch.
+pub(crate) fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos().min(i64::MAX as u128) as i64)
+        .unwrap_or(0)
+}
+
+/// Formats the devices of `store` as one volume; returns its header.
+pub fn mkfs(store: &dyn BlockStore, o: &MkfsOptions) -> Result<Header, FsError> {
+    let devs = store.devices();
+    if devs.is_empty() {
+        return Err(FsError::Invalid("mkfs needs at least one device".into()));
+    }
+    if devs.len() > u16::MAX as usize {
+        return Err(FsError::Invalid(format!(
+            "{} devices: a volume holds at most {}",
+            devs.len(),
+            u16::MAX
+        )));
+    }
+    let mut seen = BTreeSet::new();
+    for d in devs {
+        if !seen.insert(&d.path) {
+            return Err(FsError::Invalid(format!(
+                "{} is listed twice: give each device once",
+                d.path.display()
+            )));
+        }
+    }
+    if o.group_blocks == 0 || o.journal_blocks == 0 || o.checkpoint_blocks == 0 {
+        return Err(FsError::Invalid(
+            "group, journal and checkpoint sizes must be at least one block".into(),
+        ));
+    }
+    let checkpoint_start = 1 + HEADER_BLOCKS;
+    let journal_start = o
+        .checkpoint_blocks
+        .checked_mul(2)
+        .and_then(|b| b.checked_add(checkpoint_start))
+        .ok_or_else(|| FsError::Invalid("checkpoint size too large".into()))?;
+    let meta_end = journal_start
+        .checked_add(o.journal_blocks)
+        .ok_or_else(|| FsError::Invalid("journal size too large".into()))?;
+    for (i, d) in devs.iter().enumerate() {
+        let have = d.bytes / BLOCK_SIZE;
+        let first = if i == 0 { meta_end } else { 1 };
+        let need = first.saturating_add(o.group_blocks);
+        if have < need {
+            let meta = if i == 0 {
+                format!(
+                    " (device 0 also holds the label, header, checkpoints and journal: \
+                     {meta_end} blocks)"
+                )
+            } else {
+                String::new()
+            };
+            return Err(FsError::Invalid(format!(
+                "{}: {} bytes is too small for one allocation group of {} blocks of {} bytes{meta}; \
+                 use a larger device or a smaller group size",
+                d.path.display(),
+                d.bytes,
+                o.group_blocks,
+                BLOCK_SIZE
+            )));
+        }
+    }
+    let nodes: Vec<u32> = devs
+        .iter()
+        .map(|d| d.node)
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    o.policy.validate(&nodes)?;
+    let mut uuid = [0u8; 16];
+    getrandom::fill(&mut uuid).map_err(|e| {
+        FsError::io(
+            "getrandom",
+            "drawing the volume UUID",
+            std::io::Error::other(e.to_string()),
+        )
+    })?;
+    let now = now_ns();
+    let header = Header {
+        uuid,
+        devices: devs
+            .iter()
+            .map(|d| DeviceEntry {
+                node: d.node,
+                bytes: d.bytes,
+                path: d.path.clone(),
+            })
+            .collect(),
+        group_blocks: o.group_blocks,
+        policy: o.policy.clone(),
+        checkpoint_start,
+        checkpoint_blocks: o.checkpoint_blocks,
+        journal_start,
+        journal_blocks: o.journal_blocks,
+        created_ns: now,
+    };
+    if header.group_count() > format::MAX_GROUPS {
+        return Err(FsError::Invalid(format!(
+            "{} allocation groups: at most {} (use a larger group size)",
+            header.group_count(),
+            format::MAX_GROUPS
+        )));
+    }
+    let hblocks = header.to_blocks().ok_or_else(|| {
+        FsError::Invalid(format!(
+            "the device list does not fit the volume header ({} bytes): use fewer devices \
+             or shorter paths",
+            HEADER_BLOCKS * BLOCK_SIZE
+        ))
+    })?;
+    let root = Attr {
+        kind: Kind::Dir,
+        mode: 0o755,
+        uid: 0,
+        gid: 0,
+        nlink: 2,
+        size: 0,
+        atime: now,
+        mtime: now,
+        ctime: now,
+        policy: o.policy.clone(),
+        policy_set: true,
+        home: None,
+        parent: ROOT_INO,
+    };
+    let meta = Meta::new(root);
+    let cp = format::frame(CHECKPOINT_MAGIC, &uuid, 0, &format::encode(&meta));
+    let zero = vec![0u8; BLOCK_SIZE as usize];
+    // The metadata area first, the labels last: a volume whose mkfs was cut short has no
+    // valid labels and is not mounted.
+    for (i, _) in devs.iter().enumerate() {
+        store.write_at(i as u16, 0, &zero)?;
+    }
+    store.write_at(0, BLOCK_SIZE, &hblocks)?;
+    crate::journal::write_checkpoint(store, &header, 0, cp)?;
+    store.write_at(0, header.slot_start(1) * BLOCK_SIZE, &zero)?;
+    store.write_at(0, header.journal_start * BLOCK_SIZE, &zero)?;
+    store.sync_all()?;
+    for (i, d) in devs.iter().enumerate() {
+        let label = Label {
+            uuid,
+            dev_index: i as u16,
+            dev_count: devs.len() as u16,
+            node: d.node,
+            bytes: d.bytes,
+        };
+        store.write_at(i as u16, 0, &label.to_block())?;
+    }
+    store.sync_all()?;
+    Ok(header)
+}

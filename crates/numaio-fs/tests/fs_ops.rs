@@ -1,0 +1,884 @@
+//! The file system's operations through `Fs`, over in-memory volumes.
+
+use numaio_fs::meta::Kind;
+use numaio_fs::store::{BlockStore, CrashMode, DeviceInfo, MemStore};
+use numaio_fs::*;
+use std::sync::Arc;
+
+const ROOT: u64 = 1;
+const MIB: u64 = 1 << 20;
+
+fn opts() -> MkfsOptions {
+    MkfsOptions {
+        policy: PlacementPolicy::WriterLocal,
+        group_blocks: 64,
+        journal_blocks: 32,
+        checkpoint_blocks: 64,
+    }
+}
+
+fn vol_with(devs: &[(u32, u64)], o: &MkfsOptions) -> (Arc<MemStore>, Fs) {
+    let s = Arc::new(MemStore::new(devs));
+    Fs::mkfs(&*s, o).unwrap();
+    let fs = Fs::mount(s.clone(), MountOptions::default()).unwrap();
+    (s, fs)
+}
+
+fn vol() -> (Arc<MemStore>, Fs) {
+    vol_with(&[(0, 2 * MIB), (1, 2 * MIB)], &opts())
+}
+
+fn root() -> Caller {
+    Caller::root_on(0)
+}
+
+fn user(uid: u32) -> Caller {
+    Caller {
+        node: 0,
+        uid,
+        gid: uid,
+        pid: 1,
+    }
+}
+
+fn remount(s: &Arc<MemStore>, mode: CrashMode) -> (Arc<MemStore>, Fs) {
+    let c = Arc::new(s.crash(mode));
+    let fs = Fs::mount(c.clone(), MountOptions::default()).unwrap();
+    (c, fs)
+}
+
+fn read_all(fs: &Fs, ino: u64) -> Vec<u8> {
+    let size = fs.getattr(ino).unwrap().size;
+    let mut buf = vec![0u8; size as usize];
+    assert_eq!(fs.read(ino, 0, &mut buf).unwrap(), size as usize);
+    buf
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+#[test]
+fn create_write_read_and_survive_a_remount() {
+    let (s, fs) = vol();
+    let f = fs.create(ROOT, b"a", 0o644, &root()).unwrap();
+    assert_eq!(f.kind, Kind::File);
+    let data = pattern(10_000, 1);
+    assert_eq!(fs.write(f.ino, 0, &data, &root()).unwrap(), data.len());
+    assert_eq!(read_all(&fs, f.ino), data);
+    // Unaligned overwrite in the middle (read-modify-write).
+    fs.write(f.ino, 4000, b"hello", &root()).unwrap();
+    let mut want = data.clone();
+    want[4000..4005].copy_from_slice(b"hello");
+    assert_eq!(read_all(&fs, f.ino), want);
+    fs.fsync(f.ino, false).unwrap();
+    let (_, fs2) = remount(&s, CrashMode::DropUnsynced);
+    let a = fs2.lookup(ROOT, b"a", &root()).unwrap();
+    assert_eq!(a.ino, f.ino);
+    assert_eq!(read_all(&fs2, a.ino), want);
+    // Nothing after the last fsync survives a power cut.
+    fs.create(ROOT, b"b", 0o644, &root()).unwrap();
+    let (_, fs3) = remount(&s, CrashMode::DropUnsynced);
+    assert!(matches!(
+        fs3.lookup(ROOT, b"b", &root()),
+        Err(FsError::NotFound)
+    ));
+    // A clean unmount keeps everything.
+    fs.unmount().unwrap();
+    let fs4 = Fs::mount(s.clone(), MountOptions::default()).unwrap();
+    fs4.lookup(ROOT, b"b", &root()).unwrap();
+}
+
+#[test]
+fn holes_read_as_zeros_and_take_no_blocks() {
+    let (_, fs) = vol();
+    let f = fs.create(ROOT, b"sparse", 0o644, &root()).unwrap();
+    fs.write(f.ino, 10 * BLOCK_SIZE + 100, b"xyz", &root())
+        .unwrap();
+    let a = fs.getattr(f.ino).unwrap();
+    assert_eq!(a.size, 10 * BLOCK_SIZE + 103);
+    assert_eq!(a.blocks, 1);
+    let all = read_all(&fs, f.ino);
+    assert!(all[..(10 * BLOCK_SIZE + 100) as usize]
+        .iter()
+        .all(|&b| b == 0));
+    assert_eq!(&all[(10 * BLOCK_SIZE + 100) as usize..], b"xyz");
+    // Reads past the end return nothing.
+    let mut buf = [1u8; 10];
+    assert_eq!(fs.read(f.ino, a.size, &mut buf).unwrap(), 0);
+    assert_eq!(fs.read(f.ino, a.size - 2, &mut buf).unwrap(), 2);
+}
+
+#[test]
+fn truncate_shrinks_frees_and_grows_with_zeros() {
+    let (_, fs) = vol();
+    let free0 = fs.statfs().free_blocks;
+    let f = fs.create(ROOT, b"t", 0o644, &root()).unwrap();
+    fs.write(f.ino, 0, &vec![0xaa; 3 * BLOCK_SIZE as usize], &root())
+        .unwrap();
+    assert_eq!(fs.statfs().free_blocks, free0 - 3);
+    let sa = |size| SetAttr {
+        size: Some(size),
+        ..Default::default()
+    };
+    fs.setattr(f.ino, &sa(5000), &root()).unwrap();
+    assert_eq!(fs.getattr(f.ino).unwrap().blocks, 2);
+    // Freed blocks come back after the commit.
+    fs.sync().unwrap();
+    assert_eq!(fs.statfs().free_blocks, free0 - 2);
+    fs.setattr(f.ino, &sa(12000), &root()).unwrap();
+    let all = read_all(&fs, f.ino);
+    assert_eq!(all.len(), 12000);
+    assert!(all[..5000].iter().all(|&b| b == 0xaa));
+    assert!(all[5000..].iter().all(|&b| b == 0), "tail must be zeros");
+    fs.setattr(f.ino, &sa(0), &root()).unwrap();
+    assert_eq!(fs.getattr(f.ino).unwrap().blocks, 0);
+    let d = fs.mkdir(ROOT, b"d", 0o755, &root()).unwrap();
+    assert!(matches!(
+        fs.setattr(d.ino, &sa(0), &root()),
+        Err(FsError::IsDir)
+    ));
+}
+
+#[test]
+fn fallocate_allocates_keeps_size_and_punches_holes() {
+    let (_, fs) = vol();
+    let f = fs.create(ROOT, b"f", 0o644, &root()).unwrap();
+    fs.fallocate(f.ino, 0, 3 * BLOCK_SIZE, 0, &root()).unwrap();
+    let a = fs.getattr(f.ino).unwrap();
+    assert_eq!((a.size, a.blocks), (3 * BLOCK_SIZE, 3));
+    assert!(read_all(&fs, f.ino).iter().all(|&b| b == 0));
+    fs.fallocate(
+        f.ino,
+        3 * BLOCK_SIZE,
+        2 * BLOCK_SIZE,
+        FALLOC_KEEP_SIZE,
+        &root(),
+    )
+    .unwrap();
+    let a = fs.getattr(f.ino).unwrap();
+    assert_eq!((a.size, a.blocks), (3 * BLOCK_SIZE, 5));
+    fs.write(f.ino, 0, &vec![7u8; 3 * BLOCK_SIZE as usize], &root())
+        .unwrap();
+    // Punch from the middle of block 0 to the middle of block 2.
+    fs.fallocate(
+        f.ino,
+        100,
+        2 * BLOCK_SIZE,
+        FALLOC_PUNCH_HOLE | FALLOC_KEEP_SIZE,
+        &root(),
+    )
+    .unwrap();
+    let all = read_all(&fs, f.ino);
+    assert!(all[..100].iter().all(|&b| b == 7));
+    assert!(all[100..(2 * BLOCK_SIZE + 100) as usize]
+        .iter()
+        .all(|&b| b == 0));
+    assert!(all[(2 * BLOCK_SIZE + 100) as usize..]
+        .iter()
+        .all(|&b| b == 7));
+    assert_eq!(fs.getattr(f.ino).unwrap().blocks, 4, "block 1 punched out");
+    assert!(fs.fallocate(f.ino, 0, 0, 0, &root()).is_err());
+    assert!(fs.fallocate(f.ino, 0, 10, 0x40, &root()).is_err());
+}
+
+#[test]
+fn rename_cases() {
+    let (s, fs) = vol();
+    let c = root();
+    let a = fs.mkdir(ROOT, b"a", 0o755, &c).unwrap();
+    let b = fs.mkdir(ROOT, b"b", 0o755, &c).unwrap();
+    let f = fs.create(a.ino, b"f", 0o644, &c).unwrap();
+    fs.write(f.ino, 0, b"one", &c).unwrap();
+    // Within a directory, then across.
+    fs.rename(a.ino, b"f", a.ino, b"g", 0, &c).unwrap();
+    fs.rename(a.ino, b"g", b.ino, b"h", 0, &c).unwrap();
+    assert!(fs.lookup(a.ino, b"g", &c).is_err());
+    assert_eq!(fs.lookup(b.ino, b"h", &c).unwrap().ino, f.ino);
+    // Over an existing file: the old target goes away.
+    let t = fs.create(b.ino, b"t", 0o644, &c).unwrap();
+    fs.write(t.ino, 0, b"old target", &c).unwrap();
+    assert!(matches!(
+        fs.rename(b.ino, b"h", b.ino, b"t", RENAME_NOREPLACE, &c),
+        Err(FsError::Exists)
+    ));
+    fs.rename(b.ino, b"h", b.ino, b"t", 0, &c).unwrap();
+    assert_eq!(fs.lookup(b.ino, b"t", &c).unwrap().ino, f.ino);
+    assert!(matches!(fs.getattr(t.ino), Err(FsError::NotFound)));
+    // Directories: into own subtree, over non-empty, over a file and back.
+    let sub = fs.mkdir(a.ino, b"sub", 0o755, &c).unwrap();
+    assert!(matches!(
+        fs.rename(ROOT, b"a", sub.ino, b"x", 0, &c),
+        Err(FsError::Invalid(_))
+    ));
+    assert!(matches!(fs.rename(ROOT, b"a", ROOT, b"a", 0, &c), Ok(())));
+    assert!(matches!(
+        fs.rename(ROOT, b"b", ROOT, b"a", 0, &c),
+        Err(FsError::NotEmpty)
+    ));
+    assert!(matches!(
+        fs.rename(a.ino, b"sub", b.ino, b"t", 0, &c),
+        Err(FsError::NotDir)
+    ));
+    assert!(matches!(
+        fs.rename(b.ino, b"t", a.ino, b"sub", 0, &c),
+        Err(FsError::IsDir)
+    ));
+    // Move the dir across: link counts follow.
+    assert_eq!(fs.getattr(a.ino).unwrap().nlink, 3);
+    fs.rename(a.ino, b"sub", b.ino, b"sub2", 0, &c).unwrap();
+    assert_eq!(fs.getattr(a.ino).unwrap().nlink, 2);
+    assert_eq!(fs.getattr(b.ino).unwrap().nlink, 3);
+    assert_eq!(fs.lookup(sub.ino, b"..", &c).unwrap().ino, b.ino);
+    // A directory over an empty one replaces it.
+    let e = fs.mkdir(ROOT, b"empty", 0o755, &c).unwrap();
+    fs.rename(b.ino, b"sub2", ROOT, b"empty", 0, &c).unwrap();
+    assert!(fs.getattr(e.ino).is_err());
+    assert_eq!(fs.getattr(ROOT).unwrap().nlink, 5);
+    fs.sync().unwrap();
+    let (_, fs2) = remount(&s, CrashMode::DropUnsynced);
+    assert_eq!(fs2.lookup(ROOT, b"empty", &c).unwrap().ino, sub.ino);
+    assert_eq!(read_all(&fs2, f.ino), b"one");
+    assert!(matches!(
+        fs.rename(ROOT, b"nope", ROOT, b"x", 0, &c),
+        Err(FsError::NotFound)
+    ));
+    assert!(fs.rename(ROOT, b"a", ROOT, b"z", 0x80, &c).is_err());
+}
+
+#[test]
+fn hard_links_and_symlinks() {
+    let (_, fs) = vol();
+    let c = root();
+    let f = fs.create(ROOT, b"f", 0o644, &c).unwrap();
+    fs.write(f.ino, 0, b"data", &c).unwrap();
+    let d = fs.mkdir(ROOT, b"d", 0o755, &c).unwrap();
+    assert_eq!(fs.link(f.ino, d.ino, b"g", &c).unwrap().nlink, 2);
+    assert!(matches!(
+        fs.link(d.ino, ROOT, b"dd", &c),
+        Err(FsError::NotPermitted)
+    ));
+    assert!(matches!(
+        fs.link(f.ino, d.ino, b"g", &c),
+        Err(FsError::Exists)
+    ));
+    fs.unlink(ROOT, b"f", &c).unwrap();
+    assert_eq!(fs.getattr(f.ino).unwrap().nlink, 1);
+    assert_eq!(read_all(&fs, f.ino), b"data");
+    fs.unlink(d.ino, b"g", &c).unwrap();
+    assert!(fs.getattr(f.ino).is_err());
+    let l = fs.symlink(ROOT, b"l", b"../some/where", &c).unwrap();
+    assert_eq!(l.kind, Kind::Symlink);
+    assert_eq!(l.size, 13);
+    assert_eq!(fs.readlink(l.ino).unwrap(), b"../some/where");
+    assert!(fs.readlink(d.ino).is_err());
+    assert!(matches!(
+        fs.symlink(ROOT, b"m", &vec![b'a'; 5000], &c),
+        Err(FsError::NameTooLong)
+    ));
+    assert!(matches!(fs.unlink(ROOT, b"d", &c), Err(FsError::IsDir)));
+    assert!(matches!(fs.rmdir(ROOT, b"l", &c), Err(FsError::NotDir)));
+    fs.create(d.ino, b"x", 0o644, &c).unwrap();
+    assert!(matches!(fs.rmdir(ROOT, b"d", &c), Err(FsError::NotEmpty)));
+    fs.unlink(d.ino, b"x", &c).unwrap();
+    fs.rmdir(ROOT, b"d", &c).unwrap();
+    assert_eq!(fs.getattr(ROOT).unwrap().nlink, 2);
+}
+
+#[test]
+fn names_are_bytes_up_to_255() {
+    let (s, fs) = vol();
+    let c = root();
+    let long = vec![b'n'; 255];
+    fs.create(ROOT, &long, 0o644, &c).unwrap();
+    assert!(matches!(
+        fs.create(ROOT, &[b'n'; 256], 0o644, &c),
+        Err(FsError::NameTooLong)
+    ));
+    let bad_utf8 = b"caf\xe9\xff";
+    fs.create(ROOT, bad_utf8, 0o644, &c).unwrap();
+    assert!(fs.create(ROOT, b"a/b", 0o644, &c).is_err());
+    assert!(fs.create(ROOT, b"", 0o644, &c).is_err());
+    assert!(matches!(
+        fs.create(ROOT, b"..", 0o644, &c),
+        Err(FsError::Exists)
+    ));
+    assert!(matches!(
+        fs.create(ROOT, bad_utf8, 0o644, &c),
+        Err(FsError::Exists)
+    ));
+    fs.sync().unwrap();
+    let (_, fs2) = remount(&s, CrashMode::DropUnsynced);
+    fs2.lookup(ROOT, bad_utf8, &c).unwrap();
+    fs2.lookup(ROOT, &long, &c).unwrap();
+    let names: Vec<Vec<u8>> = fs2
+        .readdir(ROOT, 0)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(
+        names,
+        vec![b".".to_vec(), b"..".to_vec(), long, bad_utf8.to_vec()]
+    );
+}
+
+#[test]
+fn xattrs() {
+    let (s, fs) = vol();
+    let c = root();
+    let f = fs.create(ROOT, b"f", 0o644, &c).unwrap();
+    assert!(matches!(
+        fs.getxattr(f.ino, b"user.a"),
+        Err(FsError::NoAttr)
+    ));
+    assert!(matches!(
+        fs.setxattr(f.ino, b"user.a", b"1", XATTR_REPLACE, &c),
+        Err(FsError::NoAttr)
+    ));
+    fs.setxattr(f.ino, b"user.a", b"1", XATTR_CREATE, &c)
+        .unwrap();
+    assert!(matches!(
+        fs.setxattr(f.ino, b"user.a", b"2", XATTR_CREATE, &c),
+        Err(FsError::Exists)
+    ));
+    fs.setxattr(f.ino, b"user.a", b"2", XATTR_REPLACE, &c)
+        .unwrap();
+    fs.setxattr(f.ino, b"user.b", &[0, 1, 2], 0, &c).unwrap();
+    assert_eq!(fs.getxattr(f.ino, b"user.a").unwrap(), b"2");
+    assert_eq!(
+        fs.listxattr(f.ino).unwrap(),
+        vec![b"user.a".to_vec(), b"user.b".to_vec()]
+    );
+    fs.removexattr(f.ino, b"user.a", &c).unwrap();
+    assert!(matches!(
+        fs.removexattr(f.ino, b"user.a", &c),
+        Err(FsError::NoAttr)
+    ));
+    // Another user may not set xattrs on a file it cannot write.
+    assert!(matches!(
+        fs.setxattr(f.ino, b"user.c", b"x", 0, &user(1000)),
+        Err(FsError::Permission)
+    ));
+    fs.sync().unwrap();
+    let (_, fs2) = remount(&s, CrashMode::DropUnsynced);
+    assert_eq!(fs2.getxattr(f.ino, b"user.b").unwrap(), vec![0, 1, 2]);
+    assert_eq!(fs2.listxattr(f.ino).unwrap(), vec![b"user.b".to_vec()]);
+    // The placement xattr is validated.
+    assert_eq!(fs.getxattr(ROOT, PLACEMENT_XATTR).unwrap(), b"writer-local");
+    assert!(fs
+        .setxattr(ROOT, PLACEMENT_XATTR, b"fixed:7", 0, &c)
+        .is_err());
+    assert!(fs
+        .setxattr(ROOT, PLACEMENT_XATTR, b"stripe:3:8K", 0, &c)
+        .is_err());
+    assert!(fs.setxattr(ROOT, PLACEMENT_XATTR, b"bogus", 0, &c).is_err());
+}
+
+#[test]
+fn a_huge_directory_looks_up_and_lists_stably() {
+    let o = MkfsOptions {
+        checkpoint_blocks: 4096,
+        journal_blocks: 256,
+        ..opts()
+    };
+    let (s, fs) = vol_with(&[(0, 40 * MIB)], &o);
+    let c = root();
+    let d = fs.mkdir(ROOT, b"big", 0o755, &c).unwrap();
+    let n = 100_000u32;
+    for i in 0..n {
+        fs.create(d.ino, format!("file-{i}").as_bytes(), 0o644, &c)
+            .unwrap();
+    }
+    for i in (0..n).step_by(997) {
+        fs.lookup(d.ino, format!("file-{i}").as_bytes(), &c)
+            .unwrap();
+    }
+    fs.lookup(d.ino, format!("file-{}", n - 1).as_bytes(), &c)
+        .unwrap();
+    // List while inserting and deleting: every entry that stays is seen exactly once.
+    let mut seen = std::collections::HashSet::new();
+    let mut cookie = 0;
+    let mut round = 0;
+    loop {
+        let batch = fs.readdir(d.ino, cookie).unwrap();
+        if batch.is_empty() {
+            break;
+        }
+        for e in &batch {
+            assert!(seen.insert(e.name.clone()), "{:?} listed twice", e.name);
+            cookie = e.cookie;
+        }
+        // Insert behind the listing and delete ahead of it while it runs.
+        if round < 50 {
+            fs.create(d.ino, format!("new-{round}").as_bytes(), 0o644, &c)
+                .unwrap();
+            fs.unlink(d.ino, format!("file-{}", n - 1 - round).as_bytes(), &c)
+                .unwrap();
+            round += 1;
+        }
+    }
+    let gone = |i: u32| i >= n - 50;
+    for i in 0..n {
+        assert_eq!(
+            seen.contains(format!("file-{i}").as_bytes()),
+            !gone(i),
+            "file-{i}"
+        );
+    }
+    for r in 0..round {
+        assert!(seen.contains(format!("new-{r}").as_bytes()), "new-{r}");
+    }
+    fs.sync().unwrap();
+    let (_, fs2) = remount(&s, CrashMode::DropUnsynced);
+    fs2.lookup(d.ino, b"file-99000", &c).unwrap();
+    assert_eq!(fs2.statfs().files, n as u64 + 2);
+}
+
+#[test]
+fn permissions_and_ownership() {
+    let (_, fs) = vol();
+    let u = user(1000);
+    assert!(matches!(
+        fs.create(ROOT, b"x", 0o644, &u),
+        Err(FsError::Permission)
+    ));
+    let d = fs.mkdir(ROOT, b"home", 0o755, &root()).unwrap();
+    fs.setattr(
+        d.ino,
+        &SetAttr {
+            uid: Some(1000),
+            gid: Some(1000),
+            ..Default::default()
+        },
+        &root(),
+    )
+    .unwrap();
+    let f = fs.create(d.ino, b"mine", 0o600, &u).unwrap();
+    assert_eq!((f.uid, f.gid), (1000, 1000));
+    assert!(matches!(
+        fs.setattr(
+            f.ino,
+            &SetAttr {
+                uid: Some(0),
+                ..Default::default()
+            },
+            &u
+        ),
+        Err(FsError::NotPermitted)
+    ));
+    assert!(matches!(
+        fs.setattr(
+            f.ino,
+            &SetAttr {
+                mode: Some(0o777),
+                ..Default::default()
+            },
+            &user(2000)
+        ),
+        Err(FsError::NotPermitted)
+    ));
+    let a = fs
+        .setattr(
+            f.ino,
+            &SetAttr {
+                mode: Some(0o640),
+                ..Default::default()
+            },
+            &u,
+        )
+        .unwrap();
+    assert_eq!(a.mode, 0o640);
+    assert!(matches!(
+        fs.access(f.ino, 4, &user(2000)),
+        Err(FsError::Permission)
+    ));
+    fs.access(f.ino, 6, &u).unwrap();
+    assert!(matches!(
+        fs.unlink(d.ino, b"mine", &user(2000)),
+        Err(FsError::Permission)
+    ));
+}
+
+#[test]
+fn timestamps_follow_changes() {
+    let (_, fs) = vol();
+    let c = root();
+    let r0 = fs.getattr(ROOT).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    let f = fs.create(ROOT, b"f", 0o644, &c).unwrap();
+    let r1 = fs.getattr(ROOT).unwrap();
+    assert!(r1.mtime > r0.mtime && r1.ctime > r0.ctime);
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    fs.write(f.ino, 0, b"x", &c).unwrap();
+    let f1 = fs.getattr(f.ino).unwrap();
+    assert!(f1.mtime > f.mtime);
+    let t = fs
+        .setattr(
+            f.ino,
+            &SetAttr {
+                atime: Some(5),
+                mtime: Some(7),
+                ..Default::default()
+            },
+            &c,
+        )
+        .unwrap();
+    assert_eq!((t.atime, t.mtime), (5, 7));
+}
+
+fn nodes_of(fs: &Fs, ino: u64) -> Vec<u32> {
+    let mut n: Vec<u32> = fs
+        .block_map(ino)
+        .unwrap()
+        .iter()
+        .flat_map(|&(_, e, node)| std::iter::repeat_n(node, e.len as usize))
+        .collect();
+    n.dedup();
+    n
+}
+
+#[test]
+fn writer_local_places_each_file_on_its_writers_device() {
+    let (_, fs) = vol();
+    let on = Caller::root_on;
+    let a = fs.create(ROOT, b"a", 0o644, &on(0)).unwrap();
+    let b = fs.create(ROOT, b"b", 0o644, &on(1)).unwrap();
+    for i in 0..8 {
+        fs.write(a.ino, i * 8192, &[1; 8192], &on(0)).unwrap();
+        fs.write(b.ino, i * 8192, &[2; 8192], &on(1)).unwrap();
+    }
+    assert_eq!(nodes_of(&fs, a.ino), vec![0]);
+    assert_eq!(nodes_of(&fs, b.ino), vec![1]);
+    let per: Vec<(u32, u64)> = fs
+        .statfs()
+        .nodes
+        .iter()
+        .map(|u| (u.node, u.total_blocks - u.free_blocks))
+        .collect();
+    assert_eq!(per, vec![(0, 16), (1, 16)]);
+    assert!(fs
+        .block_map(a.ino)
+        .unwrap()
+        .iter()
+        .all(|(_, e, _)| e.dev == 0));
+}
+
+#[test]
+fn directory_and_stripe_policies_through_the_xattr() {
+    let (s, fs) = vol();
+    let c = root();
+    fs.setxattr(ROOT, PLACEMENT_XATTR, b"directory", 0, &c)
+        .unwrap();
+    let d1 = fs.mkdir(ROOT, b"d1", 0o755, &c).unwrap();
+    let d2 = fs.mkdir(ROOT, b"d2", 0o755, &c).unwrap();
+    assert_ne!(d1.home, d2.home);
+    let deep = fs.mkdir(d2.ino, b"deep", 0o755, &c).unwrap();
+    assert_eq!(deep.home, d2.home);
+    for (dir, home) in [(d1.ino, d1.home), (deep.ino, d2.home)] {
+        for node in [0, 1] {
+            let f = fs
+                .create(dir, format!("f{node}").as_bytes(), 0o644, &c)
+                .unwrap();
+            fs.write(f.ino, 0, &[3; 20000], &Caller::root_on(node))
+                .unwrap();
+            assert_eq!(nodes_of(&fs, f.ino), vec![home.unwrap()]);
+        }
+    }
+    let st = fs.mkdir(ROOT, b"striped", 0o755, &c).unwrap();
+    fs.setxattr(st.ino, PLACEMENT_XATTR, b"stripe:2:8K", 0, &c)
+        .unwrap();
+    assert_eq!(
+        fs.getxattr(st.ino, PLACEMENT_XATTR).unwrap(),
+        b"stripe:2:8192"
+    );
+    let f = fs.create(st.ino, b"s", 0o644, &c).unwrap();
+    fs.write(f.ino, 0, &[4; 8 * 4096], &c).unwrap();
+    let n = nodes_of(&fs, f.ino);
+    assert_eq!(n.len(), 4, "2-block chunks alternate over the nodes: {n:?}");
+    // Policies persist.
+    fs.sync().unwrap();
+    let (_, fs2) = remount(&s, CrashMode::DropUnsynced);
+    assert_eq!(
+        fs2.getxattr(st.ino, PLACEMENT_XATTR).unwrap(),
+        b"stripe:2:8192"
+    );
+    assert!(fs2
+        .listxattr(st.ino)
+        .unwrap()
+        .contains(&PLACEMENT_XATTR.to_vec()));
+}
+
+#[test]
+fn a_full_node_spills_to_the_other_and_only_a_full_volume_fails() {
+    let (_, fs) = vol();
+    let st = fs.statfs();
+    let node1 = st.nodes.iter().find(|u| u.node == 1).unwrap().free_blocks;
+    let f = fs.create(ROOT, b"n1", 0o644, &Caller::root_on(1)).unwrap();
+    let chunk = vec![9u8; 16 * 4096];
+    let mut off = 0;
+    // Fill node 1 and continue.
+    while off < (node1 + 32) * 4096 {
+        fs.write(f.ino, off, &chunk, &Caller::root_on(1)).unwrap();
+        off += chunk.len() as u64;
+    }
+    let n = nodes_of(&fs, f.ino);
+    assert_eq!(n, vec![1, 0], "node 1 first, then node 0");
+    let mut err = None;
+    for _ in 0..1000 {
+        match fs.write(f.ino, off, &chunk, &Caller::root_on(1)) {
+            Ok(_) => off += chunk.len() as u64,
+            Err(e) => {
+                err = Some(e);
+                break;
+            }
+        }
+    }
+    assert!(matches!(err, Some(FsError::NoSpace)), "{err:?}");
+    assert!(fs.statfs().free_blocks < 16);
+    // The file reads back whole.
+    let all = read_all(&fs, f.ino);
+    assert!(all.iter().all(|&b| b == 9));
+}
+
+#[test]
+fn unlinked_open_files_keep_blocks_until_release_or_mount() {
+    let (s, fs) = vol();
+    let c = root();
+    let free0 = fs.statfs().free_blocks;
+    let f = fs.create(ROOT, b"tmp", 0o644, &c).unwrap();
+    fs.write(f.ino, 0, &[5; 3 * 4096], &c).unwrap();
+    fs.open(f.ino).unwrap();
+    fs.unlink(ROOT, b"tmp", &c).unwrap();
+    assert_eq!(read_all(&fs, f.ino).len(), 3 * 4096);
+    fs.sync().unwrap();
+    assert_eq!(fs.statfs().free_blocks, free0 - 3);
+    // A crash now: mount frees the orphan.
+    let (_, fs2) = remount(&s, CrashMode::DropUnsynced);
+    assert_eq!(fs2.mount_info().orphans_freed, 1);
+    assert_eq!(fs2.statfs().free_blocks, free0);
+    assert!(fs2.getattr(f.ino).is_err());
+    fs.release(f.ino).unwrap();
+    assert!(fs.getattr(f.ino).is_err());
+    fs.sync().unwrap();
+    assert_eq!(fs.statfs().free_blocks, free0);
+    assert!(fs.release(f.ino).is_err());
+}
+
+/// Devices of several stores, in any order: a swapped or foreign device.
+struct Mix {
+    parts: Vec<(Arc<MemStore>, u16)>,
+    infos: Vec<DeviceInfo>,
+}
+
+impl Mix {
+    fn new(parts: Vec<(Arc<MemStore>, u16)>) -> Mix {
+        let infos = parts
+            .iter()
+            .map(|(s, d)| s.devices()[*d as usize].clone())
+            .collect();
+        Mix { parts, infos }
+    }
+}
+
+impl BlockStore for Mix {
+    fn devices(&self) -> &[DeviceInfo] {
+        &self.infos
+    }
+    fn read_at(&self, dev: u16, offset: u64, buf: &mut [u8]) -> Result<(), FsError> {
+        let (s, d) = &self.parts[dev as usize];
+        s.read_at(*d, offset, buf)
+    }
+    fn write_at(&self, dev: u16, offset: u64, data: &[u8]) -> Result<(), FsError> {
+        let (s, d) = &self.parts[dev as usize];
+        s.write_at(*d, offset, data)
+    }
+    fn sync(&self, dev: u16) -> Result<(), FsError> {
+        let (s, d) = &self.parts[dev as usize];
+        s.sync(*d)
+    }
+}
+
+#[test]
+fn mount_refuses_missing_swapped_and_foreign_devices() {
+    let (a, fs) = vol();
+    fs.unmount().unwrap();
+    let (b, fs) = vol();
+    fs.unmount().unwrap();
+    let msg = |parts| match Fs::mount(Arc::new(Mix::new(parts)), MountOptions::default()) {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("mounted"),
+    };
+    let m = msg(vec![(a.clone(), 0)]);
+    assert!(m.contains("has 2 devices"), "{m}");
+    let m = msg(vec![(a.clone(), 1), (a.clone(), 0)]);
+    assert!(m.contains("mem1 is device 1") && m.contains("order"), "{m}");
+    let m = msg(vec![(a.clone(), 0), (b.clone(), 1)]);
+    assert!(m.contains("another numaio-fs volume"), "{m}");
+    let blank = Arc::new(MemStore::new(&[(0, 2 * MIB), (1, 2 * MIB)]));
+    let m = msg(vec![(a.clone(), 0), (blank, 1)]);
+    assert!(
+        m.contains("mem1") && m.contains("not a device of the volume"),
+        "{m}"
+    );
+    Fs::mount(
+        Arc::new(Mix::new(vec![(a, 0), (a_dev1(&b), 1)])),
+        MountOptions::default(),
+    )
+    .err()
+    .unwrap();
+}
+
+fn a_dev1(s: &Arc<MemStore>) -> Arc<MemStore> {
+    s.clone()
+}
+
+#[test]
+fn mkfs_refuses_bad_devices() {
+    let s = MemStore::new(&[(0, 2 * MIB), (1, 64 * 1024)]);
+    let e = Fs::mkfs(&s, &opts()).unwrap_err().to_string();
+    assert!(e.contains("mem1") && e.contains("too small"), "{e}");
+    let s = MemStore::new(&[(0, 400 * 1024)]);
+    let e = Fs::mkfs(&s, &opts()).unwrap_err().to_string();
+    assert!(
+        e.contains("mem0") && e.contains("device 0 also holds"),
+        "{e}"
+    );
+    let s = MemStore::new(&[(0, 2 * MIB)]);
+    let o = MkfsOptions {
+        policy: PlacementPolicy::Fixed(3),
+        ..opts()
+    };
+    assert!(Fs::mkfs(&s, &o).is_err());
+    // A blank device is not a volume.
+    let e = Fs::mount(Arc::new(s), MountOptions::default())
+        .err()
+        .unwrap();
+    assert!(matches!(e, FsError::Corrupt { .. }), "{e}");
+}
+
+#[test]
+fn read_only_mounts_write_nothing() {
+    let (s, fs) = vol();
+    let f = fs.create(ROOT, b"f", 0o644, &root()).unwrap();
+    fs.write(f.ino, 0, b"abc", &root()).unwrap();
+    fs.sync().unwrap();
+    let c = Arc::new(s.crash(CrashMode::DropUnsynced));
+    let before = c.crash(CrashMode::KeepAll);
+    let ro = Fs::mount(c.clone(), MountOptions { read_only: true }).unwrap();
+    assert_eq!(read_all(&ro, f.ino), b"abc");
+    assert!(matches!(
+        ro.create(ROOT, b"g", 0o644, &root()),
+        Err(FsError::ReadOnly)
+    ));
+    ro.unmount().unwrap();
+    for dev in 0..2u16 {
+        let mut x = vec![0u8; 2 * MIB as usize];
+        let mut y = x.clone();
+        c.read_at(dev, 0, &mut x).unwrap();
+        before.read_at(dev, 0, &mut y).unwrap();
+        assert!(x == y, "device {dev} changed under a read-only mount");
+    }
+}
+
+#[test]
+fn metadata_full_is_no_space_and_the_volume_stays_mountable() {
+    let o = MkfsOptions {
+        checkpoint_blocks: 4,
+        journal_blocks: 4,
+        ..opts()
+    };
+    let (s, fs) = vol_with(&[(0, 2 * MIB)], &o);
+    let c = root();
+    let mut made = 0;
+    let err = loop {
+        match fs.create(
+            ROOT,
+            format!("some-longer-file-name-{made}").as_bytes(),
+            0o644,
+            &c,
+        ) {
+            Ok(_) => made += 1,
+            Err(e) => break e,
+        }
+        if made % 10 == 0 {
+            fs.sync().unwrap();
+        }
+    };
+    assert!(matches!(err, FsError::NoSpace), "{err}");
+    assert!(made > 20, "{made}");
+    fs.sync().unwrap();
+    let (_, fs2) = remount(&s, CrashMode::DropUnsynced);
+    assert_eq!(fs2.statfs().files, made + 1);
+    fs2.unlink(ROOT, b"some-longer-file-name-0", &c).unwrap();
+    fs2.create(ROOT, b"again", 0o644, &c).unwrap();
+}
+
+#[test]
+fn many_commits_rotate_checkpoints_and_recover() {
+    let (s, fs) = vol();
+    let c = root();
+    let f = fs.create(ROOT, b"f", 0o644, &c).unwrap();
+    for i in 0..300u64 {
+        fs.write(f.ino, i * 100, &pattern(100, i as u8), &c)
+            .unwrap();
+        let mut v = i.to_string().into_bytes();
+        v.resize(300, b' ');
+        fs.setxattr(f.ino, b"user.i", &v, 0, &c).unwrap();
+        fs.fsync(f.ino, true).unwrap();
+    }
+    assert_eq!(fs.commits(), 300);
+    let want = read_all(&fs, f.ino);
+    let (_, fs2) = remount(&s, CrashMode::DropUnsynced);
+    assert_eq!(read_all(&fs2, f.ino), want);
+    assert!(fs2.getxattr(f.ino, b"user.i").unwrap().starts_with(b"299 "));
+    assert!(fs2.mount_info().checkpoint_seq > 0);
+}
+
+#[test]
+fn threads_share_one_volume() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Fs>();
+    let (s, fs) = vol();
+    let fs = Arc::new(fs);
+    let handles: Vec<_> = (0..4u32)
+        .map(|t| {
+            let fs = fs.clone();
+            std::thread::spawn(move || {
+                let c = Caller::root_on(t % 2);
+                let d = fs
+                    .mkdir(ROOT, format!("t{t}").as_bytes(), 0o755, &c)
+                    .unwrap();
+                for i in 0..20u64 {
+                    let f = fs
+                        .create(d.ino, format!("f{i}").as_bytes(), 0o644, &c)
+                        .unwrap();
+                    fs.write(f.ino, 0, &pattern(6000, (t as u8) ^ (i as u8)), &c)
+                        .unwrap();
+                    if i % 5 == 0 {
+                        fs.fsync(f.ino, false).unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    fs.sync().unwrap();
+    let (_, fs2) = remount(&s, CrashMode::DropUnsynced);
+    for t in 0..4u32 {
+        let d = fs2
+            .lookup(ROOT, format!("t{t}").as_bytes(), &root())
+            .unwrap();
+        for i in 0..20u64 {
+            let f = fs2
+                .lookup(d.ino, format!("f{i}").as_bytes(), &root())
+                .unwrap();
+            assert_eq!(read_all(&fs2, f.ino), pattern(6000, (t as u8) ^ (i as u8)));
+            assert!(nodes_of(&fs2, f.ino) == vec![t % 2]);
+        }
+    }
+}
