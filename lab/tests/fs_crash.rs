@@ -134,7 +134,11 @@ fn check_run(out: &str, run: &Run, ctx: &str) -> BTreeMap<String, usize> {
     let replayed: BTreeMap<String, (u64, String)> = out
         .lines()
         .filter_map(|l| {
-            let w: Vec<&str> = l.trim().strip_prefix("ACKED ")?.split_whitespace().collect();
+            let w: Vec<&str> = l
+                .trim()
+                .strip_prefix("ACKED ")?
+                .split_whitespace()
+                .collect();
             Some((w[0].to_string(), (w[1].parse().ok()?, w[2].to_string())))
         })
         .collect();
@@ -160,14 +164,19 @@ fn check_run(out: &str, run: &Run, ctx: &str) -> BTreeMap<String, usize> {
         );
         if w[3] == "acked" {
             if let Some((len, crc)) = run.acked_files.get(w[0]) {
-                assert_eq!((w[1], w[2]), (len.to_string().as_str(), crc.as_str()), "{ctx}: {l}");
+                assert_eq!(
+                    (w[1], w[2]),
+                    (len.to_string().as_str(), crc.as_str()),
+                    "{ctx}: {l}"
+                );
             }
         }
         *verdicts.entry(w[3].to_string()).or_insert(0) += 1;
     }
     for f in run.acked_files.keys() {
         assert!(
-            out.lines().any(|l| l.trim().starts_with(&format!("FILE {f} "))),
+            out.lines()
+                .any(|l| l.trim().starts_with(&format!("FILE {f} "))),
             "{ctx}: {f} was acknowledged but is gone:\n{out}"
         );
     }
@@ -182,7 +191,9 @@ fn crash_cycles(v: Variant) {
             .unwrap_or(1)
     });
     let cuts = numaio_testkit::env_u64("NUMAIO_FS_CRASH_CUTS", 3).max(1);
-    eprintln!("fs crash test ({v:?}): seed {seed} (NUMAIO_FS_CRASH_SEED={seed} repeats it), {cuts} cuts");
+    eprintln!(
+        "fs crash test ({v:?}): seed {seed} (NUMAIO_FS_CRASH_SEED={seed} repeats it), {cuts} cuts"
+    );
     let mut rng = Rng(seed);
     let dir = tempfile::tempdir().expect("temp dir");
     v.images(dir.path());
@@ -192,7 +203,9 @@ fn crash_cycles(v: Variant) {
     for cut in 0..cuts {
         let run_seed = rng.next_u64();
         let after = 1 + rng.below(MAX_ACK_LINES) as usize;
-        let ctx = format!("seed {seed}: {v:?} cut {cut} (writer seed {run_seed}, after {after} ACK lines)");
+        let ctx = format!(
+            "seed {seed}: {v:?} cut {cut} (writer seed {run_seed}, after {after} ACK lines)"
+        );
         let t = Instant::now();
         let out: CutOutcome = v
             .scenario(dir.path(), script(v, prev.as_ref(), Some(run_seed)))

@@ -85,7 +85,9 @@ fn ram_zone_volume_round_trips_files_on_its_node() {
     let inos = write_files(&fs, &want);
     fs.sync().unwrap();
     for ((name, data), ino) in want.iter().zip(&inos) {
-        let a = fs.lookup(ROOT, name.as_bytes(), &Caller::root_on(0)).unwrap();
+        let a = fs
+            .lookup(ROOT, name.as_bytes(), &Caller::root_on(0))
+            .unwrap();
         assert_eq!(a.ino, *ino, "{name}");
         assert_eq!(a.size, data.len() as u64, "{name}");
         assert!(read_all(&fs, *ino) == *data, "{name}: content differs");
@@ -129,7 +131,10 @@ fn ram_zone_volume_cannot_be_reopened() {
         matches!(e, FsError::Corrupt { .. } | FsError::Invalid(_)),
         "{e:?}"
     );
-    assert!(msg.contains("ram-zone0@node0"), "the error names the zone: {msg}");
+    assert!(
+        msg.contains("ram-zone0@node0"),
+        "the error names the zone: {msg}"
+    );
 }
 
 #[test]

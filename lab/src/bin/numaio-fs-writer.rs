@@ -29,7 +29,10 @@ const MAX_FILE: usize = 192 * 1024;
 const MAX_IO: usize = 12 * 1024;
 
 #[derive(Parser)]
-#[command(name = "numaio-fs-writer", about = "numaio-fs crash-test writer and checker")]
+#[command(
+    name = "numaio-fs-writer",
+    about = "numaio-fs crash-test writer and checker"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -304,7 +307,9 @@ fn allowed_states(w: Workload, acked: u64) -> (Vec<Vec<Option<Vec<u8>>>>, Vec<bo
 fn block(v: &[u8], i: usize, len: usize) -> Vec<u8> {
     let bs = BLOCK_SIZE as usize;
     let end = ((i + 1) * bs).min(len);
-    (i * bs..end).map(|k| v.get(k).copied().unwrap_or(0)).collect()
+    (i * bs..end)
+        .map(|k| v.get(k).copied().unwrap_or(0))
+        .collect()
 }
 
 /// `acked` (the state at the acknowledged fsync, always the first of `states`), `later` (a
@@ -410,10 +415,11 @@ fn check(vol: &Volume, replay: Option<(Workload, u64)>) -> Result<bool, FsError>
         let ino = fs.lookup(ROOT, n, &c)?.ino;
         let data = read_file(&fs, ino)?;
         let shown = String::from_utf8_lossy(n);
-        let v = match (&expected, shown.strip_prefix('f').and_then(|i| i.parse().ok())) {
-            (Some((states, ow)), Some(i)) if i < states.len() => {
-                verdict(&data, &states[i], ow[i])
-            }
+        let v = match (
+            &expected,
+            shown.strip_prefix('f').and_then(|i| i.parse().ok()),
+        ) {
+            (Some((states, ow)), Some(i)) if i < states.len() => verdict(&data, &states[i], ow[i]),
             (Some(_), _) => "UNEXPECTED",
             (None, _) => "-",
         };
