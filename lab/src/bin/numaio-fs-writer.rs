@@ -417,7 +417,9 @@ fn check(vol: &Volume, replay: Option<(Workload, u64)>) -> Result<bool, FsError>
         let shown = String::from_utf8_lossy(n);
         let v = match (
             &expected,
-            shown.strip_prefix('f').and_then(|i| i.parse().ok()),
+            shown
+                .strip_prefix('f')
+                .and_then(|i| i.parse::<usize>().ok()),
         ) {
             (Some((states, ow)), Some(i)) if i < states.len() => verdict(&data, &states[i], ow[i]),
             (Some(_), _) => "UNEXPECTED",
