@@ -270,12 +270,15 @@ fn write_all(fs: &Fs, ino: u64, off: u64, data: &[u8], c: &Caller) -> Result<(),
     Ok(())
 }
 
+/// A file's possible contents (None: absent), per file.
+type States = Vec<Vec<Option<Vec<u8>>>>;
+
 /// Every state a file can be in after a crash once fsync `acked` returned: its state at that
 /// fsync (None: not created yet) and every state the workload gave it later.
-fn allowed_states(w: Workload, acked: u64) -> (Vec<Vec<Option<Vec<u8>>>>, Vec<bool>) {
+fn allowed_states(w: Workload, acked: u64) -> (States, Vec<bool>) {
     let mut plan = Plan::new(w.seed, w.files);
     let mut model: Vec<Option<Vec<u8>>> = vec![None; plan.files];
-    let mut states: Vec<Vec<Option<Vec<u8>>>> = vec![Vec::new(); plan.files];
+    let mut states: States = vec![Vec::new(); plan.files];
     let mut overwritten = vec![false; plan.files];
     let mut syncs = 0u64;
     if acked == 0 {
