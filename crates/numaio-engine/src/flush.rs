@@ -97,20 +97,24 @@ impl Inner {
             for (run, r) in runs.iter().zip(results) {
                 let n = run.len();
                 let ok = r.is_ok();
-                // A block modified during its write may differ from the sum taken of it: only
-                // the sums of blocks still clean afterwards are kept.
-                let clean: Vec<bool> = group[run.clone()]
-                    .iter()
-                    .map(|&(k, slot, gen)| slice.end_writeback(&k, slot, gen, ok))
-                    .collect();
+                // Every block whose write was begun ends its checksum record here, written or
+                // not, and before its WRITEBACK bit clears: otherwise the next write-back of
+                // the block could begin while this one's record is still pending, and the sum
+                // file would have to assume two writes overlapped on the device and leave the
+                // block unsettled after the next fsync. A block modified during its write may
+                // differ from the sum taken of it: only the sums of unchanged blocks are kept
+                // (a writer that copied in during the write bumps the generation right after,
+                // which leaves the block dirty for another write-back).
                 if let (Some(ig), Some(sums)) = (&self.cfg.integrity, &sums) {
-                    // Every block whose write was begun ends here, written or not.
-                    for (x, &clean) in run.clone().zip(&clean) {
-                        match (ok && clean, sums.get(x)) {
+                    for (x, &(_, slot, gen)) in run.clone().zip(&group[run.clone()]) {
+                        match (ok && slice.unchanged_since(slot, gen), sums.get(x)) {
                             (true, Some(&sum)) => ig.commit(fid, items[x].1, sum),
                             _ => ig.invalidate(fid, items[x].1),
                         }
                     }
+                }
+                for &(k, slot, gen) in &group[run.clone()] {
+                    slice.end_writeback(&k, slot, gen, ok);
                 }
                 let c = slice.counters();
                 match r {

@@ -3,7 +3,7 @@
 //! runs is an error naming the file and offset, and a power cut at any point never turns
 //! acknowledged data into a checksum error nor lets a corrupted settled block through.
 //!
-//! `NUMAIO_SUM_CUTS=N` sets the number of power-cut points (default 300).
+//! `NUMAIO_SUM_CUTS=N` sets the number of power-cut points (default 200).
 
 mod common;
 use common::pattern;
@@ -295,12 +295,11 @@ fn one_cut(seed: u64) -> Result<(u64, bool), String> {
 }
 
 #[test]
-#[ignore = "known gap: under load a corruption of a settled block is sometimes not detected after a cut (seed 37 once in a loaded run); run with --ignored"]
 fn power_cuts_never_give_false_checksum_errors_nor_miss_corruption() {
     let n: u64 = std::env::var("NUMAIO_SUM_CUTS")
         .ok()
         .map(|v| v.parse().expect("NUMAIO_SUM_CUTS is a whole number"))
-        .unwrap_or(300);
+        .unwrap_or(200);
     let (mut verified, mut caught) = (0, 0);
     let mut failures = Vec::new();
     for seed in 1..=n {

@@ -48,6 +48,13 @@ impl Slice {
         c
     }
 
+    /// Whether the buffer of a block being written back still holds generation `gen`, i.e.
+    /// no writer touched it since the write was issued. Asked while WRITEBACK is still set,
+    /// so a checksum can be recorded before another write-back of the block can begin.
+    pub(crate) fn unchanged_since(&self, slot: SlotId, gen: u32) -> bool {
+        self.slots[slot as usize].state.generation() == gen
+    }
+
     /// Ends a claimed write-back (the caller still holds its pin); wakes `fsync`s waiting
     /// for it. Returns true if the block is clean now.
     pub(crate) fn end_writeback(&self, key: &BlockKey, slot: SlotId, gen: u32, ok: bool) -> bool {
