@@ -148,6 +148,7 @@ fn growth(r: &Record) -> u64 {
         Record::DirAdd { name, .. } => 40 + name.len() as u64,
         Record::SetXattr { name, value, .. } => 20 + (name.len() + value.len()) as u64,
         Record::Map { .. } | Record::Unmap { .. } => 32,
+        Record::DirHome { .. } => 8,
         _ => 0,
     }
 }
@@ -820,7 +821,9 @@ impl Fs {
         let now = now_ns();
         let ino = g.meta.next_ino;
         let home = if kind == Kind::Dir && parent == ROOT_INO {
-            Some(g.alloc.directory_home())
+            let node = g.alloc.directory_home(g.meta.last_home);
+            g.rec(Record::DirHome { node })?;
+            Some(node)
         } else {
             pa.home
         };

@@ -5,7 +5,8 @@
 //! extent inside the allocation groups and owned by one inode only, directory entries
 //! pointing at existing inodes of the right kind, every directory reachable from the root
 //! exactly once with the right parent, link counts against the directory references, sizes
-//! against what the inode kind allows, and counts the free space. Unlinked inodes (orphans
+//! against what the inode kind allows, home nodes (each inode's and the directory round
+//! robin's) among the volume's nodes, and counts the free space. Unlinked inodes (orphans
 //! of files open at a crash) are counted; mount frees them.
 //!
 //! Nothing is written unless `repair` is set; a repair fixes link counts, dangling or
@@ -19,7 +20,7 @@ use crate::meta::{Attr, Kind, Meta, Record, ROOT_INO};
 use crate::store::BlockStore;
 use crate::{Fs, FsError, BLOCK_SIZE};
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 /// What fsck may do.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -378,6 +379,31 @@ fn check(header: &Header, meta: &Meta, found: &mut Vec<String>, fixes: &mut Vec<
                 ino,
                 attr: Attr {
                     nlink: want,
+                    ..latest_attr(fixes, ino, &i.attr)
+                },
+            });
+        }
+    }
+    // Home nodes (the `directory` policy's round robin and each inode's home) must be nodes
+    // of the volume; a wrong one would send new blocks to the wrong node or nowhere.
+    let nodes: BTreeSet<u32> = header.devices.iter().map(|d| d.node).collect();
+    if let Some(n) = meta.last_home.filter(|n| !nodes.contains(n)) {
+        let first = nodes.first().copied().unwrap_or(0);
+        found.push(format!(
+            "the directory round robin stands at node {n}, which the volume does not have \
+             (restarted at node {first})"
+        ));
+        fixes.push(Record::DirHome { node: first });
+    }
+    for (&ino, i) in &meta.inodes {
+        if let Some(n) = i.attr.home.filter(|n| !nodes.contains(n)) {
+            found.push(format!(
+                "inode {ino}: home node {n}, which the volume does not have (cleared)"
+            ));
+            fixes.push(Record::SetAttr {
+                ino,
+                attr: Attr {
+                    home: None,
                     ..latest_attr(fixes, ino, &i.attr)
                 },
             });

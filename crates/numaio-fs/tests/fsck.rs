@@ -175,3 +175,27 @@ fn unreadable_volumes_are_errors_left() {
     assert_eq!(r.exit_code(), 4);
     assert!(r.errors[0].contains("mem0"), "{:?}", r.errors);
 }
+
+#[test]
+fn home_nodes_the_volume_lacks_are_found_and_fixed() {
+    let (s, d, ..) = volume();
+    damage(&s, |m| {
+        m.last_home = Some(9);
+        m.inodes.get_mut(&d).unwrap().attr.home = Some(5);
+    });
+    let r = check(&s);
+    assert_eq!(r.exit_code(), 4);
+    assert_eq!(r.errors.len(), 2, "{:?}", r.errors);
+    assert!(
+        r.errors[0].contains("round robin stands at node 9"),
+        "{r:?}"
+    );
+    assert!(
+        r.errors[1].contains(&format!("inode {d}: home node 5")),
+        "{r:?}"
+    );
+    repair_and_recheck(&s);
+    let (_, m) = Fs::load_meta(&*s).unwrap();
+    assert_eq!(m.last_home, Some(0));
+    assert_eq!(m.inodes[&d].attr.home, None);
+}

@@ -84,7 +84,8 @@ enum FsCmd {
         #[arg(default_value = "/")]
         path: String,
     },
-    /// Make a directory (its parent must exist). JSON: {"schema_version":1,"path","ino"}
+    /// Make a directory (its parent must exist). JSON: {"schema_version":1,"path","ino",
+    /// "home"} (home: the node a `directory` placement puts its files on, or null)
     Mkdir {
         #[command(flatten)]
         vol: Vol,
@@ -700,11 +701,13 @@ fn mkdir(fs: &Fs, path: &str, json: bool) -> anyhow::Result<()> {
             schema_version: u32,
             path: &'a str,
             ino: u64,
+            home: Option<u32>,
         }
         return print_json(&J {
             schema_version: 1,
             path,
             ino: a.ino,
+            home: a.home,
         });
     }
     Ok(())

@@ -98,6 +98,9 @@ impl Inode {
 pub struct Meta {
     pub inodes: BTreeMap<u64, Inode>,
     pub next_ino: u64,
+    /// Node given to the newest top-level directory: the round robin of top-level
+    /// directory homes goes on after it, across mounts and crashes.
+    pub last_home: Option<u32>,
 }
 
 /// One metadata change. Records are applied in order; each is deterministic.
@@ -150,6 +153,10 @@ pub enum Record {
         ino: u64,
         name: Vec<u8>,
     },
+    /// A top-level directory was given `node` as its home: the next one starts after it.
+    DirHome {
+        node: u32,
+    },
 }
 
 impl Meta {
@@ -172,6 +179,7 @@ impl Meta {
         Meta {
             inodes,
             next_ino: ROOT_INO + 1,
+            last_home: None,
         }
     }
 
@@ -353,6 +361,10 @@ impl Meta {
                     .xattrs
                     .remove(name)
                     .ok_or_else(|| format!("inode {ino}: missing xattr removed"))?;
+                Ok(Vec::new())
+            }
+            Record::DirHome { node } => {
+                self.last_home = Some(*node);
                 Ok(Vec::new())
             }
         }
