@@ -483,3 +483,21 @@ fn directory_round_robin_goes_on_across_commands() {
     let r = run(&["fsck", "-n", s(&v.a), s(&v.b)]);
     assert_eq!(r.code, Some(0), "fsck: {}{}", r.out(), r.stderr);
 }
+
+#[test]
+fn a_missing_device_is_named_once_with_the_os_error_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let gone = dir.path().join("gone.img");
+    let want = format!(
+        "numaio: {}: looking up the device (check the path): No such file or directory (os \
+         error 2)\n",
+        s(&gone)
+    );
+    let r = fs(&[&gone], "stat", &[]);
+    assert_eq!(r.code, Some(1));
+    assert_eq!(r.stderr, want);
+    let r = run(&["mkfs", "--node-of", &format!("{}=0", s(&gone)), s(&gone)]);
+    assert_eq!(r.code, Some(1));
+    assert_eq!(r.stderr, want);
+    assert!(!gone.exists(), "mkfs without --size creates nothing");
+}
