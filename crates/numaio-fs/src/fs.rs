@@ -16,7 +16,7 @@
 use crate::alloc::{AllocRequest, Allocator, Extent, NodeUsage};
 use crate::format::{Header, Label, HEADER_BLOCKS};
 use crate::journal::{self, Journal};
-use crate::meta::{Attr, Inode, Kind, Meta, Record, FIRST_COOKIE, ROOT_INO};
+use crate::meta::{Attr, Entry, Inode, Kind, Meta, Record, FIRST_COOKIE, ROOT_INO};
 use crate::mkfs::{now_ns, MkfsOptions};
 use crate::store::BlockStore;
 use crate::{Caller, FsError, PlacementPolicy, BLOCK_SIZE};
@@ -244,9 +244,43 @@ impl Inner {
         Ok(a)
     }
 
-    fn entry(&self, dir: u64, name: &[u8]) -> Result<crate::meta::Entry, FsError> {
+    fn entry(&self, dir: u64, name: &[u8]) -> Result<Entry, FsError> {
         let d = self.inode(dir)?.dir.as_ref().ok_or(FsError::NotDir)?;
         d.entries.get(name).copied().ok_or(FsError::NotFound)
+    }
+
+    /// The attributes of directory `dir` when `c` may add the entry `name` to it: the
+    /// directory still linked, write and search permission, `name` not there yet.
+    fn dir_for_new_entry(&self, dir: u64, name: &[u8], c: &Caller) -> Result<Attr, FsError> {
+        let a = self.dir_attr(dir)?;
+        if a.nlink == 0 {
+            return Err(FsError::NotFound);
+        }
+        access(&a, c, 3)?;
+        match self.entry(dir, name) {
+            Ok(_) => Err(FsError::Exists),
+            Err(FsError::NotFound) => Ok(a),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The entry `name` of directory `dir` when `c` may remove it (write and search
+    /// permission on the directory).
+    fn entry_to_remove(&self, dir: u64, name: &[u8], c: &Caller) -> Result<Entry, FsError> {
+        let a = self.dir_attr(dir)?;
+        access(&a, c, 3)?;
+        self.entry(dir, name)
+    }
+
+    /// Removes the entry `name` → `e` from `dir` and drops the link it held (a directory's
+    /// parent loses the link of its `..`).
+    fn remove_entry(&mut self, dir: u64, name: &[u8], e: Entry, now: i64) -> Result<(), FsError> {
+        self.rec(Record::DirRemove {
+            dir,
+            name: name.to_vec(),
+        })?;
+        self.touch_dir(dir, now, if e.kind == Kind::Dir { -1 } else { 0 })?;
+        self.drop_link(e.ino, now)
     }
 
     /// Applies `r` and queues it for the next commit; freed blocks wait for that commit.
@@ -804,16 +838,7 @@ impl Fs {
         check_new_name(name)?;
         let mut g = self.lock_rw()?;
         let g = &mut *g;
-        let pa = g.dir_attr(parent)?;
-        if pa.nlink == 0 {
-            return Err(FsError::NotFound);
-        }
-        access(&pa, c, 3)?;
-        match g.entry(parent, name) {
-            Ok(_) => return Err(FsError::Exists),
-            Err(FsError::NotFound) => {}
-            Err(e) => return Err(e),
-        }
+        let pa = g.dir_for_new_entry(parent, name, c)?;
         if kind == Kind::Dir && pa.nlink >= MAX_LINKS {
             return Err(FsError::TooManyLinks);
         }
@@ -915,11 +940,7 @@ impl Fs {
         if a.kind == Kind::Dir {
             return Err(FsError::NotPermitted);
         }
-        let pa = g.dir_attr(newparent)?;
-        access(&pa, c, 3)?;
-        if g.entry(newparent, newname).is_ok() {
-            return Err(FsError::Exists);
-        }
+        g.dir_for_new_entry(newparent, newname, c)?;
         if a.nlink >= MAX_LINKS {
             return Err(FsError::TooManyLinks);
         }
@@ -946,31 +967,19 @@ impl Fs {
     pub fn unlink(&self, parent: u64, name: &[u8], c: &Caller) -> Result<(), FsError> {
         check_old_name(name)?;
         let mut g = self.lock_rw()?;
-        let g = &mut *g;
-        let pa = g.dir_attr(parent)?;
-        access(&pa, c, 3)?;
-        let e = g.entry(parent, name)?;
+        let e = g.entry_to_remove(parent, name, c)?;
         if e.kind == Kind::Dir {
             return Err(FsError::IsDir);
         }
         g.reserve(300 + name.len() as u64)?;
-        let now = now_ns();
-        g.rec(Record::DirRemove {
-            dir: parent,
-            name: name.to_vec(),
-        })?;
-        g.touch_dir(parent, now, 0)?;
-        g.drop_link(e.ino, now)
+        g.remove_entry(parent, name, e, now_ns())
     }
 
     /// Removes the empty directory `name` from `parent`.
     pub fn rmdir(&self, parent: u64, name: &[u8], c: &Caller) -> Result<(), FsError> {
         check_old_name(name)?;
         let mut g = self.lock_rw()?;
-        let g = &mut *g;
-        let pa = g.dir_attr(parent)?;
-        access(&pa, c, 3)?;
-        let e = g.entry(parent, name)?;
+        let e = g.entry_to_remove(parent, name, c)?;
         if e.kind != Kind::Dir {
             return Err(FsError::NotDir);
         }
@@ -983,13 +992,7 @@ impl Fs {
             return Err(FsError::NotEmpty);
         }
         g.reserve(300 + name.len() as u64)?;
-        let now = now_ns();
-        g.rec(Record::DirRemove {
-            dir: parent,
-            name: name.to_vec(),
-        })?;
-        g.touch_dir(parent, now, -1)?;
-        g.drop_link(e.ino, now)
+        g.remove_entry(parent, name, e, now_ns())
     }
 
     /// Moves `parent/name` to `newparent/newname`, replacing what is there atomically unless
@@ -1012,11 +1015,9 @@ impl Fs {
         check_old_name(newname)?;
         let mut g = self.lock_rw()?;
         let g = &mut *g;
-        let pa = g.dir_attr(parent)?;
+        let src = g.entry_to_remove(parent, name, c)?;
         let npa = g.dir_attr(newparent)?;
-        access(&pa, c, 3)?;
         access(&npa, c, 3)?;
-        let src = g.entry(parent, name)?;
         let tgt = match g.entry(newparent, newname) {
             Ok(t) => Some(t),
             Err(FsError::NotFound) => None,
@@ -1066,14 +1067,7 @@ impl Fs {
         g.reserve(800 + (name.len() + newname.len()) as u64)?;
         let now = now_ns();
         if let Some(t) = tgt {
-            g.rec(Record::DirRemove {
-                dir: newparent,
-                name: newname.to_vec(),
-            })?;
-            if t.kind == Kind::Dir {
-                g.touch_dir(newparent, now, -1)?;
-            }
-            g.drop_link(t.ino, now)?;
+            g.remove_entry(newparent, newname, t, now)?;
         }
         g.rec(Record::DirRemove {
             dir: parent,

@@ -101,12 +101,7 @@ pub fn fsck(store: &dyn BlockStore, o: &FsckOptions) -> Result<FsckReport, FsErr
     }
     let groups = header.groups();
     r.total_blocks = groups.iter().fold(0u64, |n, g| n.saturating_add(g.blocks));
-    r.used_blocks = meta
-        .inodes
-        .values()
-        .flat_map(|i| i.extents.values())
-        .fold(0u64, |n, e| n.saturating_add(e.len));
-    r.free_blocks = r.total_blocks.saturating_sub(r.used_blocks);
+    count_space(&mut r, &meta);
     if !o.repair {
         r.errors = found;
         return Ok(r);
@@ -140,13 +135,18 @@ pub fn fsck(store: &dyn BlockStore, o: &FsckOptions) -> Result<FsckReport, FsErr
     r.errors
         .extend(failed.into_iter().map(|e| format!("repair failed: {e}")));
     r.inodes = meta.inodes.len() as u64;
+    count_space(&mut r, &meta);
+    Ok(r)
+}
+
+/// Blocks used by the inodes of `meta` and free of the volume's, into `r`.
+fn count_space(r: &mut FsckReport, meta: &Meta) {
     r.used_blocks = meta
         .inodes
         .values()
         .flat_map(|i| i.extents.values())
         .fold(0u64, |n, e| n.saturating_add(e.len));
     r.free_blocks = r.total_blocks.saturating_sub(r.used_blocks);
-    Ok(r)
 }
 
 /// Finds problems in `meta`; pushes a description of each to `found` and the records that
@@ -304,21 +304,7 @@ fn check(header: &Header, meta: &Meta, found: &mut Vec<String>, fixes: &mut Vec<
                 let now = crate::mkfs::now_ns();
                 fixes.push(Record::NewInode {
                     ino,
-                    attr: Attr {
-                        kind: Kind::Dir,
-                        mode: 0o700,
-                        uid: 0,
-                        gid: 0,
-                        nlink: 2,
-                        size: 0,
-                        atime: now,
-                        mtime: now,
-                        ctime: now,
-                        policy: root.attr.policy.clone(),
-                        policy_set: false,
-                        home: None,
-                        parent: ROOT_INO,
-                    },
+                    attr: Attr::root_owned_dir(0o700, root.attr.policy.clone(), ROOT_INO, now),
                     target: None,
                 });
                 fixes.push(Record::DirAdd {

@@ -1,7 +1,7 @@
 //! Formatting a volume: labels, the volume header, an empty root in checkpoint A.
 
 use crate::format::{self, DeviceEntry, Header, Label, CHECKPOINT_MAGIC, HEADER_BLOCKS};
-use crate::meta::{Attr, Kind, Meta, ROOT_INO};
+use crate::meta::{Attr, Meta, ROOT_INO};
 use crate::store::BlockStore;
 use crate::{FsError, PlacementPolicy, BLOCK_SIZE};
 use std::collections::BTreeSet;
@@ -147,19 +147,9 @@ pub fn mkfs(store: &dyn BlockStore, o: &MkfsOptions) -> Result<Header, FsError> 
         ))
     })?;
     let root = Attr {
-        kind: Kind::Dir,
-        mode: 0o755,
-        uid: 0,
-        gid: 0,
-        nlink: 2,
-        size: 0,
-        atime: now,
-        mtime: now,
-        ctime: now,
-        policy: o.policy.clone(),
+        // The volume default shows as the root's placement xattr.
         policy_set: true,
-        home: None,
-        parent: ROOT_INO,
+        ..Attr::root_owned_dir(0o755, o.policy.clone(), ROOT_INO, now)
     };
     let meta = Meta::new(root);
     let cp = format::frame(CHECKPOINT_MAGIC, &uuid, 0, &format::encode(&meta));

@@ -285,6 +285,20 @@ fn hard_links_and_symlinks() {
     fs.unlink(d.ino, b"x", &c).unwrap();
     fs.rmdir(ROOT, b"d", &c).unwrap();
     assert_eq!(fs.getattr(ROOT).unwrap().nlink, 2);
+    // A removed directory still open takes no new entries, by create or by link.
+    let e = fs.mkdir(ROOT, b"e", 0o755, &c).unwrap();
+    let h = fs.create(ROOT, b"h", 0o644, &c).unwrap();
+    fs.open(e.ino).unwrap();
+    fs.rmdir(ROOT, b"e", &c).unwrap();
+    assert!(matches!(
+        fs.create(e.ino, b"x", 0o644, &c),
+        Err(FsError::NotFound)
+    ));
+    assert!(matches!(
+        fs.link(h.ino, e.ino, b"x", &c),
+        Err(FsError::NotFound)
+    ));
+    fs.release(e.ino).unwrap();
 }
 
 #[test]

@@ -115,7 +115,8 @@ enum FsCmd {
         #[command(flatten)]
         vol: Vol,
         path: String,
-        /// writer-local, directory, interleave, stripe:K:CHUNK or fixed:N.
+        /// writer-local, directory, interleave, stripe:K[:CHUNK] (CHUNK 64K when left out)
+        /// or fixed:N.
         #[arg(value_parser = crate::cmd::mkfs::parse_policy)]
         policy: Option<PlacementPolicy>,
     },
@@ -175,6 +176,39 @@ fn parent_of<'a>(fs: &Fs, path: &'a str) -> anyhow::Result<(u64, &'a [u8])> {
 
 fn fs_err(e: FsError, path: &str, what: &str) -> anyhow::Error {
     anyhow::anyhow!("{what} {} in the volume: {e}", quote(path))
+}
+
+/// Prints `body`'s fields as one JSON object after `"schema_version":1` (every subcommand's
+/// schema starts so).
+fn print_v1<T: Serialize>(body: &T) -> anyhow::Result<()> {
+    #[derive(Serialize)]
+    struct V<'a, T> {
+        schema_version: u32,
+        #[serde(flatten)]
+        body: &'a T,
+    }
+    print_json(&V {
+        schema_version: 1,
+        body,
+    })
+}
+
+/// The files `put` or `get` copied: JSON `{"schema_version":1[,"node"],"files":[...]}`
+/// (`node`: the writer's, for `put`), else a line a file.
+fn print_copied(node: Option<u32>, files: Vec<Copied>, json: bool) -> anyhow::Result<()> {
+    if json {
+        #[derive(Serialize)]
+        struct J {
+            #[serde(skip_serializing_if = "Option::is_none")]
+            node: Option<u32>,
+            files: Vec<Copied>,
+        }
+        return print_v1(&J { node, files });
+    }
+    for f in &files {
+        outln!("{} -> {}: {} bytes", quote(&f.src), quote(&f.dest), f.bytes)?;
+    }
+    Ok(())
 }
 
 fn join(dir: &str, name: &[u8]) -> String {
@@ -302,15 +336,13 @@ fn stat(fs: &Fs, json: bool) -> anyhow::Result<()> {
     if json {
         #[derive(Serialize)]
         struct J {
-            schema_version: u32,
             block_size: u64,
             total_bytes: u64,
             free_bytes: u64,
             files: u64,
             nodes: Vec<NodeStat>,
         }
-        return print_json(&J {
-            schema_version: 1,
+        return print_v1(&J {
             block_size: bs,
             total_bytes: s.total_blocks * bs,
             free_bytes: s.free_blocks * bs,
@@ -374,27 +406,18 @@ fn put_file(
         .map(|m| m.permissions().mode() & 0o7777)
         .unwrap_or(0o644);
     let c = caller();
-    let ino = match fs.lookup(parent, name, &c) {
-        Ok(a) if a.kind == Kind::File => {
-            fs.setattr(
-                a.ino,
-                &SetAttr {
-                    size: Some(0),
-                    ..SetAttr::default()
-                },
-                &c,
-            )
+    let (ino, existed) = existing_or_new(fs, parent, name, dest, Kind::File, || {
+        fs.create(parent, name, mode, &c)
+            .map_err(|e| fs_err(e, dest, "creating"))
+    })?;
+    if existed {
+        let cut = SetAttr {
+            size: Some(0),
+            ..SetAttr::default()
+        };
+        fs.setattr(ino, &cut, &c)
             .map_err(|e| fs_err(e, dest, "truncating"))?;
-            a.ino
-        }
-        Ok(_) => bail!("{} exists in the volume and is not a file", quote(dest)),
-        Err(FsError::NotFound) => {
-            fs.create(parent, name, mode, &c)
-                .map_err(|e| fs_err(e, dest, "creating"))?
-                .ino
-        }
-        Err(e) => return Err(fs_err(e, dest, "looking up")),
-    };
+    }
     let mut buf = vec![0u8; CHUNK];
     let mut off = 0u64;
     loop {
@@ -423,6 +446,32 @@ fn put_file(
     Ok(off)
 }
 
+/// The inode `name` in `parent` if it is there and of `kind` (`true`: it was there), else
+/// what `make` creates; an entry of another kind is refused.
+fn existing_or_new(
+    fs: &Fs,
+    parent: u64,
+    name: &[u8],
+    dest: &str,
+    kind: Kind,
+    make: impl FnOnce() -> anyhow::Result<numaio_fs::FileAttr>,
+) -> anyhow::Result<(u64, bool)> {
+    match fs.lookup(parent, name, &caller()) {
+        Ok(a) if a.kind == kind => Ok((a.ino, true)),
+        Ok(_) => bail!(
+            "{} exists in the volume and is not a {}",
+            quote(dest),
+            if kind == Kind::Dir {
+                "directory"
+            } else {
+                "file"
+            }
+        ),
+        Err(FsError::NotFound) => Ok((make()?.ino, false)),
+        Err(e) => Err(fs_err(e, dest, "looking up")),
+    }
+}
+
 fn put_tree(
     fs: &Fs,
     src: &Path,
@@ -434,20 +483,10 @@ fn put_tree(
 ) -> anyhow::Result<()> {
     let meta = std::fs::metadata(src).with_context(|| format!("{}: stat", quote(src)))?;
     if meta.is_dir() {
-        let c = caller();
-        let ino = match fs.lookup(parent, name, &c) {
-            Ok(a) if a.kind == Kind::Dir => a.ino,
-            Ok(_) => bail!(
-                "{} exists in the volume and is not a directory",
-                quote(dest)
-            ),
-            Err(FsError::NotFound) => {
-                fs.mkdir(parent, name, meta.permissions().mode() & 0o7777, &c)
-                    .map_err(|e| fs_err(e, dest, "making directory"))?
-                    .ino
-            }
-            Err(e) => return Err(fs_err(e, dest, "looking up")),
-        };
+        let (ino, _) = existing_or_new(fs, parent, name, dest, Kind::Dir, || {
+            fs.mkdir(parent, name, meta.permissions().mode() & 0o7777, &caller())
+                .map_err(|e| fs_err(e, dest, "making directory"))
+        })?;
         let mut kids: Vec<_> = std::fs::read_dir(src)
             .with_context(|| format!("{}: reading the directory", quote(src)))?
             .collect::<Result<_, _>>()
@@ -518,23 +557,7 @@ fn put(fs: &Fs, paths: &[PathBuf], fsync: bool, json: bool) -> anyhow::Result<()
             put_tree(fs, &srcs[0], parent, name, &dest, fsync, &mut out)?;
         }
     }
-    if json {
-        #[derive(Serialize)]
-        struct J {
-            schema_version: u32,
-            node: u32,
-            files: Vec<Copied>,
-        }
-        return print_json(&J {
-            schema_version: 1,
-            node: c.node,
-            files: out,
-        });
-    }
-    for f in &out {
-        outln!("{} -> {}: {} bytes", quote(&f.src), quote(&f.dest), f.bytes)?;
-    }
-    Ok(())
+    print_copied(Some(c.node), out, json)
 }
 
 fn get_tree(
@@ -603,21 +626,7 @@ fn get(fs: &Fs, src: &str, dest: &Path, json: bool) -> anyhow::Result<()> {
     };
     let mut out = Vec::new();
     get_tree(fs, ino, src, &dest, &mut out)?;
-    if json {
-        #[derive(Serialize)]
-        struct J {
-            schema_version: u32,
-            files: Vec<Copied>,
-        }
-        return print_json(&J {
-            schema_version: 1,
-            files: out,
-        });
-    }
-    for f in &out {
-        outln!("{} -> {}: {} bytes", quote(&f.src), quote(&f.dest), f.bytes)?;
-    }
-    Ok(())
+    print_copied(None, out, json)
 }
 
 #[derive(Serialize)]
@@ -664,13 +673,9 @@ fn ls(fs: &Fs, path: &str, long: bool, json: bool) -> anyhow::Result<()> {
     if json {
         #[derive(Serialize)]
         struct J {
-            schema_version: u32,
             entries: Vec<Entry>,
         }
-        return print_json(&J {
-            schema_version: 1,
-            entries: out,
-        });
+        return print_v1(&J { entries: out });
     }
     for e in &out {
         if long {
@@ -698,13 +703,11 @@ fn mkdir(fs: &Fs, path: &str, json: bool) -> anyhow::Result<()> {
     if json {
         #[derive(Serialize)]
         struct J<'a> {
-            schema_version: u32,
             path: &'a str,
             ino: u64,
             home: Option<u32>,
         }
-        return print_json(&J {
-            schema_version: 1,
+        return print_v1(&J {
             path,
             ino: a.ino,
             home: a.home,
@@ -748,13 +751,9 @@ fn rm(fs: &Fs, path: &str, recursive: bool, json: bool) -> anyhow::Result<()> {
     if json {
         #[derive(Serialize)]
         struct J {
-            schema_version: u32,
             removed: Vec<String>,
         }
-        return print_json(&J {
-            schema_version: 1,
-            removed: out,
-        });
+        return print_v1(&J { removed: out });
     }
     Ok(())
 }
@@ -853,13 +852,9 @@ fn map(fs: &Fs, v: &Volume, path: &str, json: bool) -> anyhow::Result<()> {
     if json {
         #[derive(Serialize)]
         struct J {
-            schema_version: u32,
             files: Vec<MapFile>,
         }
-        return print_json(&J {
-            schema_version: 1,
-            files: out,
-        });
+        return print_v1(&J { files: out });
     }
     for f in &out {
         let nodes: Vec<String> = f
@@ -909,15 +904,10 @@ fn policy_cmd(
     if json {
         #[derive(Serialize)]
         struct J<'a> {
-            schema_version: u32,
             path: &'a str,
             policy: String,
         }
-        return print_json(&J {
-            schema_version: 1,
-            path,
-            policy: p,
-        });
+        return print_v1(&J { path, policy: p });
     }
     outln!("{}: {p}", quote(path))
 }

@@ -26,7 +26,8 @@ pub struct MkfsArgs {
     /// DEV belongs to NODE (for files and devices whose sysfs numa_node is -1); repeatable.
     #[arg(long = "node-of", value_name = "DEV=NODE", value_parser = parse_rule)]
     node_of: Vec<NodeRule>,
-    /// Default placement: writer-local, directory, interleave, stripe:K:CHUNK or fixed:N.
+    /// Default placement: writer-local, directory, interleave, stripe:K[:CHUNK] (CHUNK 64K
+    /// when left out) or fixed:N.
     #[arg(long, value_name = "POLICY", default_value = "writer-local", value_parser = parse_policy)]
     placement: PlacementPolicy,
     /// Allocation group size (a multiple of 4K; default: 128M, smaller on small devices so

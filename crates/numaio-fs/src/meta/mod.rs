@@ -46,6 +46,27 @@ pub struct Attr {
     pub parent: u64,
 }
 
+impl Attr {
+    /// A new, empty directory owned by root under `parent`, made at `now`.
+    pub fn root_owned_dir(mode: u32, policy: PlacementPolicy, parent: u64, now: i64) -> Attr {
+        Attr {
+            kind: Kind::Dir,
+            mode,
+            uid: 0,
+            gid: 0,
+            nlink: 2,
+            size: 0,
+            atime: now,
+            mtime: now,
+            ctime: now,
+            policy,
+            policy_set: false,
+            home: None,
+            parent,
+        }
+    }
+}
+
 /// A directory entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Entry {
