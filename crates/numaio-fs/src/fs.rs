@@ -644,6 +644,13 @@ impl Fs {
         inner.journal.checkpoint(&*self.store, &inner.meta, seq)
     }
 
+    /// Bytes of the journal in use since the last checkpoint, and its size. A checkpoint
+    /// empties it once more than half is used.
+    pub fn journal_usage(&self) -> (u64, u64) {
+        let g = self.inner.lock();
+        (g.journal.pos, g.journal.capacity())
+    }
+
     /// Number of commits made durable since mount (tests use it to know what must survive).
     pub fn commits(&self) -> u64 {
         self.inner.lock().commits
