@@ -171,7 +171,7 @@ fn main() {
         "mount after a crash: {:.3} s ({} MiB of data, {} inodes, checkpoint seq {}, {} journal \
          records replayed)",
         secs,
-        (st.total_blocks - st.free_blocks) * st.block_size >> 20,
+        ((st.total_blocks - st.free_blocks) * st.block_size) >> 20,
         st.files,
         info.checkpoint_seq,
         info.replayed
