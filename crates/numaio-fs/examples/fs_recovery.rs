@@ -146,7 +146,7 @@ fn main() {
             .expect("create");
         fs.write(f.ino, 0, b"x", &root).expect("write");
         made += 1;
-        if made % 20 == 0 {
+        if made.is_multiple_of(20) {
             fs.sync().expect("sync");
         }
     }
