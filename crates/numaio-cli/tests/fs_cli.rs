@@ -480,6 +480,26 @@ fn directory_round_robin_goes_on_across_commands() {
         assert_eq!(m["files"][0]["nodes"][0]["node"], node, "{d}: {m}");
         assert_eq!(m["files"][0]["nodes"][0]["fraction"], 1.0, "{d}: {m}");
     }
+    // Metadata: every inode made here by a writer on this machine's node 0 (nodes of
+    // other CPUs would be theirs) is held by node 0's device.
+    let r = fs(&devs, "map", &["--json", "/d0/f.bin"]);
+    assert_eq!(json(&r)["files"][0]["meta_node"], 0);
+    let r = fs(&devs, "stat", &["--json"]);
+    let st = json(&r);
+    let per: Vec<u64> = st["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["inodes"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        per.iter().sum::<u64>(),
+        st["files"].as_u64().unwrap(),
+        "{st}"
+    );
+    if !Path::new("/sys/devices/system/node/node1").exists() {
+        assert_eq!(per, [st["files"].as_u64().unwrap(), 0], "{st}");
+    }
     let r = run(&["fsck", "-n", s(&v.a), s(&v.b)]);
     assert_eq!(r.code, Some(0), "fsck: {}{}", r.out(), r.stderr);
 }

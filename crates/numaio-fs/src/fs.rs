@@ -21,7 +21,7 @@ use crate::mkfs::{now_ns, MkfsOptions};
 use crate::store::BlockStore;
 use crate::{Caller, FsError, PlacementPolicy, BLOCK_SIZE};
 use parking_lot::Mutex;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 /// Longest name of a directory entry, in bytes.
@@ -73,6 +73,8 @@ pub struct FileAttr {
     pub ctime: i64,
     pub policy: PlacementPolicy,
     pub home: Option<u32>,
+    /// Node whose device holds this inode's metadata in the checkpoint.
+    pub meta_node: u32,
 }
 
 /// Changes for `setattr`; `None` leaves a field alone. Times in ns since the epoch.
@@ -120,8 +122,8 @@ struct Inner {
     alloc: Allocator,
     journal: Journal,
     pending: Vec<Record>,
-    /// A bound on the encoded size of `meta` (a checkpoint's payload).
-    meta_bytes: u64,
+    /// Per node, a bound on the framed size of its checkpoint shard.
+    meta_bytes: BTreeMap<u32, u64>,
     data_dirty: BTreeSet<u16>,
     open: HashMap<u64, u32>,
     commits: u64,
@@ -224,6 +226,7 @@ fn to_attr(ino: u64, i: &Inode) -> FileAttr {
         ctime: a.ctime,
         policy: a.policy.clone(),
         home: a.home,
+        meta_node: a.meta_node,
     }
 }
 
@@ -289,7 +292,21 @@ impl Inner {
         for e in freed {
             self.alloc.free(e);
         }
-        self.meta_bytes += growth(&r);
+        let node = match &r {
+            Record::NewInode { attr, .. } => Some(attr.meta_node),
+            Record::DirAdd { dir: ino, .. }
+            | Record::Map { ino, .. }
+            | Record::Unmap { ino, .. }
+            | Record::SetXattr { ino, .. } => Some(self.node_of(*ino)),
+            // What grows no inode: `DirHome` grows the volume-wide fields, which every
+            // shard carries (the other records here do not grow the metadata).
+            _ => None,
+        };
+        let g = growth(&r);
+        match node {
+            Some(n) => *self.meta_bytes.entry(n).or_default() += g,
+            None => self.meta_bytes.values_mut().for_each(|b| *b += g),
+        }
         self.pending.push(r);
         Ok(())
     }
@@ -298,23 +315,59 @@ impl Inner {
         self.rec(Record::SetAttr { ino, attr })
     }
 
-    /// Refuses an operation that would grow the metadata past what a checkpoint slot holds
-    /// (`extra`: a bound on what the operation adds), so a commit can always be written.
-    fn reserve(&mut self, extra: u64) -> Result<(), FsError> {
-        let cap = self
-            .journal
-            .slot_capacity()
-            .saturating_sub(crate::format::FRAME_HEADER as u64);
-        if self.meta_bytes + extra <= cap {
-            return Ok(());
+    /// The node holding the metadata of `ino` (for a missing inode, the first node's).
+    fn node_of(&self, ino: u64) -> u32 {
+        self.meta
+            .get(ino)
+            .map(|i| i.attr.meta_node)
+            .or_else(|| self.meta_bytes.keys().next().copied())
+            .unwrap_or(0)
+    }
+
+    /// Whether `extra` more bytes fit in `node`'s checkpoint shard.
+    fn fits_on(&mut self, node: u32, extra: u64) -> bool {
+        let cap = self.journal.slot_capacity();
+        if self.meta_bytes.get(&node).copied().unwrap_or(0) + extra <= cap {
+            return true;
         }
-        let exact = crate::format::encode(&self.meta).len() as u64;
-        self.meta_bytes = exact;
-        if exact + extra <= cap {
-            Ok(())
+        // The bound is loose: measure every shard again.
+        self.meta_bytes = journal::shard_sizes(&self.journal.header, &self.meta)
+            .into_iter()
+            .collect();
+        self.meta_bytes.get(&node).copied().unwrap_or(0) + extra <= cap
+    }
+
+    /// Refuses an operation that would grow the checkpoint shard of a node of `inos`
+    /// (those holding the inodes it changes) past what a slot holds (`extra`: a bound on
+    /// what the operation adds), so a commit can always be written.
+    fn reserve(&mut self, extra: u64, inos: &[u64]) -> Result<(), FsError> {
+        for &ino in inos {
+            let n = self.node_of(ino);
+            if !self.fits_on(n, extra) {
+                return Err(FsError::NoSpace);
+            }
+        }
+        Ok(())
+    }
+
+    /// The node for the metadata of a new inode created by `c` in directory `parent`: the
+    /// caller's node when the volume has it (else the parent's), or when that node's shard
+    /// is full the next node that has room, ascending and wrapping around.
+    fn meta_node_for(&mut self, c: &Caller, parent: u64, extra: u64) -> Result<u32, FsError> {
+        let nodes: Vec<u32> = self.meta_bytes.keys().copied().collect();
+        let want = if nodes.contains(&c.node) {
+            c.node
         } else {
-            Err(FsError::NoSpace)
+            self.node_of(parent)
+        };
+        let first = nodes.iter().position(|&n| n == want).unwrap_or(0);
+        for i in 0..nodes.len() {
+            let n = nodes[(first + i) % nodes.len()];
+            if self.fits_on(n, extra) {
+                return Ok(n);
+            }
         }
+        Err(FsError::NoSpace)
     }
 
     /// Drops one link of `ino` (a directory loses all); frees it when nothing holds it.
@@ -421,7 +474,7 @@ impl Inner {
         if need > self.free_blocks() {
             return Err(FsError::NoSpace);
         }
-        self.reserve(need * 48 + 200)?;
+        self.reserve(need * 48 + 200, &[ino])?;
         for &(l, n) in &holes {
             self.allocate(ino, l, n, c)?;
         }
@@ -582,7 +635,9 @@ impl Fs {
             replayed: rec.replayed,
             orphans_freed: 0,
         };
-        let meta_bytes = crate::format::encode(&rec.meta).len() as u64;
+        let meta_bytes = journal::shard_sizes(&rec.journal.header, &rec.meta)
+            .into_iter()
+            .collect();
         let mut inner = Inner {
             meta: rec.meta,
             alloc,
@@ -760,7 +815,7 @@ impl Fs {
             if size > MAX_FILE_SIZE {
                 return Err(FsError::TooBig);
             }
-            g.reserve(200)?;
+            g.reserve(200, &[ino])?;
             if size > a.size {
                 self.zero_tail(g, ino, a.size)?;
             }
@@ -785,7 +840,7 @@ impl Fs {
             a.mtime = t;
         }
         a.ctime = now;
-        g.reserve(200)?;
+        g.reserve(200, &[ino])?;
         g.set_attr(ino, a)?;
         Ok(to_attr(ino, g.inode(ino)?))
     }
@@ -849,7 +904,9 @@ impl Fs {
         if kind == Kind::Dir && pa.nlink >= MAX_LINKS {
             return Err(FsError::TooManyLinks);
         }
-        g.reserve(400 + name.len() as u64 + target.as_ref().map_or(0, |t| t.len() as u64))?;
+        let extra = 400 + name.len() as u64 + target.as_ref().map_or(0, |t| t.len() as u64);
+        g.reserve(extra, &[parent])?;
+        let meta_node = g.meta_node_for(c, parent, extra)?;
         let now = now_ns();
         let ino = g.meta.next_ino;
         let home = if kind == Kind::Dir && parent == ROOT_INO {
@@ -873,6 +930,7 @@ impl Fs {
             policy_set: false,
             home,
             parent: if kind == Kind::Dir { parent } else { 0 },
+            meta_node,
         };
         g.rec(Record::NewInode { ino, attr, target })?;
         g.rec(Record::DirAdd {
@@ -954,7 +1012,7 @@ impl Fs {
         if a.nlink == 0 {
             return Err(FsError::NotFound);
         }
-        g.reserve(300 + newname.len() as u64)?;
+        g.reserve(300 + newname.len() as u64, &[ino, newparent])?;
         let now = now_ns();
         a.nlink += 1;
         a.ctime = now;
@@ -978,7 +1036,7 @@ impl Fs {
         if e.kind == Kind::Dir {
             return Err(FsError::IsDir);
         }
-        g.reserve(300 + name.len() as u64)?;
+        g.reserve(300 + name.len() as u64, &[parent, e.ino])?;
         g.remove_entry(parent, name, e, now_ns())
     }
 
@@ -998,7 +1056,7 @@ impl Fs {
         {
             return Err(FsError::NotEmpty);
         }
-        g.reserve(300 + name.len() as u64)?;
+        g.reserve(300 + name.len() as u64, &[parent, e.ino])?;
         g.remove_entry(parent, name, e, now_ns())
     }
 
@@ -1071,7 +1129,10 @@ impl Fs {
                 return Err(FsError::TooManyLinks);
             }
         }
-        g.reserve(800 + (name.len() + newname.len()) as u64)?;
+        g.reserve(
+            800 + (name.len() + newname.len()) as u64,
+            &[parent, newparent, src.ino],
+        )?;
         let now = now_ns();
         if let Some(t) = tgt {
             g.remove_entry(newparent, newname, t, now)?;
@@ -1178,7 +1239,7 @@ impl Fs {
             let mut a = i.attr.clone();
             if a.atime <= a.mtime || a.atime <= a.ctime {
                 a.atime = now_ns();
-                if g.reserve(200).is_ok() {
+                if g.reserve(200, &[ino]).is_ok() {
                     g.set_attr(ino, a)?;
                 }
             }
@@ -1298,7 +1359,7 @@ impl Fs {
                 }
             }
             m if m == FALLOC_PUNCH_HOLE | FALLOC_KEEP_SIZE || m == FALLOC_PUNCH_HOLE => {
-                g.reserve(400)?;
+                g.reserve(400, &[ino])?;
                 let from = offset.div_ceil(BLOCK_SIZE);
                 let to = end / BLOCK_SIZE;
                 if from < to {
@@ -1413,7 +1474,7 @@ impl Fs {
             access(&a, c, 2)?;
         }
         let now = now_ns();
-        g.reserve(300 + (name.len() + value.len()) as u64)?;
+        g.reserve(300 + (name.len() + value.len()) as u64, &[ino])?;
         if name == PLACEMENT_XATTR {
             if c.uid != 0 && c.uid != a.uid {
                 return Err(FsError::NotPermitted);
@@ -1477,7 +1538,7 @@ impl Fs {
         if !g.inode(ino)?.xattrs.contains_key(name) {
             return Err(FsError::NoAttr);
         }
-        g.reserve(300)?;
+        g.reserve(300, &[ino])?;
         g.rec(Record::RemoveXattr {
             ino,
             name: name.to_vec(),

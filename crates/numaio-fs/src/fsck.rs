@@ -304,7 +304,13 @@ fn check(header: &Header, meta: &Meta, found: &mut Vec<String>, fixes: &mut Vec<
                 let now = crate::mkfs::now_ns();
                 fixes.push(Record::NewInode {
                     ino,
-                    attr: Attr::root_owned_dir(0o700, root.attr.policy.clone(), ROOT_INO, now),
+                    attr: Attr::root_owned_dir(
+                        0o700,
+                        root.attr.policy.clone(),
+                        ROOT_INO,
+                        root.attr.meta_node,
+                        now,
+                    ),
                     target: None,
                 });
                 fixes.push(Record::DirAdd {
@@ -381,7 +387,22 @@ fn check(header: &Header, meta: &Meta, found: &mut Vec<String>, fixes: &mut Vec<
         ));
         fixes.push(Record::DirHome { node: first });
     }
+    let first = nodes.first().copied().unwrap_or(0);
     for (&ino, i) in &meta.inodes {
+        if !nodes.contains(&i.attr.meta_node) {
+            found.push(format!(
+                "inode {ino}: metadata on node {}, which the volume does not have (moved to \
+                 node {first})",
+                i.attr.meta_node
+            ));
+            fixes.push(Record::SetAttr {
+                ino,
+                attr: Attr {
+                    meta_node: first,
+                    ..latest_attr(fixes, ino, &i.attr)
+                },
+            });
+        }
         if let Some(n) = i.attr.home.filter(|n| !nodes.contains(n)) {
             found.push(format!(
                 "inode {ino}: home node {n}, which the volume does not have (cleared)"

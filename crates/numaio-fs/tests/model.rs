@@ -586,6 +586,9 @@ fn damaged_images_fail_to_mount_or_recover_without_panicking() {
         (0, 37 * bs),
         (0, 69 * bs),
         (0, 69 * bs + 30),
+        // Node 1's checkpoint shard slots on device 1.
+        (1, bs),
+        (1, 33 * bs),
     ];
     let mut outcomes = BTreeMap::new();
     for k in 0..300 {

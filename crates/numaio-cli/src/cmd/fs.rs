@@ -44,12 +44,13 @@ struct Vol {
 
 #[derive(clap::Subcommand)]
 enum FsCmd {
-    /// Space per node: capacity, used, free, files with blocks there, misplaced blocks
+    /// Space per node: capacity, used, free, files with blocks there, inodes whose metadata
+    /// the node's device holds (their creator's node, unless it was full), misplaced blocks
     /// (of files whose placement names a node: fixed:N, or directory with its home node,
     /// that sit on another node), and the allocator's fallback blocks and soft errors since
     /// the volume was opened. JSON: {"schema_version":1,"block_size","total_bytes",
     /// "free_bytes","files","nodes":[{"node","capacity_bytes","used_bytes","free_bytes",
-    /// "files","misplaced_blocks","fallback_blocks","soft_errors"}]}
+    /// "files","inodes","misplaced_blocks","fallback_blocks","soft_errors"}]}
     Stat {
         #[command(flatten)]
         vol: Vol,
@@ -74,7 +75,8 @@ enum FsCmd {
         dest: PathBuf,
     },
     /// List a directory. JSON: {"schema_version":1,"entries":[{"name","ino","kind","size",
-    /// "mode","nlink","blocks","policy","home"}]}
+    /// "mode","nlink","blocks","policy","home","meta_node"}]} (meta_node: the node whose
+    /// device holds the inode's metadata)
     Ls {
         #[command(flatten)]
         vol: Vol,
@@ -101,8 +103,9 @@ enum FsCmd {
         path: String,
     },
     /// Each file's extents with device and node, and the fraction of its blocks on each node
-    /// (a directory: every file under it). JSON: {"schema_version":1,"files":[{"path","size",
-    /// "blocks","extents":[{"logical","dev","device","start","len","node"}],
+    /// (a directory: every file under it), and the node holding the file's metadata.
+    /// JSON: {"schema_version":1,"files":[{"path","size","blocks","meta_node",
+    /// "extents":[{"logical","dev","device","start","len","node"}],
     /// "nodes":[{"node","blocks","fraction"}]}]}
     Map {
         #[command(flatten)]
@@ -285,6 +288,7 @@ struct NodeStat {
     used_bytes: u64,
     free_bytes: u64,
     files: u64,
+    inodes: u64,
     misplaced_blocks: u64,
     fallback_blocks: u64,
     soft_errors: u64,
@@ -296,7 +300,9 @@ fn stat(fs: &Fs, json: bool) -> anyhow::Result<()> {
     // A file counts on every node that holds some of its blocks.
     let mut files: BTreeMap<u32, u64> = BTreeMap::new();
     let mut misplaced: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut inodes: BTreeMap<u32, u64> = BTreeMap::new();
     for (&ino, i) in &meta.inodes {
+        *inodes.entry(i.attr.meta_node).or_default() += 1;
         if i.attr.kind != Kind::File {
             continue;
         }
@@ -328,6 +334,7 @@ fn stat(fs: &Fs, json: bool) -> anyhow::Result<()> {
             used_bytes: (u.total_blocks - u.free_blocks.min(u.total_blocks)) * bs,
             free_bytes: u.free_blocks * bs,
             files: files.get(&u.node).copied().unwrap_or(0),
+            inodes: inodes.get(&u.node).copied().unwrap_or(0),
             misplaced_blocks: misplaced.get(&u.node).copied().unwrap_or(0),
             fallback_blocks: u.fallback_blocks,
             soft_errors: u.soft_errors,
@@ -357,24 +364,26 @@ fn stat(fs: &Fs, json: bool) -> anyhow::Result<()> {
         s.files
     )?;
     outln!(
-        "{:>4} {:>10} {:>10} {:>10} {:>7} {:>9} {:>9} {:>6}",
+        "{:>4} {:>10} {:>10} {:>10} {:>7} {:>7} {:>9} {:>9} {:>6}",
         "node",
         "capacity",
         "used",
         "free",
         "files",
+        "inodes",
         "misplaced",
         "fallback",
         "errors"
     )?;
     for n in &nodes {
         outln!(
-            "{:>4} {:>10} {:>10} {:>10} {:>7} {:>9} {:>9} {:>6}",
+            "{:>4} {:>10} {:>10} {:>10} {:>7} {:>7} {:>9} {:>9} {:>6}",
             n.node,
             human_bytes(n.capacity_bytes),
             human_bytes(n.used_bytes),
             human_bytes(n.free_bytes),
             n.files,
+            n.inodes,
             n.misplaced_blocks,
             n.fallback_blocks,
             n.soft_errors
@@ -641,6 +650,7 @@ struct Entry {
     policy: String,
     /// The node a `directory` placement puts this directory's files on.
     home: Option<u32>,
+    meta_node: u32,
 }
 
 fn ls(fs: &Fs, path: &str, long: bool, json: bool) -> anyhow::Result<()> {
@@ -668,6 +678,7 @@ fn ls(fs: &Fs, path: &str, long: bool, json: bool) -> anyhow::Result<()> {
             blocks: a.blocks,
             policy: a.policy.to_string(),
             home: a.home,
+            meta_node: a.meta_node,
         });
     }
     if json {
@@ -680,12 +691,13 @@ fn ls(fs: &Fs, path: &str, long: bool, json: bool) -> anyhow::Result<()> {
     for e in &out {
         if long {
             outln!(
-                "{:<7} {:04o} {:>3} {:>12} {:>8} {}",
+                "{:<7} {:04o} {:>3} {:>12} {:>8} m{} {}",
                 e.kind,
                 e.mode & 0o7777,
                 e.nlink,
                 e.size,
                 e.blocks,
+                e.meta_node,
                 quote(&e.name)
             )?;
         } else {
@@ -780,6 +792,7 @@ struct MapFile {
     path: String,
     size: u64,
     blocks: u64,
+    meta_node: u32,
     extents: Vec<MapExtent>,
     nodes: Vec<MapNode>,
 }
@@ -824,6 +837,7 @@ fn map_tree(
                 path: path.to_string(),
                 size: a.size,
                 blocks,
+                meta_node: a.meta_node,
                 extents,
                 nodes: per
                     .into_iter()
@@ -863,10 +877,11 @@ fn map(fs: &Fs, v: &Volume, path: &str, json: bool) -> anyhow::Result<()> {
             .map(|n| format!("node {} {:.1}%", n.node, n.fraction * 100.0))
             .collect();
         outln!(
-            "{}: {} bytes, {} blocks: {}",
+            "{}: {} bytes, {} blocks, metadata on node {}: {}",
             quote(&f.path),
             f.size,
             f.blocks,
+            f.meta_node,
             if nodes.is_empty() {
                 "no blocks".to_string()
             } else {

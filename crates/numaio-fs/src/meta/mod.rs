@@ -11,6 +11,8 @@ use crate::PlacementPolicy;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 
+pub mod shard;
+
 /// Inode number of the root directory.
 pub const ROOT_INO: u64 = 1;
 
@@ -44,11 +46,21 @@ pub struct Attr {
     pub home: Option<u32>,
     /// Parent directory (directories only; 1 for the root itself).
     pub parent: u64,
+    /// Node whose device holds this inode's metadata in the checkpoint: its creator's node,
+    /// or the next one when that node's checkpoint shard was full. Never changes.
+    pub meta_node: u32,
 }
 
 impl Attr {
-    /// A new, empty directory owned by root under `parent`, made at `now`.
-    pub fn root_owned_dir(mode: u32, policy: PlacementPolicy, parent: u64, now: i64) -> Attr {
+    /// A new, empty directory owned by root under `parent`, made at `now`, its metadata on
+    /// `meta_node`.
+    pub fn root_owned_dir(
+        mode: u32,
+        policy: PlacementPolicy,
+        parent: u64,
+        meta_node: u32,
+        now: i64,
+    ) -> Attr {
         Attr {
             kind: Kind::Dir,
             mode,
@@ -63,6 +75,7 @@ impl Attr {
             policy_set: false,
             home: None,
             parent,
+            meta_node,
         }
     }
 }
