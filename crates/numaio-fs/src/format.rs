@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 /// Version of the on-device format written by this code.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 /// Magic of a device label.
 pub const LABEL_MAGIC: &[u8; 8] = b"NUMAIOFS";
 /// Magic of the volume header.
