@@ -26,6 +26,7 @@ fn fresh_meta() -> Meta {
         policy_set: true,
         home: None,
         parent: ROOT_INO,
+        meta_node: 0,
     })
 }
 

@@ -61,6 +61,12 @@ impl fmt::Display for NodeRule {
     }
 }
 
+/// `stat` of a device path given by the user (opens nothing, so a FIFO cannot block).
+pub(crate) fn stat_device(path: &Path) -> Result<std::fs::Metadata, FsError> {
+    std::fs::metadata(path)
+        .map_err(|e| FsError::io(path, "looking up the device (check the path)", e))
+}
+
 /// `BLKGETSIZE64` (`_IOR(0x12, 114, size_t)`): the size of a block device in bytes.
 const BLKGETSIZE64: u64 = 0x8008_1272;
 
@@ -161,8 +167,7 @@ struct Probed {
 fn probe_one(path: &Path, mountinfo: &[(u32, u32)], swaps: &[PathBuf]) -> Result<Probed, FsError> {
     let invalid = |what: &str| FsError::Invalid(format!("{}: {what}", path.display()));
     // stat first: it opens nothing, so a FIFO or socket is refused without blocking.
-    let meta = std::fs::metadata(path)
-        .map_err(|e| FsError::io(path, "looking up the device (stat); check the path", e))?;
+    let meta = stat_device(path)?;
     let ft = meta.file_type();
     if ft.is_dir() {
         return Err(invalid(

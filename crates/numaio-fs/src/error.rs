@@ -37,13 +37,14 @@ pub enum FsError {
     /// The volume is mounted read-only.
     #[error("read-only file system")]
     ReadOnly,
-    /// Reading or writing a device failed; names the device and the step.
-    #[error("{what} on {}: {source}", device.display())]
+    /// Reading or writing a device failed; names the device and the step. The OS error is
+    /// part of the message and deliberately not also exposed as `source()`: an error chain
+    /// printed whole (`{:#}`) would show it twice.
+    #[error("{}: {what}: {err}", device.display())]
     Io {
         device: PathBuf,
         what: String,
-        #[source]
-        source: io::Error,
+        err: io::Error,
     },
     /// The volume's on-device structures are damaged or belong to another volume: it is not
     /// mounted and nothing is written to it.
@@ -69,7 +70,7 @@ impl FsError {
             FsError::TooManyLinks => libc::EMLINK,
             FsError::TooBig => libc::EFBIG,
             FsError::ReadOnly => libc::EROFS,
-            FsError::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
+            FsError::Io { err, .. } => err.raw_os_error().unwrap_or(libc::EIO),
             FsError::Corrupt { .. } => libc::EUCLEAN,
         }
     }
@@ -79,7 +80,7 @@ impl FsError {
         FsError::Io {
             device: device.into(),
             what: what.into(),
-            source,
+            err: source,
         }
     }
 }

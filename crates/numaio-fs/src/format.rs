@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 /// Version of the on-device format written by this code.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 3;
 /// Magic of a device label.
 pub const LABEL_MAGIC: &[u8; 8] = b"NUMAIOFS";
 /// Magic of the volume header.
@@ -86,14 +86,36 @@ impl Header {
     pub fn data_start(&self, dev: usize) -> u64 {
         if dev == 0 {
             self.meta_end()
+        } else if self.is_shard_dev(dev) {
+            1 + 2 * self.checkpoint_blocks
         } else {
             1
         }
     }
 
-    /// First block of checkpoint slot `slot` (0 = A, 1 = B).
-    pub fn slot_start(&self, slot: usize) -> u64 {
-        self.checkpoint_start + slot as u64 * self.checkpoint_blocks
+    /// The nodes of the volume (ascending) with the device holding each one's checkpoint
+    /// shard: the node's first device.
+    pub fn shard_devices(&self) -> Vec<(u32, u16)> {
+        let mut m: std::collections::BTreeMap<u32, u16> = std::collections::BTreeMap::new();
+        for (i, d) in self.devices.iter().enumerate() {
+            m.entry(d.node).or_insert(i as u16);
+        }
+        m.into_iter().collect()
+    }
+
+    /// Whether device `dev` holds a checkpoint shard (device 0 always does).
+    pub fn is_shard_dev(&self, dev: usize) -> bool {
+        dev == 0
+            || self
+                .devices
+                .get(dev)
+                .is_some_and(|d| !self.devices[..dev].iter().any(|e| e.node == d.node))
+    }
+
+    /// First block of checkpoint slot `slot` (0 = A, 1 = B) on shard device `dev`.
+    pub fn slot_start(&self, dev: u16, slot: usize) -> u64 {
+        let base = if dev == 0 { self.checkpoint_start } else { 1 };
+        base + slot as u64 * self.checkpoint_blocks
     }
 
     /// Number of allocation groups, computed without listing them.
@@ -150,6 +172,16 @@ impl Header {
         match self.journal_start.checked_add(self.journal_blocks) {
             Some(end) if end.saturating_mul(BLOCK_SIZE) <= self.devices[0].bytes => {}
             _ => return Err(bad("metadata area past the end of device 0".into())),
+        }
+        for (i, d) in self.devices.iter().enumerate().skip(1) {
+            if self.is_shard_dev(i)
+                && (1 + 2 * self.checkpoint_blocks).saturating_mul(BLOCK_SIZE) > d.bytes
+            {
+                return Err(bad(format!(
+                    "checkpoint slots past the end of device {i} ({})",
+                    d.path.display()
+                )));
+            }
         }
         let groups = self.group_count();
         if groups == 0 {
@@ -389,10 +421,20 @@ mod tests {
         let h = header();
         let b = h.to_blocks().unwrap();
         assert_eq!(Header::decode(&b, p).unwrap(), h);
-        // Groups: device 0 from block 29 (256 blocks: 14 whole groups), device 1 from 1.
+        // Groups: device 0 from block 29 (256 blocks: 14 whole groups), device 1 (node 1's
+        // first) after node 1's checkpoint slots, from block 17.
         let g = h.groups();
         assert_eq!(g.iter().filter(|g| g.dev == 0).count(), (256 - 29) / 16);
-        assert_eq!(g.iter().filter(|g| g.dev == 1).count(), 255 / 16);
+        assert_eq!(g.iter().filter(|g| g.dev == 1).count(), (256 - 17) / 16);
+        assert_eq!(h.shard_devices(), [(0, 0), (1, 1)]);
+        assert_eq!(
+            (h.slot_start(0, 1), h.slot_start(1, 0), h.slot_start(1, 1)),
+            (13, 1, 9)
+        );
+        let mut same_node = h.clone();
+        same_node.devices[1].node = 0;
+        assert_eq!(same_node.shard_devices(), [(0, 0)]);
+        assert_eq!(same_node.data_start(1), 1);
         for n in 0..b.len().min(64) {
             assert!(Header::decode(&b[..n], p).is_err());
         }

@@ -16,12 +16,12 @@
 use crate::alloc::{AllocRequest, Allocator, Extent, NodeUsage};
 use crate::format::{Header, Label, HEADER_BLOCKS};
 use crate::journal::{self, Journal};
-use crate::meta::{Attr, Inode, Kind, Meta, Record, FIRST_COOKIE, ROOT_INO};
+use crate::meta::{Attr, Entry, Inode, Kind, Meta, Record, FIRST_COOKIE, ROOT_INO};
 use crate::mkfs::{now_ns, MkfsOptions};
 use crate::store::BlockStore;
 use crate::{Caller, FsError, PlacementPolicy, BLOCK_SIZE};
 use parking_lot::Mutex;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 /// Longest name of a directory entry, in bytes.
@@ -73,6 +73,8 @@ pub struct FileAttr {
     pub ctime: i64,
     pub policy: PlacementPolicy,
     pub home: Option<u32>,
+    /// Node whose device holds this inode's metadata in the checkpoint.
+    pub meta_node: u32,
 }
 
 /// Changes for `setattr`; `None` leaves a field alone. Times in ns since the epoch.
@@ -120,8 +122,8 @@ struct Inner {
     alloc: Allocator,
     journal: Journal,
     pending: Vec<Record>,
-    /// A bound on the encoded size of `meta` (a checkpoint's payload).
-    meta_bytes: u64,
+    /// Per node, a bound on the framed size of its checkpoint shard.
+    meta_bytes: BTreeMap<u32, u64>,
     data_dirty: BTreeSet<u16>,
     open: HashMap<u64, u32>,
     commits: u64,
@@ -148,6 +150,7 @@ fn growth(r: &Record) -> u64 {
         Record::DirAdd { name, .. } => 40 + name.len() as u64,
         Record::SetXattr { name, value, .. } => 20 + (name.len() + value.len()) as u64,
         Record::Map { .. } | Record::Unmap { .. } => 32,
+        Record::DirHome { .. } => 8,
         _ => 0,
     }
 }
@@ -223,6 +226,7 @@ fn to_attr(ino: u64, i: &Inode) -> FileAttr {
         ctime: a.ctime,
         policy: a.policy.clone(),
         home: a.home,
+        meta_node: a.meta_node,
     }
 }
 
@@ -243,9 +247,43 @@ impl Inner {
         Ok(a)
     }
 
-    fn entry(&self, dir: u64, name: &[u8]) -> Result<crate::meta::Entry, FsError> {
+    fn entry(&self, dir: u64, name: &[u8]) -> Result<Entry, FsError> {
         let d = self.inode(dir)?.dir.as_ref().ok_or(FsError::NotDir)?;
         d.entries.get(name).copied().ok_or(FsError::NotFound)
+    }
+
+    /// The attributes of directory `dir` when `c` may add the entry `name` to it: the
+    /// directory still linked, write and search permission, `name` not there yet.
+    fn dir_for_new_entry(&self, dir: u64, name: &[u8], c: &Caller) -> Result<Attr, FsError> {
+        let a = self.dir_attr(dir)?;
+        if a.nlink == 0 {
+            return Err(FsError::NotFound);
+        }
+        access(&a, c, 3)?;
+        match self.entry(dir, name) {
+            Ok(_) => Err(FsError::Exists),
+            Err(FsError::NotFound) => Ok(a),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The entry `name` of directory `dir` when `c` may remove it (write and search
+    /// permission on the directory).
+    fn entry_to_remove(&self, dir: u64, name: &[u8], c: &Caller) -> Result<Entry, FsError> {
+        let a = self.dir_attr(dir)?;
+        access(&a, c, 3)?;
+        self.entry(dir, name)
+    }
+
+    /// Removes the entry `name` → `e` from `dir` and drops the link it held (a directory's
+    /// parent loses the link of its `..`).
+    fn remove_entry(&mut self, dir: u64, name: &[u8], e: Entry, now: i64) -> Result<(), FsError> {
+        self.rec(Record::DirRemove {
+            dir,
+            name: name.to_vec(),
+        })?;
+        self.touch_dir(dir, now, if e.kind == Kind::Dir { -1 } else { 0 })?;
+        self.drop_link(e.ino, now)
     }
 
     /// Applies `r` and queues it for the next commit; freed blocks wait for that commit.
@@ -254,7 +292,21 @@ impl Inner {
         for e in freed {
             self.alloc.free(e);
         }
-        self.meta_bytes += growth(&r);
+        let node = match &r {
+            Record::NewInode { attr, .. } => Some(attr.meta_node),
+            Record::DirAdd { dir: ino, .. }
+            | Record::Map { ino, .. }
+            | Record::Unmap { ino, .. }
+            | Record::SetXattr { ino, .. } => Some(self.node_of(*ino)),
+            // What grows no inode: `DirHome` grows the volume-wide fields, which every
+            // shard carries (the other records here do not grow the metadata).
+            _ => None,
+        };
+        let g = growth(&r);
+        match node {
+            Some(n) => *self.meta_bytes.entry(n).or_default() += g,
+            None => self.meta_bytes.values_mut().for_each(|b| *b += g),
+        }
         self.pending.push(r);
         Ok(())
     }
@@ -263,23 +315,59 @@ impl Inner {
         self.rec(Record::SetAttr { ino, attr })
     }
 
-    /// Refuses an operation that would grow the metadata past what a checkpoint slot holds
-    /// (`extra`: a bound on what the operation adds), so a commit can always be written.
-    fn reserve(&mut self, extra: u64) -> Result<(), FsError> {
-        let cap = self
-            .journal
-            .slot_capacity()
-            .saturating_sub(crate::format::FRAME_HEADER as u64);
-        if self.meta_bytes + extra <= cap {
-            return Ok(());
+    /// The node holding the metadata of `ino` (for a missing inode, the first node's).
+    fn node_of(&self, ino: u64) -> u32 {
+        self.meta
+            .get(ino)
+            .map(|i| i.attr.meta_node)
+            .or_else(|| self.meta_bytes.keys().next().copied())
+            .unwrap_or(0)
+    }
+
+    /// Whether `extra` more bytes fit in `node`'s checkpoint shard.
+    fn fits_on(&mut self, node: u32, extra: u64) -> bool {
+        let cap = self.journal.slot_capacity();
+        if self.meta_bytes.get(&node).copied().unwrap_or(0) + extra <= cap {
+            return true;
         }
-        let exact = crate::format::encode(&self.meta).len() as u64;
-        self.meta_bytes = exact;
-        if exact + extra <= cap {
-            Ok(())
+        // The bound is loose: measure every shard again.
+        self.meta_bytes = journal::shard_sizes(&self.journal.header, &self.meta)
+            .into_iter()
+            .collect();
+        self.meta_bytes.get(&node).copied().unwrap_or(0) + extra <= cap
+    }
+
+    /// Refuses an operation that would grow the checkpoint shard of a node of `inos`
+    /// (those holding the inodes it changes) past what a slot holds (`extra`: a bound on
+    /// what the operation adds), so a commit can always be written.
+    fn reserve(&mut self, extra: u64, inos: &[u64]) -> Result<(), FsError> {
+        for &ino in inos {
+            let n = self.node_of(ino);
+            if !self.fits_on(n, extra) {
+                return Err(FsError::NoSpace);
+            }
+        }
+        Ok(())
+    }
+
+    /// The node for the metadata of a new inode created by `c` in directory `parent`: the
+    /// caller's node when the volume has it (else the parent's), or when that node's shard
+    /// is full the next node that has room, ascending and wrapping around.
+    fn meta_node_for(&mut self, c: &Caller, parent: u64, extra: u64) -> Result<u32, FsError> {
+        let nodes: Vec<u32> = self.meta_bytes.keys().copied().collect();
+        let want = if nodes.contains(&c.node) {
+            c.node
         } else {
-            Err(FsError::NoSpace)
+            self.node_of(parent)
+        };
+        let first = nodes.iter().position(|&n| n == want).unwrap_or(0);
+        for i in 0..nodes.len() {
+            let n = nodes[(first + i) % nodes.len()];
+            if self.fits_on(n, extra) {
+                return Ok(n);
+            }
         }
+        Err(FsError::NoSpace)
     }
 
     /// Drops one link of `ino` (a directory loses all); frees it when nothing holds it.
@@ -386,7 +474,7 @@ impl Inner {
         if need > self.free_blocks() {
             return Err(FsError::NoSpace);
         }
-        self.reserve(need * 48 + 200)?;
+        self.reserve(need * 48 + 200, &[ino])?;
         for &(l, n) in &holes {
             self.allocate(ino, l, n, c)?;
         }
@@ -547,7 +635,9 @@ impl Fs {
             replayed: rec.replayed,
             orphans_freed: 0,
         };
-        let meta_bytes = crate::format::encode(&rec.meta).len() as u64;
+        let meta_bytes = journal::shard_sizes(&rec.journal.header, &rec.meta)
+            .into_iter()
+            .collect();
         let mut inner = Inner {
             meta: rec.meta,
             alloc,
@@ -607,6 +697,13 @@ impl Fs {
         let inner = &mut *g;
         let seq = inner.journal.seq;
         inner.journal.checkpoint(&*self.store, &inner.meta, seq)
+    }
+
+    /// Bytes of the journal in use since the last checkpoint, and its size. A checkpoint
+    /// empties it once more than half is used.
+    pub fn journal_usage(&self) -> (u64, u64) {
+        let g = self.inner.lock();
+        (g.journal.pos, g.journal.capacity())
     }
 
     /// Number of commits made durable since mount (tests use it to know what must survive).
@@ -718,7 +815,7 @@ impl Fs {
             if size > MAX_FILE_SIZE {
                 return Err(FsError::TooBig);
             }
-            g.reserve(200)?;
+            g.reserve(200, &[ino])?;
             if size > a.size {
                 self.zero_tail(g, ino, a.size)?;
             }
@@ -743,7 +840,7 @@ impl Fs {
             a.mtime = t;
         }
         a.ctime = now;
-        g.reserve(200)?;
+        g.reserve(200, &[ino])?;
         g.set_attr(ino, a)?;
         Ok(to_attr(ino, g.inode(ino)?))
     }
@@ -803,24 +900,19 @@ impl Fs {
         check_new_name(name)?;
         let mut g = self.lock_rw()?;
         let g = &mut *g;
-        let pa = g.dir_attr(parent)?;
-        if pa.nlink == 0 {
-            return Err(FsError::NotFound);
-        }
-        access(&pa, c, 3)?;
-        match g.entry(parent, name) {
-            Ok(_) => return Err(FsError::Exists),
-            Err(FsError::NotFound) => {}
-            Err(e) => return Err(e),
-        }
+        let pa = g.dir_for_new_entry(parent, name, c)?;
         if kind == Kind::Dir && pa.nlink >= MAX_LINKS {
             return Err(FsError::TooManyLinks);
         }
-        g.reserve(400 + name.len() as u64 + target.as_ref().map_or(0, |t| t.len() as u64))?;
+        let extra = 400 + name.len() as u64 + target.as_ref().map_or(0, |t| t.len() as u64);
+        g.reserve(extra, &[parent])?;
+        let meta_node = g.meta_node_for(c, parent, extra)?;
         let now = now_ns();
         let ino = g.meta.next_ino;
         let home = if kind == Kind::Dir && parent == ROOT_INO {
-            Some(g.alloc.directory_home())
+            let node = g.alloc.directory_home(g.meta.last_home);
+            g.rec(Record::DirHome { node })?;
+            Some(node)
         } else {
             pa.home
         };
@@ -838,6 +930,7 @@ impl Fs {
             policy_set: false,
             home,
             parent: if kind == Kind::Dir { parent } else { 0 },
+            meta_node,
         };
         g.rec(Record::NewInode { ino, attr, target })?;
         g.rec(Record::DirAdd {
@@ -912,18 +1005,14 @@ impl Fs {
         if a.kind == Kind::Dir {
             return Err(FsError::NotPermitted);
         }
-        let pa = g.dir_attr(newparent)?;
-        access(&pa, c, 3)?;
-        if g.entry(newparent, newname).is_ok() {
-            return Err(FsError::Exists);
-        }
+        g.dir_for_new_entry(newparent, newname, c)?;
         if a.nlink >= MAX_LINKS {
             return Err(FsError::TooManyLinks);
         }
         if a.nlink == 0 {
             return Err(FsError::NotFound);
         }
-        g.reserve(300 + newname.len() as u64)?;
+        g.reserve(300 + newname.len() as u64, &[ino, newparent])?;
         let now = now_ns();
         a.nlink += 1;
         a.ctime = now;
@@ -943,31 +1032,19 @@ impl Fs {
     pub fn unlink(&self, parent: u64, name: &[u8], c: &Caller) -> Result<(), FsError> {
         check_old_name(name)?;
         let mut g = self.lock_rw()?;
-        let g = &mut *g;
-        let pa = g.dir_attr(parent)?;
-        access(&pa, c, 3)?;
-        let e = g.entry(parent, name)?;
+        let e = g.entry_to_remove(parent, name, c)?;
         if e.kind == Kind::Dir {
             return Err(FsError::IsDir);
         }
-        g.reserve(300 + name.len() as u64)?;
-        let now = now_ns();
-        g.rec(Record::DirRemove {
-            dir: parent,
-            name: name.to_vec(),
-        })?;
-        g.touch_dir(parent, now, 0)?;
-        g.drop_link(e.ino, now)
+        g.reserve(300 + name.len() as u64, &[parent, e.ino])?;
+        g.remove_entry(parent, name, e, now_ns())
     }
 
     /// Removes the empty directory `name` from `parent`.
     pub fn rmdir(&self, parent: u64, name: &[u8], c: &Caller) -> Result<(), FsError> {
         check_old_name(name)?;
         let mut g = self.lock_rw()?;
-        let g = &mut *g;
-        let pa = g.dir_attr(parent)?;
-        access(&pa, c, 3)?;
-        let e = g.entry(parent, name)?;
+        let e = g.entry_to_remove(parent, name, c)?;
         if e.kind != Kind::Dir {
             return Err(FsError::NotDir);
         }
@@ -979,14 +1056,8 @@ impl Fs {
         {
             return Err(FsError::NotEmpty);
         }
-        g.reserve(300 + name.len() as u64)?;
-        let now = now_ns();
-        g.rec(Record::DirRemove {
-            dir: parent,
-            name: name.to_vec(),
-        })?;
-        g.touch_dir(parent, now, -1)?;
-        g.drop_link(e.ino, now)
+        g.reserve(300 + name.len() as u64, &[parent, e.ino])?;
+        g.remove_entry(parent, name, e, now_ns())
     }
 
     /// Moves `parent/name` to `newparent/newname`, replacing what is there atomically unless
@@ -1009,11 +1080,9 @@ impl Fs {
         check_old_name(newname)?;
         let mut g = self.lock_rw()?;
         let g = &mut *g;
-        let pa = g.dir_attr(parent)?;
+        let src = g.entry_to_remove(parent, name, c)?;
         let npa = g.dir_attr(newparent)?;
-        access(&pa, c, 3)?;
         access(&npa, c, 3)?;
-        let src = g.entry(parent, name)?;
         let tgt = match g.entry(newparent, newname) {
             Ok(t) => Some(t),
             Err(FsError::NotFound) => None,
@@ -1060,17 +1129,13 @@ impl Fs {
                 return Err(FsError::TooManyLinks);
             }
         }
-        g.reserve(800 + (name.len() + newname.len()) as u64)?;
+        g.reserve(
+            800 + (name.len() + newname.len()) as u64,
+            &[parent, newparent, src.ino],
+        )?;
         let now = now_ns();
         if let Some(t) = tgt {
-            g.rec(Record::DirRemove {
-                dir: newparent,
-                name: newname.to_vec(),
-            })?;
-            if t.kind == Kind::Dir {
-                g.touch_dir(newparent, now, -1)?;
-            }
-            g.drop_link(t.ino, now)?;
+            g.remove_entry(newparent, newname, t, now)?;
         }
         g.rec(Record::DirRemove {
             dir: parent,
@@ -1174,7 +1239,7 @@ impl Fs {
             let mut a = i.attr.clone();
             if a.atime <= a.mtime || a.atime <= a.ctime {
                 a.atime = now_ns();
-                if g.reserve(200).is_ok() {
+                if g.reserve(200, &[ino]).is_ok() {
                     g.set_attr(ino, a)?;
                 }
             }
@@ -1294,7 +1359,7 @@ impl Fs {
                 }
             }
             m if m == FALLOC_PUNCH_HOLE | FALLOC_KEEP_SIZE || m == FALLOC_PUNCH_HOLE => {
-                g.reserve(400)?;
+                g.reserve(400, &[ino])?;
                 let from = offset.div_ceil(BLOCK_SIZE);
                 let to = end / BLOCK_SIZE;
                 if from < to {
@@ -1409,7 +1474,7 @@ impl Fs {
             access(&a, c, 2)?;
         }
         let now = now_ns();
-        g.reserve(300 + (name.len() + value.len()) as u64)?;
+        g.reserve(300 + (name.len() + value.len()) as u64, &[ino])?;
         if name == PLACEMENT_XATTR {
             if c.uid != 0 && c.uid != a.uid {
                 return Err(FsError::NotPermitted);
@@ -1473,7 +1538,7 @@ impl Fs {
         if !g.inode(ino)?.xattrs.contains_key(name) {
             return Err(FsError::NoAttr);
         }
-        g.reserve(300)?;
+        g.reserve(300, &[ino])?;
         g.rec(Record::RemoveXattr {
             ino,
             name: name.to_vec(),

@@ -5,7 +5,8 @@
 //! extent inside the allocation groups and owned by one inode only, directory entries
 //! pointing at existing inodes of the right kind, every directory reachable from the root
 //! exactly once with the right parent, link counts against the directory references, sizes
-//! against what the inode kind allows, and counts the free space. Unlinked inodes (orphans
+//! against what the inode kind allows, home nodes (each inode's and the directory round
+//! robin's) among the volume's nodes, and counts the free space. Unlinked inodes (orphans
 //! of files open at a crash) are counted; mount frees them.
 //!
 //! Nothing is written unless `repair` is set; a repair fixes link counts, dangling or
@@ -19,7 +20,7 @@ use crate::meta::{Attr, Kind, Meta, Record, ROOT_INO};
 use crate::store::BlockStore;
 use crate::{Fs, FsError, BLOCK_SIZE};
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 /// What fsck may do.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -100,12 +101,7 @@ pub fn fsck(store: &dyn BlockStore, o: &FsckOptions) -> Result<FsckReport, FsErr
     }
     let groups = header.groups();
     r.total_blocks = groups.iter().fold(0u64, |n, g| n.saturating_add(g.blocks));
-    r.used_blocks = meta
-        .inodes
-        .values()
-        .flat_map(|i| i.extents.values())
-        .fold(0u64, |n, e| n.saturating_add(e.len));
-    r.free_blocks = r.total_blocks.saturating_sub(r.used_blocks);
+    count_space(&mut r, &meta);
     if !o.repair {
         r.errors = found;
         return Ok(r);
@@ -139,13 +135,18 @@ pub fn fsck(store: &dyn BlockStore, o: &FsckOptions) -> Result<FsckReport, FsErr
     r.errors
         .extend(failed.into_iter().map(|e| format!("repair failed: {e}")));
     r.inodes = meta.inodes.len() as u64;
+    count_space(&mut r, &meta);
+    Ok(r)
+}
+
+/// Blocks used by the inodes of `meta` and free of the volume's, into `r`.
+fn count_space(r: &mut FsckReport, meta: &Meta) {
     r.used_blocks = meta
         .inodes
         .values()
         .flat_map(|i| i.extents.values())
         .fold(0u64, |n, e| n.saturating_add(e.len));
     r.free_blocks = r.total_blocks.saturating_sub(r.used_blocks);
-    Ok(r)
 }
 
 /// Finds problems in `meta`; pushes a description of each to `found` and the records that
@@ -303,21 +304,13 @@ fn check(header: &Header, meta: &Meta, found: &mut Vec<String>, fixes: &mut Vec<
                 let now = crate::mkfs::now_ns();
                 fixes.push(Record::NewInode {
                     ino,
-                    attr: Attr {
-                        kind: Kind::Dir,
-                        mode: 0o700,
-                        uid: 0,
-                        gid: 0,
-                        nlink: 2,
-                        size: 0,
-                        atime: now,
-                        mtime: now,
-                        ctime: now,
-                        policy: root.attr.policy.clone(),
-                        policy_set: false,
-                        home: None,
-                        parent: ROOT_INO,
-                    },
+                    attr: Attr::root_owned_dir(
+                        0o700,
+                        root.attr.policy.clone(),
+                        ROOT_INO,
+                        root.attr.meta_node,
+                        now,
+                    ),
                     target: None,
                 });
                 fixes.push(Record::DirAdd {
@@ -378,6 +371,46 @@ fn check(header: &Header, meta: &Meta, found: &mut Vec<String>, fixes: &mut Vec<
                 ino,
                 attr: Attr {
                     nlink: want,
+                    ..latest_attr(fixes, ino, &i.attr)
+                },
+            });
+        }
+    }
+    // Home nodes (the `directory` policy's round robin and each inode's home) must be nodes
+    // of the volume; a wrong one would send new blocks to the wrong node or nowhere.
+    let nodes: BTreeSet<u32> = header.devices.iter().map(|d| d.node).collect();
+    if let Some(n) = meta.last_home.filter(|n| !nodes.contains(n)) {
+        let first = nodes.first().copied().unwrap_or(0);
+        found.push(format!(
+            "the directory round robin stands at node {n}, which the volume does not have \
+             (restarted at node {first})"
+        ));
+        fixes.push(Record::DirHome { node: first });
+    }
+    let first = nodes.first().copied().unwrap_or(0);
+    for (&ino, i) in &meta.inodes {
+        if !nodes.contains(&i.attr.meta_node) {
+            found.push(format!(
+                "inode {ino}: metadata on node {}, which the volume does not have (moved to \
+                 node {first})",
+                i.attr.meta_node
+            ));
+            fixes.push(Record::SetAttr {
+                ino,
+                attr: Attr {
+                    meta_node: first,
+                    ..latest_attr(fixes, ino, &i.attr)
+                },
+            });
+        }
+        if let Some(n) = i.attr.home.filter(|n| !nodes.contains(n)) {
+            found.push(format!(
+                "inode {ino}: home node {n}, which the volume does not have (cleared)"
+            ));
+            fixes.push(Record::SetAttr {
+                ino,
+                attr: Attr {
+                    home: None,
                     ..latest_attr(fixes, ino, &i.attr)
                 },
             });

@@ -8,16 +8,20 @@
 //!
 //! When the journal is more than half full (or a commit would not fit in what is left), the
 //! whole metadata is written as a *checkpoint* to the slot not holding the newest one, with
-//! the sequence number of the last commit it contains, and synced; only then does the
-//! journal start again from its beginning. Records there from before the checkpoint carry
+//! the sequence number of the last commit it contains: one shard per node, each on that
+//! node's first device and holding the inodes whose metadata lives there
+//! ([`crate::meta::shard`]). Every shard device is synced; only then does the journal start
+//! again from its beginning. Records there from before the checkpoint carry
 //! older sequence numbers, so recovery never mistakes them for new ones. The checksum
 //! covers the volume UUID too, so nothing left by an earlier volume on the device is read.
 //!
-//! Recovery: the newest checkpoint whose checksum holds, then the journal records from the
+//! Recovery: the newest slot whose shards all check out and carry the same sequence number
+//! (a checkpoint cut short between shards is never used), then the journal records from the
 //! journal's start as long as each is whole, checks out and carries the next sequence
 //! number.
 
 use crate::format::{self, Header, CHECKPOINT_MAGIC, FRAME_HEADER, RECORD_HEADER};
+use crate::meta::shard::{self, Shard};
 use crate::meta::{Meta, Record};
 use crate::store::BlockStore;
 use crate::{FsError, BLOCK_SIZE};
@@ -105,43 +109,116 @@ impl Journal {
         Ok(())
     }
 
-    /// Writes `meta` as checkpoint `seq` to the inactive slot, syncs, and restarts the
-    /// journal after it. [`FsError::NoSpace`] when the metadata does not fit in a slot.
+    /// Writes `meta` as checkpoint `seq` to the inactive slot of every node's shard device,
+    /// syncs them all, and only then restarts the journal after it. [`FsError::NoSpace`]
+    /// (before anything is written) when a node's shard does not fit in a slot.
     pub fn checkpoint(
         &mut self,
         store: &dyn BlockStore,
         meta: &Meta,
         seq: u64,
     ) -> Result<(), FsError> {
-        let payload = format::encode(meta);
-        let framed = format::frame(CHECKPOINT_MAGIC, &self.uuid, seq, &payload);
-        if framed.len() as u64 > self.slot_capacity() {
-            return Err(FsError::NoSpace);
+        let framed = encode_shards(&self.header, meta, seq)?;
+        let slot = 1 - self.active_slot;
+        let mut bytes = 0;
+        for (dev, f) in framed {
+            bytes += f.len() as u64;
+            write_shard(store, &self.header, dev, slot, f)?;
         }
-        write_checkpoint(store, &self.header, 1 - self.active_slot, framed)?;
-        self.active_slot = 1 - self.active_slot;
+        for (_, dev) in self.header.shard_devices() {
+            store.sync(dev)?;
+        }
+        self.active_slot = slot;
         self.pos = 0;
         self.tail = vec![0; BLOCK_SIZE as usize];
         self.seq = seq;
-        self.checkpoint_bytes = payload.len() as u64;
+        self.checkpoint_bytes = bytes;
         Ok(())
     }
 }
 
-/// Writes a framed checkpoint to `slot` and syncs device 0.
-pub fn write_checkpoint(
+/// Bytes of the framed shard of each node of `meta` (ascending nodes).
+pub fn shard_sizes(header: &Header, meta: &Meta) -> Vec<(u32, u64)> {
+    let nodes: Vec<u32> = header.shard_devices().iter().map(|x| x.0).collect();
+    shard::split(meta, &nodes)
+        .iter()
+        .map(|s| (s.node, (FRAME_HEADER + format::encode(s).len()) as u64))
+        .collect()
+}
+
+/// Encodes and frames every node's shard of `meta` as checkpoint `seq`: `(device, bytes)`.
+/// [`FsError::NoSpace`] when one does not fit in a slot.
+pub fn encode_shards(
+    header: &Header,
+    meta: &Meta,
+    seq: u64,
+) -> Result<Vec<(u16, Vec<u8>)>, FsError> {
+    let devs = header.shard_devices();
+    let nodes: Vec<u32> = devs.iter().map(|x| x.0).collect();
+    let cap = header.checkpoint_blocks * BLOCK_SIZE;
+    let mut out = Vec::with_capacity(devs.len());
+    for (s, (_, dev)) in shard::split(meta, &nodes).iter().zip(&devs) {
+        let framed = format::frame(CHECKPOINT_MAGIC, &header.uuid, seq, &format::encode(s));
+        if framed.len() as u64 > cap {
+            return Err(FsError::NoSpace);
+        }
+        out.push((*dev, framed));
+    }
+    Ok(out)
+}
+
+/// Writes a framed shard to `slot` of shard device `dev` (not synced).
+pub fn write_shard(
     store: &dyn BlockStore,
     header: &Header,
+    dev: u16,
     slot: usize,
     mut framed: Vec<u8>,
 ) -> Result<(), FsError> {
     let bs = BLOCK_SIZE as usize;
     framed.resize(framed.len().div_ceil(bs) * bs, 0);
-    store.write_at(0, header.slot_start(slot) * BLOCK_SIZE, &framed)?;
-    store.sync(0)
+    store.write_at(dev, header.slot_start(dev, slot) * BLOCK_SIZE, &framed)
 }
 
-/// Reads checkpoint slot `slot`: `(seq, meta, encoded size)`.
+/// Reads the shard in slot `slot` of shard device `dev`: `(seq, shard, framed size)`.
+fn read_shard(
+    store: &dyn BlockStore,
+    header: &Header,
+    dev: u16,
+    slot: usize,
+) -> Result<(u64, Shard, u64), FsError> {
+    let device = store
+        .devices()
+        .get(dev as usize)
+        .map(|d| d.path.clone())
+        .unwrap_or_default();
+    let what = if slot == 0 {
+        "checkpoint A"
+    } else {
+        "checkpoint B"
+    };
+    let off = header.slot_start(dev, slot) * BLOCK_SIZE;
+    let mut first = vec![0u8; BLOCK_SIZE as usize];
+    store.read_at(dev, off, &mut first)?;
+    let (_, len, _) = format::frame_header(CHECKPOINT_MAGIC, &first, &device, what)?;
+    let cap = header.checkpoint_blocks * BLOCK_SIZE;
+    if len > cap - FRAME_HEADER as u64 {
+        return Err(corrupt(
+            &device,
+            format!("{what}: length {len} past the end of its slot ({cap} bytes)"),
+        ));
+    }
+    let total = (FRAME_HEADER as u64 + len).div_ceil(BLOCK_SIZE) * BLOCK_SIZE;
+    let mut all = vec![0u8; total as usize];
+    store.read_at(dev, off, &mut all)?;
+    let (seq, payload) =
+        format::unframe(CHECKPOINT_MAGIC, Some(&header.uuid), &all, &device, what)?;
+    let sh: Shard = format::decode_payload(payload, &device, what)?;
+    Ok((seq, sh, FRAME_HEADER as u64 + len))
+}
+
+/// Reads checkpoint slot `slot` on every node: `(seq, meta, encoded size)` when every shard
+/// checks out, carries the same sequence number and belongs where it was found.
 pub fn read_checkpoint(
     store: &dyn BlockStore,
     header: &Header,
@@ -153,26 +230,51 @@ pub fn read_checkpoint(
     } else {
         "checkpoint B"
     };
-    let off = header.slot_start(slot) * BLOCK_SIZE;
-    let mut first = vec![0u8; BLOCK_SIZE as usize];
-    store.read_at(0, off, &mut first)?;
-    let (_, len, _) = format::frame_header(CHECKPOINT_MAGIC, &first, device, what)?;
-    let cap = header.checkpoint_blocks * BLOCK_SIZE;
-    if len > cap - FRAME_HEADER as u64 {
-        return Err(corrupt(
-            device,
-            format!("{what}: length {len} past the end of its slot ({cap} bytes)"),
-        ));
+    let devs = header.shard_devices();
+    let mut seq = None;
+    let mut shards = Vec::with_capacity(devs.len());
+    let mut bytes = 0;
+    for &(node, dev) in &devs {
+        let (s, sh, n) = read_shard(store, header, dev, slot)?;
+        if *seq.get_or_insert(s) != s {
+            return Err(corrupt(
+                device,
+                format!("{what}: shards of different checkpoints (a checkpoint cut short)"),
+            ));
+        }
+        if sh.node != node || sh.shards as usize != devs.len() {
+            return Err(corrupt(
+                device,
+                format!(
+                    "{what}: the shard on device {dev} is node {}'s of {}, expected node \
+                     {node}'s of {}",
+                    sh.node,
+                    sh.shards,
+                    devs.len()
+                ),
+            ));
+        }
+        // An inode of a node the volume lacks is kept in the first shard (fsck reports it).
+        let misplaced = |m: u32| {
+            m != node && (devs.iter().any(|d| d.0 == m) || Some(node) != devs.first().map(|d| d.0))
+        };
+        if let Some((ino, i)) = sh.inodes.iter().find(|(_, i)| misplaced(i.attr.meta_node)) {
+            return Err(corrupt(
+                device,
+                format!(
+                    "{what}: inode {ino} of node {} in node {node}'s shard",
+                    i.attr.meta_node
+                ),
+            ));
+        }
+        bytes += n;
+        shards.push(sh);
     }
-    let total = (FRAME_HEADER as u64 + len).div_ceil(BLOCK_SIZE) * BLOCK_SIZE;
-    let mut all = vec![0u8; total as usize];
-    store.read_at(0, off, &mut all)?;
-    let (seq, payload) = format::unframe(CHECKPOINT_MAGIC, Some(&header.uuid), &all, device, what)?;
-    let mut meta: Meta = format::decode_payload(payload, device, what)?;
+    let mut meta = shard::merge(shards).map_err(|e| corrupt(device, format!("{what}: {e}")))?;
     meta.validate()
         .map_err(|e| corrupt(device, format!("{what}: {e}")))?;
     meta.after_decode();
-    Ok((seq, meta, payload.len() as u64))
+    Ok((seq.unwrap_or(0), meta, bytes))
 }
 
 /// Loads the metadata: newest valid checkpoint, then the journal.

@@ -1,7 +1,7 @@
 //! Formatting a volume: labels, the volume header, an empty root in checkpoint A.
 
-use crate::format::{self, DeviceEntry, Header, Label, CHECKPOINT_MAGIC, HEADER_BLOCKS};
-use crate::meta::{Attr, Kind, Meta, ROOT_INO};
+use crate::format::{self, DeviceEntry, Header, Label, HEADER_BLOCKS};
+use crate::meta::{Attr, Meta, ROOT_INO};
 use crate::store::BlockStore;
 use crate::{FsError, PlacementPolicy, BLOCK_SIZE};
 use std::collections::BTreeSet;
@@ -77,13 +77,27 @@ pub fn mkfs(store: &dyn BlockStore, o: &MkfsOptions) -> Result<Header, FsError> 
         .ok_or_else(|| FsError::Invalid("journal size too large".into()))?;
     for (i, d) in devs.iter().enumerate() {
         let have = d.bytes / BLOCK_SIZE;
-        let first = if i == 0 { meta_end } else { 1 };
+        // The first device of each node also holds that node's checkpoint shard slots.
+        let shard_dev = i > 0 && !devs[..i].iter().any(|e| e.node == d.node);
+        let first = if i == 0 {
+            meta_end
+        } else if shard_dev {
+            1 + 2 * o.checkpoint_blocks
+        } else {
+            1
+        };
         let need = first.saturating_add(o.group_blocks);
         if have < need {
             let meta = if i == 0 {
                 format!(
                     " (device 0 also holds the label, header, checkpoints and journal: \
                      {meta_end} blocks)"
+                )
+            } else if shard_dev {
+                format!(
+                    " (the first device of node {} also holds its checkpoint slots: {first} \
+                     blocks)",
+                    d.node
                 )
             } else {
                 String::new()
@@ -147,22 +161,12 @@ pub fn mkfs(store: &dyn BlockStore, o: &MkfsOptions) -> Result<Header, FsError> 
         ))
     })?;
     let root = Attr {
-        kind: Kind::Dir,
-        mode: 0o755,
-        uid: 0,
-        gid: 0,
-        nlink: 2,
-        size: 0,
-        atime: now,
-        mtime: now,
-        ctime: now,
-        policy: o.policy.clone(),
+        // The volume default shows as the root's placement xattr.
         policy_set: true,
-        home: None,
-        parent: ROOT_INO,
+        ..Attr::root_owned_dir(0o755, o.policy.clone(), ROOT_INO, devs[0].node, now)
     };
     let meta = Meta::new(root);
-    let cp = format::frame(CHECKPOINT_MAGIC, &uuid, 0, &format::encode(&meta));
+    let shards = crate::journal::encode_shards(&header, &meta, 0)?;
     let zero = vec![0u8; BLOCK_SIZE as usize];
     // The metadata area first, the labels last: a volume whose mkfs was cut short has no
     // valid labels and is not mounted.
@@ -170,8 +174,10 @@ pub fn mkfs(store: &dyn BlockStore, o: &MkfsOptions) -> Result<Header, FsError> 
         store.write_at(i as u16, 0, &zero)?;
     }
     store.write_at(0, BLOCK_SIZE, &hblocks)?;
-    crate::journal::write_checkpoint(store, &header, 0, cp)?;
-    store.write_at(0, header.slot_start(1) * BLOCK_SIZE, &zero)?;
+    for (dev, framed) in shards {
+        crate::journal::write_shard(store, &header, dev, 0, framed)?;
+        store.write_at(dev, header.slot_start(dev, 1) * BLOCK_SIZE, &zero)?;
+    }
     store.write_at(0, header.journal_start * BLOCK_SIZE, &zero)?;
     store.sync_all()?;
     for (i, d) in devs.iter().enumerate() {

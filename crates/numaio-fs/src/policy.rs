@@ -69,36 +69,31 @@ impl fmt::Display for PlacementPolicy {
 impl FromStr for PlacementPolicy {
     type Err = FsError;
 
-    /// Parses `writer-local`, `directory`, `interleave`, `stripe:K:CHUNK` (CHUNK with an
-    /// optional K/M/G suffix) or `fixed:N`.
+    /// Parses `writer-local`, `directory`, `interleave`, `stripe:K[:CHUNK]` (CHUNK with an
+    /// optional K/M/G suffix, 64K when left out) or `fixed:N`. The spelling is the engine's
+    /// (one parser for both); the engine's `range` placement has no file-system meaning.
     fn from_str(s: &str) -> Result<Self, FsError> {
+        use numaio_engine::placement::PlacementPolicy as Engine;
         let bad = |why: &str| {
             FsError::Invalid(format!(
                 "placement {s:?}: {why} (expected writer-local, directory, interleave, \
-                 stripe:K:CHUNK or fixed:N)"
+                 stripe:K[:CHUNK] or fixed:N)"
             ))
         };
-        match s.trim() {
-            "writer-local" => Ok(PlacementPolicy::WriterLocal),
-            "directory" => Ok(PlacementPolicy::Directory),
-            "interleave" => Ok(PlacementPolicy::Interleave),
-            other => {
-                if let Some(n) = other.strip_prefix("fixed:") {
-                    let n = n.parse::<u32>().map_err(|_| bad("node is not a number"))?;
-                    return Ok(PlacementPolicy::Fixed(n));
-                }
-                if let Some(rest) = other.strip_prefix("stripe:") {
-                    let (k, chunk) = rest.split_once(':').ok_or_else(|| bad("missing CHUNK"))?;
-                    let nodes = k.parse::<u32>().map_err(|_| bad("K is not a number"))?;
-                    let chunk = numaio_sys::topology::parse_size(chunk)
-                        .ok_or_else(|| bad("CHUNK is not a size"))?;
-                    if nodes == 0 || chunk == 0 {
-                        return Err(bad("K and CHUNK must be above 0"));
-                    }
-                    return Ok(PlacementPolicy::Stripe { nodes, chunk });
-                }
-                Err(bad("unknown policy"))
-            }
+        match s.parse::<Engine>().map_err(|e| bad(&e.why))? {
+            Engine::WriterLocal => Ok(PlacementPolicy::WriterLocal),
+            Engine::Directory => Ok(PlacementPolicy::Directory),
+            Engine::Interleave => Ok(PlacementPolicy::Interleave),
+            Engine::Stripe { k, chunk } => Ok(PlacementPolicy::Stripe {
+                nodes: u32::try_from(k).map_err(|_| bad("stripe width K is too large"))?,
+                chunk,
+            }),
+            Engine::Fixed(n) => Ok(PlacementPolicy::Fixed(
+                u32::try_from(n).map_err(|_| bad("node is too large"))?,
+            )),
+            Engine::Range { .. } => Err(bad(
+                "range is a cache placement of the engine, not of the file system",
+            )),
         }
     }
 }
@@ -126,16 +121,26 @@ mod tests {
                 chunk: 1 << 20
             }
         );
+        assert_eq!(
+            "stripe:2".parse::<PlacementPolicy>().unwrap(),
+            PlacementPolicy::Stripe {
+                nodes: 2,
+                chunk: 64 << 10
+            }
+        );
         for bad in [
             "",
             "local",
             "fixed:",
             "fixed:x",
             "stripe:0:4K",
-            "stripe:2",
             "stripe:2:0",
+            "stripe:x:4K",
+            "fixed:4294967296",
+            "range:8",
         ] {
-            assert!(bad.parse::<PlacementPolicy>().is_err(), "{bad:?}");
+            let e = bad.parse::<PlacementPolicy>().unwrap_err().to_string();
+            assert!(e.contains("expected writer-local"), "{bad:?}: {e}");
         }
     }
 

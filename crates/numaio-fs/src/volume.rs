@@ -34,8 +34,7 @@ pub struct VolumeDevices {
 }
 
 fn open_ro(path: &Path) -> Result<(File, DeviceKind, u64, (u64, u64)), FsError> {
-    let meta = std::fs::metadata(path)
-        .map_err(|e| FsError::io(path, "looking up the device (stat); check the path", e))?;
+    let meta = crate::device::stat_device(path)?;
     let ft = meta.file_type();
     if !ft.is_block_device() && !ft.is_file() {
         return Err(FsError::Invalid(format!(

@@ -285,6 +285,20 @@ fn hard_links_and_symlinks() {
     fs.unlink(d.ino, b"x", &c).unwrap();
     fs.rmdir(ROOT, b"d", &c).unwrap();
     assert_eq!(fs.getattr(ROOT).unwrap().nlink, 2);
+    // A removed directory still open takes no new entries, by create or by link.
+    let e = fs.mkdir(ROOT, b"e", 0o755, &c).unwrap();
+    let h = fs.create(ROOT, b"h", 0o644, &c).unwrap();
+    fs.open(e.ino).unwrap();
+    fs.rmdir(ROOT, b"e", &c).unwrap();
+    assert!(matches!(
+        fs.create(e.ino, b"x", 0o644, &c),
+        Err(FsError::NotFound)
+    ));
+    assert!(matches!(
+        fs.link(h.ino, e.ino, b"x", &c),
+        Err(FsError::NotFound)
+    ));
+    fs.release(e.ino).unwrap();
 }
 
 #[test]
@@ -609,6 +623,45 @@ fn directory_and_stripe_policies_through_the_xattr() {
         .listxattr(st.ino)
         .unwrap()
         .contains(&PLACEMENT_XATTR.to_vec()));
+}
+
+#[test]
+fn directory_homes_keep_their_round_robin_across_unmounts_and_power_cuts() {
+    let o = MkfsOptions {
+        policy: PlacementPolicy::Directory,
+        ..opts()
+    };
+    let s = Arc::new(MemStore::new(&[(0, 2 * MIB), (1, 2 * MIB), (2, 2 * MIB)]));
+    Fs::mkfs(&*s, &o).unwrap();
+    let c = root();
+    let mount = |s: &Arc<MemStore>| Fs::mount(s.clone(), MountOptions::default()).unwrap();
+    // One directory per mount, as `numaio fs mkdir` does.
+    let mut homes = Vec::new();
+    for name in [&b"a"[..], b"b", b"c", b"d"] {
+        let fs = mount(&s);
+        homes.push(fs.mkdir(ROOT, name, 0o755, &c).unwrap().home.unwrap());
+        fs.unmount().unwrap();
+    }
+    assert_eq!(homes, [0, 1, 2, 0], "one directory per mount");
+    // A power cut after an fsync: the recovered volume goes on after the last home given.
+    let fs = mount(&s);
+    let e = fs.mkdir(ROOT, b"e", 0o755, &c).unwrap();
+    assert_eq!(e.home, Some(1));
+    fs.fsync(e.ino, false).unwrap();
+    let (s2, fs2) = remount(&s, CrashMode::DropUnsynced);
+    assert_eq!(fs2.lookup(ROOT, b"e", &c).unwrap().home, Some(1));
+    assert_eq!(fs2.mkdir(ROOT, b"f", 0o755, &c).unwrap().home, Some(2));
+    // A directory made after the last commit is lost with its turn: its node comes again.
+    drop(fs);
+    let (_, fs3) = remount(&s2, CrashMode::DropUnsynced);
+    assert!(fs3.lookup(ROOT, b"f", &c).is_err());
+    assert_eq!(fs3.mkdir(ROOT, b"g", 0o755, &c).unwrap().home, Some(2));
+    // Subdirectories take their top-level directory's home and do not turn the round robin.
+    let sub = fs3.mkdir(e.ino, b"sub", 0o755, &c).unwrap();
+    assert_eq!(sub.home, Some(1));
+    assert_eq!(fs3.mkdir(ROOT, b"h", 0o755, &c).unwrap().home, Some(0));
+    let r = fsck::fsck(&*s2, &fsck::FsckOptions { repair: false }).unwrap();
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
 }
 
 #[test]

@@ -175,3 +175,30 @@ fn unreadable_volumes_are_errors_left() {
     assert_eq!(r.exit_code(), 4);
     assert!(r.errors[0].contains("mem0"), "{:?}", r.errors);
 }
+
+#[test]
+fn home_nodes_the_volume_lacks_are_found_and_fixed() {
+    let (s, d, ..) = volume();
+    damage(&s, |m| {
+        m.last_home = Some(9);
+        let a = &mut m.inodes.get_mut(&d).unwrap().attr;
+        a.home = Some(5);
+        a.meta_node = 6;
+    });
+    let r = check(&s);
+    assert_eq!(r.exit_code(), 4);
+    let want = [
+        "round robin stands at node 9".to_string(),
+        format!("inode {d}: metadata on node 6"),
+        format!("inode {d}: home node 5"),
+    ];
+    assert_eq!(r.errors.len(), want.len(), "{:?}", r.errors);
+    for (e, w) in r.errors.iter().zip(&want) {
+        assert!(e.contains(w.as_str()), "{e:?} lacks {w:?}");
+    }
+    repair_and_recheck(&s);
+    let (_, m) = Fs::load_meta(&*s).unwrap();
+    assert_eq!(m.last_home, Some(0));
+    assert_eq!(m.inodes[&d].attr.home, None);
+    assert_eq!(m.inodes[&d].attr.meta_node, 0);
+}

@@ -23,11 +23,16 @@ struct MInode {
     xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
     entries: BTreeMap<Vec<u8>, u64>,
     parent: u64,
+    /// Home node: a top-level directory's from the round robin, everything else its
+    /// parent directory's at create (the root has none).
+    home: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
 struct Model {
     inodes: BTreeMap<u64, MInode>,
+    /// Home of the newest top-level directory: the round robin goes on after it.
+    last_home: Option<u32>,
 }
 
 impl Model {
@@ -70,6 +75,26 @@ impl Model {
         if self.refs(ino) == 0 {
             self.inodes.remove(&ino);
         }
+    }
+
+    /// The home of a new inode in directory `d`. Top-level directories take the volume's
+    /// nodes round robin after the last one given, skipping nodes without free blocks
+    /// (`free`: per node, ascending node ids, as `statfs` lists them).
+    fn home_for(&mut self, d: u64, kind: Kind, free: &[(u32, u64)]) -> Option<u32> {
+        if d != ROOT || kind != Kind::Dir {
+            return self.inodes[&d].home;
+        }
+        let n = free.len();
+        let first = self
+            .last_home
+            .map_or(0, |l| free.iter().take_while(|x| x.0 <= l).count());
+        let home = (0..n)
+            .map(|i| free[(first + i) % n])
+            .find(|x| x.1 > 0)
+            .map(|x| x.0)
+            .expect("a node with free blocks");
+        self.last_home = Some(home);
+        Some(home)
     }
 
     fn in_subtree(&self, mut d: u64, top: u64) -> bool {
@@ -130,6 +155,7 @@ impl MInode {
             xattrs: BTreeMap::new(),
             entries: BTreeMap::new(),
             parent,
+            home: None,
         }
     }
 }
@@ -144,6 +170,11 @@ fn read_all(fs: &Fs, ino: u64) -> Vec<u8> {
 /// The file system holds exactly the model (`skip_data`: files whose content may differ).
 fn check(fs: &Fs, m: &Model, skip_data: &BTreeSet<u64>, ctx: &str) {
     assert_eq!(
+        fs.meta_snapshot().last_home,
+        m.last_home,
+        "{ctx}: directory round robin"
+    );
+    assert_eq!(
         fs.statfs().files,
         m.inodes.len() as u64,
         "{ctx}: inode count"
@@ -153,6 +184,7 @@ fn check(fs: &Fs, m: &Model, skip_data: &BTreeSet<u64>, ctx: &str) {
             .getattr(ino)
             .unwrap_or_else(|e| panic!("{ctx}: inode {ino}: {e}"));
         assert_eq!(a.kind, mi.kind, "{ctx}: inode {ino} kind");
+        assert_eq!(a.home, mi.home, "{ctx}: inode {ino} home node");
         assert_eq!(a.nlink, m.nlink(ino), "{ctx}: inode {ino} nlink");
         let x: BTreeMap<Vec<u8>, Vec<u8>> = fs
             .listxattr(ino)
@@ -272,7 +304,9 @@ impl Run {
                 let exists = self.model.inodes[&d].entries.contains_key(n);
                 assert_eq!(r.is_ok(), !exists, "{ctx}: create {r:?}");
                 if let Ok(a) = r {
-                    self.model.inodes.insert(a.ino, MInode::new(Kind::File, 0));
+                    let mut i = MInode::new(Kind::File, 0);
+                    i.home = self.model.home_for(d, Kind::File, &[]);
+                    self.model.inodes.insert(a.ino, i);
                     self.model
                         .inodes
                         .get_mut(&d)
@@ -284,11 +318,21 @@ impl Run {
             15..=22 => {
                 let d = self.pick(&dirs);
                 let n = self.name();
+                let free: Vec<(u32, u64)> = self
+                    .fs
+                    .statfs()
+                    .nodes
+                    .iter()
+                    .map(|u| (u.node, u.free_blocks))
+                    .collect();
                 let r = self.fs.mkdir(d, n, 0o755, &c);
                 let exists = self.model.inodes[&d].entries.contains_key(n);
                 assert_eq!(r.is_ok(), !exists, "{ctx}: mkdir {r:?}");
                 if let Ok(a) = r {
-                    self.model.inodes.insert(a.ino, MInode::new(Kind::Dir, d));
+                    let mut i = MInode::new(Kind::Dir, d);
+                    i.home = self.model.home_for(d, Kind::Dir, &free);
+                    assert_eq!(a.home, i.home, "{ctx}: mkdir home");
+                    self.model.inodes.insert(a.ino, i);
                     self.model
                         .inodes
                         .get_mut(&d)
@@ -409,6 +453,7 @@ impl Run {
                 assert_eq!(r.is_ok(), !exists, "{ctx}: symlink {r:?}");
                 if let Ok(a) = r {
                     let mut i = MInode::new(Kind::Symlink, 0);
+                    i.home = self.model.home_for(d, Kind::Symlink, &[]);
                     i.data = target;
                     self.model.inodes.insert(a.ino, i);
                     self.model
@@ -541,6 +586,9 @@ fn damaged_images_fail_to_mount_or_recover_without_panicking() {
         (0, 37 * bs),
         (0, 69 * bs),
         (0, 69 * bs + 30),
+        // Node 1's checkpoint shard slots on device 1.
+        (1, bs),
+        (1, 33 * bs),
     ];
     let mut outcomes = BTreeMap::new();
     for k in 0..300 {

@@ -44,12 +44,13 @@ struct Vol {
 
 #[derive(clap::Subcommand)]
 enum FsCmd {
-    /// Space per node: capacity, used, free, files with blocks there, misplaced blocks
+    /// Space per node: capacity, used, free, files with blocks there, inodes whose metadata
+    /// the node's device holds (their creator's node, unless it was full), misplaced blocks
     /// (of files whose placement names a node: fixed:N, or directory with its home node,
     /// that sit on another node), and the allocator's fallback blocks and soft errors since
     /// the volume was opened. JSON: {"schema_version":1,"block_size","total_bytes",
     /// "free_bytes","files","nodes":[{"node","capacity_bytes","used_bytes","free_bytes",
-    /// "files","misplaced_blocks","fallback_blocks","soft_errors"}]}
+    /// "files","inodes","misplaced_blocks","fallback_blocks","soft_errors"}]}
     Stat {
         #[command(flatten)]
         vol: Vol,
@@ -74,7 +75,8 @@ enum FsCmd {
         dest: PathBuf,
     },
     /// List a directory. JSON: {"schema_version":1,"entries":[{"name","ino","kind","size",
-    /// "mode","nlink","blocks","policy","home"}]}
+    /// "mode","nlink","blocks","policy","home","meta_node"}]} (meta_node: the node whose
+    /// device holds the inode's metadata)
     Ls {
         #[command(flatten)]
         vol: Vol,
@@ -84,7 +86,8 @@ enum FsCmd {
         #[arg(default_value = "/")]
         path: String,
     },
-    /// Make a directory (its parent must exist). JSON: {"schema_version":1,"path","ino"}
+    /// Make a directory (its parent must exist). JSON: {"schema_version":1,"path","ino",
+    /// "home"} (home: the node a `directory` placement puts its files on, or null)
     Mkdir {
         #[command(flatten)]
         vol: Vol,
@@ -100,8 +103,9 @@ enum FsCmd {
         path: String,
     },
     /// Each file's extents with device and node, and the fraction of its blocks on each node
-    /// (a directory: every file under it). JSON: {"schema_version":1,"files":[{"path","size",
-    /// "blocks","extents":[{"logical","dev","device","start","len","node"}],
+    /// (a directory: every file under it), and the node holding the file's metadata.
+    /// JSON: {"schema_version":1,"files":[{"path","size","blocks","meta_node",
+    /// "extents":[{"logical","dev","device","start","len","node"}],
     /// "nodes":[{"node","blocks","fraction"}]}]}
     Map {
         #[command(flatten)]
@@ -114,7 +118,8 @@ enum FsCmd {
         #[command(flatten)]
         vol: Vol,
         path: String,
-        /// writer-local, directory, interleave, stripe:K:CHUNK or fixed:N.
+        /// writer-local, directory, interleave, stripe:K[:CHUNK] (CHUNK 64K when left out)
+        /// or fixed:N.
         #[arg(value_parser = crate::cmd::mkfs::parse_policy)]
         policy: Option<PlacementPolicy>,
     },
@@ -174,6 +179,39 @@ fn parent_of<'a>(fs: &Fs, path: &'a str) -> anyhow::Result<(u64, &'a [u8])> {
 
 fn fs_err(e: FsError, path: &str, what: &str) -> anyhow::Error {
     anyhow::anyhow!("{what} {} in the volume: {e}", quote(path))
+}
+
+/// Prints `body`'s fields as one JSON object after `"schema_version":1` (every subcommand's
+/// schema starts so).
+fn print_v1<T: Serialize>(body: &T) -> anyhow::Result<()> {
+    #[derive(Serialize)]
+    struct V<'a, T> {
+        schema_version: u32,
+        #[serde(flatten)]
+        body: &'a T,
+    }
+    print_json(&V {
+        schema_version: 1,
+        body,
+    })
+}
+
+/// The files `put` or `get` copied: JSON `{"schema_version":1[,"node"],"files":[...]}`
+/// (`node`: the writer's, for `put`), else a line a file.
+fn print_copied(node: Option<u32>, files: Vec<Copied>, json: bool) -> anyhow::Result<()> {
+    if json {
+        #[derive(Serialize)]
+        struct J {
+            #[serde(skip_serializing_if = "Option::is_none")]
+            node: Option<u32>,
+            files: Vec<Copied>,
+        }
+        return print_v1(&J { node, files });
+    }
+    for f in &files {
+        outln!("{} -> {}: {} bytes", quote(&f.src), quote(&f.dest), f.bytes)?;
+    }
+    Ok(())
 }
 
 fn join(dir: &str, name: &[u8]) -> String {
@@ -250,6 +288,7 @@ struct NodeStat {
     used_bytes: u64,
     free_bytes: u64,
     files: u64,
+    inodes: u64,
     misplaced_blocks: u64,
     fallback_blocks: u64,
     soft_errors: u64,
@@ -261,7 +300,9 @@ fn stat(fs: &Fs, json: bool) -> anyhow::Result<()> {
     // A file counts on every node that holds some of its blocks.
     let mut files: BTreeMap<u32, u64> = BTreeMap::new();
     let mut misplaced: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut inodes: BTreeMap<u32, u64> = BTreeMap::new();
     for (&ino, i) in &meta.inodes {
+        *inodes.entry(i.attr.meta_node).or_default() += 1;
         if i.attr.kind != Kind::File {
             continue;
         }
@@ -293,6 +334,7 @@ fn stat(fs: &Fs, json: bool) -> anyhow::Result<()> {
             used_bytes: (u.total_blocks - u.free_blocks.min(u.total_blocks)) * bs,
             free_bytes: u.free_blocks * bs,
             files: files.get(&u.node).copied().unwrap_or(0),
+            inodes: inodes.get(&u.node).copied().unwrap_or(0),
             misplaced_blocks: misplaced.get(&u.node).copied().unwrap_or(0),
             fallback_blocks: u.fallback_blocks,
             soft_errors: u.soft_errors,
@@ -301,15 +343,13 @@ fn stat(fs: &Fs, json: bool) -> anyhow::Result<()> {
     if json {
         #[derive(Serialize)]
         struct J {
-            schema_version: u32,
             block_size: u64,
             total_bytes: u64,
             free_bytes: u64,
             files: u64,
             nodes: Vec<NodeStat>,
         }
-        return print_json(&J {
-            schema_version: 1,
+        return print_v1(&J {
             block_size: bs,
             total_bytes: s.total_blocks * bs,
             free_bytes: s.free_blocks * bs,
@@ -324,24 +364,26 @@ fn stat(fs: &Fs, json: bool) -> anyhow::Result<()> {
         s.files
     )?;
     outln!(
-        "{:>4} {:>10} {:>10} {:>10} {:>7} {:>9} {:>9} {:>6}",
+        "{:>4} {:>10} {:>10} {:>10} {:>7} {:>7} {:>9} {:>9} {:>6}",
         "node",
         "capacity",
         "used",
         "free",
         "files",
+        "inodes",
         "misplaced",
         "fallback",
         "errors"
     )?;
     for n in &nodes {
         outln!(
-            "{:>4} {:>10} {:>10} {:>10} {:>7} {:>9} {:>9} {:>6}",
+            "{:>4} {:>10} {:>10} {:>10} {:>7} {:>7} {:>9} {:>9} {:>6}",
             n.node,
             human_bytes(n.capacity_bytes),
             human_bytes(n.used_bytes),
             human_bytes(n.free_bytes),
             n.files,
+            n.inodes,
             n.misplaced_blocks,
             n.fallback_blocks,
             n.soft_errors
@@ -373,27 +415,18 @@ fn put_file(
         .map(|m| m.permissions().mode() & 0o7777)
         .unwrap_or(0o644);
     let c = caller();
-    let ino = match fs.lookup(parent, name, &c) {
-        Ok(a) if a.kind == Kind::File => {
-            fs.setattr(
-                a.ino,
-                &SetAttr {
-                    size: Some(0),
-                    ..SetAttr::default()
-                },
-                &c,
-            )
+    let (ino, existed) = existing_or_new(fs, parent, name, dest, Kind::File, || {
+        fs.create(parent, name, mode, &c)
+            .map_err(|e| fs_err(e, dest, "creating"))
+    })?;
+    if existed {
+        let cut = SetAttr {
+            size: Some(0),
+            ..SetAttr::default()
+        };
+        fs.setattr(ino, &cut, &c)
             .map_err(|e| fs_err(e, dest, "truncating"))?;
-            a.ino
-        }
-        Ok(_) => bail!("{} exists in the volume and is not a file", quote(dest)),
-        Err(FsError::NotFound) => {
-            fs.create(parent, name, mode, &c)
-                .map_err(|e| fs_err(e, dest, "creating"))?
-                .ino
-        }
-        Err(e) => return Err(fs_err(e, dest, "looking up")),
-    };
+    }
     let mut buf = vec![0u8; CHUNK];
     let mut off = 0u64;
     loop {
@@ -422,6 +455,32 @@ fn put_file(
     Ok(off)
 }
 
+/// The inode `name` in `parent` if it is there and of `kind` (`true`: it was there), else
+/// what `make` creates; an entry of another kind is refused.
+fn existing_or_new(
+    fs: &Fs,
+    parent: u64,
+    name: &[u8],
+    dest: &str,
+    kind: Kind,
+    make: impl FnOnce() -> anyhow::Result<numaio_fs::FileAttr>,
+) -> anyhow::Result<(u64, bool)> {
+    match fs.lookup(parent, name, &caller()) {
+        Ok(a) if a.kind == kind => Ok((a.ino, true)),
+        Ok(_) => bail!(
+            "{} exists in the volume and is not a {}",
+            quote(dest),
+            if kind == Kind::Dir {
+                "directory"
+            } else {
+                "file"
+            }
+        ),
+        Err(FsError::NotFound) => Ok((make()?.ino, false)),
+        Err(e) => Err(fs_err(e, dest, "looking up")),
+    }
+}
+
 fn put_tree(
     fs: &Fs,
     src: &Path,
@@ -433,20 +492,10 @@ fn put_tree(
 ) -> anyhow::Result<()> {
     let meta = std::fs::metadata(src).with_context(|| format!("{}: stat", quote(src)))?;
     if meta.is_dir() {
-        let c = caller();
-        let ino = match fs.lookup(parent, name, &c) {
-            Ok(a) if a.kind == Kind::Dir => a.ino,
-            Ok(_) => bail!(
-                "{} exists in the volume and is not a directory",
-                quote(dest)
-            ),
-            Err(FsError::NotFound) => {
-                fs.mkdir(parent, name, meta.permissions().mode() & 0o7777, &c)
-                    .map_err(|e| fs_err(e, dest, "making directory"))?
-                    .ino
-            }
-            Err(e) => return Err(fs_err(e, dest, "looking up")),
-        };
+        let (ino, _) = existing_or_new(fs, parent, name, dest, Kind::Dir, || {
+            fs.mkdir(parent, name, meta.permissions().mode() & 0o7777, &caller())
+                .map_err(|e| fs_err(e, dest, "making directory"))
+        })?;
         let mut kids: Vec<_> = std::fs::read_dir(src)
             .with_context(|| format!("{}: reading the directory", quote(src)))?
             .collect::<Result<_, _>>()
@@ -517,23 +566,7 @@ fn put(fs: &Fs, paths: &[PathBuf], fsync: bool, json: bool) -> anyhow::Result<()
             put_tree(fs, &srcs[0], parent, name, &dest, fsync, &mut out)?;
         }
     }
-    if json {
-        #[derive(Serialize)]
-        struct J {
-            schema_version: u32,
-            node: u32,
-            files: Vec<Copied>,
-        }
-        return print_json(&J {
-            schema_version: 1,
-            node: c.node,
-            files: out,
-        });
-    }
-    for f in &out {
-        outln!("{} -> {}: {} bytes", quote(&f.src), quote(&f.dest), f.bytes)?;
-    }
-    Ok(())
+    print_copied(Some(c.node), out, json)
 }
 
 fn get_tree(
@@ -602,21 +635,7 @@ fn get(fs: &Fs, src: &str, dest: &Path, json: bool) -> anyhow::Result<()> {
     };
     let mut out = Vec::new();
     get_tree(fs, ino, src, &dest, &mut out)?;
-    if json {
-        #[derive(Serialize)]
-        struct J {
-            schema_version: u32,
-            files: Vec<Copied>,
-        }
-        return print_json(&J {
-            schema_version: 1,
-            files: out,
-        });
-    }
-    for f in &out {
-        outln!("{} -> {}: {} bytes", quote(&f.src), quote(&f.dest), f.bytes)?;
-    }
-    Ok(())
+    print_copied(None, out, json)
 }
 
 #[derive(Serialize)]
@@ -631,6 +650,7 @@ struct Entry {
     policy: String,
     /// The node a `directory` placement puts this directory's files on.
     home: Option<u32>,
+    meta_node: u32,
 }
 
 fn ls(fs: &Fs, path: &str, long: bool, json: bool) -> anyhow::Result<()> {
@@ -658,28 +678,26 @@ fn ls(fs: &Fs, path: &str, long: bool, json: bool) -> anyhow::Result<()> {
             blocks: a.blocks,
             policy: a.policy.to_string(),
             home: a.home,
+            meta_node: a.meta_node,
         });
     }
     if json {
         #[derive(Serialize)]
         struct J {
-            schema_version: u32,
             entries: Vec<Entry>,
         }
-        return print_json(&J {
-            schema_version: 1,
-            entries: out,
-        });
+        return print_v1(&J { entries: out });
     }
     for e in &out {
         if long {
             outln!(
-                "{:<7} {:04o} {:>3} {:>12} {:>8} {}",
+                "{:<7} {:04o} {:>3} {:>12} {:>8} m{} {}",
                 e.kind,
                 e.mode & 0o7777,
                 e.nlink,
                 e.size,
                 e.blocks,
+                e.meta_node,
                 quote(&e.name)
             )?;
         } else {
@@ -697,14 +715,14 @@ fn mkdir(fs: &Fs, path: &str, json: bool) -> anyhow::Result<()> {
     if json {
         #[derive(Serialize)]
         struct J<'a> {
-            schema_version: u32,
             path: &'a str,
             ino: u64,
+            home: Option<u32>,
         }
-        return print_json(&J {
-            schema_version: 1,
+        return print_v1(&J {
             path,
             ino: a.ino,
+            home: a.home,
         });
     }
     Ok(())
@@ -745,13 +763,9 @@ fn rm(fs: &Fs, path: &str, recursive: bool, json: bool) -> anyhow::Result<()> {
     if json {
         #[derive(Serialize)]
         struct J {
-            schema_version: u32,
             removed: Vec<String>,
         }
-        return print_json(&J {
-            schema_version: 1,
-            removed: out,
-        });
+        return print_v1(&J { removed: out });
     }
     Ok(())
 }
@@ -778,6 +792,7 @@ struct MapFile {
     path: String,
     size: u64,
     blocks: u64,
+    meta_node: u32,
     extents: Vec<MapExtent>,
     nodes: Vec<MapNode>,
 }
@@ -822,6 +837,7 @@ fn map_tree(
                 path: path.to_string(),
                 size: a.size,
                 blocks,
+                meta_node: a.meta_node,
                 extents,
                 nodes: per
                     .into_iter()
@@ -850,13 +866,9 @@ fn map(fs: &Fs, v: &Volume, path: &str, json: bool) -> anyhow::Result<()> {
     if json {
         #[derive(Serialize)]
         struct J {
-            schema_version: u32,
             files: Vec<MapFile>,
         }
-        return print_json(&J {
-            schema_version: 1,
-            files: out,
-        });
+        return print_v1(&J { files: out });
     }
     for f in &out {
         let nodes: Vec<String> = f
@@ -865,10 +877,11 @@ fn map(fs: &Fs, v: &Volume, path: &str, json: bool) -> anyhow::Result<()> {
             .map(|n| format!("node {} {:.1}%", n.node, n.fraction * 100.0))
             .collect();
         outln!(
-            "{}: {} bytes, {} blocks: {}",
+            "{}: {} bytes, {} blocks, metadata on node {}: {}",
             quote(&f.path),
             f.size,
             f.blocks,
+            f.meta_node,
             if nodes.is_empty() {
                 "no blocks".to_string()
             } else {
@@ -906,15 +919,10 @@ fn policy_cmd(
     if json {
         #[derive(Serialize)]
         struct J<'a> {
-            schema_version: u32,
             path: &'a str,
             policy: String,
         }
-        return print_json(&J {
-            schema_version: 1,
-            path,
-            policy: p,
-        });
+        return print_v1(&J { path, policy: p });
     }
     outln!("{}: {p}", quote(path))
 }

@@ -26,7 +26,8 @@ pub struct MkfsArgs {
     /// DEV belongs to NODE (for files and devices whose sysfs numa_node is -1); repeatable.
     #[arg(long = "node-of", value_name = "DEV=NODE", value_parser = parse_rule)]
     node_of: Vec<NodeRule>,
-    /// Default placement: writer-local, directory, interleave, stripe:K:CHUNK or fixed:N.
+    /// Default placement: writer-local, directory, interleave, stripe:K[:CHUNK] (CHUNK 64K
+    /// when left out) or fixed:N.
     #[arg(long, value_name = "POLICY", default_value = "writer-local", value_parser = parse_policy)]
     placement: PlacementPolicy,
     /// Allocation group size (a multiple of 4K; default: 128M, smaller on small devices so
@@ -114,8 +115,11 @@ fn pow2_floor(n: u64) -> u64 {
     1u64 << (63 - n.leading_zeros())
 }
 
-/// The options for devices of `sizes` bytes (device 0 first), defaults scaled to them.
-fn options(a: &MkfsArgs, sizes: &[u64]) -> anyhow::Result<MkfsOptions> {
+/// The options for devices `devs` (bytes and node of each, device 0 first), defaults
+/// scaled to them.
+fn options(a: &MkfsArgs, devs: &[(u64, u32)]) -> anyhow::Result<MkfsOptions> {
+    let sizes: Vec<u64> = devs.iter().map(|d| d.0).collect();
+    let shard_dev = |i: usize| !devs[..i].iter().any(|d| d.1 == devs[i].1);
     let blocks = |what: &str, b: u64| -> anyhow::Result<u64> {
         if !b.is_multiple_of(BLOCK_SIZE) {
             usage_bail!("--{what} {b}: must be a multiple of {BLOCK_SIZE} bytes");
@@ -135,10 +139,21 @@ fn options(a: &MkfsArgs, sizes: &[u64]) -> anyhow::Result<MkfsOptions> {
         Some(b) => blocks("group-size", b)?,
         None => {
             let meta = 1 + 4 + 2 * checkpoint_blocks + journal_blocks;
+            // Device 0 holds the metadata area; the first device of every other node its
+            // checkpoint slots.
             let smallest = sizes
                 .iter()
                 .enumerate()
-                .map(|(i, s)| (s / BLOCK_SIZE).saturating_sub(if i == 0 { meta } else { 1 }))
+                .map(|(i, s)| {
+                    let first = if i == 0 {
+                        meta
+                    } else if shard_dev(i) {
+                        1 + 2 * checkpoint_blocks
+                    } else {
+                        1
+                    };
+                    (s / BLOCK_SIZE).saturating_sub(first)
+                })
                 .min()
                 .unwrap_or(0);
             pow2_floor((smallest / 16).max(1)).clamp(16, 32768)
@@ -281,8 +296,8 @@ pub fn run(a: MkfsArgs) -> anyhow::Result<ExitCode> {
             refuse_existing(p, a.force)?;
         }
         let store = ZoneStore::new(&a.zone)?;
-        let sizes: Vec<u64> = store.devices().iter().map(|d| d.bytes).collect();
-        let o = options(&a, &sizes)?;
+        let devs: Vec<(u64, u32)> = store.devices().iter().map(|d| (d.bytes, d.node)).collect();
+        let o = options(&a, &devs)?;
         let h = Fs::mkfs(&store, &o)?;
         (h, store.devices().to_vec())
     } else {
@@ -295,8 +310,8 @@ pub fn run(a: MkfsArgs) -> anyhow::Result<ExitCode> {
         for d in &infos {
             refuse_existing(&d.path, a.force)?;
         }
-        let sizes: Vec<u64> = infos.iter().map(|d| d.bytes).collect();
-        let o = options(&a, &sizes)?;
+        let devs: Vec<(u64, u32)> = infos.iter().map(|d| (d.bytes, d.node)).collect();
+        let o = options(&a, &devs)?;
         let store = FileStore::open(&infos, false)?;
         let h = Fs::mkfs(&store, &o)?;
         (h, infos)

@@ -149,7 +149,6 @@ pub struct Allocator {
     rotor: u64,
     /// Round robin for writers on nodes without storage when no distances are known.
     cpu_only_rr: u64,
-    next_home: usize,
     rejected_frees: u64,
 }
 
@@ -223,7 +222,6 @@ impl Allocator {
             distances: BTreeMap::new(),
             rotor: 0,
             cpu_only_rr: 0,
-            next_home: 0,
             rejected_frees: 0,
         };
         for g in a.groups.clone() {
@@ -715,28 +713,26 @@ impl Allocator {
     }
 
     /// The node for a new top-level directory under [`PlacementPolicy::Directory`]: the
-    /// volume's nodes round robin, as JeriFS does, skipping nodes that are full or have an
-    /// I/O error recorded (the node with the most free space when all are). Round robin
+    /// volume's nodes round robin (ascending node ids) starting after `last` (the node the
+    /// previous top-level directory got, kept in the metadata so that the round robin
+    /// survives unmounts and crashes), as JeriFS does, skipping nodes that are full or have
+    /// an I/O error recorded (the node with the most free space when all are). Round robin
     /// rather than "most free" so that directories spread evenly over unequal nodes instead
     /// of all landing on the biggest one until it is as empty as the others.
-    pub fn directory_home(&mut self) -> u32 {
-        if self.nodes.is_empty() {
-            return 0;
-        }
+    pub fn directory_home(&self, last: Option<u32>) -> u32 {
         let n = self.nodes.len();
+        let first = last.map_or(0, |l| self.nodes.partition_point(|&x| x <= l));
         for i in 0..n {
-            let node = self.nodes[(self.next_home + i) % n];
+            let node = self.nodes[(first + i) % n];
             if !self.failed.contains(&node) && self.free_on(node) > 0 {
-                self.next_home += i + 1;
                 return node;
             }
         }
-        self.next_home += 1;
-        *self
-            .nodes
+        self.nodes
             .iter()
-            .max_by_key(|&&node| (self.free_on(node), std::cmp::Reverse(node)))
-            .expect("nodes is not empty")
+            .copied()
+            .max_by_key(|&node| (self.free_on(node), std::cmp::Reverse(node)))
+            .unwrap_or(0)
     }
 }
 

@@ -309,14 +309,32 @@ fn interleave_and_stripe_alternate_nodes_and_keep_each_node_contiguous() {
 #[test]
 fn directory_homes_round_robin_skip_full_nodes_and_hold_the_files() {
     let mut a = volume(&[100, 20, 100], 50);
-    let homes: Vec<u32> = (0..6).map(|_| a.directory_home()).collect();
-    assert_eq!(homes, [0, 1, 2, 0, 1, 2]);
+    let mut last = None;
+    let mut homes = |a: &Allocator, k: usize| -> Vec<u32> {
+        (0..k)
+            .map(|_| {
+                let h = a.directory_home(last);
+                last = Some(h);
+                h
+            })
+            .collect()
+    };
+    assert_eq!(homes(&a, 6), [0, 1, 2, 0, 1, 2]);
     let dir = PlacementPolicy::Directory;
     let mut r = req(1, 0, 20, &dir, 0);
     r.home_node = Some(1);
     assert_eq!(per_node(&a.alloc(&r).unwrap()), BTreeMap::from([(1, 20)]));
-    let homes: Vec<u32> = (0..4).map(|_| a.directory_home()).collect();
-    assert_eq!(homes, [0, 2, 0, 2], "node 1 is full");
+    assert_eq!(homes(&a, 4), [0, 2, 0, 2], "node 1 is full");
+    assert_eq!(
+        a.directory_home(Some(0)),
+        2,
+        "starts after the node given last"
+    );
+    assert_eq!(
+        a.directory_home(Some(7)),
+        0,
+        "a node past the last one wraps around"
+    );
 }
 
 #[test]
@@ -520,7 +538,7 @@ fn overlapping_groups_and_split_devices_are_refused() {
         a.alloc(&req(1, 0, 1, &WL, 0)),
         Err(FsError::NoSpace)
     ));
-    let _ = a.directory_home();
+    assert_eq!(a.directory_home(Some(3)), 0);
 }
 
 /// Allocation throughput on a 1 GiB two-node volume (not part of the suite):

@@ -11,6 +11,8 @@ use crate::PlacementPolicy;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 
+pub mod shard;
+
 /// Inode number of the root directory.
 pub const ROOT_INO: u64 = 1;
 
@@ -44,6 +46,38 @@ pub struct Attr {
     pub home: Option<u32>,
     /// Parent directory (directories only; 1 for the root itself).
     pub parent: u64,
+    /// Node whose device holds this inode's metadata in the checkpoint: its creator's node,
+    /// or the next one when that node's checkpoint shard was full. Never changes.
+    pub meta_node: u32,
+}
+
+impl Attr {
+    /// A new, empty directory owned by root under `parent`, made at `now`, its metadata on
+    /// `meta_node`.
+    pub fn root_owned_dir(
+        mode: u32,
+        policy: PlacementPolicy,
+        parent: u64,
+        meta_node: u32,
+        now: i64,
+    ) -> Attr {
+        Attr {
+            kind: Kind::Dir,
+            mode,
+            uid: 0,
+            gid: 0,
+            nlink: 2,
+            size: 0,
+            atime: now,
+            mtime: now,
+            ctime: now,
+            policy,
+            policy_set: false,
+            home: None,
+            parent,
+            meta_node,
+        }
+    }
 }
 
 /// A directory entry.
@@ -98,6 +132,9 @@ impl Inode {
 pub struct Meta {
     pub inodes: BTreeMap<u64, Inode>,
     pub next_ino: u64,
+    /// Node given to the newest top-level directory: the round robin of top-level
+    /// directory homes goes on after it, across mounts and crashes.
+    pub last_home: Option<u32>,
 }
 
 /// One metadata change. Records are applied in order; each is deterministic.
@@ -150,6 +187,10 @@ pub enum Record {
         ino: u64,
         name: Vec<u8>,
     },
+    /// A top-level directory was given `node` as its home: the next one starts after it.
+    DirHome {
+        node: u32,
+    },
 }
 
 impl Meta {
@@ -172,6 +213,7 @@ impl Meta {
         Meta {
             inodes,
             next_ino: ROOT_INO + 1,
+            last_home: None,
         }
     }
 
@@ -353,6 +395,10 @@ impl Meta {
                     .xattrs
                     .remove(name)
                     .ok_or_else(|| format!("inode {ino}: missing xattr removed"))?;
+                Ok(Vec::new())
+            }
+            Record::DirHome { node } => {
+                self.last_home = Some(*node);
                 Ok(Vec::new())
             }
         }

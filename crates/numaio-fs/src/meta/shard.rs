@@ -1,0 +1,81 @@
+//! Checkpoint shards: the metadata cut by the node that holds each inode's metadata, so that
+//! every node's device stores the inodes (and, inside directory inodes, the entries) of its
+//! own node.
+//!
+//! Every shard also carries the volume-wide fields (`next_ino`, `last_home`) and the number
+//! of shards, so that recovery can tell a complete set from a torn one without a separate
+//! descriptor.
+
+use super::{Inode, Meta};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// One node's part of a checkpoint, as written.
+#[derive(Serialize)]
+pub struct ShardOut<'a> {
+    pub node: u32,
+    pub shards: u32,
+    pub next_ino: u64,
+    pub last_home: Option<u32>,
+    pub inodes: BTreeMap<u64, &'a Inode>,
+}
+
+/// One node's part of a checkpoint, as read back.
+#[derive(Debug, Deserialize)]
+pub struct Shard {
+    pub node: u32,
+    pub shards: u32,
+    pub next_ino: u64,
+    pub last_home: Option<u32>,
+    pub inodes: BTreeMap<u64, Inode>,
+}
+
+/// Cuts `meta` into one shard per node of `nodes` (ascending). An inode whose metadata node
+/// is not among them (which fsck reports) goes with the first node.
+pub fn split<'a>(meta: &'a Meta, nodes: &[u32]) -> Vec<ShardOut<'a>> {
+    let mut out: Vec<ShardOut<'a>> = nodes
+        .iter()
+        .map(|&node| ShardOut {
+            node,
+            shards: nodes.len() as u32,
+            next_ino: meta.next_ino,
+            last_home: meta.last_home,
+            inodes: BTreeMap::new(),
+        })
+        .collect();
+    for (&ino, i) in &meta.inodes {
+        let k = nodes.binary_search(&i.attr.meta_node).unwrap_or(0);
+        if let Some(s) = out.get_mut(k) {
+            s.inodes.insert(ino, i);
+        }
+    }
+    out
+}
+
+/// Joins shards read from every node (in `nodes` order) into one metadata. The caller has
+/// checked they belong to one checkpoint; an inode found twice is an error.
+pub fn merge(shards: Vec<Shard>) -> Result<Meta, String> {
+    let mut it = shards.into_iter();
+    let Some(first) = it.next() else {
+        return Err("no checkpoint shard".into());
+    };
+    let mut meta = Meta {
+        inodes: first.inodes,
+        next_ino: first.next_ino,
+        last_home: first.last_home,
+    };
+    for s in it {
+        if s.next_ino != meta.next_ino || s.last_home != meta.last_home {
+            return Err(format!(
+                "the shard of node {} disagrees with the first on the volume-wide fields",
+                s.node
+            ));
+        }
+        for (ino, i) in s.inodes {
+            if meta.inodes.insert(ino, i).is_some() {
+                return Err(format!("inode {ino} is in two shards"));
+            }
+        }
+    }
+    Ok(meta)
+}
