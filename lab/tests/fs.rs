@@ -189,11 +189,16 @@ echo "@@begin policy"; numaio fs policy --json $dargs /s/n0 || exit 18
 "#,
         prelude = node_disks_prelude(&[0, 1], 0)
     );
+    let t = Instant::now();
     let out = Scenario::new(topo, script)
         .node_disk(0, 64 * MIB)
         .node_disk(1, 64 * MIB)
         .timeout(Duration::from_secs(240))
         .must_run();
+    eprintln!(
+        "numaio-fs directory and stripe: {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
     assert_eq!(out.exit_code, 0, "{}", out.report());
     let map = parse_map(&out.section_json("map"));
     // directory: both writers' files of a top-level directory are on one node, and the two

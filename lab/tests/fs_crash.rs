@@ -26,6 +26,8 @@ const MIB: u64 = 1 << 20;
 const FILES: usize = 4;
 /// The cut comes after 1..=MAX_ACK_LINES ACK lines (a fsync prints one line per file).
 const MAX_ACK_LINES: u64 = 40;
+/// and, in half the cuts, up to this long after it.
+const MAX_WAIT_MS: u64 = 400;
 
 #[derive(Clone, Copy, Debug)]
 enum Variant {
@@ -252,13 +254,21 @@ fn crash_cycles(v: Variant) {
     for cut in 0..cuts {
         let run_seed = rng.next_u64();
         let after = 1 + rng.below(MAX_ACK_LINES) as usize;
+        // half the cuts wait a little after the line, so the writer may commit again or
+        // be overwriting in place when the power goes
+        let wait = Duration::from_millis(if rng.below(2) == 0 {
+            0
+        } else {
+            rng.below(MAX_WAIT_MS)
+        });
         let ctx = format!(
-            "seed {seed}: {v:?} cut {cut} (writer seed {run_seed}, after {after} ACK lines)"
+            "seed {seed}: {v:?} cut {cut} (writer seed {run_seed}, after {after} ACK lines + {} ms)",
+            wait.as_millis()
         );
         let t = Instant::now();
         let out: CutOutcome = v
             .scenario(dir.path(), script(v, prev.as_ref(), Some(run_seed)))
-            .run_with_cut(&PowerCut::after_lines("ACK ", after))
+            .run_with_cut(&PowerCut::after_lines("ACK ", after).then_wait(wait))
             .unwrap_or_else(|e| panic!("{ctx}: the lab run failed: {e}"));
         if let Some(p) = &prev {
             for (k, n) in check_run(&out.output, p, &format!("{ctx}: check of the previous run")) {
