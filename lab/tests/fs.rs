@@ -5,7 +5,7 @@
 //! `directory` and `stripe` placements, spilling to another node when one fills, and the
 //! misplaced-file fraction against ext4 over dm-linear are checked too.
 //!
-//! Needs the release binaries (`cargo build --release -p numaio-cli`) and the lab's kernel
+//! Needs the release binaries (`cargo build --release -p numaio -p numaio-lab --bins`) and the lab's kernel
 //! cache; see lab/README.md.
 
 use numaio_lab::dm_linear::{self, LinearMap};
