@@ -17,7 +17,9 @@
 //! binaries + /init), [`disk`] (ext4 image from a spec), [`qemu`] (the guest process),
 //! [`console`] (escape stripping, markers), [`probe`] (the guest-side `numaio-probe`),
 //! [`nodedev`] (NVMe disks and persistent memory on a node: [`Scenario::node_disk`],
-//! [`Scenario::node_pmem`], the guest's `/tmp/node-disks` and `node-disk N`).
+//! [`Scenario::node_pmem`], the guest's `/tmp/node-disks` and `node-disk N`),
+//! [`guest_script`] (output sections and shell preludes tests share), [`dm_linear`] and
+//! [`filefrag`] (stock ext4 over the node disks, and where it put a file's blocks).
 //!
 //! To pin a guest process to a node, scenarios use `numactl --cpunodebind=N --membind=N
 //! CMD` (numactl is in every guest) or the workspace's `numaio run --cpunodebind N -- CMD`.
@@ -25,7 +27,10 @@
 pub mod console;
 pub mod cpio;
 pub mod disk;
+pub mod dm_linear;
 pub mod error;
+pub mod filefrag;
+pub mod guest_script;
 pub mod initramfs;
 pub mod kernel;
 pub mod nodedev;
@@ -532,6 +537,20 @@ impl Outcome {
             "exit status {}\n--- scenario output ---\n{}\n--- console tail ---\n{}",
             self.exit_code, self.output, self.console_tail
         )
+    }
+
+    /// The output between `@@begin NAME` and the next `@@begin` line (see [`guest_script`]).
+    /// Panics with the run's report when the scenario printed no such section.
+    pub fn section(&self, name: &str) -> &str {
+        guest_script::section(&self.output, name)
+            .unwrap_or_else(|| panic!("section {name} missing\n{}", self.report()))
+    }
+
+    /// The first JSON line of section `name`; panics with the run's report when there is
+    /// none.
+    pub fn section_json(&self, name: &str) -> serde_json::Value {
+        guest_script::first_json(self.section(name))
+            .unwrap_or_else(|| panic!("no JSON in section {name}\n{}", self.report()))
     }
 
     /// The output's first line that parses as JSON (tools print one JSON document per

@@ -5,51 +5,18 @@
 //! `directory` and `stripe` placements, spilling to another node when one fills, and the
 //! misplaced-file fraction against ext4 over dm-linear are checked too.
 //!
-//! Needs the release binaries (`cargo build --release -p numaio-cli`) and the lab's kernel
+//! Needs the release binaries (`cargo build --release -p numaio -p numaio-lab --bins`) and the lab's kernel
 //! cache; see lab/README.md.
 
+use numaio_lab::dm_linear::{self, LinearMap};
+use numaio_lab::filefrag;
+use numaio_lab::guest_script::node_disks_prelude;
 use numaio_lab::{LabTopology, NodeDiskStat, Outcome, Scenario};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 const MIB: u64 = 1 << 20;
-
-/// Shell helpers: `$devs` (the first disk of each listed guest node, in order) and `$dargs`
-/// (`-d DEV` for each).
-fn prelude(nodes: &[u32], k: u32) -> String {
-    let list: Vec<String> = nodes.iter().map(u32::to_string).collect();
-    format!(
-        r#"
-devs=""; for n in {list}; do d=$(node-disk $n {k}) || exit 10; devs="$devs $d"; done
-dargs=""; for d in $devs; do dargs="$dargs -d $d"; done
-echo "@@begin devs"; echo $devs
-"#,
-        list = list.join(" ")
-    )
-}
-
-/// The text between `@@begin NAME` and the next `@@begin`.
-fn section<'a>(out: &'a Outcome, name: &str) -> &'a str {
-    let start = out
-        .output
-        .find(&format!("@@begin {name}\n"))
-        .unwrap_or_else(|| panic!("section {name} missing\n{}", out.report()));
-    let body = &out.output[start..];
-    let body = &body[body.find('\n').unwrap() + 1..];
-    &body[..body.find("@@begin ").unwrap_or(body.len())]
-}
-
-/// The first JSON object line of a section.
-fn json_in(out: &Outcome, name: &str) -> Value {
-    let s = section(out, name);
-    let line = s
-        .lines()
-        .find(|l| l.starts_with('{'))
-        .unwrap_or_else(|| panic!("no JSON in section {name}\n{}", out.report()));
-    serde_json::from_str(line)
-        .unwrap_or_else(|e| panic!("bad JSON in section {name}: {e}\n{}", out.report()))
-}
 
 /// `fs map --json` output: path → (blocks per node, extents as (logical, len, node)).
 type Map = BTreeMap<String, (BTreeMap<u64, u64>, Vec<(u64, u64, u64)>)>;
@@ -85,8 +52,8 @@ fn fraction_on(per: &BTreeMap<u64, u64>, node: u64) -> f64 {
 
 /// Sectors written per disk between two `node-disk-stat` sections.
 fn written(out: &Outcome, before: &str, after: &str) -> BTreeMap<String, (i64, u64)> {
-    let b = NodeDiskStat::parse(section(out, before));
-    let a = NodeDiskStat::parse(section(out, after));
+    let b = NodeDiskStat::parse(out.section(before));
+    let a = NodeDiskStat::parse(out.section(after));
     b.iter()
         .map(|d| {
             let now = a
@@ -118,7 +85,7 @@ echo "@@begin map"; numaio fs map --json $dargs / || exit 13
 echo "@@begin stat"; numaio fs stat $dargs || exit 14
 echo "@@begin fsck"; numaio fsck $devs; echo "rc=$?"
 "#,
-        prelude = prelude(nodes, 0),
+        prelude = node_disks_prelude(nodes, 0),
         list = list.join(" ")
     );
     let mut s = Scenario::new(topo.clone(), script).timeout(Duration::from_secs(240));
@@ -133,8 +100,9 @@ echo "@@begin fsck"; numaio fsck $devs; echo "rc=$?"
         t.elapsed().as_secs_f64()
     );
     assert_eq!(out.exit_code, 0, "{}", out.report());
-    let mkfs = json_in(&out, "mkfs");
-    let devs: Vec<String> = section(&out, "devs")
+    let mkfs = out.section_json("mkfs");
+    let devs: Vec<String> = out
+        .section("devs")
         .split_whitespace()
         .map(str::to_string)
         .collect();
@@ -146,7 +114,7 @@ echo "@@begin fsck"; numaio fsck $devs; echo "rc=$?"
             out.report()
         );
     }
-    let map = parse_map(&json_in(&out, "map"));
+    let map = parse_map(&out.section_json("map"));
     for (i, &n) in nodes.iter().enumerate() {
         let (per, _) = &map[&format!("/w{n}")];
         let frac = fraction_on(per, n as u64);
@@ -179,7 +147,7 @@ echo "@@begin fsck"; numaio fsck $devs; echo "rc=$?"
             }
         }
     }
-    assert!(section(&out, "fsck").contains("rc=0"), "{}", out.report());
+    assert!(out.section("fsck").contains("rc=0"), "{}", out.report());
 }
 
 #[test]
@@ -194,6 +162,109 @@ fn writer_local_four_nodes() {
     writer_local(
         LabTopology::from_nodes(&[(1, 192), (1, 192), (1, 192), (1, 192)]),
         &[0, 1, 2, 3],
+    );
+}
+
+#[test]
+#[ignore = "lab: needs QEMU and the lab kernel; run by scripts/test.sh"]
+fn directory_and_stripe_placements_hold() {
+    let topo = LabTopology::from_nodes(&[(1, 256), (1, 256)]);
+    let script = format!(
+        r#"{prelude}
+numaio mkfs $devs >/dev/null || exit 11
+head -c 1048576 /dev/urandom > /tmp/src
+numaio fs policy $dargs / directory || exit 12
+numaio fs mkdir $dargs /t0 || exit 13
+numaio fs mkdir $dargs /t1 || exit 13
+numaio fs mkdir $dargs /s || exit 13
+numaio fs policy $dargs /s stripe:2:64K || exit 14
+for n in 0 1; do
+  for t in t0 t1; do
+    numactl --cpunodebind=$n numaio fs put $dargs /tmp/src /$t/n$n || exit 15
+  done
+  numactl --cpunodebind=$n numaio fs put $dargs /tmp/src /s/n$n || exit 16
+done
+echo "@@begin map"; numaio fs map --json $dargs / || exit 17
+echo "@@begin policy"; numaio fs policy --json $dargs /s/n0 || exit 18
+"#,
+        prelude = node_disks_prelude(&[0, 1], 0)
+    );
+    let t = Instant::now();
+    let out = Scenario::new(topo, script)
+        .node_disk(0, 64 * MIB)
+        .node_disk(1, 64 * MIB)
+        .timeout(Duration::from_secs(240))
+        .must_run();
+    eprintln!(
+        "numaio-fs directory and stripe: {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    assert_eq!(out.exit_code, 0, "{}", out.report());
+    let map = parse_map(&out.section_json("map"));
+    // directory: both writers' files of a top-level directory are on one node, and the two
+    // directories got different nodes
+    let mut homes = Vec::new();
+    for t in ["t0", "t1"] {
+        let mut home = None;
+        for n in 0..2 {
+            let (per, _) = &map[&format!("/{t}/n{n}")];
+            assert_eq!(
+                per.len(),
+                1,
+                "/{t}/n{n} spread over {per:?}\n{}",
+                out.report()
+            );
+            let node = *per.keys().next().unwrap();
+            assert!(
+                home.is_none() || home == Some(node),
+                "/{t}: files on nodes {home:?} and {node}\n{}",
+                out.report()
+            );
+            home = Some(node);
+        }
+        homes.push(home.unwrap());
+    }
+    assert_ne!(
+        homes[0],
+        homes[1],
+        "both directories on one node\n{}",
+        out.report()
+    );
+    // stripe:2:64K: 16-block chunks alternate between the nodes, whoever writes
+    for n in 0..2 {
+        let (per, ext) = &map[&format!("/s/n{n}")];
+        assert_eq!(per.len(), 2, "/s/n{n}: {per:?}\n{}", out.report());
+        let mut chunk_node: BTreeMap<u64, u64> = BTreeMap::new();
+        for &(l, len, node) in ext {
+            for b in l..l + len {
+                let prev = chunk_node.insert(b / 16, node);
+                assert!(
+                    prev.is_none() || prev == Some(node),
+                    "/s/n{n}: chunk {} on two nodes\n{}",
+                    b / 16,
+                    out.report()
+                );
+            }
+        }
+        for (c, node) in &chunk_node {
+            if let Some(next) = chunk_node.get(&(c + 1)) {
+                assert_ne!(
+                    node,
+                    next,
+                    "/s/n{n}: chunks {c} and {} both on node {node}",
+                    c + 1
+                );
+            }
+        }
+        assert_eq!(chunk_node.len(), 16, "1 MiB = 16 chunks of 64K");
+    }
+    assert!(
+        out.section_json("policy")["policy"]
+            .as_str()
+            .unwrap()
+            .starts_with("stripe:2:"),
+        "{}",
+        out.report()
     );
 }
 
@@ -218,7 +289,7 @@ echo "@@begin map"; numaio fs map --json $dargs / || exit 13
 echo "@@begin stat1"; numaio fs stat --json $dargs || exit 14
 echo "@@begin fsck"; numaio fsck $devs; echo "rc=$?"
 "#,
-        prelude = prelude(&[0, 1], 0)
+        prelude = node_disks_prelude(&[0, 1], 0)
     );
     let t = Instant::now();
     let out = Scenario::new(topo, script)
@@ -228,7 +299,7 @@ echo "@@begin fsck"; numaio fsck $devs; echo "rc=$?"
         .must_run();
     eprintln!("numaio-fs fill: {:.1} s", t.elapsed().as_secs_f64());
     assert_eq!(out.exit_code, 0, "{}", out.report());
-    let puts = section(&out, "puts");
+    let puts = out.section("puts");
     let n: u64 = puts.lines().next().unwrap().trim().parse().expect("count");
     assert!(n <= 200, "the volume never filled\n{}", out.report());
     assert!(
@@ -236,7 +307,7 @@ echo "@@begin fsck"; numaio fsck $devs; echo "rc=$?"
         "the failing put must say ENOSPC\n{}",
         out.report()
     );
-    let st0 = json_in(&out, "stat0");
+    let st0 = out.section_json("stat0");
     let cap: u64 = st0["total_bytes"].as_u64().unwrap();
     let node1_cap = st0["nodes"]
         .as_array()
@@ -252,7 +323,7 @@ echo "@@begin fsck"; numaio fsck $devs; echo "rc=$?"
         "{n} puts of 2 MiB before ENOSPC on {cap} bytes\n{}",
         out.report()
     );
-    let map = parse_map(&json_in(&out, "map"));
+    let map = parse_map(&out.section_json("map"));
     let mut on1 = 0u64;
     let mut first_remote = None;
     for i in 0..n {
@@ -281,5 +352,122 @@ echo "@@begin fsck"; numaio fsck $devs; echo "rc=$?"
         out.report()
     );
     eprintln!("  {n} puts of 2 MiB: the first {r} on node 1, the rest on node 0; then ENOSPC");
-    assert!(section(&out, "fsck").contains("rc=0"), "{}", out.report());
+    assert!(out.section("fsck").contains("rc=0"), "{}", out.report());
+}
+
+/// Whether a file is misplaced: most of its blocks are not on its creator's node.
+fn misplaced(per_node: &BTreeMap<i64, u64>, creator: i64) -> bool {
+    let total: u64 = per_node.values().sum();
+    let home = per_node.get(&creator).copied().unwrap_or(0);
+    (total - home) * 2 > total
+}
+
+#[test]
+#[ignore = "lab: needs QEMU and the lab kernel; run by scripts/test.sh"]
+fn misplaced_files_numaio_vs_ext4_over_dm_linear() {
+    // One disk per node. Creators pinned to node 0 and node 1 take turns creating 64 KiB
+    // files, first on stock ext4 over dm-linear of the two disks, then on a numaio-fs
+    // volume over the same disks. A file is misplaced when most of its blocks are not on
+    // its creator's node's disk: ext4's blocks are mapped from `filefrag` through the
+    // dm-linear table, numaio-fs's come from its block map.
+    if let Some(t) = dm_linear::missing_tool() {
+        numaio_testkit::skip!(
+            "dmsetup",
+            "{t} is missing on the host (apt-get install dmsetup e2fsprogs)"
+        );
+    }
+    let per_node = numaio_testkit::env_u64("NUMAIO_LAB_FS_FILES", 40);
+    let script = format!(
+        r#"{prelude}
+{setup}
+head -c 65536 /dev/urandom > /tmp/src
+i=0
+while [ $i -lt {per_node} ]; do
+  for n in 0 1; do
+    numactl --cpunodebind=$n --membind=$n dd if=/tmp/src of=/mnt/n$n-$i bs=64k conv=fsync 2>/dev/null || exit 30
+  done
+  i=$((i+1))
+done
+echo "@@begin ext4"
+filefrag -v -b4096 /mnt/n* || exit 31
+{teardown}
+numaio mkfs --force $devs >/dev/null || exit 32
+i=0
+while [ $i -lt {per_node} ]; do
+  for n in 0 1; do
+    numactl --cpunodebind=$n --membind=$n numaio fs put $dargs /tmp/src /n$n-$i || exit 33
+  done
+  i=$((i+1))
+done
+echo "@@begin map"; numaio fs map --json $dargs / || exit 34
+echo "@@begin fsck"; numaio fsck $devs; echo "rc=$?"
+"#,
+        prelude = node_disks_prelude(&[0, 1], 0),
+        setup = dm_linear::setup_script("lin", "-g 8192"),
+        teardown = dm_linear::teardown_script("lin"),
+    );
+    let s = Scenario::new(LabTopology::from_nodes(&[(1, 256), (1, 256)]), script)
+        .node_disk(0, 64 * MIB)
+        .node_disk(1, 64 * MIB)
+        .timeout(Duration::from_secs(420));
+    let t = Instant::now();
+    let out = dm_linear::with_tools(s).must_run();
+    let secs = t.elapsed().as_secs_f64();
+    assert_eq!(out.exit_code, 0, "{}", out.report());
+    let files = 2 * per_node as usize;
+
+    let lin = LinearMap::parse(out.section("dm-table"), out.section("dm-disks"))
+        .unwrap_or_else(|e| panic!("{e}\n{}", out.report()));
+    let ext4 =
+        filefrag::parse(out.section("ext4")).unwrap_or_else(|e| panic!("{e}\n{}", out.report()));
+    assert_eq!(
+        ext4.len(),
+        files,
+        "one filefrag report per file\n{}",
+        out.report()
+    );
+    let mut ext4_bad = 0;
+    for f in &ext4 {
+        let creator: i64 = if f.path.starts_with("/mnt/n1-") { 1 } else { 0 };
+        assert_eq!(f.blocks() * f.block_size, 65536, "{}: {f:?}", f.path);
+        let mut per: BTreeMap<i64, u64> = BTreeMap::new();
+        for e in &f.extents {
+            assert!(!e.unplaced(), "{}: fsync left {e:?} unplaced", f.path);
+            for (n, c) in lin.blocks_per_node(e.physical, e.len, f.block_size) {
+                *per.entry(n).or_insert(0) += c;
+            }
+        }
+        assert!(
+            !per.contains_key(&-1),
+            "{}: blocks outside the table: {per:?}",
+            f.path
+        );
+        ext4_bad += usize::from(misplaced(&per, creator));
+    }
+
+    let map = parse_map(&out.section_json("map"));
+    let mut numaio_bad = 0;
+    for n in 0..2u64 {
+        for i in 0..per_node {
+            let (per, _) = map
+                .get(&format!("/n{n}-{i}"))
+                .unwrap_or_else(|| panic!("/n{n}-{i} missing from the map\n{}", out.report()));
+            let per: BTreeMap<i64, u64> = per.iter().map(|(&k, &v)| (k as i64, v)).collect();
+            assert_eq!(per.values().sum::<u64>(), 16, "/n{n}-{i}: {per:?}");
+            numaio_bad += usize::from(misplaced(&per, n as i64));
+        }
+    }
+    let pct = |bad: usize| bad as f64 * 100.0 / files as f64;
+    eprintln!(
+        "misplaced files ({files} files of 64 KiB, creators alternating between 2 nodes): \
+         ext4 over dm-linear {ext4_bad} ({:.1} %), numaio-fs {numaio_bad} ({:.1} %); {secs:.1} s",
+        pct(ext4_bad),
+        pct(numaio_bad)
+    );
+    assert!(
+        numaio_bad * 20 <= files,
+        "numaio-fs misplaced {numaio_bad} of {files} files (more than 5 %)\n{}",
+        out.report()
+    );
+    assert!(out.section("fsck").contains("rc=0"), "{}", out.report());
 }

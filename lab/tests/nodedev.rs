@@ -6,6 +6,9 @@
 //! Needs the release binaries (`cargo build --release`) and the lab's kernel cache; see
 //! lab/README.md.
 
+use numaio_lab::dm_linear::{self, LinearMap};
+use numaio_lab::filefrag;
+use numaio_lab::guest_script::node_disks_prelude;
 use numaio_lab::{
     blank_image, GuestNodeDisk, LabTopology, NodeDiskStat, Outcome, PowerCut, Scenario,
 };
@@ -54,17 +57,6 @@ fn devs(out: &Outcome, section: &str) -> BTreeMap<String, Dev> {
         out.report()
     );
     m
-}
-
-/// The text between `@@begin NAME` and the next `@@begin`.
-fn section<'a>(out: &'a Outcome, name: &str) -> &'a str {
-    let start = out
-        .output
-        .find(&format!("@@begin {name}\n"))
-        .unwrap_or_else(|| panic!("section {name} missing\n{}", out.report()));
-    let body = &out.output[start..];
-    let body = &body[body.find('\n').unwrap() + 1..];
-    &body[..body.find("@@begin ").unwrap_or(body.len())]
 }
 
 /// QEMU node of a serial `node<N>-<K>`.
@@ -134,7 +126,7 @@ echo "@@begin none"; node-disk 99; echo "rc=$?"
     assert_eq!(per_node, want, "disks per QEMU node\n{}", out.report());
 
     // /tmp/node-disks says the same
-    let list = GuestNodeDisk::parse(section(&out, "list"));
+    let list = GuestNodeDisk::parse(out.section("list"));
     assert_eq!(list.len(), disks.len(), "{}", out.report());
     for l in &list {
         let name = l.dev.trim_start_matches("/dev/");
@@ -143,7 +135,7 @@ echo "@@begin none"; node-disk 99; echo "rc=$?"
     }
 
     // the helper picked the target node's first disk, and only it was written to
-    let target_dev = section(&out, "target").trim().to_string();
+    let target_dev = out.section("target").trim().to_string();
     let target_name = target_dev.trim_start_matches("/dev/");
     let q = topo.qemu_node_id(target).expect("target node exists");
     assert_eq!(
@@ -170,7 +162,7 @@ echo "@@begin none"; node-disk 99; echo "rc=$?"
     }
 
     // node-disk-stat agrees with sysfs
-    let stat = NodeDiskStat::parse(section(&out, "stat"));
+    let stat = NodeDiskStat::parse(out.section("stat"));
     assert_eq!(stat.len(), disks.len(), "{}", out.report());
     for st in &stat {
         let d = &after[st.dev.trim_start_matches("/dev/")];
@@ -190,11 +182,12 @@ echo "@@begin none"; node-disk 99; echo "rc=$?"
         _ => panic!("target node {target} has no CPUs"),
     };
     assert!(
-        section(&out, "numaio-run").contains(&format!("Cpus_allowed_list:\t{want_cpus}")),
+        out.section("numaio-run")
+            .contains(&format!("Cpus_allowed_list:\t{want_cpus}")),
         "{}",
         out.report()
     );
-    let none = section(&out, "none");
+    let none = out.section("none");
     assert!(
         none.contains("has no disk") && none.contains("rc=1"),
         "{}",
@@ -351,103 +344,80 @@ fn a_kernel_without_pmem_modules_fails_before_booting() {
     }
 }
 
-/// Host tools the dm-linear test copies into the guest.
-const EXT4_TOOLS: [&str; 3] = [
-    "/usr/sbin/dmsetup",
-    "/usr/sbin/mkfs.ext4",
-    "/usr/sbin/filefrag",
-];
-
 #[test]
 #[ignore = "lab: needs QEMU and the lab kernel; run by scripts/test.sh"]
 fn ext4_over_dm_linear_of_node_disks() {
     // The stock-kernel baseline the file system is compared with: ext4 on the node disks
     // joined by dm-linear. This proves the pieces work (dm-mod from the kernel package,
     // host dmsetup/mkfs.ext4/filefrag, per-disk counters under dm) and shows the recipe.
-    if let Some(t) = EXT4_TOOLS
-        .iter()
-        .find(|t| !std::path::Path::new(t).is_file())
-    {
+    if let Some(t) = dm_linear::missing_tool() {
         numaio_testkit::skip!(
             "dmsetup",
             "{t} is missing on the host (apt-get install dmsetup e2fsprogs)"
         );
     }
-    let script = r#"
-a=$(node-disk 0) || exit 10
-b=$(node-disk 1) || exit 11
-sa=$(cat /sys/block/${a#/dev/}/size); sb=$(cat /sys/block/${b#/dev/}/size)
-echo "@@split $sa"
-# without udev, libdevmapper makes the /dev/mapper node itself when told so
-printf "0 $sa linear $a 0\n$sa $sb linear $b 0\n" | DM_DISABLE_UDEV=1 dmsetup create lin || exit 12
-mkfs.ext4 -q -F -b 4096 /dev/mapper/lin || exit 13
-mount -t ext4 /dev/mapper/lin /mnt || exit 14
+    let script = format!(
+        r#"{prelude}
+{setup}
 sync
-for x in $a $b; do set -- $(cat /sys/block/${x#/dev/}/stat); echo "@@before $x $7"; done
+echo "@@begin before"; node-disk-stat
 numactl --cpunodebind=1 --membind=1 dd if=/dev/zero of=/mnt/f bs=1M count=4 conv=fsync 2>/dev/null || exit 15
-for x in $a $b; do set -- $(cat /sys/block/${x#/dev/}/stat); echo "@@after $x $7"; done
-filefrag -v -b4096 /mnt/f
-echo "@@disks $a $b"
-"#;
-    let mut s = Scenario::new(LabTopology::from_nodes(&[(1, 256), (1, 192)]), script)
+echo "@@begin after"; node-disk-stat
+echo "@@begin filefrag"; filefrag -v -b4096 /mnt/f
+"#,
+        prelude = node_disks_prelude(&[0, 1], 0),
+        setup = dm_linear::setup_script("lin", ""),
+    );
+    let s = Scenario::new(LabTopology::from_nodes(&[(1, 256), (1, 192)]), script)
         .node_disk(0, 32 * MIB)
         .node_disk(1, 32 * MIB)
-        .kernel_module("dm-mod")
         .timeout(Duration::from_secs(90));
-    for t in EXT4_TOOLS {
-        s = s.host_binary(t);
-    }
     let t = Instant::now();
-    let out = s.must_run();
+    let out = dm_linear::with_tools(s).must_run();
     eprintln!("ext4 over dm-linear: {:.1} s", t.elapsed().as_secs_f64());
     assert_eq!(out.exit_code, 0, "{}", out.report());
-    let field = |prefix: &str| -> Vec<String> {
-        out.output
-            .lines()
-            .find_map(|l| l.strip_prefix(prefix))
-            .unwrap_or_else(|| panic!("no {prefix:?} line\n{}", out.report()))
-            .split_whitespace()
-            .map(str::to_string)
-            .collect()
-    };
-    let split: u64 = field("@@split ")[0].parse().expect("sectors");
-    let disks = field("@@disks ");
-    let delta = |dev: &str| -> u64 {
-        let get = |p: &str| -> u64 { field(&format!("{p} {dev} "))[0].parse().unwrap() };
-        get("@@after") - get("@@before")
-    };
+    let lin = LinearMap::parse(out.section("dm-table"), out.section("dm-disks"))
+        .unwrap_or_else(|e| panic!("{e}\n{}", out.report()));
+    assert_eq!(lin.segments.len(), 2, "{}", out.report());
     // the file's extents (4 KiB blocks of the dm device) tell which disk holds it
-    let mut on = [0u64; 2];
-    for l in out.output.lines() {
-        let w: Vec<&str> = l.split_whitespace().collect();
-        // "   0:        0..    1023:      34816..     35839:   1024:   ..."
-        if w.len() >= 6 && w[0].ends_with(':') && w[0][..w[0].len() - 1].parse::<u64>().is_ok() {
-            let start: u64 = w[3].trim_end_matches("..").parse().expect("physical start");
-            let len: u64 = w[5].trim_end_matches(':').parse().expect("length");
-            for blk in start..start + len {
-                on[usize::from(blk * 8 >= split)] += 1;
-            }
+    let files = filefrag::parse(out.section("filefrag"))
+        .unwrap_or_else(|e| panic!("{e}\n{}", out.report()));
+    assert_eq!(files.len(), 1, "{}", out.report());
+    let mut on: BTreeMap<i64, u64> = BTreeMap::new();
+    for e in &files[0].extents {
+        for (n, c) in lin.blocks_per_node(e.physical, e.len, files[0].block_size) {
+            *on.entry(n).or_insert(0) += c;
         }
     }
     assert_eq!(
-        on[0] + on[1],
+        on.values().sum::<u64>(),
         1024,
         "4 MiB in 4 KiB blocks\n{}",
         out.report()
     );
+    assert!(!on.contains_key(&-1), "blocks outside the table: {on:?}");
     // each disk was written at least what the file put on it (plus journal and metadata)
-    for (i, dev) in disks.iter().enumerate() {
+    let before = NodeDiskStat::parse(out.section("before"));
+    let after = NodeDiskStat::parse(out.section("after"));
+    for b in &before {
+        let a = after
+            .iter()
+            .find(|a| a.dev == b.dev)
+            .unwrap_or_else(|| panic!("{} missing after\n{}", b.dev, out.report()));
+        let blocks = on.get(&b.node).copied().unwrap_or(0);
         assert!(
-            delta(dev) >= on[i] * 8,
-            "{dev}: {} sectors written, the file has {} blocks there\n{}",
-            delta(dev),
-            on[i],
+            a.sectors_written - b.sectors_written >= blocks * 8,
+            "{} (node {}): {} sectors written, the file has {blocks} blocks there\n{}",
+            b.dev,
+            b.node,
+            a.sectors_written - b.sectors_written,
             out.report()
         );
     }
     eprintln!(
         "ext4 over dm-linear: a node-1 writer's 4 MiB file has {} blocks on node 0's disk, {} on node 1's",
-        on[0], on[1]
+        on.get(&0).unwrap_or(&0),
+        on.get(&1).unwrap_or(&0)
     );
 }
 

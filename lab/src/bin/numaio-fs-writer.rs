@@ -7,16 +7,19 @@
 //!   `ACK <n> <file> <len> <crc32c>` per existing file: the state that must survive a crash.
 //! * `check DEV...` mounts (recovering from the journal), prints `FILE <name> <len> <crc32c>`
 //!   for each file and fsck's verdict. With `--seed S --files N --acked N` it also replays the
-//!   workload and says, per file, whether its content is the acknowledged state or one the
-//!   writer produced later (`acked`, `later`), a per-block mix of such states (`block-mix`, possible
-//!   only for in-place overwrites not yet synced), or neither (`TORN`, `MISSING`).
+//!   workload and finds the commit the volume is at: one commit from the `N`-th fsync on, for
+//!   all files at once (`COMMIT <c>`), with exactly that commit's files and lengths, and every
+//!   512-byte sector holding its data at that commit or data an in-place overwrite wrote
+//!   there before the next commit. Per file: `acked` (the acknowledged state), `later` (a
+//!   later commit's state), `sector-mix` (some sectors from overwrites after the commit);
+//!   `NO-COMMIT` and `MISMATCH` when no commit fits.
 //!
 //! Zone volumes: `--zone NODE:SIZE:PATH` (repeatable) instead of devices.
 
 use clap::{Args, Parser, Subcommand};
 use numaio_fs::fsck::{fsck, FsckOptions};
 use numaio_fs::store::{BlockStore, FileStore, ZoneSpec, ZoneStore};
-use numaio_fs::{Caller, Fs, FsError, MkfsOptions, MountOptions, PlacementPolicy, BLOCK_SIZE};
+use numaio_fs::{Caller, Fs, FsError, MkfsOptions, MountOptions, PlacementPolicy};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -270,76 +273,119 @@ fn write_all(fs: &Fs, ino: u64, off: u64, data: &[u8], c: &Caller) -> Result<(),
     Ok(())
 }
 
-/// A file's possible contents (None: absent), per file.
-type States = Vec<Vec<Option<Vec<u8>>>>;
+/// A torn write leaves whole 512-byte sectors: the unit in which an in-place overwrite
+/// not yet committed may show old and new data side by side.
+const SECTOR: usize = 512;
 
-/// Every state a file can be in after a crash once fsync `acked` returned: its state at that
-/// fsync (None: not created yet) and every state the workload gave it later.
-fn allowed_states(w: Workload, acked: u64) -> (States, Vec<bool>) {
+/// A commit the crash may have left the volume at: every file's state at that commit
+/// (None: not created yet), and the states each file went through after it until the next
+/// commit was durable (what in-place overwrites may have put on the device meanwhile).
+struct CommitPoint {
+    /// The number of fsyncs done (0: the freshly made volume).
+    commit: u64,
+    files: Vec<Option<Vec<u8>>>,
+    after: Vec<Vec<Vec<u8>>>,
+}
+
+/// Replays the workload and hands `f` each commit point from the `acked`-th fsync on, in
+/// order, until `f` returns false or the workload ends. Commits happen only at fsync (the
+/// writer never syncs otherwise), so these are all the states the metadata can be in.
+fn for_each_commit(w: Workload, acked: u64, mut f: impl FnMut(&CommitPoint) -> bool) {
     let mut plan = Plan::new(w.seed, w.files);
-    let mut model: Vec<Option<Vec<u8>>> = vec![None; plan.files];
-    let mut states: States = vec![Vec::new(); plan.files];
-    let mut overwritten = vec![false; plan.files];
+    let n = plan.files;
+    let mut model: Vec<Option<Vec<u8>>> = vec![None; n];
+    let point = |commit, model: &[Option<Vec<u8>>]| CommitPoint {
+        commit,
+        files: model.to_vec(),
+        after: vec![Vec::new(); n],
+    };
+    let mut cur = (acked == 0).then(|| point(0, &model));
     let mut syncs = 0u64;
-    if acked == 0 {
-        for (f, m) in model.iter().enumerate() {
-            states[f].push(m.clone());
-        }
-    }
     for _ in 0..w.steps {
         let s = plan.next();
         apply(&mut model, &s);
-        if syncs >= acked {
-            states[s.file].push(model[s.file].clone());
-            if matches!(s.op, Op::Overwrite(..)) {
-                overwritten[s.file] = true;
-            }
+        if let (Some(p), Some(d)) = (&mut cur, &model[s.file]) {
+            p.after[s.file].push(d.clone());
         }
         if s.sync {
             syncs += 1;
-            if syncs == acked {
-                for (f, m) in model.iter().enumerate() {
-                    states[f].push(m.clone());
+            if let Some(p) = cur.take() {
+                if !f(&p) {
+                    return;
                 }
+            }
+            if syncs >= acked {
+                cur = Some(point(syncs, &model));
             }
         }
     }
-    (states, overwritten)
+    // the writer's unmount commits once more
+    if let Some(p) = cur {
+        f(&p);
+    }
 }
 
-fn block(v: &[u8], i: usize, len: usize) -> Vec<u8> {
-    let bs = BLOCK_SIZE as usize;
-    let end = ((i + 1) * bs).min(len);
-    (i * bs..end)
-        .map(|k| v.get(k).copied().unwrap_or(0))
-        .collect()
+/// How a file found on the volume matches its state at a commit point.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Match {
+    /// Byte for byte the state at the commit.
+    Exact,
+    /// The state at the commit, with some 512-byte sectors holding data an in-place
+    /// overwrite after the commit wrote there.
+    SectorMix,
 }
 
-/// `acked` (the state at the acknowledged fsync, always the first of `states`), `later` (a
-/// state the workload produced after it), `block-mix` (each block from one allowed state of
-/// that length), or `TORN`.
-fn verdict(data: &[u8], states: &[Option<Vec<u8>>], overwritten: bool) -> &'static str {
-    if states.first().is_some_and(|s| s.as_deref() == Some(data)) {
-        return "acked";
+/// Checks the files found (index → contents) against commit point `p`: exactly the files
+/// that existed at the commit, each with its length at the commit, and every sector as it
+/// was at the commit or as a later write of that file made it before the next commit.
+/// Anything else (another file's data, zeros, a length from another commit) is a mismatch,
+/// described in the error.
+fn match_commit(p: &CommitPoint, found: &[Option<Vec<u8>>]) -> Result<Vec<Match>, String> {
+    let mut out = Vec::new();
+    for (f, (want, got)) in p.files.iter().zip(found).enumerate() {
+        let c = p.commit;
+        let (want, got) = match (want, got) {
+            (None, None) => {
+                out.push(Match::Exact);
+                continue;
+            }
+            (None, Some(_)) => {
+                return Err(format!("{} exists; commit {c} has no such file", name(f)))
+            }
+            (Some(_), None) => return Err(format!("{} is missing; commit {c} has it", name(f))),
+            (Some(w), Some(g)) => (w, g),
+        };
+        if want.len() != got.len() {
+            return Err(format!(
+                "{}: {} bytes; {} bytes at commit {c}",
+                name(f),
+                got.len(),
+                want.len()
+            ));
+        }
+        if want == got {
+            out.push(Match::Exact);
+            continue;
+        }
+        for start in (0..got.len()).step_by(SECTOR) {
+            let r = start..(start + SECTOR).min(got.len());
+            let ok = want[r.clone()] == got[r.clone()]
+                || p.after[f]
+                    .iter()
+                    .any(|s| s.get(r.clone()) == Some(&got[r.clone()]));
+            if !ok {
+                return Err(format!(
+                    "{}: bytes {}..{} are neither its data at commit {c} nor data written \
+                     there before the next commit",
+                    name(f),
+                    r.start,
+                    r.end
+                ));
+            }
+        }
+        out.push(Match::SectorMix);
     }
-    if states.iter().flatten().any(|s| s == data) {
-        return "later";
-    }
-    let blocks = data.len().div_ceil(BLOCK_SIZE as usize);
-    let mixed = overwritten
-        && states.iter().flatten().any(|s| s.len() == data.len())
-        && (0..blocks).all(|i| {
-            let b = block(data, i, data.len());
-            states
-                .iter()
-                .flatten()
-                .any(|s| block(s, i, data.len()) == b)
-        });
-    if mixed {
-        "block-mix"
-    } else {
-        "TORN"
-    }
+    Ok(out)
 }
 
 fn read_file(fs: &Fs, ino: u64) -> Result<Vec<u8>, FsError> {
@@ -386,20 +432,6 @@ fn check(vol: &Volume, replay: Option<(Workload, u64)>) -> Result<bool, FsError>
         "MOUNT checkpoint={} replayed={} orphans_freed={}",
         mi.checkpoint_seq, mi.replayed, mi.orphans_freed
     ));
-    let expected = replay.map(|(w, acked)| allowed_states(w, acked));
-    if let Some((states, _)) = &expected {
-        // The replayed acknowledged state, for the host to compare with the ACK lines it saw.
-        for (f, s) in states.iter().enumerate() {
-            if let Some(Some(d)) = s.first() {
-                out(format_args!(
-                    "ACKED {} {} {:08x}",
-                    name(f),
-                    d.len(),
-                    crc32c::crc32c(d)
-                ));
-            }
-        }
-    }
     let c = Caller::root_on(0);
     let mut names: Vec<Vec<u8>> = Vec::new();
     let mut cookie = 0;
@@ -414,35 +446,96 @@ fn check(vol: &Volume, replay: Option<(Workload, u64)>) -> Result<bool, FsError>
                 .filter(|n| n != b"." && n != b".."),
         );
     }
+    let files = replay.map_or(0, |(w, _)| w.files.max(1));
+    let mut found: Vec<Option<Vec<u8>>> = vec![None; files];
+    let mut shown: Vec<(String, Vec<u8>)> = Vec::new();
     for n in &names {
         let ino = fs.lookup(ROOT, n, &c)?.ino;
         let data = read_file(&fs, ino)?;
-        let shown = String::from_utf8_lossy(n);
-        let v = match (
-            &expected,
-            shown
-                .strip_prefix('f')
-                .and_then(|i| i.parse::<usize>().ok()),
-        ) {
-            (Some((states, ow)), Some(i)) if i < states.len() => verdict(&data, &states[i], ow[i]),
-            (Some(_), _) => "UNEXPECTED",
-            (None, _) => "-",
-        };
-        ok &= matches!(v, "acked" | "later" | "block-mix" | "-");
-        out(format_args!(
-            "FILE {shown} {} {:08x} {v}",
-            data.len(),
-            crc32c::crc32c(&data)
-        ));
-    }
-    if let Some((states, _)) = &expected {
-        for (f, s) in states.iter().enumerate() {
-            let present = names.iter().any(|n| n == name(f).as_bytes());
-            if !present && !s.iter().any(Option::is_none) {
+        let text = String::from_utf8_lossy(n).into_owned();
+        match text.strip_prefix('f').and_then(|i| i.parse::<usize>().ok()) {
+            Some(i) if i < files && name(i) == text => found[i] = Some(data.clone()),
+            _ if replay.is_some() => {
                 ok = false;
-                out(format_args!("FILE {} - - MISSING", name(f)));
+                out(format_args!(
+                    "UNEXPECTED {text}: the workload makes no such file"
+                ));
+            }
+            _ => {}
+        }
+        shown.push((text, data));
+    }
+    let mut verdicts: Vec<&str> = vec!["-"; shown.len()];
+    if let Some((w, acked)) = replay {
+        // The volume must be at one commit from the acknowledged one on, for all files at
+        // once (commits are global). Files only grow and are never removed, so once a
+        // commit has a file the volume lacks, or a longer one, no later commit can match.
+        let mut first_err: Option<String> = None;
+        let mut matched: Option<(u64, Vec<Match>)> = None;
+        for_each_commit(w, acked, |p| {
+            if p.commit == acked {
+                // The replayed acknowledged state, for the host to compare with the ACK
+                // lines it saw.
+                for (f, d) in p.files.iter().enumerate() {
+                    if let Some(d) = d {
+                        out(format_args!(
+                            "ACKED {} {} {:08x}",
+                            name(f),
+                            d.len(),
+                            crc32c::crc32c(d)
+                        ));
+                    }
+                }
+            }
+            match match_commit(p, &found) {
+                Ok(m) => {
+                    matched = Some((p.commit, m));
+                    false
+                }
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                    let beyond = p.files.iter().zip(&found).any(|(w, g)| match (w, g) {
+                        (Some(_), None) => true,
+                        (Some(w), Some(g)) => w.len() > g.len(),
+                        _ => false,
+                    });
+                    !beyond
+                }
+            }
+        });
+        match matched {
+            Some((commit, m)) => {
+                out(format_args!("COMMIT {commit} acked={acked}"));
+                for (i, (text, _)) in shown.iter().enumerate() {
+                    let f = text
+                        .strip_prefix('f')
+                        .and_then(|i| i.parse::<usize>().ok())
+                        .filter(|&f| f < files);
+                    verdicts[i] = match f.map(|f| m[f]) {
+                        Some(Match::Exact) if commit == acked => "acked",
+                        Some(Match::Exact) => "later",
+                        Some(Match::SectorMix) => "sector-mix",
+                        None => "UNEXPECTED",
+                    };
+                }
+            }
+            None => {
+                ok = false;
+                out(format_args!(
+                    "NO-COMMIT acked={acked}: the files match no commit from the acknowledged \
+                     one on; at the acknowledged one: {}",
+                    first_err.unwrap_or_else(|| "the workload has no such commit".into())
+                ));
+                verdicts.iter_mut().for_each(|v| *v = "MISMATCH");
             }
         }
+    }
+    for ((text, data), v) in shown.iter().zip(&verdicts) {
+        out(format_args!(
+            "FILE {text} {} {:08x} {v}",
+            data.len(),
+            crc32c::crc32c(data)
+        ));
     }
     fs.unmount()?;
     ok &= print_fsck("after-unmount", &*store)?;
@@ -492,5 +585,104 @@ fn main() -> ExitCode {
             out(format_args!("RESULT ERROR {e}"));
             ExitCode::from(2)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(files: Vec<Option<Vec<u8>>>, after: Vec<Vec<Vec<u8>>>) -> CommitPoint {
+        CommitPoint {
+            commit: 3,
+            files,
+            after,
+        }
+    }
+
+    #[test]
+    fn a_commit_matches_exactly_or_by_sector() {
+        let old = vec![1u8; 2048];
+        let mut new = old.clone();
+        new[512..1024].fill(2);
+        new[1500] = 3;
+        let p = point(
+            vec![Some(old.clone()), None],
+            vec![vec![new.clone()], vec![]],
+        );
+        assert_eq!(
+            match_commit(&p, &[Some(old.clone()), None]),
+            Ok(vec![Match::Exact; 2])
+        );
+        // sector 1 new, sector 2 old: a torn overwrite
+        let mut mix = old.clone();
+        mix[512..1024].fill(2);
+        assert_eq!(
+            match_commit(&p, &[Some(mix), None]).unwrap()[0],
+            Match::SectorMix
+        );
+        // half a sector new is not a sector from any state
+        let mut torn = old.clone();
+        torn[512..768].fill(2);
+        assert!(match_commit(&p, &[Some(torn), None])
+            .unwrap_err()
+            .contains("bytes 512..1024"));
+        // zeros, another length, a file the commit has not, a missing file
+        let mut zeros = old.clone();
+        zeros[0..512].fill(0);
+        assert!(match_commit(&p, &[Some(zeros), None]).is_err());
+        assert!(match_commit(&p, &[Some(vec![1u8; 1024]), None])
+            .unwrap_err()
+            .contains("1024 bytes; 2048 bytes at commit 3"));
+        assert!(match_commit(&p, &[Some(old.clone()), Some(vec![])])
+            .unwrap_err()
+            .contains("f1 exists"));
+        assert!(match_commit(&p, &[None, None])
+            .unwrap_err()
+            .contains("f0 is missing"));
+    }
+
+    #[test]
+    fn another_files_data_never_matches() {
+        let a = vec![1u8; 1024];
+        let b = vec![2u8; 1024];
+        let p = point(
+            vec![Some(a.clone()), Some(b.clone())],
+            vec![vec![], vec![vec![4u8; 1024]]],
+        );
+        // f0 showing f1's later data
+        assert!(match_commit(&p, &[Some(vec![4u8; 1024]), Some(b)]).is_err());
+    }
+
+    #[test]
+    fn commit_points_start_at_the_acknowledged_fsync() {
+        let w = Workload {
+            seed: 7,
+            files: 3,
+            steps: 400,
+        };
+        let mut seen = Vec::new();
+        for_each_commit(w, 2, |p| {
+            seen.push(p.commit);
+            // the writes between two commits are what `after` holds
+            assert!(p.after.iter().map(Vec::len).sum::<usize>() >= 1);
+            seen.len() < 5
+        });
+        assert_eq!(seen, [2, 3, 4, 5, 6]);
+        // the state at a commit equals the writer's model after that many fsyncs
+        let mut plan = Plan::new(7, 3);
+        let mut model = vec![None; 3];
+        let mut syncs = 0;
+        while syncs < 4 {
+            let s = plan.next();
+            apply(&mut model, &s);
+            syncs += u64::from(s.sync);
+        }
+        let mut at4 = None;
+        for_each_commit(w, 4, |p| {
+            at4 = Some(p.files.clone());
+            false
+        });
+        assert_eq!(at4, Some(model));
     }
 }
