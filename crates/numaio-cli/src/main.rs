@@ -72,6 +72,10 @@ enum Command {
     Fsck(cmd::fsck::FsckArgs),
     /// Offline tools on an unmounted numaio-fs volume: stat, put, get, ls, mkdir, rm, map, policy.
     Fs(cmd::fs::FsArgs),
+    /// Mount a numaio-fs volume through FUSE (detaches unless -f).
+    Mount(cmd::mount::MountArgs),
+    /// Unmount a numaio-fs FUSE mount; the server flushes the volume before it exits.
+    Umount(cmd::umount::UmountArgs),
 }
 
 /// `numaio generate`: a packagers' command kept out of `--help`, the man pages and the
@@ -135,6 +139,8 @@ fn main() -> ExitCode {
         Command::Mkfs(a) => cmd::mkfs::run(a),
         Command::Fsck(a) => cmd::fsck::run(a),
         Command::Fs(a) => cmd::fs::run(a),
+        Command::Mount(a) => cmd::mount::run(a),
+        Command::Umount(a) => cmd::umount::run(a),
     };
     finish(result)
 }

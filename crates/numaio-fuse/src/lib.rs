@@ -1,0 +1,311 @@
+//! Serves a mounted [`numaio_fs::Fs`] to the kernel through FUSE (the `fuser` crate).
+//!
+//! Every request is mapped onto the `Fs` API; errors become the errno `FsError::errno` names.
+//! Data is cached by `Fs`, so the kernel page cache keeps file data too (no direct I/O):
+//! this keeps mmap, shared writable mmap included, working without kernel extensions.
+
+/// The FUSE crate this server is built on, for callers that configure the mount.
+pub use fuser;
+
+use fuser::{
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, OpenFlags,
+    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen,
+    ReplyWrite, Request,
+};
+use numaio_fs::meta::Kind;
+use numaio_fs::{Caller, Fs, FsError, SetAttr};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// How long the kernel may cache attributes and entries; one server owns the volume, so
+/// every change passes through it and a short TTL only bounds staleness after crashes.
+const TTL: Duration = Duration::from_secs(1);
+
+/// The FUSE face of a numaio-fs volume.
+pub struct NumaFs {
+    fs: Option<Fs>,
+}
+
+impl NumaFs {
+    pub fn new(fs: Fs) -> NumaFs {
+        NumaFs { fs: Some(fs) }
+    }
+
+    fn fs(&self) -> &Fs {
+        self.fs.as_ref().expect("volume is mounted until destroy")
+    }
+}
+
+fn errno(e: &FsError) -> Errno {
+    Errno::from_i32(e.errno())
+}
+
+fn caller(req: &Request) -> Caller {
+    Caller {
+        node: numaio_fs_node(),
+        uid: req.uid(),
+        gid: req.gid(),
+        pid: req.pid(),
+    }
+}
+
+/// Node of the CPU this serving thread runs on; the requesting thread is usually on the same
+/// node when serving threads are bound per node.
+fn numaio_fs_node() -> u32 {
+    let mut cpu: u32 = 0;
+    let mut node: u32 = 0;
+    // SAFETY: getcpu writes two u32s through valid pointers; the third argument is unused.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_getcpu,
+            &mut cpu as *mut u32,
+            &mut node as *mut u32,
+            std::ptr::null_mut::<libc::c_void>(),
+        )
+    };
+    if r == 0 {
+        node
+    } else {
+        0
+    }
+}
+
+fn time(ns: i64) -> SystemTime {
+    if ns >= 0 {
+        UNIX_EPOCH + Duration::from_nanos(ns as u64)
+    } else {
+        UNIX_EPOCH
+    }
+}
+
+fn kind(k: Kind) -> FileType {
+    match k {
+        Kind::File => FileType::RegularFile,
+        Kind::Dir => FileType::Directory,
+        Kind::Symlink => FileType::Symlink,
+    }
+}
+
+fn attr(a: &numaio_fs::FileAttr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(a.ino),
+        size: a.size,
+        blocks: a.blocks * (numaio_fs::BLOCK_SIZE as u64 / 512),
+        atime: time(a.atime),
+        mtime: time(a.mtime),
+        ctime: time(a.ctime),
+        crtime: time(a.ctime),
+        kind: kind(a.kind),
+        perm: (a.mode & 0o7777) as u16,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: 0,
+        blksize: numaio_fs::BLOCK_SIZE as u32,
+        flags: 0,
+    }
+}
+
+fn entry(reply: ReplyEntry, r: Result<numaio_fs::FileAttr, FsError>) {
+    match r {
+        Ok(a) => reply.entry(&TTL, &attr(&a), Generation(0)),
+        Err(e) => reply.error(errno(&e)),
+    }
+}
+
+fn empty(reply: ReplyEmpty, r: Result<(), FsError>) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(errno(&e)),
+    }
+}
+
+impl Filesystem for NumaFs {
+    fn destroy(&mut self) {
+        if let Some(fs) = self.fs.take() {
+            if let Err(e) = fs.unmount() {
+                eprintln!("numaio mount: unmounting the volume failed: {e}");
+            }
+        }
+    }
+
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        entry(
+            reply,
+            self.fs().lookup(parent.0, name.as_bytes(), &caller(req)),
+        )
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.fs().getattr(ino.0) {
+            Ok(a) => reply.attr(&TTL, &attr(&a)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let r = self
+            .fs()
+            .mkdir(parent.0, name.as_bytes(), mode & !umask, &caller(req));
+        entry(reply, r)
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        empty(
+            reply,
+            self.fs().unlink(parent.0, name.as_bytes(), &caller(req)),
+        )
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        empty(
+            reply,
+            self.fs().rmdir(parent.0, name.as_bytes(), &caller(req)),
+        )
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let mask = match flags.0 & libc::O_ACCMODE {
+            libc::O_RDONLY => libc::R_OK,
+            libc::O_WRONLY => libc::W_OK,
+            _ => libc::R_OK | libc::W_OK,
+        } as u32;
+        let r = self
+            .fs()
+            .access(ino.0, mask, &caller(req))
+            .and_then(|()| self.fs().open(ino.0));
+        match r {
+            Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let r = self
+            .fs()
+            .create(parent.0, name.as_bytes(), mode & !umask, &caller(req))
+            .and_then(|a| self.fs().open(a.ino).map(|()| a));
+        match r {
+            Ok(a) => reply.created(
+                &TTL,
+                &attr(&a),
+                Generation(0),
+                FileHandle(0),
+                FopenFlags::empty(),
+            ),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<fuser::LockOwner>,
+        reply: ReplyData,
+    ) {
+        let mut buf = vec![0u8; size as usize];
+        match self.fs().read(ino.0, offset, &mut buf) {
+            Ok(n) => reply.data(&buf[..n]),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn write(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: fuser::WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<fuser::LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.fs().write(ino.0, offset, data, &caller(req)) {
+            Ok(n) => reply.written(n as u32),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<fuser::LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        empty(reply, self.fs().release(ino.0))
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        empty(reply, self.fs().fsync(ino.0, datasync))
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        match self.fs().readdir(ino.0, offset) {
+            Ok(list) => {
+                for e in list {
+                    if reply.add(
+                        INodeNo(e.ino),
+                        e.cookie,
+                        kind(e.kind),
+                        OsStr::from_bytes(&e.name),
+                    ) {
+                        break;
+                    }
+                }
+                reply.ok()
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+}
+
+/// Builds the `SetAttr` for a truncate to `size`.
+pub fn truncate_to(size: u64) -> SetAttr {
+    SetAttr {
+        size: Some(size),
+        ..SetAttr::default()
+    }
+}
