@@ -91,7 +91,7 @@ fn attr(a: &numaio_fs::FileAttr) -> FileAttr {
     FileAttr {
         ino: INodeNo(a.ino),
         size: a.size,
-        blocks: a.blocks * (numaio_fs::BLOCK_SIZE as u64 / 512),
+        blocks: a.blocks * (numaio_fs::BLOCK_SIZE / 512),
         atime: time(a.atime),
         mtime: time(a.mtime),
         ctime: time(a.ctime),

@@ -138,7 +138,12 @@ pub fn run(a: MountArgs) -> anyhow::Result<ExitCode> {
         })
         .context("mounting the volume (run `numaio fsck` on its devices)")?;
     let mut mo = vec![
-        numaio_fuse::fuser::MountOption::FSName(devs[0].display().to_string()),
+        numaio_fuse::fuser::MountOption::FSName(
+            std::fs::canonicalize(&devs[0])
+                .unwrap_or_else(|_| devs[0].clone())
+                .display()
+                .to_string(),
+        ),
         numaio_fuse::fuser::MountOption::Subtype("numaio".into()),
     ];
     if opts.read_only {

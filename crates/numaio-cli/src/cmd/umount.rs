@@ -28,6 +28,13 @@ pub fn run(a: UmountArgs) -> anyhow::Result<ExitCode> {
     let mp = &a.mountpoint;
     let c = std::ffi::CString::new(mp.as_os_str().as_bytes())
         .with_context(|| format!("mount point {}: path holds a NUL byte", mp.display()))?;
+    let source = mount_source(mp);
+    if source.is_none() {
+        bail!(
+            "{} is not a numaio mount (no FUSE entry for it in /proc/self/mountinfo)",
+            mp.display()
+        );
+    }
     // SAFETY: a NUL-terminated path and no flags; umount2 reads nothing else.
     let r = unsafe { libc::umount2(c.as_ptr(), 0) };
     if r != 0 {
@@ -36,6 +43,9 @@ pub fn run(a: UmountArgs) -> anyhow::Result<ExitCode> {
             "unmounting {}: {e} (is it mounted, and is it busy? close files under it)",
             mp.display()
         );
+    }
+    if let Some(dev0) = source {
+        wait_released(&dev0)?;
     }
     if a.json {
         crate::output::print_json(&Unmounted {
@@ -46,4 +56,50 @@ pub fn run(a: UmountArgs) -> anyhow::Result<ExitCode> {
         crate::outln!("unmounted {}", mp.display())?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The first device of the numaio mount at `mp` (the mount's source), from mountinfo.
+fn mount_source(mp: &std::path::Path) -> Option<PathBuf> {
+    let want = std::fs::canonicalize(mp).ok()?;
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    info.lines().find_map(|l| {
+        let (left, right) = l.split_once(" - ")?;
+        let point = left.split(' ').nth(4)?;
+        let mut r = right.split(' ');
+        let fstype = r.next()?;
+        let source = r.next()?;
+        ((fstype == "fuse.numaio" || fstype == "fuse")
+            && std::path::Path::new(&unescape(point)) == want)
+            .then(|| PathBuf::from(unescape(source)))
+    })
+}
+
+/// mountinfo escapes space, tab, newline and backslash as octal.
+fn unescape(s: &str) -> String {
+    s.replace("\\040", " ")
+        .replace("\\011", "\t")
+        .replace("\\012", "\n")
+        .replace("\\134", "\\")
+}
+
+/// Waits until the server has flushed the volume and let go of its devices: it holds an
+/// exclusive flock on each of them while the volume is open.
+fn wait_released(dev0: &std::path::Path) -> anyhow::Result<()> {
+    use std::os::fd::AsRawFd;
+    let start = std::time::Instant::now();
+    loop {
+        let f = std::fs::File::open(dev0)
+            .with_context(|| format!("opening {} to wait for the server", dev0.display()))?;
+        // SAFETY: flock on a descriptor we own; no memory is passed.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(());
+        }
+        if start.elapsed() > std::time::Duration::from_secs(60) {
+            bail!(
+                "the mount server still holds {} after 60s: it may still be flushing; check its process",
+                dev0.display()
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
