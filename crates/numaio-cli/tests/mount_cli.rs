@@ -146,3 +146,87 @@ fn bad_input_is_refused_with_the_path() {
     let o = v.umount();
     assert!(!o.status.success());
 }
+
+#[test]
+fn ordinary_file_operations_work_through_the_mount() {
+    if !can_mount("ordinary_file_operations_work_through_the_mount") {
+        return;
+    }
+    use std::os::unix::ffi::OsStrExt;
+    let v = Vol::new();
+    let o = v.mount();
+    assert!(
+        o.status.success(),
+        "mount: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let _g = Guard(&v);
+    let m = &v.mnt;
+    std::fs::write(m.join("a"), vec![7u8; 100_000]).unwrap();
+    std::fs::rename(m.join("a"), m.join("b")).unwrap();
+    assert!(!m.join("a").exists());
+    std::fs::hard_link(m.join("b"), m.join("c")).unwrap();
+    assert_eq!(std::fs::read(m.join("c")).unwrap().len(), 100_000);
+    std::os::unix::fs::symlink("b", m.join("s")).unwrap();
+    assert_eq!(std::fs::read_link(m.join("s")).unwrap(), Path::new("b"));
+    assert_eq!(std::fs::read(m.join("s")).unwrap().len(), 100_000);
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(m.join("b"))
+        .unwrap();
+    f.set_len(10).unwrap();
+    drop(f);
+    assert_eq!(std::fs::metadata(m.join("c")).unwrap().len(), 10);
+    // xattr through libc.
+    let p = std::ffi::CString::new(m.join("b").as_os_str().as_bytes()).unwrap();
+    let (n, val) = (c"user.k", b"v1");
+    // SAFETY: valid NUL-terminated strings and a buffer of the given length.
+    let r = unsafe { libc::setxattr(p.as_ptr(), n.as_ptr(), val.as_ptr().cast(), 2, 0) };
+    assert_eq!(r, 0, "setxattr: {}", std::io::Error::last_os_error());
+    let mut buf = [0u8; 16];
+    // SAFETY: as above; the buffer is 16 bytes.
+    let r = unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), 16) };
+    assert_eq!(&buf[..r as usize], b"v1");
+    // Names: 255 bytes fine, 256 too long, invalid UTF-8 fine.
+    std::fs::write(m.join("n".repeat(255)), b"").unwrap();
+    let e = std::fs::write(m.join("n".repeat(256)), b"").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENAMETOOLONG));
+    let bad = std::ffi::OsStr::from_bytes(b"bad\xff\xfe");
+    std::fs::write(m.join(bad), b"z").unwrap();
+    assert_eq!(std::fs::read(m.join(bad)).unwrap(), b"z");
+    // Shared writable mmap, then read back through read(2).
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(m.join("mm"))
+        .unwrap();
+    f.set_len(8192).unwrap();
+    use std::os::fd::AsRawFd;
+    // SAFETY: mapping 8192 bytes of a file of that length; unmapped below before f is dropped.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            8192,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        );
+        assert_ne!(
+            p,
+            libc::MAP_FAILED,
+            "mmap: {}",
+            std::io::Error::last_os_error()
+        );
+        std::ptr::write_bytes(p.cast::<u8>(), 0x5a, 8192);
+        assert_eq!(libc::msync(p, 8192, libc::MS_SYNC), 0);
+        libc::munmap(p, 8192);
+    }
+    drop(f);
+    assert!(std::fs::read(m.join("mm"))
+        .unwrap()
+        .iter()
+        .all(|&b| b == 0x5a));
+}

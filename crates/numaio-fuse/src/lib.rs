@@ -300,12 +300,218 @@ impl Filesystem for NumaFs {
             Err(e) => reply.error(errno(&e)),
         }
     }
+
+    #[allow(clippy::too_many_arguments)]
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<fuser::TimeOrNow>,
+        mtime: Option<fuser::TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let s = SetAttr {
+            mode: mode.map(|m| m & 0o7777),
+            uid,
+            gid,
+            size,
+            atime: atime.map(nanos),
+            mtime: mtime.map(nanos),
+        };
+        match self.fs().setattr(ino.0, &s, &caller(req)) {
+            Ok(a) => reply.attr(&TTL, &attr(&a)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &std::path::Path,
+        reply: ReplyEntry,
+    ) {
+        let r = self.fs().symlink(
+            parent.0,
+            link_name.as_bytes(),
+            target.as_os_str().as_bytes(),
+            &caller(req),
+        );
+        entry(reply, r)
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.fs().readlink(ino.0) {
+            Ok(t) => reply.data(&t),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: fuser::RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let r = self.fs().rename(
+            parent.0,
+            name.as_bytes(),
+            newparent.0,
+            newname.as_bytes(),
+            flags.bits(),
+            &caller(req),
+        );
+        empty(reply, r)
+    }
+
+    fn link(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let r = self
+            .fs()
+            .link(ino.0, newparent.0, newname.as_bytes(), &caller(req));
+        entry(reply, r)
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: fuser::ReplyStatfs) {
+        let s = self.fs().statfs();
+        reply.statfs(
+            s.total_blocks,
+            s.free_blocks,
+            s.free_blocks,
+            s.files,
+            u64::from(u32::MAX),
+            s.block_size as u32,
+            255,
+            s.block_size as u32,
+        )
+    }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let r = self
+            .fs()
+            .setxattr(ino.0, name.as_bytes(), value, flags as u32, &caller(req));
+        empty(reply, r)
+    }
+
+    fn getxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        size: u32,
+        reply: fuser::ReplyXattr,
+    ) {
+        match self.fs().getxattr(ino.0, name.as_bytes()) {
+            Ok(v) => xattr_reply(reply, size, &v),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: fuser::ReplyXattr) {
+        match self.fs().listxattr(ino.0) {
+            Ok(names) => {
+                let mut v = Vec::new();
+                for n in names {
+                    v.extend_from_slice(&n);
+                    v.push(0);
+                }
+                xattr_reply(reply, size, &v)
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        empty(
+            reply,
+            self.fs().removexattr(ino.0, name.as_bytes(), &caller(req)),
+        )
+    }
+
+    fn access(&self, req: &Request, ino: INodeNo, mask: fuser::AccessFlags, reply: ReplyEmpty) {
+        empty(
+            reply,
+            self.fs().access(ino.0, mask.bits() as u32, &caller(req)),
+        )
+    }
+
+    fn fallocate(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let r = self
+            .fs()
+            .fallocate(ino.0, offset, length, mode as u32, &caller(req));
+        empty(reply, r)
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: fuser::LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        // Data reaches Fs on each write; durability is fsync's job, so close has nothing to do.
+        reply.ok()
+    }
 }
 
-/// Builds the `SetAttr` for a truncate to `size`.
-pub fn truncate_to(size: u64) -> SetAttr {
-    SetAttr {
-        size: Some(size),
-        ..SetAttr::default()
+fn nanos(t: fuser::TimeOrNow) -> i64 {
+    let t = match t {
+        fuser::TimeOrNow::SpecificTime(t) => t,
+        fuser::TimeOrNow::Now => SystemTime::now(),
+    };
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_nanos() as i64,
+        Err(e) => -(e.duration().as_nanos() as i64),
+    }
+}
+
+/// A size probe (size 0) gets the length; a too-small buffer gets ERANGE.
+fn xattr_reply(reply: fuser::ReplyXattr, size: u32, v: &[u8]) {
+    if size == 0 {
+        reply.size(v.len() as u32)
+    } else if v.len() > size as usize {
+        reply.error(Errno::from_i32(libc::ERANGE))
+    } else {
+        reply.data(v)
     }
 }
