@@ -154,6 +154,10 @@ pub fn run(a: MountArgs) -> anyhow::Result<ExitCode> {
     }
     let mut cfg = numaio_fuse::fuser::Config::default();
     cfg.mount_options = mo;
+    // One serving thread per NUMA node (at least two), each on its own cloned /dev/fuse fd,
+    // so requests from different nodes do not queue behind one reader.
+    cfg.n_threads = Some(node_count().max(2));
+    cfg.clone_fd = true;
     if opts.allow_other {
         cfg.acl = numaio_fuse::fuser::SessionACL::All;
     }
@@ -262,4 +266,21 @@ fn detach(
         )?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// NUMA nodes on this machine (1 where sysfs does not say).
+fn node_count() -> usize {
+    std::fs::read_dir("/sys/devices/system/node")
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| {
+                    let n = e.file_name();
+                    let n = n.to_string_lossy();
+                    n.strip_prefix("node")
+                        .is_some_and(|r| !r.is_empty() && r.bytes().all(|b| b.is_ascii_digit()))
+                })
+                .count()
+        })
+        .unwrap_or(1)
+        .max(1)
 }
