@@ -230,3 +230,56 @@ fn ordinary_file_operations_work_through_the_mount() {
         .iter()
         .all(|&b| b == 0x5a));
 }
+
+fn mount_pid(v: &Vol) -> i32 {
+    let mut a: Vec<&std::ffi::OsStr> = vec!["mount".as_ref(), "--json".as_ref()];
+    a.extend(v.devs.iter().map(|d| d.as_os_str()));
+    a.push(v.mnt.as_os_str());
+    let o = numaio(&a);
+    assert!(
+        o.status.success(),
+        "mount: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    j["pid"].as_i64().unwrap() as i32
+}
+
+fn wait_gone(pid: i32) {
+    let t = std::time::Instant::now();
+    while Path::new(&format!("/proc/{pid}")).exists() {
+        assert!(t.elapsed().as_secs() < 30, "server {pid} did not exit");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn sigterm_flushes_and_kill9_keeps_fsynced_data() {
+    if !can_mount("sigterm_flushes_and_kill9_keeps_fsynced_data") {
+        return;
+    }
+    let v = Vol::new();
+    let pid = mount_pid(&v);
+    {
+        let _g = Guard(&v);
+        std::fs::write(v.mnt.join("t"), b"term").unwrap();
+        // SAFETY: signalling the server this test started.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        wait_gone(pid);
+    }
+    let pid = mount_pid(&v);
+    {
+        let _g = Guard(&v);
+        assert_eq!(std::fs::read(v.mnt.join("t")).unwrap(), b"term");
+        let mut f = std::fs::File::create(v.mnt.join("k")).unwrap();
+        std::io::Write::write_all(&mut f, b"synced").unwrap();
+        f.sync_all().unwrap();
+        // SAFETY: killing the server this test started.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        wait_gone(pid);
+        drop(f);
+    }
+    let _pid = mount_pid(&v);
+    let _g = Guard(&v);
+    assert_eq!(std::fs::read(v.mnt.join("k")).unwrap(), b"synced");
+}
