@@ -159,6 +159,29 @@ impl Filesystem for NumaFs {
         entry(reply, r)
     }
 
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        // Only regular files exist in numaio-fs; devices, fifos and sockets are refused.
+        if mode & libc::S_IFMT != libc::S_IFREG {
+            return reply.error(Errno::from_i32(libc::EPERM));
+        }
+        let r = self.fs().create(
+            parent.0,
+            name.as_bytes(),
+            mode & !umask & 0o7777,
+            &caller(req),
+        );
+        entry(reply, r)
+    }
+
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         empty(
             reply,
