@@ -80,6 +80,8 @@ else
     [ -z "$(ls -A "$SCRATCH")" ] || die "scratch directory $SCRATCH is not empty: give an empty or new one"
 fi
 SCRATCH="$(cd "$SCRATCH" && pwd)"
+# pjdfstest's unprivileged users must reach the mount point (mktemp -d makes it 0700).
+chmod 755 "$SCRATCH" || die "cannot chmod 755 $SCRATCH"
 MNT="$SCRATCH/mnt" LOGS="$SCRATCH/logs"
 mkdir -p "$MNT" "$LOGS" "$SCRATCH/bin" "$SCRATCH/secondary"
 
@@ -122,7 +124,7 @@ mount_target() {
                 mkdir -p "$back"
                 if [ "$BACKING" = ext4 ]; then mount_ext4_image "$SCRATCH/backing.img" "$back"; else mount_tmpfs "$back" 2g; fi
             fi
-            bindfs -o allow_other,default_permissions --create-as-user "$back" "$MNT" || die "bindfs $back $MNT failed"
+            bindfs -o "allow_other,default_permissions,${BINDFS_OPTS:-attr_timeout=0,entry_timeout=0}" --create-as-user "$back" "$MNT" || die "bindfs $back $MNT failed"
             mounted+=("$MNT") ;;
         numaio)
             if [ ! -f "$SCRATCH/vol0.img" ]; then
