@@ -258,8 +258,9 @@ except Exception: print("bad")' "$1"
 run_fio_verify() {
     local t0=$SECONDS dir="$MNT/fio-verify" job="$ROOT/bench/fio/verify.fio"
     mkdir -p "$dir"
-    VERIFY_SIZE="$VERIFY_SIZE" fio --directory="$dir" --do_verify=0 --output-format=json \
-        --output="$LOGS/fio-verify-write.json" "$job" > "$LOGS/fio-verify-write.log" 2>&1
+    # fio keeps its verify state files in its working directory: the logs.
+    (cd "$LOGS" && VERIFY_SIZE="$VERIFY_SIZE" fio --directory="$dir" --do_verify=0 --output-format=json \
+        --output="$LOGS/fio-verify-write.json" "$job" > "$LOGS/fio-verify-write.log" 2>&1)
     local wrc=$? werr
     werr="$(fio_errors "$LOGS/fio-verify-write.json")"
     if [ $wrc -ne 0 ] || [ "$werr" != 0 ]; then
@@ -269,8 +270,8 @@ run_fio_verify() {
     if ! remount_target; then
         record fio-verify FAIL "remount of $MNT between write and verify failed" $((SECONDS - t0)); return
     fi
-    VERIFY_SIZE="$VERIFY_SIZE" fio --directory="$dir" --verify_only=1 --output-format=json \
-        --output="$LOGS/fio-verify-read.json" "$job" > "$LOGS/fio-verify-read.log" 2>&1
+    (cd "$LOGS" && VERIFY_SIZE="$VERIFY_SIZE" fio --directory="$dir" --verify_only=1 --output-format=json \
+        --output="$LOGS/fio-verify-read.json" "$job" > "$LOGS/fio-verify-read.log" 2>&1)
     local vrc=$? verr
     verr="$(fio_errors "$LOGS/fio-verify-read.json")"
     local detail="6 jobs x $VERIFY_SIZE (seq 1M, rand 4K, O_DIRECT rand 64K), crc32c, verified after remount"
