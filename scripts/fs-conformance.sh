@@ -74,7 +74,7 @@ case "$TARGET" in
 esac
 
 if [ -z "$SCRATCH" ]; then
-    SCRATCH="$(mktemp -d /var/tmp/numaio-conformance.XXXXXX)" || die "cannot create a scratch directory under /var/tmp"
+    SCRATCH="$(mktemp -d /var/tmp/fsc.XXXXXX)" || die "cannot create a scratch directory under /var/tmp"
 else
     mkdir -p "$SCRATCH" || die "cannot create scratch directory $SCRATCH"
     [ -z "$(ls -A "$SCRATCH")" ] || die "scratch directory $SCRATCH is not empty: give an empty or new one"
@@ -82,7 +82,7 @@ fi
 SCRATCH="$(cd "$SCRATCH" && pwd)"
 # pjdfstest's unprivileged users must reach the mount point (mktemp -d makes it 0700).
 chmod 755 "$SCRATCH" || die "cannot chmod 755 $SCRATCH"
-MNT="$SCRATCH/mnt" LOGS="$SCRATCH/logs"
+MNT="$SCRATCH/m" LOGS="$SCRATCH/logs"
 mkdir -p "$MNT" "$LOGS" "$SCRATCH/bin" "$SCRATCH/secondary"
 
 # Everything this script mounts, unmounted in reverse order on exit.
@@ -168,8 +168,8 @@ run_pjdfstest() {
     fi
     sed -e "s/^expected_failures = .*/expected_failures = $failures/" "$CONF/pjdfstest.toml" > "$cfg"
     sed -e 's/^allow_remount = .*/allow_remount = true/' "$cfg" > "$cfg.remount"
-    mkdir -p "$MNT/pjdfstest"
-    chmod 755 "$MNT/pjdfstest"
+    mkdir -p "$MNT/p"
+    chmod 755 "$MNT/p"
     # Two passes: the read-only remount (EROFS) tests alone first, because a remount to
     # read-only fails with EBUSY once earlier tests have left a file open for writing in the
     # runner; then everything else, where those tests are skipped (allow_remount = false).
@@ -177,10 +177,10 @@ run_pjdfstest() {
     for pass in erofs all; do
         log="$LOGS/pjdfstest-$pass.log"
         if [ $pass = erofs ]; then
-            PATH="$SCRATCH/bin:$PATH" NO_COLOR=1 timeout 600 pjdfstest -c "$cfg.remount" -p "$MNT/pjdfstest" \
+            PATH="$SCRATCH/bin:$PATH" NO_COLOR=1 timeout 600 pjdfstest -c "$cfg.remount" -p "$MNT/p" \
                 -s "$SCRATCH/secondary" erofs > "$log" 2>&1 || rc=1
         else
-            NO_COLOR=1 timeout 1800 pjdfstest -c "$cfg" -p "$MNT/pjdfstest" -s "$SCRATCH/secondary" \
+            NO_COLOR=1 timeout 1800 pjdfstest -c "$cfg" -p "$MNT/p" -s "$SCRATCH/secondary" \
                 > "$log" 2>&1 || rc=1
         fi
         local line
@@ -202,7 +202,7 @@ run_pjdfstest() {
             | grep -E 'FAILED$|PASSED UNEXPECTEDLY$' | sed 's/^/    /' >&2
         record pjdfstest FAIL "$summary" $((SECONDS - t0))
     fi
-    rm -rf "$MNT/pjdfstest"
+    rm -rf "$MNT/p"
 }
 
 run_fsx() {
