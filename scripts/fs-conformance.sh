@@ -15,6 +15,8 @@
 #   --numaio PATH        the numaio binary (default target/release/numaio)
 #   --json FILE          also write the summary as JSON (schema in docs/fs-conformance.md)
 #   --keep               leave the scratch directory (and logs) in place
+# Environment: NUMAIO_MOUNT_OPTS (default allow_other,default_permissions) for numaio mount -o;
+# BINDFS_OPTS (default attr_timeout=0,entry_timeout=0) added to bindfs -o.
 # Runs as root (pjdfstest switches users; mounts). Exit 0 when every step passed, 1 when a
 # step failed, 2 on a usage or setup error.
 set -uo pipefail
@@ -24,7 +26,7 @@ CONF="$ROOT/scripts/conformance"
 
 say() { printf '[conformance] %s\n' "$*"; }
 die() { printf '[conformance] ERROR: %s\n' "$*" >&2; exit 2; }
-usage() { sed -n '6,19p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '6,21p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 TARGET="" SCRATCH="" STEPS="pjdfstest,fsx,fio-verify,personalities"
 FSX_OPS=20000 FSX_SEEDS="1,2,3" FSX_VARIANTS="plain,mmap,odirect" FSX_JOBS=2
