@@ -125,8 +125,8 @@ setup_target() {
             mounted+=("$d") ;;
         numaio)
             # The volume is a file on the same ext4, so the disk under all three is the same.
-            "$NUMAIO" mkfs --size 2G "$EXT4/numaio-vol0.img" > "$LOGS/numaio-mkfs.log" 2>&1 \
-                || die "numaio mkfs --size 2G $EXT4/numaio-vol0.img failed: $(tail -3 "$LOGS/numaio-mkfs.log")"
+            "$NUMAIO" mkfs --size 2G --node-of "$EXT4/numaio-vol0.img=0" "$EXT4/numaio-vol0.img" > "$LOGS/numaio-mkfs.log" 2>&1 \
+                || die "numaio mkfs --size 2G --node-of $EXT4/numaio-vol0.img=0 $EXT4/numaio-vol0.img failed: $(tail -3 "$LOGS/numaio-mkfs.log")"
             "$NUMAIO" mount "$EXT4/numaio-vol0.img" "$d" > "$LOGS/numaio-mount.log" 2>&1 \
                 || die "numaio mount $EXT4/numaio-vol0.img $d failed: $(tail -3 "$LOGS/numaio-mount.log")"
             mountpoint -q "$d" || die "numaio mount returned but $d is not a mount point"

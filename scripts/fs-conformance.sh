@@ -130,8 +130,8 @@ mount_target() {
             mounted+=("$MNT") ;;
         numaio)
             if [ ! -f "$SCRATCH/vol0.img" ]; then
-                "$NUMAIO" mkfs --size 2G "$SCRATCH/vol0.img" >"$LOGS/mkfs.log" 2>&1 \
-                    || die "numaio mkfs --size 2G $SCRATCH/vol0.img failed: $(tail -3 "$LOGS/mkfs.log")"
+                "$NUMAIO" mkfs --size 2G --node-of "$SCRATCH/vol0.img=0" "$SCRATCH/vol0.img" >"$LOGS/mkfs.log" 2>&1 \
+                    || die "numaio mkfs --size 2G --node-of $SCRATCH/vol0.img=0 $SCRATCH/vol0.img failed: $(tail -3 "$LOGS/mkfs.log")"
             fi
             "$NUMAIO" mount -o "$NUMAIO_MOUNT_OPTS" "$SCRATCH/vol0.img" "$MNT" >>"$LOGS/mount.log" 2>&1 \
                 || die "numaio mount $SCRATCH/vol0.img $MNT failed: $(tail -3 "$LOGS/mount.log")"
