@@ -17,8 +17,10 @@ export DEBIAN_FRONTEND=noninteractive
 
 # qemu: the lab's VM; busybox-static: guest userland; numactl: guest + host tool;
 # e2fsprogs: mkfs.ext4 -d for lab disks; dmsetup: ext4 over dm-linear baseline in the lab; cpio; fio/vmtouch: comparison peers;
-# util-linux: fincore, setpriv; binutils: strip (smaller initramfs); apt/dpkg: kernel fetch.
-PKGS=(qemu-system-x86 busybox-static numactl e2fsprogs dmsetup cpio fio vmtouch util-linux binutils libc-bin ca-certificates)
+# util-linux: fincore, setpriv; binutils: strip (smaller initramfs); apt/dpkg: kernel fetch;
+# bindfs: the pass-through FUSE peer of scripts/fs-conformance.sh and fs-bench.sh; gcc: builds
+# the conformance suite's O_DIRECT shim for fsx.
+PKGS=(qemu-system-x86 busybox-static numactl e2fsprogs dmsetup cpio fio vmtouch util-linux binutils libc-bin ca-certificates bindfs gcc)
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -49,6 +51,21 @@ if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 
     fi
 fi
 say "rust: $(cargo --version)"
+
+# File-system conformance suites (scripts/fs-conformance.sh): pinned versions, installed only
+# when missing or different.
+for tool in pjdfstest:0.2.2 fsx:0.3.2; do
+    name="${tool%%:*}" version="${tool##*:}"
+    if [ "$(PATH="$HOME/.cargo/bin:$PATH" "$name" --version 2>/dev/null)" != "$name $version" ]; then
+        say "installing $name $version"
+        cargo install "$name" --version "$version" --locked --quiet || die "cargo install $name --version $version --locked failed"
+    fi
+done
+# pjdfstest switches to two unprivileged users: nobody (Debian's) and a system user `tests`.
+if ! getent passwd tests >/dev/null; then
+    say "adding system user tests (pjdfstest)"
+    $SUDO useradd --system --user-group --no-create-home --shell /usr/sbin/nologin tests
+fi
 
 # Fuzzing (scripts/fuzz.sh) needs a nightly toolchain and cargo-fuzz.
 if rustup toolchain list 2>/dev/null | grep -q '^nightly'; then

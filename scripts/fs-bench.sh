@@ -1,0 +1,260 @@
+#!/usr/bin/env bash
+# Same-run comparison of three file systems on the same disk: ext4 (a loop-mounted image
+# file), bindfs over that ext4 (the pass-through FUSE peer), and `numaio mount` over volume
+# files. Measures, with fio, each for --runtime seconds: sequential 1 MiB write and read,
+# 4 KiB random read of cached data, 4 KiB random write with fsync every 64 writes, file
+# create/stat/unlink rates, and the three Filebench-like personalities (bench/fio/).
+# Prints a table with ratios against bindfs and writes JSON. A benchmark, not a test: it
+# exits non-zero only when a run could not be made. Results: docs/fs-conformance.md.
+#
+# usage: scripts/fs-bench.sh [options]
+#   --targets LIST      comma list of ext4,bindfs,numaio (default: all three)
+#   --scratch DIR       work directory (created; default: a new one under /var/tmp)
+#   --runtime SECS      seconds per timed measurement (default 5)
+#   --size SIZE         data file size (default 256m)
+#   --meta-files N      files for the create/stat/unlink rates (default 5000)
+#   --numaio PATH       the numaio binary (default target/release/numaio)
+#   --fuse-uring        set /sys/module/fuse/parameters/enable_uring to Y for the run
+#                       (restored after), so FUSE mounts that ask for it use io_uring
+#   --json FILE         where to write the results (default SCRATCH/../fs-bench.json)
+#   --keep              leave the scratch directory in place
+set -uo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+FIO="$ROOT/bench/fio"
+
+say() { printf '[fs-bench] %s\n' "$*" >&2; }
+die() { printf '[fs-bench] ERROR: %s\n' "$*" >&2; exit 2; }
+usage() { sed -n '10,22p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+
+TARGETS="ext4,bindfs,numaio" SCRATCH="" RUNTIME=5 SIZE=256m META_FILES=5000
+NUMAIO="$ROOT/target/release/numaio" URING=0 JSON="" KEEP=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --targets) TARGETS="${2:-}"; shift 2 ;;
+        --scratch) SCRATCH="${2:-}"; shift 2 ;;
+        --runtime) RUNTIME="${2:-}"; shift 2 ;;
+        --size) SIZE="${2:-}"; shift 2 ;;
+        --meta-files) META_FILES="${2:-}"; shift 2 ;;
+        --numaio) NUMAIO="${2:-}"; shift 2 ;;
+        --fuse-uring) URING=1; shift ;;
+        --json) JSON="${2:-}"; shift 2 ;;
+        --keep) KEEP=1; shift ;;
+        -h|--help) usage ;;
+        *) printf '[fs-bench] ERROR: unknown argument %q\n' "$1" >&2; usage ;;
+    esac
+done
+IFS=, read -r -a target_list <<< "$TARGETS"
+for t in "${target_list[@]}"; do
+    case "$t" in ext4|bindfs|numaio) ;; *) die "unknown target '$t' in --targets (ext4,bindfs,numaio)" ;; esac
+done
+[[ "$RUNTIME" =~ ^[1-9][0-9]*$ ]] || die "--runtime must be a positive number of seconds (got '$RUNTIME')"
+[[ "$META_FILES" =~ ^[1-9][0-9]*$ ]] || die "--meta-files must be a positive integer (got '$META_FILES')"
+[[ "$SIZE" =~ ^[1-9][0-9]*[kmgKMG]$ ]] || die "--size must be a size like 256m (got '$SIZE')"
+[ "$(id -u)" -eq 0 ] || die "run as root: the peers are mounted"
+command -v fio >/dev/null || die "fio not found (scripts/setup.sh installs it)"
+for t in "${target_list[@]}"; do
+    case "$t" in
+        bindfs) command -v bindfs >/dev/null || die "bindfs not found (scripts/setup.sh installs it)" ;;
+        numaio) [ -x "$NUMAIO" ] || die "$NUMAIO is not an executable: cargo build --release -p numaio-cli, or pass --numaio PATH" ;;
+    esac
+done
+
+if [ -z "$SCRATCH" ]; then
+    SCRATCH="$(mktemp -d /var/tmp/numaio-fs-bench.XXXXXX)" || die "cannot create a scratch directory under /var/tmp"
+else
+    mkdir -p "$SCRATCH" || die "cannot create scratch directory $SCRATCH"
+    [ -z "$(ls -A "$SCRATCH")" ] || die "scratch directory $SCRATCH is not empty: give an empty or new one"
+fi
+SCRATCH="$(cd "$SCRATCH" && pwd)"
+[ -n "$JSON" ] || JSON="$(dirname "$SCRATCH")/fs-bench-$(date +%Y%m%dT%H%M%S).json"
+LOGS="$SCRATCH/logs"
+export META_FILES
+mkdir -p "$LOGS"
+
+URING_PARAM=/sys/module/fuse/parameters/enable_uring
+uring_before=""
+mounted=()
+cleanup() {
+    local i
+    for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do
+        local m="${mounted[$i]}"
+        mountpoint -q "$m" || continue
+        case "$m" in
+            */bindfs) fusermount -u "$m" 2>/dev/null || umount -l "$m" ;;
+            */numaio) "$NUMAIO" umount "$m" 2>/dev/null || umount -l "$m" ;;
+            *) umount "$m" 2>/dev/null || umount -l "$m" ;;
+        esac
+    done
+    [ -n "$uring_before" ] && echo "$uring_before" > "$URING_PARAM"
+    if [ "$KEEP" -eq 0 ]; then rm -rf "$SCRATCH"; else say "kept $SCRATCH"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+if [ $URING -eq 1 ]; then
+    [ -w "$URING_PARAM" ] || die "$URING_PARAM is missing or not writable: this kernel has no FUSE over io_uring"
+    uring_before="$(cat "$URING_PARAM")"
+    echo Y > "$URING_PARAM" || die "cannot write Y to $URING_PARAM"
+fi
+fuse_mode="classic"
+[ -r "$URING_PARAM" ] && [ "$(cat "$URING_PARAM")" = Y ] && fuse_mode="io_uring enabled in the kernel"
+
+# ext4 on a loop-mounted image: the disk every peer sits on.
+EXT4="$SCRATCH/ext4"
+mkdir -p "$EXT4"
+truncate -s 4G "$SCRATCH/ext4.img" && mkfs.ext4 -q -F "$SCRATCH/ext4.img" || die "cannot make $SCRATCH/ext4.img"
+mount -o loop "$SCRATCH/ext4.img" "$EXT4" || die "cannot loop-mount $SCRATCH/ext4.img on $EXT4"
+mounted+=("$EXT4")
+
+# The directory each target's runs use.
+dir_of() {
+    case "$1" in
+        ext4) echo "$EXT4/direct" ;;
+        bindfs) echo "$SCRATCH/bindfs" ;;
+        numaio) echo "$SCRATCH/numaio" ;;
+    esac
+}
+setup_target() {
+    local d
+    d="$(dir_of "$1")"
+    mkdir -p "$d"
+    case "$1" in
+        bindfs)
+            mkdir -p "$EXT4/under-bindfs"
+            bindfs "$EXT4/under-bindfs" "$d" || die "bindfs $EXT4/under-bindfs $d failed"
+            mounted+=("$d") ;;
+        numaio)
+            # The volume is a file on the same ext4, so the disk under all three is the same.
+            "$NUMAIO" mkfs --size 2G --node-of "$EXT4/numaio-vol0.img=0" "$EXT4/numaio-vol0.img" > "$LOGS/numaio-mkfs.log" 2>&1 \
+                || die "numaio mkfs --size 2G --node-of $EXT4/numaio-vol0.img=0 $EXT4/numaio-vol0.img failed: $(tail -3 "$LOGS/numaio-mkfs.log")"
+            "$NUMAIO" mount "$EXT4/numaio-vol0.img" "$d" > "$LOGS/numaio-mount.log" 2>&1 \
+                || die "numaio mount $EXT4/numaio-vol0.img $d failed: $(tail -3 "$LOGS/numaio-mount.log")"
+            mountpoint -q "$d" || die "numaio mount returned but $d is not a mount point"
+            mounted+=("$d") ;;
+    esac
+}
+
+# fio JSON -> one number. KIND: bw (MiB/s, read+write), iops (read+write), ops (total ios /
+# longest job runtime, for the personalities), lat (mean completion latency in µs).
+fio_metric() { # JSON KIND
+    python3 - "$1" "$2" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+jobs, kind = d["jobs"], sys.argv[2]
+if any(j.get("error", 0) for j in jobs):
+    print("error"); sys.exit(0)
+if kind == "bw":
+    print("%.1f" % (sum(j["read"]["bw_bytes"] + j["write"]["bw_bytes"] for j in jobs) / 2**20))
+elif kind == "iops":
+    print("%.0f" % sum(j["read"]["iops"] + j["write"]["iops"] for j in jobs))
+elif kind == "ops":
+    ios = sum(j["read"]["total_ios"] + j["write"]["total_ios"] for j in jobs)
+    ms = max(j["job_runtime"] for j in jobs) or 1
+    print("%.0f" % (ios * 1000.0 / ms))
+elif kind == "lat":
+    lats = [j[k]["clat_ns"]["mean"] for j in jobs for k in ("read", "write") if j[k]["total_ios"]]
+    print("%.1f" % (sum(lats) / len(lats) / 1000.0) if lats else "error")
+EOF
+}
+
+declare -A R   # R[target:measure] = value
+MEASURES=(seq-write seq-read rand-read-cached rand-read-lat rand-write-fsync64 create stat unlink varmail webserver fileserver)
+declare -A UNIT=([seq-write]="MiB/s" [seq-read]="MiB/s" [rand-read-cached]="IOPS" [rand-read-lat]="µs/op"
+    [rand-write-fsync64]="IOPS" [create]="files/s" [stat]="files/s" [unlink]="files/s"
+    [varmail]="ops/s" [webserver]="ops/s" [fileserver]="ops/s")
+
+runfio() { # TARGET NAME [fio args...]: runs fio, output JSON in LOGS/TARGET-NAME.json
+    local t="$1" n="$2"; shift 2
+    fio --output-format=json --output="$LOGS/$t-$n.json" "$@" > "$LOGS/$t-$n.log" 2>&1 \
+        || say "fio $n on $t exited non-zero (see $LOGS/$t-$n.log)"
+}
+
+bench_target() {
+    local t="$1" d
+    d="$(dir_of "$t")"
+    local common=(--directory="$d" --ioengine=psync --size="$SIZE" --filename=data)
+    say "$t: sequential 1 MiB write (end_fsync)"
+    runfio "$t" seq-write "${common[@]}" --name=seq-write --rw=write --bs=1m --end_fsync=1
+    R[$t:seq-write]="$(fio_metric "$LOGS/$t-seq-write.json" bw)"
+    say "$t: sequential 1 MiB read (file's page cache dropped at start)"
+    runfio "$t" seq-read "${common[@]}" --name=seq-read --rw=read --bs=1m --invalidate=1
+    R[$t:seq-read]="$(fio_metric "$LOGS/$t-seq-read.json" bw)"
+    say "$t: 4 KiB random read of cached data (${RUNTIME}s)"
+    runfio "$t" warm "${common[@]}" --name=warm --rw=read --bs=1m --invalidate=0
+    runfio "$t" rand-read "${common[@]}" --name=rand-read --rw=randread --bs=4k --invalidate=0 \
+        --time_based --runtime="$RUNTIME"
+    R[$t:rand-read-cached]="$(fio_metric "$LOGS/$t-rand-read.json" iops)"
+    R[$t:rand-read-lat]="$(fio_metric "$LOGS/$t-rand-read.json" lat)"
+    say "$t: 4 KiB random write, fsync every 64 (${RUNTIME}s)"
+    runfio "$t" rand-write "${common[@]}" --name=rand-write --rw=randwrite --bs=4k --fsync=64 \
+        --time_based --runtime="$RUNTIME"
+    R[$t:rand-write-fsync64]="$(fio_metric "$LOGS/$t-rand-write.json" iops)"
+    rm -f "$d/data"
+    say "$t: create/stat/unlink of $META_FILES files"
+    mkdir -p "$d/meta"
+    runfio "$t" metadata --directory="$d/meta" "$FIO/metadata.fio"
+    local m
+    for m in create stat unlink; do
+        R[$t:$m]="$(python3 -c 'import json,sys
+j=[j for j in json.load(open(sys.argv[1]))["jobs"] if j["jobname"]==sys.argv[2]]
+print("error" if not j or j[0]["error"] else "%.0f" % j[0]["read"]["iops"])' "$LOGS/$t-metadata.json" "$m" 2>/dev/null || echo error)"
+    done
+    rm -rf "$d/meta"
+    local p
+    for p in varmail webserver fileserver; do
+        say "$t: $p personality"
+        mkdir -p "$d/$p"
+        runfio "$t" "$p" --directory="$d/$p" "$FIO/$p.fio"
+        R[$t:$p]="$(fio_metric "$LOGS/$t-$p.json" ops)"
+        rm -rf "${d:?}/$p"
+    done
+}
+
+for t in "${target_list[@]}"; do
+    setup_target "$t"
+    bench_target "$t"
+done
+
+# The table: each target's value and its ratio to bindfs (higher is better, except latency).
+ratio() { # VALUE BASE
+    python3 -c 'import sys
+try: print("%.2fx" % (float(sys.argv[1]) / float(sys.argv[2])))
+except Exception: print("-")' "$1" "$2"
+}
+has_bindfs=0
+for t in "${target_list[@]}"; do [ "$t" = bindfs ] && has_bindfs=1; done
+echo
+echo "fs-bench: $(nproc) CPUs, kernel $(uname -r), FUSE: $fuse_mode, runtime ${RUNTIME}s, size $SIZE"
+printf '%-20s %-8s' measure unit
+for t in "${target_list[@]}"; do printf ' %12s' "$t"; [ $has_bindfs -eq 1 ] && [ "$t" != bindfs ] && printf ' %9s' "vs bindfs"; done
+echo
+for m in "${MEASURES[@]}"; do
+    printf '%-20s %-8s' "$m" "${UNIT[$m]}"
+    for t in "${target_list[@]}"; do
+        printf ' %12s' "${R[$t:$m]:-error}"
+        if [ $has_bindfs -eq 1 ] && [ "$t" != bindfs ]; then printf ' %9s' "$(ratio "${R[$t:$m]:-}" "${R[bindfs:$m]:-}")"; fi
+    done
+    echo
+done
+echo "(rand-read-lat is fio's mean completion latency per 4 KiB cached read: the round trip per request; lower is better)"
+
+{
+    printf '{"host":{"cpus":%s,"kernel":"%s","fuse":"%s"},"runtime_s":%s,"size":"%s","meta_files":%s,"units":{' \
+        "$(nproc)" "$(uname -r)" "$fuse_mode" "$RUNTIME" "$SIZE" "$META_FILES"
+    sep=""
+    for m in "${MEASURES[@]}"; do printf '%s"%s":"%s"' "$sep" "$m" "${UNIT[$m]}"; sep=","; done
+    printf '},"results":{'
+    sep=""
+    for t in "${target_list[@]}"; do
+        printf '%s"%s":{' "$sep" "$t"; sep=","
+        s2=""
+        for m in "${MEASURES[@]}"; do
+            v="${R[$t:$m]:-error}"
+            [[ "$v" =~ ^[0-9.]+$ ]] || v=null
+            printf '%s"%s":%s' "$s2" "$m" "$v"; s2=","
+        done
+        printf '}'
+    done
+    printf '}}\n'
+} > "$JSON" || die "cannot write $JSON"
+say "JSON: $JSON"
