@@ -77,8 +77,8 @@ impl Inner {
                     let blocks: Vec<&[u8]> = items
                         .iter()
                         // SAFETY: the slots are pinned for the whole write-back; a concurrent
-                        // pwrite re-dirties the block, so a sum of torn data is replaced by the
-                        // next write-back before the block can be dropped and read again.
+                        // copy into a block is detected below (`unchanged_since`) and its sum
+                        // is not kept.
                         .map(|&(_, _, slot)| unsafe {
                             std::slice::from_raw_parts(slice.buf_ptr(slot), self.bs)
                         })
@@ -102,9 +102,9 @@ impl Inner {
                 // the block could begin while this one's record is still pending, and the sum
                 // file would have to assume two writes overlapped on the device and leave the
                 // block unsettled after the next fsync. A block modified during its write may
-                // differ from the sum taken of it: only the sums of unchanged blocks are kept
-                // (a writer that copied in during the write bumps the generation right after,
-                // which leaves the block dirty for another write-back).
+                // differ from the sum taken of it: only the sums of blocks no copy touched
+                // during the write are kept (such a copy also leaves the block dirty for
+                // another write-back).
                 if let (Some(ig), Some(sums)) = (&self.cfg.integrity, &sums) {
                     for (x, &(_, slot, gen)) in run.clone().zip(&group[run.clone()]) {
                         match (ok && slice.unchanged_since(slot, gen), sums.get(x)) {

@@ -74,10 +74,11 @@ impl Inner {
                 let k = (self.bs - start).min(len - done);
                 let slice = &self.slices[s.slice as usize];
                 let dst = slice.buf_ptr(s.slot);
+                slice.begin_copy_in(s.slot);
                 // SAFETY: the slot is pinned until `release`; `start + k <= bs` and
                 // `done + k <= len`, so both ranges are in bounds.
                 unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr().add(done), dst.add(start), k) };
-                slice.mark_dirty(s.slot);
+                slice.end_copy_in(s.slot, true);
                 if s.fill {
                     slice.finish_load(s.slot, true);
                 }
@@ -152,11 +153,13 @@ impl Pinned<'_> {
     }
     fn release(&mut self, dirty: bool) {
         let inner = &self.h.inner;
-        if dirty && self.write {
+        if self.write {
             for s in &self.segs {
-                inner.slices[s.slice as usize].mark_dirty(s.slot);
+                inner.slices[s.slice as usize].end_copy_in(s.slot, dirty);
             }
-            self.h.file.grow_to(self.off + self.len as u64);
+            if dirty {
+                self.h.file.grow_to(self.off + self.len as u64);
+            }
         }
         inner.release(&self.segs);
         self.segs.clear();
@@ -297,6 +300,12 @@ impl FileHandle {
             )));
         }
         let segs = self.inner.acquire(&self.file, fb, n, None)?;
+        if write {
+            // The caller may write through the views until `put`: counted as a copy under way.
+            for s in &segs {
+                self.inner.slices[s.slice as usize].begin_copy_in(s.slot);
+            }
+        }
         Ok(Pinned {
             h: self,
             segs,

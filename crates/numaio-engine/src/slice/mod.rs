@@ -45,6 +45,9 @@ pub(crate) struct SlotMeta {
     /// The eviction epoch in which the policy last heard of a hit on this slot.
     stamp: AtomicU32,
     block: AtomicU64,
+    /// Copies into the buffer under way: a write-back that overlaps one may send the device
+    /// bytes other than those its checksum read, so it keeps no sum (`unchanged_since`).
+    writers: AtomicU32,
 }
 
 impl SlotMeta {
@@ -134,6 +137,7 @@ impl Slice {
                 file: AtomicU32::new(0),
                 stamp: AtomicU32::new(u32::MAX),
                 block: AtomicU64::new(0),
+                writers: AtomicU32::new(0),
             })
             .map_err(|e| {
                 io::Error::new(
@@ -499,6 +503,25 @@ impl Slice {
 
     pub fn unpin(&self, slot: SlotId) {
         self.slots[slot as usize].state.unpin();
+    }
+
+    /// A copy into a pinned slot's buffer begins; end it with [`end_copy_in`](Self::end_copy_in).
+    pub fn begin_copy_in(&self, slot: SlotId) {
+        self.slots[slot as usize]
+            .writers
+            .fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// A copy into the buffer is over: marks the block dirty if it was modified, and only
+    /// then stops counting the copy, so a write-back that overlapped it sees either the copy
+    /// still counted or the generation moved.
+    pub fn end_copy_in(&self, slot: SlotId, modified: bool) {
+        if modified {
+            self.mark_dirty(slot);
+        }
+        self.slots[slot as usize]
+            .writers
+            .fetch_sub(1, Ordering::SeqCst);
     }
 
     /// Records a modification of a pinned slot.

@@ -48,11 +48,14 @@ impl Slice {
         c
     }
 
-    /// Whether the buffer of a block being written back still holds generation `gen`, i.e.
-    /// no writer touched it since the write was issued. Asked while WRITEBACK is still set,
-    /// so a checksum can be recorded before another write-back of the block can begin.
+    /// Whether the buffer of a block being written back held generation `gen` throughout the
+    /// write: no copy into it finished since it was issued (the generation is unchanged) and
+    /// none is under way (a copy marks the block before it stops being counted). Asked once
+    /// the write is done and while WRITEBACK is still set, so a checksum can be recorded
+    /// before another write-back of the block can begin.
     pub(crate) fn unchanged_since(&self, slot: SlotId, gen: u32) -> bool {
-        self.slots[slot as usize].state.generation() == gen
+        let m = &self.slots[slot as usize];
+        m.state.generation() == gen && m.writers.load(Ordering::SeqCst) == 0
     }
 
     /// Ends a claimed write-back (the caller still holds its pin); wakes `fsync`s waiting
