@@ -206,6 +206,29 @@ impl Out {
     }
 }
 
+/// Ends a command that works file by file: closes the JSON document (or flushes the text)
+/// and picks the exit code: failure if any file failed, `PARTIAL` if every file was handled
+/// but some did not reach the goal.
+pub fn finish<T: Serialize>(
+    mut out: Out,
+    doc: Option<JsonDoc>,
+    rest: &T,
+    failed: bool,
+    complete: bool,
+) -> anyhow::Result<std::process::ExitCode> {
+    match doc {
+        Some(d) => d.end(&mut out, rest)?,
+        None => out.flush()?,
+    }
+    Ok(if failed {
+        std::process::ExitCode::FAILURE
+    } else if complete {
+        std::process::ExitCode::SUCCESS
+    } else {
+        crate::exit::code(crate::exit::PARTIAL)
+    })
+}
+
 /// A JSON document streamed file by file: `{"schema_version":1,"files":[...],...}` on one
 /// line, so that memory does not grow with the number of files.
 pub struct JsonDoc {

@@ -3,7 +3,7 @@
 
 use crate::cmd::where_::{parse_range, report_error, JsonError};
 use crate::output::quote;
-use crate::walk::{JsonDoc, Out, WalkArgs};
+use crate::walk::{finish, JsonDoc, Out, WalkArgs};
 use numaio_pagecache::evict_open;
 use serde::Serialize;
 use std::path::PathBuf;
@@ -92,13 +92,5 @@ pub fn run(a: EvictArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let failed = !errors.is_empty() || batch_failed.get();
-    match doc {
-        Some(d) => d.end(&mut out, &Rest { total, errors })?,
-        None => out.flush()?,
-    }
-    Ok(if failed {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    })
+    finish(out, doc, &Rest { total, errors }, failed, true)
 }

@@ -7,7 +7,7 @@
 use crate::cmd::warm::build_target;
 use crate::cmd::where_::{nodes_text, parse_range, pct, report_error, JsonError};
 use crate::output::quote;
-use crate::walk::{JsonDoc, Out, WalkArgs};
+use crate::walk::{finish, JsonDoc, Out, WalkArgs};
 use numaio_pagecache::{
     move_opened, residency_of, FileResidency, MoveOptions, MoveReport, WhereOptions,
 };
@@ -116,17 +116,7 @@ pub fn run(a: MoveArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let failed = !errors.is_empty() || batch_failed.get();
-    match doc {
-        Some(d) => d.end(&mut out, &Rest { errors })?,
-        None => out.flush()?,
-    }
-    Ok(if failed {
-        ExitCode::FAILURE
-    } else if complete {
-        ExitCode::SUCCESS
-    } else {
-        crate::exit::code(crate::exit::PARTIAL)
-    })
+    finish(out, doc, &Rest { errors }, failed, complete)
 }
 
 fn render(fo: &FileOut, all: bool) -> String {

@@ -5,7 +5,7 @@
 
 use crate::cmd::where_::{nodes_text, parse_range, pct, report_error, JsonError};
 use crate::output::{human_bytes, quote};
-use crate::walk::{JsonDoc, Out, WalkArgs};
+use crate::walk::{finish, JsonDoc, Out, WalkArgs};
 use crate::warnln;
 use numaio_pagecache::{
     warm_needs, warm_opened, MoveOptions, OpenFile, PagecacheError, Target, WarmOptions, WarmReport,
@@ -210,17 +210,7 @@ pub fn run(a: WarmArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let failed = !errors.is_empty() || batch_failed.get();
-    match doc {
-        Some(d) => d.end(&mut out, &Rest { errors })?,
-        None => out.flush()?,
-    }
-    Ok(if failed {
-        ExitCode::FAILURE
-    } else if all_reached {
-        ExitCode::SUCCESS
-    } else {
-        crate::exit::code(crate::exit::PARTIAL)
-    })
+    finish(out, doc, &Rest { errors }, failed, all_reached)
 }
 
 /// Checks that the target nodes have room for what `f` still needs, and books it. An
