@@ -556,6 +556,9 @@ impl Filesystem for NumaFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        if Self::is_stats_xattr(ino, name) {
+            return reply.error(Errno::from_i32(libc::EPERM));
+        }
         let r = self.fs().setxattr(
             ino.0,
             name.as_bytes(),
