@@ -4,6 +4,12 @@
 //! Data is cached by `Fs`, so the kernel page cache keeps file data too (no direct I/O):
 //! this keeps mmap, shared writable mmap included, working without kernel extensions.
 
+pub mod accounting;
+pub mod caller;
+pub mod move_work;
+pub mod serving;
+pub mod stats;
+
 /// The FUSE crate this server is built on, for callers that configure the mount.
 pub use fuser;
 
@@ -25,11 +31,134 @@ const TTL: Duration = Duration::from_secs(1);
 /// The FUSE face of a numaio-fs volume.
 pub struct NumaFs {
     fs: Option<Fs>,
+    callers: caller::CallerNodes,
+    accounting: accounting::Accounting,
+    mover: Option<move_work::ThreadMover>,
+    mountpoint: String,
+    fuse_mode: &'static str,
 }
 
 impl NumaFs {
     pub fn new(fs: Fs) -> NumaFs {
-        NumaFs { fs: Some(fs) }
+        NumaFs {
+            fs: Some(fs),
+            callers: caller::CallerNodes::detect(),
+            accounting: accounting::Accounting::new(),
+            mover: None,
+            mountpoint: String::new(),
+            fuse_mode: "classic",
+        }
+    }
+
+    /// The mount point, as the statistics report it.
+    pub fn with_mountpoint(mut self, mp: &str) -> NumaFs {
+        self.mountpoint = mp.to_string();
+        self
+    }
+
+    /// The transport serving the mount: `classic` (/dev/fuse) or `io_uring`.
+    pub fn with_fuse_mode(mut self, mode: &'static str) -> NumaFs {
+        self.fuse_mode = mode;
+        self
+    }
+
+    /// Moves requesting threads to their data (`MigrateThread` or `FirstReader`) with the
+    /// engine's default hysteresis; `override_user_affinity` also moves threads whose
+    /// affinity someone else narrowed.
+    pub fn with_move_work(
+        mut self,
+        mode: numaio_engine::move_work::MoveWork,
+        override_user_affinity: bool,
+    ) -> NumaFs {
+        use numaio_engine::move_work::MoveWork;
+        self.mover = matches!(mode, MoveWork::MigrateThread | MoveWork::FirstReader).then(|| {
+            move_work::ThreadMover::new(
+                mode,
+                override_user_affinity,
+                numaio_engine::hysteresis::HysteresisConfig::default(),
+                self.callers.node_cpus(),
+            )
+        });
+        self
+    }
+
+    /// Counts a served read or write of `len` bytes at `offset` of `ino` for its requester,
+    /// per node of the data, and lets the thread mover act on it. Every transport calls this
+    /// after a successful read or write.
+    pub fn account(
+        &self,
+        r: &caller::Requester,
+        ino: u64,
+        offset: u64,
+        len: u64,
+        dir: accounting::Direction,
+    ) {
+        let parts = self.fs().range_nodes(ino, offset, len);
+        self.accounting.add(r.pid, r.tid, dir, &parts);
+        if let Some(m) = &self.mover {
+            // The node holding most of the range is where the thread should be.
+            if let Some(&(node, _)) = parts.iter().max_by_key(|(n, b)| (*b, u32::MAX - *n)) {
+                if let Some(to) = m.observe(r, ino, offset / numaio_fs::BLOCK_SIZE, node) {
+                    self.callers.note_moved(r.tid, to);
+                }
+            }
+        }
+    }
+
+    /// The mount's statistics as the JSON of [`stats::Stats`].
+    pub fn stats_json(&self) -> Vec<u8> {
+        let fs = self.fs();
+        let s = fs.statfs();
+        let cache = fs.cache_bytes();
+        let space: Vec<stats::NodeSpace> = s
+            .nodes
+            .iter()
+            .map(|u| stats::NodeSpace {
+                node: u.node,
+                capacity_bytes: u.total_blocks * s.block_size,
+                free_bytes: u.free_blocks * s.block_size,
+                cache_bytes: cache
+                    .iter()
+                    .filter(|(n, _)| *n == u.node)
+                    .map(|(_, b)| *b)
+                    .sum(),
+                misplaced_blocks: u.fallback_blocks,
+            })
+            .collect();
+        let (moved, skipped) = self.mover.as_ref().map_or((0, 0), |m| m.counts());
+        let moves = stats::MoveStats {
+            mode: self.mover.as_ref().map(|m| m.mode().to_string()),
+            moved,
+            skipped,
+        };
+        let snap = self.accounting.snapshot();
+        stats::Stats::build(&self.mountpoint, self.fuse_mode, &space, &snap, moves).1
+    }
+
+    /// The requester behind a request from thread `tid` (its node, its process); any
+    /// transport calls this with the thread id the kernel put in the request.
+    pub fn requester(&self, tid: u32) -> caller::Requester {
+        self.callers.lookup(tid)
+    }
+
+    /// The [`Caller`] for a request from thread `tid` with the given credentials: placement
+    /// uses the node of the CPU the requesting thread runs on.
+    pub fn caller_of(&self, tid: u32, uid: u32, gid: u32) -> Caller {
+        let r = self.requester(tid);
+        Caller {
+            node: r.node,
+            uid,
+            gid,
+            pid: r.pid,
+        }
+    }
+
+    fn caller(&self, req: &Request) -> Caller {
+        self.caller_of(req.pid(), req.uid(), req.gid())
+    }
+
+    fn is_stats_xattr(ino: INodeNo, name: &OsStr) -> bool {
+        ino.0 == numaio_fs::meta::ROOT_INO && name.as_bytes() == stats::STATS_XATTR
     }
 
     fn fs(&self) -> &Fs {
@@ -39,36 +168,6 @@ impl NumaFs {
 
 fn errno(e: &FsError) -> Errno {
     Errno::from_i32(e.errno())
-}
-
-fn caller(req: &Request) -> Caller {
-    Caller {
-        node: numaio_fs_node(),
-        uid: req.uid(),
-        gid: req.gid(),
-        pid: req.pid(),
-    }
-}
-
-/// Node of the CPU this serving thread runs on; the requesting thread is usually on the same
-/// node when serving threads are bound per node.
-fn numaio_fs_node() -> u32 {
-    let mut cpu: u32 = 0;
-    let mut node: u32 = 0;
-    // SAFETY: getcpu writes two u32s through valid pointers; the third argument is unused.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_getcpu,
-            &mut cpu as *mut u32,
-            &mut node as *mut u32,
-            std::ptr::null_mut::<libc::c_void>(),
-        )
-    };
-    if r == 0 {
-        node
-    } else {
-        0
-    }
 }
 
 fn time(ns: i64) -> SystemTime {
@@ -133,7 +232,8 @@ impl Filesystem for NumaFs {
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         entry(
             reply,
-            self.fs().lookup(parent.0, name.as_bytes(), &caller(req)),
+            self.fs()
+                .lookup(parent.0, name.as_bytes(), &self.caller(req)),
         )
     }
 
@@ -155,7 +255,7 @@ impl Filesystem for NumaFs {
     ) {
         let r = self
             .fs()
-            .mkdir(parent.0, name.as_bytes(), mode & !umask, &caller(req));
+            .mkdir(parent.0, name.as_bytes(), mode & !umask, &self.caller(req));
         entry(reply, r)
     }
 
@@ -177,7 +277,7 @@ impl Filesystem for NumaFs {
             parent.0,
             name.as_bytes(),
             mode & !umask & 0o7777,
-            &caller(req),
+            &self.caller(req),
         );
         entry(reply, r)
     }
@@ -185,14 +285,16 @@ impl Filesystem for NumaFs {
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         empty(
             reply,
-            self.fs().unlink(parent.0, name.as_bytes(), &caller(req)),
+            self.fs()
+                .unlink(parent.0, name.as_bytes(), &self.caller(req)),
         )
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         empty(
             reply,
-            self.fs().rmdir(parent.0, name.as_bytes(), &caller(req)),
+            self.fs()
+                .rmdir(parent.0, name.as_bytes(), &self.caller(req)),
         )
     }
 
@@ -204,7 +306,7 @@ impl Filesystem for NumaFs {
         } as u32;
         let r = self
             .fs()
-            .access(ino.0, mask, &caller(req))
+            .access(ino.0, mask, &self.caller(req))
             .and_then(|()| self.fs().open(ino.0));
         match r {
             Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
@@ -224,7 +326,7 @@ impl Filesystem for NumaFs {
     ) {
         let r = self
             .fs()
-            .create(parent.0, name.as_bytes(), mode & !umask, &caller(req))
+            .create(parent.0, name.as_bytes(), mode & !umask, &self.caller(req))
             .and_then(|a| self.fs().open(a.ino).map(|()| a));
         match r {
             Ok(a) => reply.created(
@@ -240,7 +342,7 @@ impl Filesystem for NumaFs {
 
     fn read(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -251,7 +353,11 @@ impl Filesystem for NumaFs {
     ) {
         let mut buf = vec![0u8; size as usize];
         match self.fs().read(ino.0, offset, &mut buf) {
-            Ok(n) => reply.data(&buf[..n]),
+            Ok(n) => {
+                reply.data(&buf[..n]);
+                let r = self.requester(req.pid());
+                self.account(&r, ino.0, offset, n as u64, accounting::Direction::Read);
+            }
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -268,8 +374,18 @@ impl Filesystem for NumaFs {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.fs().write(ino.0, offset, data, &caller(req)) {
-            Ok(n) => reply.written(n as u32),
+        let r = self.requester(req.pid());
+        let c = Caller {
+            node: r.node,
+            uid: req.uid(),
+            gid: req.gid(),
+            pid: r.pid,
+        };
+        match self.fs().write(ino.0, offset, data, &c) {
+            Ok(n) => {
+                reply.written(n as u32);
+                self.account(&r, ino.0, offset, n as u64, accounting::Direction::Write);
+            }
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -351,7 +467,7 @@ impl Filesystem for NumaFs {
             atime: atime.map(nanos),
             mtime: mtime.map(nanos),
         };
-        match self.fs().setattr(ino.0, &s, &caller(req)) {
+        match self.fs().setattr(ino.0, &s, &self.caller(req)) {
             Ok(a) => reply.attr(&TTL, &attr(&a)),
             Err(e) => reply.error(errno(&e)),
         }
@@ -369,7 +485,7 @@ impl Filesystem for NumaFs {
             parent.0,
             link_name.as_bytes(),
             target.as_os_str().as_bytes(),
-            &caller(req),
+            &self.caller(req),
         );
         entry(reply, r)
     }
@@ -397,7 +513,7 @@ impl Filesystem for NumaFs {
             newparent.0,
             newname.as_bytes(),
             flags.bits(),
-            &caller(req),
+            &self.caller(req),
         );
         empty(reply, r)
     }
@@ -412,7 +528,7 @@ impl Filesystem for NumaFs {
     ) {
         let r = self
             .fs()
-            .link(ino.0, newparent.0, newname.as_bytes(), &caller(req));
+            .link(ino.0, newparent.0, newname.as_bytes(), &self.caller(req));
         entry(reply, r)
     }
 
@@ -440,9 +556,16 @@ impl Filesystem for NumaFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        let r = self
-            .fs()
-            .setxattr(ino.0, name.as_bytes(), value, flags as u32, &caller(req));
+        if Self::is_stats_xattr(ino, name) {
+            return reply.error(Errno::from_i32(libc::EPERM));
+        }
+        let r = self.fs().setxattr(
+            ino.0,
+            name.as_bytes(),
+            value,
+            flags as u32,
+            &self.caller(req),
+        );
         empty(reply, r)
     }
 
@@ -454,6 +577,9 @@ impl Filesystem for NumaFs {
         size: u32,
         reply: fuser::ReplyXattr,
     ) {
+        if Self::is_stats_xattr(ino, name) {
+            return xattr_reply(reply, size, &self.stats_json());
+        }
         match self.fs().getxattr(ino.0, name.as_bytes()) {
             Ok(v) => xattr_reply(reply, size, &v),
             Err(e) => reply.error(errno(&e)),
@@ -475,16 +601,21 @@ impl Filesystem for NumaFs {
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if Self::is_stats_xattr(ino, name) {
+            return reply.error(Errno::from_i32(libc::EPERM));
+        }
         empty(
             reply,
-            self.fs().removexattr(ino.0, name.as_bytes(), &caller(req)),
+            self.fs()
+                .removexattr(ino.0, name.as_bytes(), &self.caller(req)),
         )
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: fuser::AccessFlags, reply: ReplyEmpty) {
         empty(
             reply,
-            self.fs().access(ino.0, mask.bits() as u32, &caller(req)),
+            self.fs()
+                .access(ino.0, mask.bits() as u32, &self.caller(req)),
         )
     }
 
@@ -500,7 +631,7 @@ impl Filesystem for NumaFs {
     ) {
         let r = self
             .fs()
-            .fallocate(ino.0, offset, length, mode as u32, &caller(req));
+            .fallocate(ino.0, offset, length, mode as u32, &self.caller(req));
         empty(reply, r)
     }
 
