@@ -542,6 +542,60 @@ mod tests {
     }
 
     #[test]
+    fn loaded_inline_entries_pin_in_the_index() {
+        // One bucket: keys 0 and 1 take the inline ways, key 2 overflows.
+        let ix = BucketIndex::new(1, None).unwrap();
+        let k = |b| BlockKey {
+            file: FileId(3),
+            block: b,
+        };
+        for b in 0..3 {
+            ix.insert(k(b), b as u32 + 10, &mut |_| unreachable!())
+                .unwrap();
+        }
+        let mut slot_pins = 0;
+        // Still loading: the slot is pinned, not the entry.
+        assert_eq!(
+            ix.lookup_hit(&k(0), 0, &mut |_| slot_pins += 1),
+            Some(Hit::Slot(10))
+        );
+        for b in 0..3 {
+            ix.set_ready(&k(b), b as u32 + 10);
+        }
+        let Some(Hit::Entry { slot, pin, fresh }) = ix.lookup_hit(&k(1), 5, &mut |_| slot_pins += 1)
+        else {
+            panic!("a loaded inline entry must pin in the index");
+        };
+        assert_eq!((slot, fresh), (11, true));
+        // The same epoch again: not fresh; another pin on the same entry.
+        let Some(Hit::Entry { pin: pin2, fresh, .. }) = ix.lookup_hit(&k(1), 5, &mut |_| ())
+        else {
+            panic!("second entry pin");
+        };
+        assert!(!fresh);
+        assert_eq!(pin, pin2);
+        // Overflow entries pin the slot.
+        assert_eq!(
+            ix.lookup_hit(&k(2), 5, &mut |_| slot_pins += 1),
+            Some(Hit::Slot(12))
+        );
+        assert_eq!(slot_pins, 2);
+        // Pinned through the entry: busy, and `decide` is not asked.
+        assert_eq!(ix.remove_if(&k(1), 11, &mut || unreachable!()), Some(false));
+        ix.unpin_entry(pin);
+        assert_eq!(ix.remove_if(&k(1), 11, &mut || unreachable!()), Some(false));
+        ix.unpin_entry(pin2);
+        assert_eq!(ix.remove_if(&k(1), 11, &mut || true), Some(true));
+        assert_eq!(ix.lookup(&k(1), &mut |_| ()), None);
+        // The freed way takes the next insert, which starts not ready.
+        ix.insert(k(7), 17, &mut |_| unreachable!()).unwrap();
+        assert_eq!(ix.lookup_hit(&k(7), 5, &mut |_| ()), Some(Hit::Slot(17)));
+        assert_eq!(ix.len(), 3);
+        assert_eq!(ix.remove_if(&k(2), 12, &mut || true), Some(true));
+        assert_eq!(ix.len(), 2);
+    }
+
+    #[test]
     fn absurd_index_sizes_are_errors_not_panics() {
         // More buckets than the address space can hold: the mapping must fail cleanly.
         for slots in [usize::MAX, 1usize << 50] {
