@@ -7,11 +7,13 @@
 //!
 //! Lookups run under a shared (read) lock and pin *while the lock is held*; removal runs
 //! under the exclusive lock and only succeeds on an unpinned slot, so a pin can never reach a
-//! slot that is being reclaimed. A hit on a loaded block in an inline entry pins the entry
-//! itself (a count in the entry's word), so it reads and writes one cache line — the
-//! bucket's — instead of the bucket's and then the slot's: one memory miss, not two
-//! dependent ones. Everything else (loading blocks, overflow entries, the sharded index)
-//! pins the slot's state word.
+//! slot that is being reclaimed. A hit on a loaded block in an inline entry takes no lock: it
+//! pins the entry itself (a count in the entry's word) and then checks that the entry is
+//! still loaded and still its key's; removal first hides a loaded entry with a CAS that
+//! fails while it is pinned. Such a hit reads and writes one cache line — the bucket's —
+//! instead of the bucket's and then the slot's: one memory miss, not two dependent ones.
+//! Everything else (loading blocks, overflow entries, the sharded index) pins the slot's
+//! state word under the lock.
 
 use crate::hugemem::HugeArray;
 use crate::key::{BlockKey, SlotId};
@@ -254,9 +256,10 @@ const WAYS: usize = 2;
 /// The slot of an empty way.
 const EMPTY: u32 = u32::MAX;
 
-/// One of a bucket's inline entries. Its fields change only under the bucket's exclusive
-/// lock; `word` also changes under the shared lock (pins, `READY`, the stamp), so a hit on a
-/// loaded block reads and writes nothing outside the bucket's cache line.
+/// One of a bucket's inline entries. Its key and slot change only under the bucket's
+/// exclusive lock; `word` (pins, `READY`, the stamp) also changes without it: a hit on a
+/// loaded block pins here without taking the lock, so it reads and writes nothing outside
+/// the bucket's cache line and writes only the entry's word.
 struct Way {
     block: AtomicU64,
     file: AtomicU32,
@@ -362,20 +365,23 @@ impl Index for BucketIndex {
     ) -> Option<Hit> {
         let bn = self.bucket_no(key);
         let b = &self.buckets[bn];
-        let g = b.lock.read();
+        // Without the lock: pin the entry, then check that it is loaded and still this key's.
+        // A remover hides a loaded entry (clears READY) with a CAS that fails while it is
+        // pinned, so a pin that saw READY holds the entry until it is dropped.
         for (i, w) in b.ways.iter().enumerate() {
             if !w.is(key) {
                 continue;
             }
-            let slot = w.slot.load(Ordering::Relaxed);
-            if w.word.load(Ordering::Relaxed) & READY == 0 {
-                // Loading (or failed): the caller waits on the slot, so pin the slot.
-                pin(slot);
-                return Some(Hit::Slot(slot));
-            }
-            // Acquire: the data of the load that set READY is visible to the caller.
+            // Acquire: pairs with the Release that set READY, so the key, the slot and the
+            // loaded data are visible.
             let old = w.word.fetch_add(1, Ordering::Acquire);
             debug_assert!(old & WAY_PINS < WAY_PINS, "entry pin count overflow");
+            if old & READY == 0 || !w.is(key) {
+                // Loading, being removed, or reused for another key meanwhile.
+                w.word.fetch_sub(1, Ordering::Release);
+                break;
+            }
+            let slot = w.slot.load(Ordering::Relaxed);
             let fresh = (old >> STAMP_SHIFT) as u32 != epoch;
             if fresh {
                 // Once per slot and eviction epoch: record that the policy hears of it.
@@ -391,7 +397,12 @@ impl Index for BucketIndex {
                 fresh,
             });
         }
-        let s = g.as_ref()?.iter().find(|e| e.is(key))?.slot;
+        // Loading, overflowed, or racing a remove: pin the slot under the shared lock.
+        let g = b.lock.read();
+        let s = match b.ways.iter().find(|w| w.is(key)) {
+            Some(w) => w.slot.load(Ordering::Relaxed),
+            None => g.as_ref()?.iter().find(|e| e.is(key))?.slot,
+        };
         pin(s);
         Some(Hit::Slot(s))
     }
@@ -440,8 +451,12 @@ impl Index for BucketIndex {
         {
             w.block.store(key.block, Ordering::Relaxed);
             w.file.store(key.file.0, Ordering::Relaxed);
-            // An empty way holds no pins: nothing is lost by overwriting the word.
-            w.word.store(NO_STAMP, Ordering::Relaxed);
+            // An empty way may hold the transient pin of a hit backing off: keep the count.
+            let _ = w
+                .word
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |x| {
+                    Some((x & WAY_PINS) | NO_STAMP)
+                });
             w.slot.store(slot, Ordering::Relaxed);
             return Ok(());
         }
@@ -465,15 +480,31 @@ impl Index for BucketIndex {
             .iter()
             .find(|w| w.is(key) && w.slot.load(Ordering::Relaxed) == slot)
         {
-            // Pins through the entry cannot grow under the exclusive lock; while any is held
-            // the slot is busy and `decide` is not asked.
-            if w.word.load(Ordering::Acquire) & WAY_PINS != 0 {
-                return Some(false);
+            // A loaded entry is hidden from lock-free hits (READY cleared) before `decide`,
+            // by a CAS that fails while a hit holds it pinned: then the slot is busy and
+            // `decide` is not asked. Pins on an entry that is not READY are only those of
+            // hits backing off; they never use the slot.
+            let mut old = w.word.load(Ordering::Acquire);
+            while old & READY != 0 {
+                if old & WAY_PINS != 0 {
+                    return Some(false);
+                }
+                match w.word.compare_exchange_weak(
+                    old,
+                    old & !READY,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => break,
+                    Err(o) => old = o,
+                }
             }
             let d = decide();
             if d {
                 w.slot.store(EMPTY, Ordering::Relaxed);
-                w.word.store(0, Ordering::Relaxed);
+                w.word.fetch_and(WAY_PINS, Ordering::Relaxed);
+            } else if old & READY != 0 {
+                w.word.fetch_or(READY, Ordering::Release);
             }
             return Some(d);
         }

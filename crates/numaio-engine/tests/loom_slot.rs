@@ -147,6 +147,55 @@ fn entry_pinned_hit_never_races_a_reclaim() {
     }
 }
 
+/// A lock-free entry hit races the removal of its key and the reuse of the same entry for
+/// another key (an ABA on the entry): the hit either misses, or holds its own key's slot —
+/// never the other key's — and no pin is leaked.
+#[test]
+fn entry_hit_never_takes_a_reused_entry() {
+    const OTHER: BlockKey = BlockKey {
+        file: FileId(2),
+        block: 9,
+    };
+    loom::model(|| {
+        let slots = Arc::new([valid_slot(), valid_slot()]);
+        // One bucket: both keys use its first entry in turn.
+        let ix = std::sync::Arc::new(BucketIndex::new(1, None).unwrap());
+        ix.insert(KEY, 0, &mut |_| unreachable!()).unwrap();
+        ix.set_ready(&KEY, 0);
+        let (s2, i2) = (slots.clone(), ix.clone());
+        let hit = thread::spawn(move || {
+            let mut word = None;
+            match i2.lookup_hit(&KEY, 0, &mut |s| word = Some(s2[s as usize].pin())) {
+                None => {}
+                Some(Hit::Entry { slot, pin, .. }) => {
+                    assert_eq!(slot, 0, "hit the entry of another key");
+                    assert_eq!(s2[0].load() & slot::FREE, 0, "pinned a reclaimed slot");
+                    i2.unpin_entry(pin);
+                }
+                Some(Hit::Slot(s)) => {
+                    assert_eq!(s, 0, "hit the entry of another key");
+                    assert_eq!(word.unwrap() & slot::FREE, 0, "pinned a reclaimed slot");
+                    s2[0].unpin();
+                }
+            }
+        });
+        let removed = ix.remove_if(&KEY, 0, &mut || slots[0].try_reclaim() == Reclaim::Freed);
+        if removed == Some(true) {
+            ix.insert(OTHER, 1, &mut |_| unreachable!()).unwrap();
+            ix.set_ready(&OTHER, 1);
+        }
+        hit.join().unwrap();
+        assert_eq!(slot::pins(slots[0].load()), 0);
+        if removed == Some(true) {
+            assert_eq!(ix.lookup(&KEY, &mut |_| ()), None);
+            assert_eq!(ix.remove_if(&OTHER, 1, &mut || true), Some(true), "a pin leaked");
+        } else {
+            assert_eq!(removed, Some(false));
+            assert_eq!(ix.remove_if(&KEY, 0, &mut || true), Some(true), "a pin leaked");
+        }
+    });
+}
+
 /// A hit races the end of the block's load: it either finds the block loading (and pins
 /// the slot, to wait) or finds it ready and pins the entry — and then sees the loaded data.
 #[test]
