@@ -13,6 +13,7 @@ use crate::engine::Inner;
 use crate::error::EngineError;
 use crate::ext::{AccessCtx, BlockIntegrity};
 use crate::file::FileEntry;
+use crate::index::EntryPin;
 use crate::io::{IoKind, IoRequest};
 use crate::key::{BlockKey, SlotId};
 use crate::slice::Slice;
@@ -29,6 +30,8 @@ pub(crate) struct Seg {
     /// The slot was inserted for a full-block overwrite: the caller fills it, then ends the load.
     pub fill: bool,
     pub slot: SlotId,
+    /// Where the pin is held: an index entry, or `NONE` for the slot's word.
+    pub pin: EntryPin,
 }
 
 pub(crate) type Segs = SmallVec<[Seg; 4]>;
@@ -89,7 +92,7 @@ impl Inner {
 
     pub(crate) fn release(&self, segs: &[Seg]) {
         for s in segs {
-            self.slices[s.slice as usize].unpin(s.slot);
+            self.slices[s.slice as usize].unpin_hit(s.slot, s.pin);
         }
     }
 
@@ -179,7 +182,7 @@ impl Inner {
                 file: f.id,
                 block: b,
             };
-            let (slot, word) = match slice.lookup_pin(&key) {
+            let (slot, word, pin) = match slice.lookup_hit(&key) {
                 Some(found) => found,
                 None => {
                     let slot = match slice.try_alloc() {
@@ -214,13 +217,17 @@ impl Inner {
                                 slice: si as u16,
                                 fill: full,
                                 slot,
+                                pin: EntryPin::NONE,
                             });
                             for h in hooks {
                                 h.on_access(f.id, b, si, false, &ctx);
                             }
                             continue;
                         }
-                        Err(existing) => existing,
+                        Err((existing, word)) => {
+                            slice.note_hit(existing);
+                            (existing, word, EntryPin::NONE)
+                        }
                     }
                 }
             };
@@ -229,11 +236,11 @@ impl Inner {
                 hits.1 = 0;
             }
             hits = (si, hits.1 + 1);
-            slice.note_hit(slot);
             segs.push(Seg {
                 slice: si as u16,
                 fill: false,
                 slot,
+                pin,
             });
             for h in hooks {
                 h.on_access(f.id, b, si, true, &ctx);

@@ -2,19 +2,24 @@
 //!
 //! Two layouts, chosen by [`IndexKind`] and compared by `benches/index.rs`:
 //! * `Sharded`: a few dozen `RwLock<HashMap>` shards (foyer/quick_cache style);
-//! * `Buckets`: Jericho's layout — one small lock per bucket, about one bucket per two slots,
-//!   each bucket a short inline vector.
+//! * `Buckets`: Jericho's layout — one small lock per bucket, about one bucket per slot, each
+//!   bucket one cache line: the lock and two inline entries, more keys in an overflow list.
 //!
-//! Lookups run under a shared (read) lock and pin the slot *while the lock is held*; removal
-//! runs under the exclusive lock and only succeeds on an unpinned slot, so a pin can never
-//! reach a slot that is being reclaimed.
+//! Lookups run under a shared (read) lock and pin *while the lock is held*; removal runs
+//! under the exclusive lock and only succeeds on an unpinned slot, so a pin can never reach a
+//! slot that is being reclaimed. A hit on a loaded block in an inline entry takes no lock: it
+//! pins the entry itself (a count in the entry's word) and then checks that the entry is
+//! still loaded and still its key's; removal first hides a loaded entry with a CAS that
+//! fails while it is pinned. Such a hit reads and writes one cache line — the bucket's —
+//! instead of the bucket's and then the slot's: one memory miss, not two dependent ones.
+//! Everything else (loading blocks, overflow entries, the sharded index) pins the slot's
+//! state word under the lock.
 
 use crate::hugemem::HugeArray;
 use crate::key::{BlockKey, SlotId};
-use crate::sync::RwLock;
+use crate::sync::{AtomicU32, AtomicU64, Ordering, RwLock};
 use crate::types::Padded;
 use serde::{Deserialize, Serialize};
-use smallvec::SmallVec;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::io;
@@ -39,13 +44,32 @@ pub trait Index: Send + Sync {
         pin: &mut dyn FnMut(SlotId),
     ) -> Result<(), SlotId>;
     /// Under the exclusive lock: if `key` maps to `slot` and `decide()` is true, removes it.
-    /// Returns `None` if the key does not map to `slot`, else `Some(decide())`.
+    /// Returns `None` if the key does not map to `slot`, `Some(false)` without asking
+    /// `decide` while a hit holds a pin through the entry, else `Some(decide())`.
     fn remove_if(
         &self,
         key: &BlockKey,
         slot: SlotId,
         decide: &mut dyn FnMut() -> bool,
     ) -> Option<bool>;
+    /// A hit's lookup: like [`lookup`](Self::lookup), but an index that keeps pins in its
+    /// entries pins a loaded block there (`Hit::Entry`: the hit touches only the index's
+    /// memory) and tells whether this is the slot's first hit in eviction epoch `epoch`.
+    /// Otherwise it calls `pin(slot)` under the shared lock and returns `Hit::Slot`.
+    fn lookup_hit(
+        &self,
+        key: &BlockKey,
+        _epoch: u32,
+        pin: &mut dyn FnMut(SlotId),
+    ) -> Option<Hit> {
+        self.lookup(key, pin).map(Hit::Slot)
+    }
+    /// Drops a pin taken by [`lookup_hit`](Self::lookup_hit) as `Hit::Entry`.
+    fn unpin_entry(&self, _pin: EntryPin) {
+        unreachable!("this index never pins through its entries")
+    }
+    /// Records that `key -> slot` finished loading: later hits may pin through the entry.
+    fn set_ready(&self, _key: &BlockKey, _slot: SlotId) {}
     fn len(&self) -> usize;
     fn is_empty(&self) -> bool {
         self.len() == 0
@@ -54,6 +78,29 @@ pub trait Index: Send + Sync {
     /// so the lookups of a run of blocks overlap their cache misses instead of paying them
     /// one after another.
     fn prefetch(&self, _key: &BlockKey) {}
+}
+
+/// Names an index entry that holds a pin (see [`Index::lookup_hit`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EntryPin(pub(crate) u32);
+
+impl EntryPin {
+    /// No entry: the pin is on the slot's own word.
+    pub const NONE: EntryPin = EntryPin(u32::MAX);
+}
+
+/// How [`Index::lookup_hit`] pinned what it found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hit {
+    /// Pinned through the index entry (the block is loaded); `fresh`: the slot's first hit
+    /// in the given eviction epoch.
+    Entry {
+        slot: SlotId,
+        pin: EntryPin,
+        fresh: bool,
+    },
+    /// Pinned with the caller's `pin(slot)`.
+    Slot(SlotId),
 }
 
 /// Starts loading the cache line at `p` into all cache levels (a hint: never faults).
@@ -189,7 +236,7 @@ impl Index for ShardedIndex {
     }
 }
 
-/// A compact entry: 16 bytes, so a bucket (lock + 3 inline entries) fits one cache line.
+/// An overflow entry (a bucket's third and later keys): pinned through the slot's word.
 #[derive(Clone, Copy, Debug)]
 struct Entry {
     block: u64,
@@ -204,8 +251,58 @@ impl Entry {
     }
 }
 
-#[repr(align(64))]
-struct Bucket(RwLock<SmallVec<[Entry; 3]>>);
+/// Ways per bucket: what fits one cache line beside the lock.
+const WAYS: usize = 2;
+/// The slot of an empty way.
+const EMPTY: u32 = u32::MAX;
+
+/// One of a bucket's inline entries. Its key and slot change only under the bucket's
+/// exclusive lock; `word` (pins, `READY`, the stamp) also changes without it: a hit on a
+/// loaded block pins here without taking the lock, so it reads and writes nothing outside
+/// the bucket's cache line and writes only the entry's word.
+struct Way {
+    block: AtomicU64,
+    file: AtomicU32,
+    slot: AtomicU32,
+    /// Bits 0..24: pins taken through this entry; `READY`; bits 32..64: the eviction epoch
+    /// of the last hit the policy heard of.
+    word: AtomicU64,
+}
+
+const WAY_PINS: u64 = (1 << 24) - 1;
+/// The slot's load finished successfully: a hit may pin through the entry.
+const READY: u64 = 1 << 24;
+const STAMP_SHIFT: u32 = 32;
+const NO_STAMP: u64 = (u32::MAX as u64) << STAMP_SHIFT;
+
+impl Way {
+    fn empty() -> Self {
+        Way {
+            block: AtomicU64::new(0),
+            file: AtomicU32::new(0),
+            slot: AtomicU32::new(EMPTY),
+            word: AtomicU64::new(0),
+        }
+    }
+    #[inline]
+    fn is(&self, key: &BlockKey) -> bool {
+        self.slot.load(Ordering::Relaxed) != EMPTY
+            && self.block.load(Ordering::Relaxed) == key.block
+            && self.file.load(Ordering::Relaxed) == key.file.0
+    }
+}
+
+/// A bucket: the lock (guarding the overflow list and the ways' keys) and two inline ways,
+/// one cache line in all.
+#[repr(C, align(64))]
+struct Bucket {
+    lock: RwLock<Option<Box<Vec<Entry>>>>,
+    ways: [Way; WAYS],
+}
+
+// The point of the layout: a bucket, its lock and its inline entries are one cache line.
+#[cfg(not(loom))]
+const _: () = assert!(std::mem::size_of::<Bucket>() == 64);
 
 pub struct BucketIndex {
     buckets: HugeArray<Bucket>,
@@ -214,35 +311,119 @@ pub struct BucketIndex {
 
 impl BucketIndex {
     pub fn new(slots: usize, node: Option<u32>) -> io::Result<Self> {
-        let n = (slots / 2)
+        // About one bucket per slot: with two inline ways, most keys live inline and hit
+        // through their entry; entry pins are named by a `u32`, which bounds the count.
+        let n = slots
             .max(1)
             .checked_next_power_of_two()
+            .filter(|n| n.checked_mul(WAYS).is_some_and(|w| w < EntryPin::NONE.0 as usize))
             .ok_or_else(|| no_memory("the index buckets", usize::MAX, "too many slots"))?;
-        let buckets =
-            HugeArray::new(n, node, |_| Bucket(RwLock::new(SmallVec::new()))).map_err(|e| {
-                no_memory(
-                    "the index buckets",
-                    n.saturating_mul(std::mem::size_of::<Bucket>()),
-                    e,
-                )
-            })?;
+        let buckets = HugeArray::new(n, node, |_| Bucket {
+            lock: RwLock::new(None),
+            ways: [Way::empty(), Way::empty()],
+        })
+        .map_err(|e| {
+            no_memory(
+                "the index buckets",
+                n.saturating_mul(std::mem::size_of::<Bucket>()),
+                e,
+            )
+        })?;
         Ok(BucketIndex {
             buckets,
             mask: n as u64 - 1,
         })
     }
     #[inline]
-    fn bucket(&self, key: &BlockKey) -> &RwLock<SmallVec<[Entry; 3]>> {
-        &self.buckets[(key_hash(key) & self.mask) as usize].0
+    fn bucket_no(&self, key: &BlockKey) -> usize {
+        (key_hash(key) & self.mask) as usize
+    }
+    #[inline]
+    fn way_of(&self, pin: EntryPin) -> &Way {
+        let i = pin.0 as usize;
+        &self.buckets[i / WAYS].ways[i % WAYS]
     }
 }
 
 impl Index for BucketIndex {
     fn lookup(&self, key: &BlockKey, pin: &mut dyn FnMut(SlotId)) -> Option<SlotId> {
-        let g = self.bucket(key).read();
-        let s = g.iter().find(|e| e.is(key))?.slot;
+        let b = &self.buckets[self.bucket_no(key)];
+        let g = b.lock.read();
+        let s = match b.ways.iter().find(|w| w.is(key)) {
+            Some(w) => w.slot.load(Ordering::Relaxed),
+            None => g.as_ref()?.iter().find(|e| e.is(key))?.slot,
+        };
         pin(s);
         Some(s)
+    }
+    #[inline]
+    fn lookup_hit(
+        &self,
+        key: &BlockKey,
+        epoch: u32,
+        pin: &mut dyn FnMut(SlotId),
+    ) -> Option<Hit> {
+        let bn = self.bucket_no(key);
+        let b = &self.buckets[bn];
+        // Without the lock: pin the entry, then check that it is loaded and still this key's.
+        // A remover hides a loaded entry (clears READY) with a CAS that fails while it is
+        // pinned, so a pin that saw READY holds the entry until it is dropped.
+        for (i, w) in b.ways.iter().enumerate() {
+            if !w.is(key) {
+                continue;
+            }
+            // Acquire: pairs with the Release that set READY, so the key, the slot and the
+            // loaded data are visible.
+            let old = w.word.fetch_add(1, Ordering::Acquire);
+            debug_assert!(old & WAY_PINS < WAY_PINS, "entry pin count overflow");
+            if old & READY == 0 || !w.is(key) {
+                // Loading, being removed, or reused for another key meanwhile.
+                w.word.fetch_sub(1, Ordering::Release);
+                break;
+            }
+            let slot = w.slot.load(Ordering::Relaxed);
+            let fresh = (old >> STAMP_SHIFT) as u32 != epoch;
+            if fresh {
+                // Once per slot and eviction epoch: record that the policy hears of it.
+                let _ = w
+                    .word
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |x| {
+                        Some((x & !NO_STAMP) | ((epoch as u64) << STAMP_SHIFT))
+                    });
+            }
+            return Some(Hit::Entry {
+                slot,
+                pin: EntryPin((bn * WAYS + i) as u32),
+                fresh,
+            });
+        }
+        // Loading, overflowed, or racing a remove: pin the slot under the shared lock.
+        let g = b.lock.read();
+        let s = match b.ways.iter().find(|w| w.is(key)) {
+            Some(w) => w.slot.load(Ordering::Relaxed),
+            None => g.as_ref()?.iter().find(|e| e.is(key))?.slot,
+        };
+        pin(s);
+        Some(Hit::Slot(s))
+    }
+    #[inline]
+    fn unpin_entry(&self, pin: EntryPin) {
+        // Release: the caller's reads of the buffer happen before a reclaim that sees the
+        // pin gone (`remove_if` loads the word with Acquire).
+        let old = self.way_of(pin).word.fetch_sub(1, Ordering::Release);
+        debug_assert!(old & WAY_PINS > 0, "unpin of an unpinned entry");
+    }
+    fn set_ready(&self, key: &BlockKey, slot: SlotId) {
+        let b = &self.buckets[self.bucket_no(key)];
+        let _g = b.lock.read();
+        if let Some(w) = b
+            .ways
+            .iter()
+            .find(|w| w.is(key) && w.slot.load(Ordering::Relaxed) == slot)
+        {
+            // Release: a hit that sees READY sees the loaded data.
+            w.word.fetch_or(READY, Ordering::Release);
+        }
     }
     fn insert(
         &self,
@@ -250,12 +431,36 @@ impl Index for BucketIndex {
         slot: SlotId,
         pin: &mut dyn FnMut(SlotId),
     ) -> Result<(), SlotId> {
-        let mut g = self.bucket(&key).write();
-        if let Some(e) = g.iter().find(|e| e.is(&key)) {
-            pin(e.slot);
-            return Err(e.slot);
+        let b = &self.buckets[self.bucket_no(&key)];
+        let mut g = b.lock.write();
+        let found = match b.ways.iter().find(|w| w.is(&key)) {
+            Some(w) => Some(w.slot.load(Ordering::Relaxed)),
+            None => g
+                .as_ref()
+                .and_then(|o| o.iter().find(|e| e.is(&key)))
+                .map(|e| e.slot),
+        };
+        if let Some(s) = found {
+            pin(s);
+            return Err(s);
         }
-        g.push(Entry {
+        if let Some(w) = b
+            .ways
+            .iter()
+            .find(|w| w.slot.load(Ordering::Relaxed) == EMPTY)
+        {
+            w.block.store(key.block, Ordering::Relaxed);
+            w.file.store(key.file.0, Ordering::Relaxed);
+            // An empty way may hold the transient pin of a hit backing off: keep the count.
+            let _ = w
+                .word
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |x| {
+                    Some((x & WAY_PINS) | NO_STAMP)
+                });
+            w.slot.store(slot, Ordering::Relaxed);
+            return Ok(());
+        }
+        g.get_or_insert_with(Default::default).push(Entry {
             block: key.block,
             file: key.file.0,
             slot,
@@ -268,20 +473,69 @@ impl Index for BucketIndex {
         slot: SlotId,
         decide: &mut dyn FnMut() -> bool,
     ) -> Option<bool> {
-        let mut g = self.bucket(key).write();
-        let pos = g.iter().position(|e| e.is(key) && e.slot == slot)?;
+        let b = &self.buckets[self.bucket_no(key)];
+        let mut g = b.lock.write();
+        if let Some(w) = b
+            .ways
+            .iter()
+            .find(|w| w.is(key) && w.slot.load(Ordering::Relaxed) == slot)
+        {
+            // A loaded entry is hidden from lock-free hits (READY cleared) before `decide`,
+            // by a CAS that fails while a hit holds it pinned: then the slot is busy and
+            // `decide` is not asked. Pins on an entry that is not READY are only those of
+            // hits backing off; they never use the slot.
+            let mut old = w.word.load(Ordering::Acquire);
+            while old & READY != 0 {
+                if old & WAY_PINS != 0 {
+                    return Some(false);
+                }
+                match w.word.compare_exchange_weak(
+                    old,
+                    old & !READY,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => break,
+                    Err(o) => old = o,
+                }
+            }
+            let d = decide();
+            if d {
+                w.slot.store(EMPTY, Ordering::Relaxed);
+                w.word.fetch_and(WAY_PINS, Ordering::Relaxed);
+            } else if old & READY != 0 {
+                w.word.fetch_or(READY, Ordering::Release);
+            }
+            return Some(d);
+        }
+        let o = g.as_mut()?;
+        let pos = o.iter().position(|e| e.is(key) && e.slot == slot)?;
         let d = decide();
         if d {
-            g.swap_remove(pos);
+            o.swap_remove(pos);
+            if o.is_empty() {
+                *g = None;
+            }
         }
         Some(d)
     }
     fn len(&self) -> usize {
-        self.buckets.iter().map(|b| b.0.read().len()).sum()
+        self.buckets
+            .iter()
+            .map(|b| {
+                let g = b.lock.read();
+                let inline = b
+                    .ways
+                    .iter()
+                    .filter(|w| w.slot.load(Ordering::Relaxed) != EMPTY)
+                    .count();
+                inline + g.as_ref().map_or(0, |o| o.len())
+            })
+            .sum()
     }
     #[inline]
     fn prefetch(&self, key: &BlockKey) {
-        prefetch_line(self.bucket(key));
+        prefetch_line(&self.buckets[self.bucket_no(key)]);
     }
 }
 
@@ -316,6 +570,60 @@ mod tests {
         exercise(&ShardedIndex::new(8, 100).unwrap());
         exercise(&BucketIndex::new(100, None).unwrap());
         exercise(&BucketIndex::new(1, None).unwrap());
+    }
+
+    #[test]
+    fn loaded_inline_entries_pin_in_the_index() {
+        // One bucket: keys 0 and 1 take the inline ways, key 2 overflows.
+        let ix = BucketIndex::new(1, None).unwrap();
+        let k = |b| BlockKey {
+            file: FileId(3),
+            block: b,
+        };
+        for b in 0..3 {
+            ix.insert(k(b), b as u32 + 10, &mut |_| unreachable!())
+                .unwrap();
+        }
+        let mut slot_pins = 0;
+        // Still loading: the slot is pinned, not the entry.
+        assert_eq!(
+            ix.lookup_hit(&k(0), 0, &mut |_| slot_pins += 1),
+            Some(Hit::Slot(10))
+        );
+        for b in 0..3 {
+            ix.set_ready(&k(b), b as u32 + 10);
+        }
+        let Some(Hit::Entry { slot, pin, fresh }) = ix.lookup_hit(&k(1), 5, &mut |_| slot_pins += 1)
+        else {
+            panic!("a loaded inline entry must pin in the index");
+        };
+        assert_eq!((slot, fresh), (11, true));
+        // The same epoch again: not fresh; another pin on the same entry.
+        let Some(Hit::Entry { pin: pin2, fresh, .. }) = ix.lookup_hit(&k(1), 5, &mut |_| ())
+        else {
+            panic!("second entry pin");
+        };
+        assert!(!fresh);
+        assert_eq!(pin, pin2);
+        // Overflow entries pin the slot.
+        assert_eq!(
+            ix.lookup_hit(&k(2), 5, &mut |_| slot_pins += 1),
+            Some(Hit::Slot(12))
+        );
+        assert_eq!(slot_pins, 2);
+        // Pinned through the entry: busy, and `decide` is not asked.
+        assert_eq!(ix.remove_if(&k(1), 11, &mut || unreachable!()), Some(false));
+        ix.unpin_entry(pin);
+        assert_eq!(ix.remove_if(&k(1), 11, &mut || unreachable!()), Some(false));
+        ix.unpin_entry(pin2);
+        assert_eq!(ix.remove_if(&k(1), 11, &mut || true), Some(true));
+        assert_eq!(ix.lookup(&k(1), &mut |_| ()), None);
+        // The freed way takes the next insert, which starts not ready.
+        ix.insert(k(7), 17, &mut |_| unreachable!()).unwrap();
+        assert_eq!(ix.lookup_hit(&k(7), 5, &mut |_| ()), Some(Hit::Slot(17)));
+        assert_eq!(ix.len(), 3);
+        assert_eq!(ix.remove_if(&k(2), 12, &mut || true), Some(true));
+        assert_eq!(ix.len(), 2);
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! replacement policy, free list, dirty set, I/O queue and evictor state.
 //!
 //! Concurrency summary:
-//! * hit: index read lock (shard/bucket) → pin → policy `on_hit` (never slice-wide);
+//! * hit: index read lock (shard/bucket) → pin (in the bucket's entry once the block is
+//!   loaded, else on the slot's word) → policy `on_hit` (never slice-wide);
 //! * miss: take a free slot (free-list mutex; "stalled" on a condvar if empty), insert it
 //!   LOADING into the index, send the read to the slice's I/O worker; others who find the
 //!   block LOADING wait on a striped condvar ("clashed");
@@ -18,12 +19,12 @@ pub use writeback::WriteBackError;
 
 use crate::arena::{Arena, PlacementCheck};
 use crate::hugemem::HugeArray;
-use crate::index::{self, Index, IndexKind};
+use crate::index::{self, EntryPin, Hit, Index, IndexKind};
 use crate::io::worker::{Completion, Done, Msg};
 use crate::io::IoRequest;
 use crate::key::{BlockKey, FileId, SlotId};
 use crate::policy::{PolicyKind, ReplacementPolicy};
-use crate::slot::{Reclaim, SlotState, ERROR, LOADING};
+use crate::slot::{Reclaim, SlotState, ERROR, LOADING, VALID};
 use crate::stats::{SliceCounters, SliceStats};
 use crate::types::Padded;
 use parking_lot::{Condvar, Mutex};
@@ -286,6 +287,43 @@ impl Slice {
         Some((s, word))
     }
 
+    /// A request's lookup: pins `key` (through its index entry when the block is loaded, so
+    /// the hit touches only the index's cache line) and tells the policy of the hit.
+    /// Returns the slot, its state word (a loaded one's flags for an entry pin) and the pin
+    /// to give to [`unpin_hit`](Self::unpin_hit).
+    #[inline]
+    pub fn lookup_hit(&self, key: &BlockKey) -> Option<(SlotId, u64, EntryPin)> {
+        let mut word = 0;
+        let slots = &self.slots;
+        let epoch = self.epoch.load(Ordering::Relaxed);
+        match self
+            .index
+            .lookup_hit(key, epoch, &mut |s| word = slots[s as usize].state.pin())?
+        {
+            Hit::Entry { slot, pin, fresh } => {
+                if fresh || !self.hit_gating {
+                    self.policy.on_hit(slot);
+                }
+                Some((slot, VALID, pin))
+            }
+            Hit::Slot(slot) => {
+                self.note_hit(slot);
+                Some((slot, word, EntryPin::NONE))
+            }
+        }
+    }
+
+    /// Drops a pin taken by [`lookup_hit`](Self::lookup_hit) (or on the slot's word, for
+    /// `EntryPin::NONE`).
+    #[inline]
+    pub fn unpin_hit(&self, slot: SlotId, pin: EntryPin) {
+        if pin == EntryPin::NONE {
+            self.unpin(slot);
+        } else {
+            self.index.unpin_entry(pin);
+        }
+    }
+
     /// Starts loading the index memory a lookup of `key` will read (see `Index::prefetch`).
     #[inline]
     pub fn prefetch(&self, key: &BlockKey) {
@@ -478,6 +516,10 @@ impl Slice {
             self.index.remove_if(&key, slot, &mut || true);
         }
         self.slots[slot as usize].state.finish_load(ok);
+        if ok {
+            self.index
+                .set_ready(&self.slots[slot as usize].key(), slot);
+        }
         let (m, cv) = &self.waits[slot as usize % WAIT_STRIPES].0;
         let _g = m.lock();
         cv.notify_all();
