@@ -143,10 +143,7 @@ impl Accounting {
 
     fn note_process(&self, pid: u32) {
         let mut c = lock(&self.comms);
-        if !c.contains_key(&pid) {
-            let name = (self.comm_of)(pid);
-            c.insert(pid, name);
-        }
+        c.entry(pid).or_insert_with(|| (self.comm_of)(pid));
     }
 
     /// Merges the shards.
