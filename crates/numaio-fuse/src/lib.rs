@@ -4,6 +4,8 @@
 //! Data is cached by `Fs`, so the kernel page cache keeps file data too (no direct I/O):
 //! this keeps mmap, shared writable mmap included, working without kernel extensions.
 
+pub mod caller;
+
 /// The FUSE crate this server is built on, for callers that configure the mount.
 pub use fuser;
 
@@ -25,11 +27,37 @@ const TTL: Duration = Duration::from_secs(1);
 /// The FUSE face of a numaio-fs volume.
 pub struct NumaFs {
     fs: Option<Fs>,
+    callers: caller::CallerNodes,
 }
 
 impl NumaFs {
     pub fn new(fs: Fs) -> NumaFs {
-        NumaFs { fs: Some(fs) }
+        NumaFs {
+            fs: Some(fs),
+            callers: caller::CallerNodes::detect(),
+        }
+    }
+
+    /// The requester behind a request from thread `tid` (its node, its process); any
+    /// transport calls this with the thread id the kernel put in the request.
+    pub fn requester(&self, tid: u32) -> caller::Requester {
+        self.callers.lookup(tid)
+    }
+
+    /// The [`Caller`] for a request from thread `tid` with the given credentials: placement
+    /// uses the node of the CPU the requesting thread runs on.
+    pub fn caller_of(&self, tid: u32, uid: u32, gid: u32) -> Caller {
+        let r = self.requester(tid);
+        Caller {
+            node: r.node,
+            uid,
+            gid,
+            pid: r.pid,
+        }
+    }
+
+    fn caller(&self, req: &Request) -> Caller {
+        self.caller_of(req.pid(), req.uid(), req.gid())
     }
 
     fn fs(&self) -> &Fs {
@@ -39,36 +67,6 @@ impl NumaFs {
 
 fn errno(e: &FsError) -> Errno {
     Errno::from_i32(e.errno())
-}
-
-fn caller(req: &Request) -> Caller {
-    Caller {
-        node: numaio_fs_node(),
-        uid: req.uid(),
-        gid: req.gid(),
-        pid: req.pid(),
-    }
-}
-
-/// Node of the CPU this serving thread runs on; the requesting thread is usually on the same
-/// node when serving threads are bound per node.
-fn numaio_fs_node() -> u32 {
-    let mut cpu: u32 = 0;
-    let mut node: u32 = 0;
-    // SAFETY: getcpu writes two u32s through valid pointers; the third argument is unused.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_getcpu,
-            &mut cpu as *mut u32,
-            &mut node as *mut u32,
-            std::ptr::null_mut::<libc::c_void>(),
-        )
-    };
-    if r == 0 {
-        node
-    } else {
-        0
-    }
 }
 
 fn time(ns: i64) -> SystemTime {
@@ -133,7 +131,8 @@ impl Filesystem for NumaFs {
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         entry(
             reply,
-            self.fs().lookup(parent.0, name.as_bytes(), &caller(req)),
+            self.fs()
+                .lookup(parent.0, name.as_bytes(), &self.caller(req)),
         )
     }
 
@@ -155,7 +154,7 @@ impl Filesystem for NumaFs {
     ) {
         let r = self
             .fs()
-            .mkdir(parent.0, name.as_bytes(), mode & !umask, &caller(req));
+            .mkdir(parent.0, name.as_bytes(), mode & !umask, &self.caller(req));
         entry(reply, r)
     }
 
@@ -177,7 +176,7 @@ impl Filesystem for NumaFs {
             parent.0,
             name.as_bytes(),
             mode & !umask & 0o7777,
-            &caller(req),
+            &self.caller(req),
         );
         entry(reply, r)
     }
@@ -185,14 +184,16 @@ impl Filesystem for NumaFs {
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         empty(
             reply,
-            self.fs().unlink(parent.0, name.as_bytes(), &caller(req)),
+            self.fs()
+                .unlink(parent.0, name.as_bytes(), &self.caller(req)),
         )
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         empty(
             reply,
-            self.fs().rmdir(parent.0, name.as_bytes(), &caller(req)),
+            self.fs()
+                .rmdir(parent.0, name.as_bytes(), &self.caller(req)),
         )
     }
 
@@ -204,7 +205,7 @@ impl Filesystem for NumaFs {
         } as u32;
         let r = self
             .fs()
-            .access(ino.0, mask, &caller(req))
+            .access(ino.0, mask, &self.caller(req))
             .and_then(|()| self.fs().open(ino.0));
         match r {
             Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
@@ -224,7 +225,7 @@ impl Filesystem for NumaFs {
     ) {
         let r = self
             .fs()
-            .create(parent.0, name.as_bytes(), mode & !umask, &caller(req))
+            .create(parent.0, name.as_bytes(), mode & !umask, &self.caller(req))
             .and_then(|a| self.fs().open(a.ino).map(|()| a));
         match r {
             Ok(a) => reply.created(
@@ -268,7 +269,7 @@ impl Filesystem for NumaFs {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.fs().write(ino.0, offset, data, &caller(req)) {
+        match self.fs().write(ino.0, offset, data, &self.caller(req)) {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(errno(&e)),
         }
@@ -351,7 +352,7 @@ impl Filesystem for NumaFs {
             atime: atime.map(nanos),
             mtime: mtime.map(nanos),
         };
-        match self.fs().setattr(ino.0, &s, &caller(req)) {
+        match self.fs().setattr(ino.0, &s, &self.caller(req)) {
             Ok(a) => reply.attr(&TTL, &attr(&a)),
             Err(e) => reply.error(errno(&e)),
         }
@@ -369,7 +370,7 @@ impl Filesystem for NumaFs {
             parent.0,
             link_name.as_bytes(),
             target.as_os_str().as_bytes(),
-            &caller(req),
+            &self.caller(req),
         );
         entry(reply, r)
     }
@@ -397,7 +398,7 @@ impl Filesystem for NumaFs {
             newparent.0,
             newname.as_bytes(),
             flags.bits(),
-            &caller(req),
+            &self.caller(req),
         );
         empty(reply, r)
     }
@@ -412,7 +413,7 @@ impl Filesystem for NumaFs {
     ) {
         let r = self
             .fs()
-            .link(ino.0, newparent.0, newname.as_bytes(), &caller(req));
+            .link(ino.0, newparent.0, newname.as_bytes(), &self.caller(req));
         entry(reply, r)
     }
 
@@ -440,9 +441,13 @@ impl Filesystem for NumaFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        let r = self
-            .fs()
-            .setxattr(ino.0, name.as_bytes(), value, flags as u32, &caller(req));
+        let r = self.fs().setxattr(
+            ino.0,
+            name.as_bytes(),
+            value,
+            flags as u32,
+            &self.caller(req),
+        );
         empty(reply, r)
     }
 
@@ -477,14 +482,16 @@ impl Filesystem for NumaFs {
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         empty(
             reply,
-            self.fs().removexattr(ino.0, name.as_bytes(), &caller(req)),
+            self.fs()
+                .removexattr(ino.0, name.as_bytes(), &self.caller(req)),
         )
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: fuser::AccessFlags, reply: ReplyEmpty) {
         empty(
             reply,
-            self.fs().access(ino.0, mask.bits() as u32, &caller(req)),
+            self.fs()
+                .access(ino.0, mask.bits() as u32, &self.caller(req)),
         )
     }
 
@@ -500,7 +507,7 @@ impl Filesystem for NumaFs {
     ) {
         let r = self
             .fs()
-            .fallocate(ino.0, offset, length, mode as u32, &caller(req));
+            .fallocate(ino.0, offset, length, mode as u32, &self.caller(req));
         empty(reply, r)
     }
 

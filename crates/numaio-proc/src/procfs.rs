@@ -70,6 +70,8 @@ pub struct Status {
     pub mems_allowed: Vec<u32>,
     pub vm_rss_bytes: u64,
     pub uid: u32,
+    /// The thread group (process) id; for a thread's status, the process it belongs to.
+    pub tgid: i32,
 }
 
 pub fn parse_status(text: &str) -> Status {
@@ -94,6 +96,7 @@ pub fn parse_status(text: &str) -> Status {
                     .and_then(|n| n.parse::<u64>().ok())
                     .map_or(0, |kb| kb.saturating_mul(1024))
             }
+            "Tgid" => s.tgid = v.parse().unwrap_or(0),
             "Uid" => {
                 s.uid = v
                     .split_whitespace()
@@ -556,10 +559,12 @@ mod tests {
 
     #[test]
     fn status_fields() {
-        let t = "Name:\tcat\nUid:\t1000\t1000\t1000\t1000\nVmRSS:\t    2048 kB\nCpus_allowed_list:\t0-1,4\nMems_allowed_list:\t0-1\n";
+        let t = "Name:\tcat\nTgid:\t4242\nUid:\t1000\t1000\t1000\t1000\nVmRSS:\t    2048 kB\nCpus_allowed_list:\t0-1,4\nMems_allowed_list:\t0-1\n";
         let s = parse_status(t);
         assert_eq!(s.name, "cat");
         assert_eq!(s.uid, 1000);
+        assert_eq!(s.tgid, 4242);
+        assert_eq!(parse_status("Tgid:\tnope\n").tgid, 0);
         assert_eq!(s.vm_rss_bytes, 2048 * 1024);
         assert_eq!(s.cpus_allowed, vec![0, 1, 4]);
         assert_eq!(s.mems_allowed, vec![0, 1]);
