@@ -169,6 +169,10 @@ echo "@@begin acct"; numaio fs stat /v --json
                 );
             }
         }
+    }
+    assert!(out.section("fsck").contains("rc=0"), "{}", out.report());
+    // the accounting last, so a run without it still shows every placement above
+    for &n in nodes {
         let pid: u64 = out
             .section(&format!("pid-{n}"))
             .trim()
@@ -184,7 +188,6 @@ echo "@@begin acct"; numaio fs stat /v --json
             out.report()
         );
     }
-    assert!(out.section("fsck").contains("rc=0"), "{}", out.report());
 }
 
 #[test]
