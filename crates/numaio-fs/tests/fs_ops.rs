@@ -935,3 +935,51 @@ fn threads_share_one_volume() {
         }
     }
 }
+
+#[test]
+fn range_nodes_counts_bytes_per_node_of_the_data() {
+    let (_s, fs) = vol();
+    let on0 = Caller::root_on(0);
+    let on1 = Caller::root_on(1);
+    let a = fs.create(ROOT, b"split", 0o644, &on0).unwrap();
+    // 3 blocks from node 0, then a hole of 2 blocks, then 2 blocks from node 1.
+    fs.write(a.ino, 0, &pattern(3 * 4096, 1), &on0).unwrap();
+    fs.write(a.ino, 5 * 4096, &pattern(2 * 4096, 2), &on1)
+        .unwrap();
+    let map = fs.block_map(a.ino).unwrap();
+    let node_of = |lb: u64| {
+        map.iter()
+            .find(|(l, e, _)| *l <= lb && lb < l + e.len)
+            .unwrap()
+            .2
+    };
+    assert_eq!(node_of(0), 0);
+    let expect = |parts: &[(u32, u64)]| {
+        let mut v: Vec<(u32, u64)> = Vec::new();
+        for &(n, b) in parts {
+            match v.iter_mut().find(|(m, _)| *m == n) {
+                Some(x) => x.1 += b,
+                None => v.push((n, b)),
+            }
+        }
+        v.sort_unstable();
+        v
+    };
+    let mut all = fs.range_nodes(a.ino, 0, u64::MAX);
+    all.sort_unstable();
+    assert_eq!(all, expect(&[(0, 3 * 4096), (node_of(5), 2 * 4096)]));
+    // A range that starts inside the first extent and ends inside the last one.
+    let mut mid = fs.range_nodes(a.ino, 4096 + 100, 5 * 4096);
+    mid.sort_unstable();
+    assert_eq!(
+        mid,
+        expect(&[(0, 2 * 4096 - 100), (node_of(5), 4096 + 100)])
+    );
+    // Only the hole, past the end, an unknown inode, an empty range: nothing.
+    assert!(fs.range_nodes(a.ino, 3 * 4096, 2 * 4096).is_empty());
+    assert!(fs.range_nodes(a.ino, 7 * 4096, 4096).is_empty());
+    assert!(fs.range_nodes(9999, 0, 4096).is_empty());
+    assert!(fs.range_nodes(a.ino, 0, 0).is_empty());
+    // The in-memory store has no cache.
+    assert!(fs.cache_bytes().is_empty());
+}

@@ -159,6 +159,25 @@ impl CallerNodes {
         }
     }
 
+    /// Records that `tid` was just restricted to `node`'s CPUs, so the next request does not
+    /// see the node it ran on before the move.
+    pub fn note_moved(&self, tid: u32, node: u32) {
+        if let Some(e) = lock(&self.shards[tid as usize % SHARDS]).get_mut(&tid) {
+            e.node = node;
+        }
+    }
+
+    /// The CPUs of each node, as the topology lists them.
+    pub fn node_cpus(&self) -> std::collections::BTreeMap<u32, Vec<u32>> {
+        let mut m: std::collections::BTreeMap<u32, Vec<u32>> = Default::default();
+        for (cpu, &node) in self.cpu_node.iter().enumerate() {
+            if node != u32::MAX {
+                m.entry(node).or_default().push(cpu as u32);
+            }
+        }
+        m
+    }
+
     /// Threads cached now (for tests).
     pub fn cached(&self) -> usize {
         self.shards.iter().map(|s| lock(s).len()).sum()

@@ -4,7 +4,11 @@
 //! Data is cached by `Fs`, so the kernel page cache keeps file data too (no direct I/O):
 //! this keeps mmap, shared writable mmap included, working without kernel extensions.
 
+pub mod accounting;
 pub mod caller;
+pub mod move_work;
+pub mod serving;
+pub mod stats;
 
 /// The FUSE crate this server is built on, for callers that configure the mount.
 pub use fuser;
@@ -28,6 +32,10 @@ const TTL: Duration = Duration::from_secs(1);
 pub struct NumaFs {
     fs: Option<Fs>,
     callers: caller::CallerNodes,
+    accounting: accounting::Accounting,
+    mover: Option<move_work::ThreadMover>,
+    mountpoint: String,
+    fuse_mode: &'static str,
 }
 
 impl NumaFs {
@@ -35,7 +43,96 @@ impl NumaFs {
         NumaFs {
             fs: Some(fs),
             callers: caller::CallerNodes::detect(),
+            accounting: accounting::Accounting::new(),
+            mover: None,
+            mountpoint: String::new(),
+            fuse_mode: "classic",
         }
+    }
+
+    /// The mount point, as the statistics report it.
+    pub fn with_mountpoint(mut self, mp: &str) -> NumaFs {
+        self.mountpoint = mp.to_string();
+        self
+    }
+
+    /// The transport serving the mount: `classic` (/dev/fuse) or `io_uring`.
+    pub fn with_fuse_mode(mut self, mode: &'static str) -> NumaFs {
+        self.fuse_mode = mode;
+        self
+    }
+
+    /// Moves requesting threads to their data (`MigrateThread` or `FirstReader`) with the
+    /// engine's default hysteresis; `override_user_affinity` also moves threads whose
+    /// affinity someone else narrowed.
+    pub fn with_move_work(
+        mut self,
+        mode: numaio_engine::move_work::MoveWork,
+        override_user_affinity: bool,
+    ) -> NumaFs {
+        use numaio_engine::move_work::MoveWork;
+        self.mover = matches!(mode, MoveWork::MigrateThread | MoveWork::FirstReader).then(|| {
+            move_work::ThreadMover::new(
+                mode,
+                override_user_affinity,
+                numaio_engine::hysteresis::HysteresisConfig::default(),
+                self.callers.node_cpus(),
+            )
+        });
+        self
+    }
+
+    /// Counts a served read or write of `len` bytes at `offset` of `ino` for its requester,
+    /// per node of the data, and lets the thread mover act on it. Every transport calls this
+    /// after a successful read or write.
+    pub fn account(
+        &self,
+        r: &caller::Requester,
+        ino: u64,
+        offset: u64,
+        len: u64,
+        dir: accounting::Direction,
+    ) {
+        let parts = self.fs().range_nodes(ino, offset, len);
+        self.accounting.add(r.pid, r.tid, dir, &parts);
+        if let Some(m) = &self.mover {
+            // The node holding most of the range is where the thread should be.
+            if let Some(&(node, _)) = parts.iter().max_by_key(|(n, b)| (*b, u32::MAX - *n)) {
+                if let Some(to) = m.observe(r, ino, offset / numaio_fs::BLOCK_SIZE, node) {
+                    self.callers.note_moved(r.tid, to);
+                }
+            }
+        }
+    }
+
+    /// The mount's statistics as the JSON of [`stats::Stats`].
+    pub fn stats_json(&self) -> Vec<u8> {
+        let fs = self.fs();
+        let s = fs.statfs();
+        let cache = fs.cache_bytes();
+        let space: Vec<stats::NodeSpace> = s
+            .nodes
+            .iter()
+            .map(|u| stats::NodeSpace {
+                node: u.node,
+                capacity_bytes: u.total_blocks * s.block_size,
+                free_bytes: u.free_blocks * s.block_size,
+                cache_bytes: cache
+                    .iter()
+                    .filter(|(n, _)| *n == u.node)
+                    .map(|(_, b)| *b)
+                    .sum(),
+                misplaced_blocks: u.fallback_blocks,
+            })
+            .collect();
+        let (moved, skipped) = self.mover.as_ref().map_or((0, 0), |m| m.counts());
+        let moves = stats::MoveStats {
+            mode: self.mover.as_ref().map(|m| m.mode().to_string()),
+            moved,
+            skipped,
+        };
+        let snap = self.accounting.snapshot();
+        stats::Stats::build(&self.mountpoint, self.fuse_mode, &space, &snap, moves).1
     }
 
     /// The requester behind a request from thread `tid` (its node, its process); any
@@ -58,6 +155,10 @@ impl NumaFs {
 
     fn caller(&self, req: &Request) -> Caller {
         self.caller_of(req.pid(), req.uid(), req.gid())
+    }
+
+    fn is_stats_xattr(ino: INodeNo, name: &OsStr) -> bool {
+        ino.0 == numaio_fs::meta::ROOT_INO && name.as_bytes() == stats::STATS_XATTR
     }
 
     fn fs(&self) -> &Fs {
@@ -241,7 +342,7 @@ impl Filesystem for NumaFs {
 
     fn read(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -252,7 +353,11 @@ impl Filesystem for NumaFs {
     ) {
         let mut buf = vec![0u8; size as usize];
         match self.fs().read(ino.0, offset, &mut buf) {
-            Ok(n) => reply.data(&buf[..n]),
+            Ok(n) => {
+                reply.data(&buf[..n]);
+                let r = self.requester(req.pid());
+                self.account(&r, ino.0, offset, n as u64, accounting::Direction::Read);
+            }
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -269,8 +374,18 @@ impl Filesystem for NumaFs {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.fs().write(ino.0, offset, data, &self.caller(req)) {
-            Ok(n) => reply.written(n as u32),
+        let r = self.requester(req.pid());
+        let c = Caller {
+            node: r.node,
+            uid: req.uid(),
+            gid: req.gid(),
+            pid: r.pid,
+        };
+        match self.fs().write(ino.0, offset, data, &c) {
+            Ok(n) => {
+                reply.written(n as u32);
+                self.account(&r, ino.0, offset, n as u64, accounting::Direction::Write);
+            }
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -459,6 +574,9 @@ impl Filesystem for NumaFs {
         size: u32,
         reply: fuser::ReplyXattr,
     ) {
+        if Self::is_stats_xattr(ino, name) {
+            return xattr_reply(reply, size, &self.stats_json());
+        }
         match self.fs().getxattr(ino.0, name.as_bytes()) {
             Ok(v) => xattr_reply(reply, size, &v),
             Err(e) => reply.error(errno(&e)),
@@ -480,6 +598,9 @@ impl Filesystem for NumaFs {
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if Self::is_stats_xattr(ino, name) {
+            return reply.error(Errno::from_i32(libc::EPERM));
+        }
         empty(
             reply,
             self.fs()

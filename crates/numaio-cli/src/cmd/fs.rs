@@ -51,9 +51,35 @@ enum FsCmd {
     /// the volume was opened. JSON: {"schema_version":1,"block_size","total_bytes",
     /// "free_bytes","files","nodes":[{"node","capacity_bytes","used_bytes","free_bytes",
     /// "files","inodes","misplaced_blocks","fallback_blocks","soft_errors"}]}
+    ///
+    /// With a MOUNTPOINT of a running `numaio mount` instead of devices: the mount's live
+    /// statistics (read from the virtual xattr user.numaio.stats of its root): per node
+    /// capacity, used, free, cache, bytes read/written through the mount whose data is on
+    /// the node, misplaced blocks (allocated on the node although the policy chose another,
+    /// since the mount), the thread moves, and the top processes by I/O. JSON (fixed schema):
+    /// {"mountpoint":str,"fuse_mode":"classic"|"io_uring","nodes":[{"node","capacity_bytes",
+    /// "used_bytes","free_bytes","cache_bytes","read_bytes","write_bytes",
+    /// "misplaced_blocks"}],"processes":[{"pid","comm","nodes":[{"node","read_bytes",
+    /// "write_bytes"}],"threads":[{"tid","nodes":[...]}]}],"moves":{"mode":str|null,"moved",
+    /// "skipped"}} (processes by total bytes, top 50). --pid PID prints that process's
+    /// numa<N>_read_bytes: / numa<N>_write_bytes: lines.
     Stat {
-        #[command(flatten)]
-        vol: Vol,
+        /// A device of the volume (repeat for each; any order).
+        #[arg(short = 'd', long = "device", value_name = "DEV")]
+        devices: Vec<PathBuf>,
+        /// A running numaio mount (or, when it is not a directory, a device of a volume).
+        #[arg(
+            value_name = "MOUNTPOINT",
+            conflicts_with = "devices",
+            required_unless_present = "devices"
+        )]
+        target: Option<PathBuf>,
+        /// With a MOUNTPOINT: one process's per-node bytes as numa<N>_read_bytes: lines.
+        #[arg(long, value_name = "PID", requires = "target")]
+        pid: Option<u32>,
+        /// Print JSON (schema above).
+        #[arg(long)]
+        json: bool,
     },
     /// Copy host files and directories into the volume (SRC... DEST; DEST may be an existing
     /// directory). JSON: {"schema_version":1,"node","files":[{"src","dest","bytes"}]}
@@ -249,8 +275,31 @@ fn kind_name(k: Kind) -> &'static str {
 }
 
 pub fn run(a: FsArgs) -> anyhow::Result<ExitCode> {
+    let stat_vol;
     let (vol, writes) = match &a.cmd {
-        FsCmd::Stat { vol } | FsCmd::Get { vol, .. } | FsCmd::Ls { vol, .. } => (vol, false),
+        FsCmd::Stat {
+            devices,
+            target,
+            pid,
+            json,
+        } => {
+            let devices = match target {
+                Some(t) if t.is_dir() => return mount_stat(t, *pid, *json),
+                Some(t) => {
+                    if pid.is_some() {
+                        crate::usage_bail!("--pid needs a mount point, not a device");
+                    }
+                    vec![t.clone()]
+                }
+                None => devices.clone(),
+            };
+            stat_vol = Vol {
+                devices,
+                json: *json,
+            };
+            (&stat_vol, false)
+        }
+        FsCmd::Get { vol, .. } | FsCmd::Ls { vol, .. } => (vol, false),
         FsCmd::Map { vol, .. } => (vol, false),
         FsCmd::Policy { vol, policy, .. } => (vol, policy.is_some()),
         FsCmd::Put { vol, .. } | FsCmd::Mkdir { vol, .. } | FsCmd::Rm { vol, .. } => (vol, true),
@@ -278,6 +327,44 @@ pub fn run(a: FsArgs) -> anyhow::Result<ExitCode> {
         .context("unmounting the volume (commit and checkpoint)");
     res?;
     un?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `numaio fs stat MOUNTPOINT`: the live statistics of a running mount.
+fn mount_stat(mp: &Path, pid: Option<u32>, json: bool) -> anyhow::Result<ExitCode> {
+    use crate::cmd::mount_stats::{self, ReadError};
+    let s = match mount_stats::read(mp) {
+        Ok(s) => s,
+        Err(ReadError::NotNumaio) => bail!(
+            "{} is not the root of a running numaio mount (for a volume that is not mounted, \
+             name its devices: numaio fs stat -d DEV...)",
+            mp.display()
+        ),
+        Err(ReadError::Other(e)) => {
+            return Err(anyhow::Error::new(e).context(format!(
+                "reading the statistics of the mount at {} (xattr user.numaio.stats)",
+                mp.display()
+            )))
+        }
+    };
+    if let Some(pid) = pid {
+        let p = s.processes.iter().find(|p| p.pid == pid);
+        if json {
+            print_json(&serde_json::json!({
+                "mountpoint": s.mountpoint,
+                "pid": pid,
+                "nodes": p.map(|p| p.nodes.clone()).unwrap_or_default(),
+            }))?;
+        } else {
+            crate::out!("{}", mount_stats::numa_io_text(&s, p))?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if json {
+        print_json(&s)?;
+    } else {
+        crate::out!("{}", mount_stats::render(&s))?;
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -10,6 +10,7 @@ pub mod lock;
 pub mod mkfs;
 pub mod model;
 pub mod mount;
+pub mod mount_stats;
 pub mod move_;
 pub mod pin;
 pub mod probe;

@@ -30,6 +30,15 @@ pub struct MountArgs {
     /// Print JSON: {"schema_version":1,"mountpoint","devices":[...],"pid","read_only"}.
     #[arg(long)]
     json: bool,
+    /// Move a requesting thread that keeps touching data on another node to that node's
+    /// CPUs (migrate-thread), or to the node of the block's first reader (first-reader),
+    /// with the engine's hysteresis (4 consecutive remote requests, then a cooldown of 64).
+    /// Never pid 1, kernel threads, or threads whose affinity was narrowed by someone else.
+    #[arg(long, value_name = "MODE", value_parser = parse_move_work)]
+    move_work: Option<numaio_engine::move_work::MoveWork>,
+    /// With --move-work: also move threads whose affinity someone else narrowed.
+    #[arg(long, requires = "move_work")]
+    move_work_override: bool,
     /// The volume's devices (any order), then the mount point.
     #[arg(required = true, num_args = 2.., value_name = "DEV... MOUNTPOINT")]
     paths: Vec<PathBuf>,
@@ -48,6 +57,17 @@ struct Opts {
     read_only: bool,
     allow_other: bool,
     default_permissions: bool,
+}
+
+fn parse_move_work(s: &str) -> Result<numaio_engine::move_work::MoveWork, String> {
+    use numaio_engine::move_work::MoveWork;
+    match s {
+        "migrate-thread" => Ok(MoveWork::MigrateThread),
+        "first-reader" => Ok(MoveWork::FirstReader),
+        _ => Err(format!(
+            "invalid move-work mode {s:?}: use migrate-thread or first-reader"
+        )),
+    }
 }
 
 fn parse_opts(list: &[String]) -> anyhow::Result<Opts> {
@@ -156,21 +176,36 @@ pub fn run(a: MountArgs) -> anyhow::Result<ExitCode> {
     cfg.mount_options = mo;
     // One serving thread per NUMA node (at least two), each on its own cloned /dev/fuse fd,
     // so requests from different nodes do not queue behind one reader.
-    cfg.n_threads = Some(node_count().max(2));
+    let n_threads = node_count().max(2);
+    cfg.n_threads = Some(n_threads);
     cfg.clone_fd = true;
     if opts.allow_other {
         cfg.acl = numaio_fuse::fuser::SessionACL::All;
     }
-    let session = numaio_fuse::fuser::Session::new(numaio_fuse::NumaFs::new(fs), mp, &cfg)
-        .with_context(|| {
-            format!(
-                "mounting FUSE at {} (needs root or /dev/fuse access)",
-                mp.display()
-            )
-        })?;
+    let shown_mp = std::fs::canonicalize(mp).unwrap_or_else(|_| mp.clone());
+    let mut nfs = numaio_fuse::NumaFs::new(fs).with_mountpoint(&shown_mp.display().to_string());
+    if let Some(mode) = a.move_work {
+        nfs = nfs.with_move_work(mode, a.move_work_override);
+    }
+    let node_cpus = numaio_fuse::caller::CallerNodes::detect().node_cpus();
+    let session = numaio_fuse::fuser::Session::new(nfs, mp, &cfg).with_context(|| {
+        format!(
+            "mounting FUSE at {} (needs root or /dev/fuse access)",
+            mp.display()
+        )
+    })?;
     let bg = session
         .spawn()
         .with_context(|| format!("starting the FUSE server for {}", mp.display()))?;
+    // Each serving thread on its node's CPUs; a failure costs locality, not correctness.
+    if let Err(e) =
+        numaio_fuse::serving::bind_serving_threads(n_threads, &node_cpus, Duration::from_secs(5))
+    {
+        eprintln!(
+            "numaio mount: {}: serving threads left unbound: {e}",
+            mp.display()
+        );
+    }
     let term = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, term.clone()).context("installing signal handlers")?;
@@ -211,6 +246,12 @@ fn detach(
     cmd.arg("mount").arg("-f");
     for o in &a.options {
         cmd.arg("-o").arg(o);
+    }
+    if let Some(m) = a.move_work {
+        cmd.arg("--move-work").arg(m.to_string());
+        if a.move_work_override {
+            cmd.arg("--move-work-override");
+        }
     }
     cmd.arg("--").args(devs).arg(mp);
     // The server outlives this command: it must not hold the caller's output pipes open.

@@ -32,7 +32,10 @@ pub struct PsArgs {
     all: bool,
     /// Print JSON: {"interval_secs","processes":[{pid,comm,thread_nodes,cpus_allowed,
     /// mems_allowed,memory_per_node,read_bytes_per_sec,files:[{path,nodes,...}],locality,
-    /// numa_io:{"numa<N>_read_bytes":u64},...}]}; with --watch one line per round.
+    /// numa_io:{"numa<N>_read_bytes":u64},numa_io_exact:bool,...}]}; with --watch one line
+    /// per round. For a process with files open on a numaio mount, numa_io holds the mount's
+    /// exact counts since it was mounted (numa<N>_read_bytes and numa<N>_write_bytes),
+    /// numa_io_exact is true and numa_io_mount names the mount.
     #[arg(long)]
     json: bool,
 }
@@ -67,6 +70,7 @@ pub fn run(a: PsArgs) -> anyhow::Result<ExitCode> {
         let res = sc.scan(&opts, &topo, &cache);
         let mut views = res.views;
         views.sort_by(|x, y| y.read_bytes.cmp(&x.read_bytes).then(x.pid.cmp(&y.pid)));
+        let exact = exact_numa_io(&mut views);
         round += 1;
         if a.watch.is_some() {
             for v in &views {
@@ -81,6 +85,13 @@ pub fn run(a: PsArgs) -> anyhow::Result<ExitCode> {
                 .iter()
                 .map(|v| -> anyhow::Result<serde_json::Value> {
                     let mut j = serde_json::to_value(v)?;
+                    if let Some(o) = j.as_object_mut() {
+                        let mp = exact.get(&v.pid);
+                        o.insert("numa_io_exact".into(), serde_json::json!(mp.is_some()));
+                        if let Some(mp) = mp {
+                            o.insert("numa_io_mount".into(), serde_json::json!(mp));
+                        }
+                    }
                     if let (Some(o), Some(t)) =
                         (j.as_object_mut(), totals.get(&(v.pid, v.start_ticks)))
                     {
@@ -106,7 +117,10 @@ pub fn run(a: PsArgs) -> anyhow::Result<ExitCode> {
                 "processes": procs,
             }))?;
         } else {
-            crate::out!("{}", render(&views, &topo, period, res.unreadable))?;
+            crate::out!(
+                "{}",
+                render_with(&views, &topo, period, res.unreadable, &exact)
+            )?;
         }
         if a.watch.is_none() || a.count.is_some_and(|c| round >= c) {
             break;
@@ -134,7 +148,53 @@ fn ns_marker(f: &FileView) -> String {
     }
 }
 
+/// For each process with a file open on a running numaio mount: replaces its estimated
+/// `numa_io` by the mount's exact per-node counts and returns the mount it came from.
+fn exact_numa_io(views: &mut [ProcessView]) -> HashMap<i32, String> {
+    let mut out = HashMap::new();
+    for v in views.iter_mut() {
+        let on_mount = v
+            .files
+            .iter()
+            .filter(|f| f.mount_ns != MountNs::Foreign)
+            .find_map(|f| crate::cmd::mount_stats::mount_of(&f.path));
+        let Some((mp, stats)) = on_mount else {
+            continue;
+        };
+        let p = stats
+            .processes
+            .iter()
+            .find(|p| i64::from(p.pid) == i64::from(v.pid));
+        let mut io = BTreeMap::new();
+        for n in &stats.nodes {
+            let x = p.and_then(|p| p.nodes.iter().find(|x| x.node == n.node));
+            io.insert(
+                format!("numa{}_read_bytes", n.node),
+                x.map_or(0, |x| x.read_bytes),
+            );
+            io.insert(
+                format!("numa{}_write_bytes", n.node),
+                x.map_or(0, |x| x.write_bytes),
+            );
+        }
+        v.numa_io = io;
+        out.insert(v.pid, mp.display().to_string());
+    }
+    out
+}
+
+#[cfg(test)]
 fn render(views: &[ProcessView], topo: &Topology, secs: f64, unreadable: usize) -> String {
+    render_with(views, topo, secs, unreadable, &HashMap::new())
+}
+
+fn render_with(
+    views: &[ProcessView],
+    topo: &Topology,
+    secs: f64,
+    unreadable: usize,
+    exact: &HashMap<i32, String>,
+) -> String {
     let mut s = String::new();
     let mut foreign = false;
     if views.is_empty() {
@@ -178,11 +238,21 @@ fn render(views: &[ProcessView], topo: &Topology, secs: f64, unreadable: usize) 
             Some(l) => s += &format!("  locality {:.0} % (estimate)\n", l * 100.0),
             None => s += "  locality unknown (no cached file data)\n",
         }
-        for n in topo.node_ids() {
+        if let Some(mp) = exact.get(&v.pid) {
             s += &format!(
-                "    numa{n}_read_bytes: {}\n",
-                v.numa_read_bytes.get(&n).copied().unwrap_or(0)
+                "    numa_io exact, since the numaio mount at {} was mounted:\n",
+                quote(mp)
             );
+            for (k, b) in &v.numa_io {
+                s += &format!("    {k}: {b}\n");
+            }
+        } else {
+            for n in topo.node_ids() {
+                s += &format!(
+                    "    numa{n}_read_bytes: {}\n",
+                    v.numa_read_bytes.get(&n).copied().unwrap_or(0)
+                );
+            }
         }
         for f in &v.files {
             match &f.error {

@@ -208,6 +208,16 @@ impl BlockStore for EngineStore {
         &self.infos
     }
 
+    fn cache_bytes(&self) -> Vec<(u32, u64)> {
+        let bs = self.engine.block_size() as u64;
+        self.engine
+            .stats()
+            .slices
+            .iter()
+            .map(|s| (s.node, s.resident_blocks as u64 * bs))
+            .collect()
+    }
+
     fn read_at(&self, dev: u16, offset: u64, buf: &mut [u8]) -> Result<(), FsError> {
         let info = device(&self.infos, dev)?;
         check_range(info, "read", offset, buf.len())?;

@@ -58,6 +58,10 @@ pub trait BlockStore: Send + Sync {
     fn write_at(&self, dev: u16, offset: u64, data: &[u8]) -> Result<(), FsError>;
     /// Makes every write to `dev` completed before the call durable.
     fn sync(&self, dev: u16) -> Result<(), FsError>;
+    /// Bytes of device data held in a cache of this store, per node (empty: no cache).
+    fn cache_bytes(&self) -> Vec<(u32, u64)> {
+        Vec::new()
+    }
     /// Syncs every device.
     fn sync_all(&self) -> Result<(), FsError> {
         for dev in 0..self.devices().len() {

@@ -1,0 +1,231 @@
+//! Reading a live `numaio mount`'s statistics: the virtual xattr `user.numaio.stats` of its
+//! root directory (JSON, schema in `numaio_fuse::stats`). Used by `numaio fs stat MOUNTPOINT`
+//! and by `numaio ps` for the exact per-node I/O of processes using the mount.
+
+use crate::output::{human_bytes, quote};
+use numaio_fuse::stats::{NodeIo, ProcessStats, Stats, MAX_BYTES, STATS_XATTR};
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// statfs f_type of a FUSE mount.
+const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
+
+fn is_fuse(c: &CString) -> bool {
+    // SAFETY: statfs writes into a zeroed struct of the right type; the path is NUL-terminated.
+    unsafe {
+        let mut s: libc::statfs = std::mem::zeroed();
+        libc::statfs(c.as_ptr(), &mut s) == 0 && s.f_type as i64 == FUSE_SUPER_MAGIC
+    }
+}
+
+/// Why a path's statistics could not be read.
+#[derive(Debug)]
+pub enum ReadError {
+    /// Not a FUSE mount, or a FUSE mount that is not numaio's (no such xattr).
+    NotNumaio,
+    Other(std::io::Error),
+}
+
+/// The statistics of the numaio mount whose root is `mp`.
+pub fn read(mp: &Path) -> Result<Stats, ReadError> {
+    let c = CString::new(mp.as_os_str().as_bytes())
+        .map_err(|_| ReadError::Other(std::io::ErrorKind::InvalidInput.into()))?;
+    if !is_fuse(&c) {
+        return Err(ReadError::NotNumaio);
+    }
+    let name = CString::new(STATS_XATTR).expect("no NUL in the name");
+    let mut buf = vec![0u8; MAX_BYTES];
+    // SAFETY: both strings are NUL-terminated; the buffer is valid for buf.len() bytes.
+    let n = unsafe {
+        libc::getxattr(
+            c.as_ptr(),
+            name.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(match e.raw_os_error() {
+            Some(libc::ENODATA) | Some(libc::EOPNOTSUPP) => ReadError::NotNumaio,
+            _ => ReadError::Other(e),
+        });
+    }
+    buf.truncate(n as usize);
+    serde_json::from_slice(&buf)
+        .map_err(|e| ReadError::Other(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))
+}
+
+/// The root of the numaio mount that holds `file`, if any (the nearest ancestor answering
+/// the statistics xattr), with its statistics.
+pub fn mount_of(file: &Path) -> Option<(PathBuf, Stats)> {
+    for dir in file.ancestors().skip(1) {
+        let c = CString::new(dir.as_os_str().as_bytes()).ok()?;
+        if !is_fuse(&c) {
+            return None;
+        }
+        if let Ok(s) = read(dir) {
+            return Some((dir.to_path_buf(), s));
+        }
+    }
+    None
+}
+
+/// Tofalos's `/proc/PID/numa_io` text: `numa<N>_read_bytes` and `numa<N>_write_bytes` for
+/// every node of the mount.
+pub fn numa_io_text(s: &Stats, p: Option<&ProcessStats>) -> String {
+    let mut out = String::new();
+    for n in &s.nodes {
+        let io = p.and_then(|p| p.nodes.iter().find(|x| x.node == n.node));
+        out += &format!(
+            "numa{}_read_bytes: {}\nnuma{}_write_bytes: {}\n",
+            n.node,
+            io.map_or(0, |x| x.read_bytes),
+            n.node,
+            io.map_or(0, |x| x.write_bytes)
+        );
+    }
+    out
+}
+
+fn io_summary(nodes: &[NodeIo]) -> String {
+    if nodes.is_empty() {
+        return "-".into();
+    }
+    nodes
+        .iter()
+        .map(|x| {
+            format!(
+                "N{} read {} write {}",
+                x.node,
+                human_bytes(x.read_bytes),
+                human_bytes(x.write_bytes)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The human form: a per-node table, the moves, and the top processes.
+pub fn render(s: &Stats) -> String {
+    let mut out = format!(
+        "{} (numaio mount, {} FUSE)\n{:>4} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9}\n",
+        quote(&s.mountpoint),
+        s.fuse_mode,
+        "node",
+        "capacity",
+        "used",
+        "free",
+        "cache",
+        "read",
+        "written",
+        "misplaced"
+    );
+    for n in &s.nodes {
+        out += &format!(
+            "{:>4} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9}\n",
+            n.node,
+            human_bytes(n.capacity_bytes),
+            human_bytes(n.used_bytes),
+            human_bytes(n.free_bytes),
+            human_bytes(n.cache_bytes),
+            human_bytes(n.read_bytes),
+            human_bytes(n.write_bytes),
+            n.misplaced_blocks
+        );
+    }
+    out += &match &s.moves.mode {
+        Some(m) => format!(
+            "move-work {m}: {} threads moved, {} moves skipped\n",
+            s.moves.moved, s.moves.skipped
+        ),
+        None => "move-work off\n".into(),
+    };
+    if s.processes.is_empty() {
+        out += "no process has read or written through the mount yet\n";
+    }
+    for p in s.processes.iter().take(10) {
+        out += &format!(
+            "{:>8} {:<16} {}\n",
+            p.pid,
+            quote(&p.comm),
+            io_summary(&p.nodes)
+        );
+    }
+    if s.processes.len() > 10 {
+        out += &format!(
+            "({} more processes: --json lists up to 50)\n",
+            s.processes.len() - 10
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use numaio_fuse::stats::{MoveStats, NodeStats};
+
+    fn stats() -> Stats {
+        Stats {
+            mountpoint: "/mnt/x".into(),
+            fuse_mode: "classic".into(),
+            nodes: vec![
+                NodeStats {
+                    node: 0,
+                    capacity_bytes: 1 << 20,
+                    used_bytes: 4096,
+                    free_bytes: (1 << 20) - 4096,
+                    cache_bytes: 0,
+                    read_bytes: 10,
+                    write_bytes: 4096,
+                    misplaced_blocks: 0,
+                },
+                NodeStats {
+                    node: 1,
+                    capacity_bytes: 1 << 20,
+                    used_bytes: 0,
+                    free_bytes: 1 << 20,
+                    cache_bytes: 0,
+                    read_bytes: 0,
+                    write_bytes: 0,
+                    misplaced_blocks: 3,
+                },
+            ],
+            processes: vec![ProcessStats {
+                pid: 77,
+                comm: "dd".into(),
+                nodes: vec![NodeIo {
+                    node: 0,
+                    read_bytes: 10,
+                    write_bytes: 4096,
+                }],
+                threads: vec![],
+            }],
+            moves: MoveStats {
+                mode: Some("migrate-thread".into()),
+                moved: 2,
+                skipped: 1,
+            },
+        }
+    }
+
+    #[test]
+    fn numa_io_text_lists_every_node() {
+        let s = stats();
+        assert_eq!(
+            numa_io_text(&s, s.processes.first()),
+            "numa0_read_bytes: 10\nnuma0_write_bytes: 4096\nnuma1_read_bytes: 0\nnuma1_write_bytes: 0\n"
+        );
+        assert!(numa_io_text(&s, None).contains("numa0_write_bytes: 0\n"));
+    }
+
+    #[test]
+    fn human_form_has_table_moves_and_processes() {
+        let out = render(&stats());
+        assert!(out.contains("misplaced"), "{out}");
+        assert!(out.contains("2 threads moved, 1 moves skipped"), "{out}");
+        assert!(out.contains("77 dd"), "{out}");
+    }
+}

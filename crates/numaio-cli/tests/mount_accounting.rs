@@ -1,0 +1,378 @@
+//! A mount's per-process, per-node accounting and its exposure: `numaio fs stat MOUNTPOINT`
+//! (JSON, human, `--pid`), `numaio ps` marking the counts exact, the hidden stats xattr, and
+//! the serving threads bound to their nodes (needs root and /dev/fuse; skips visibly).
+
+use std::ffi::{CString, OsStr};
+use std::io::{Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+const MIB: usize = 1 << 20;
+
+fn numaio(args: &[&OsStr]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_numaio"))
+        .args(args)
+        .output()
+        .expect("running numaio")
+}
+
+fn ok(o: &Output, what: &str) -> String {
+    assert!(
+        o.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+fn can_mount(test: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root || !Path::new("/dev/fuse").exists() {
+        eprintln!("SKIPPED: {test}: needs root and /dev/fuse");
+        return false;
+    }
+    true
+}
+
+struct Mount {
+    _dir: tempfile::TempDir,
+    mnt: PathBuf,
+    pid: i32,
+}
+
+impl Mount {
+    /// A two-device file-backed volume with both devices on node 0, mounted with `extra`.
+    fn new(extra: &[&str]) -> Mount {
+        let dir = tempfile::tempdir().unwrap();
+        let devs = [dir.path().join("d0"), dir.path().join("d1")];
+        let mut a: Vec<std::ffi::OsString> = vec!["mkfs".into(), "--size".into(), "64M".into()];
+        for d in &devs {
+            a.push("--node-of".into());
+            a.push(format!("{}=0", d.display()).into());
+        }
+        a.extend(devs.iter().map(|d| d.clone().into_os_string()));
+        let a: Vec<&OsStr> = a.iter().map(|s| s.as_os_str()).collect();
+        ok(&numaio(&a), "mkfs");
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        let mut a: Vec<&OsStr> = vec!["mount".as_ref(), "--json".as_ref()];
+        a.extend(extra.iter().map(|s| OsStr::new(*s)));
+        a.extend(devs.iter().map(|d| d.as_os_str()));
+        a.push(mnt.as_os_str());
+        let j: serde_json::Value =
+            serde_json::from_str(&ok(&numaio(&a), "mount")).expect("mount --json");
+        Mount {
+            _dir: dir,
+            mnt,
+            pid: j["pid"].as_i64().unwrap() as i32,
+        }
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if numaio(&["umount".as_ref(), self.mnt.as_os_str()])
+            .status
+            .success()
+        {
+            return;
+        }
+        let c = CString::new(self.mnt.as_os_str().as_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path; lazy detach is the last resort.
+        unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+    }
+}
+
+fn gettid() -> u32 {
+    // SAFETY: gettid has no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
+}
+
+fn cpulist(s: &str) -> Vec<u32> {
+    let mut v = Vec::new();
+    for part in s.trim().split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => v.extend(a.parse::<u32>().unwrap()..=b.parse::<u32>().unwrap()),
+            None => v.push(part.parse().unwrap()),
+        }
+    }
+    v
+}
+
+/// CPUs of each node with CPUs, ascending by node (one node of all CPUs online without
+/// NUMA information in sysfs).
+fn node_cpus() -> Vec<Vec<u32>> {
+    let mut nodes: Vec<(u32, Vec<u32>)> = std::fs::read_dir("/sys/devices/system/node")
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter_map(|e| {
+                    let n: u32 = e.file_name().to_str()?.strip_prefix("node")?.parse().ok()?;
+                    let cpus = cpulist(&std::fs::read_to_string(e.path().join("cpulist")).ok()?);
+                    (!cpus.is_empty()).then_some((n, cpus))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    nodes.sort();
+    if nodes.is_empty() {
+        let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
+        return vec![cpulist(&online)];
+    }
+    nodes.into_iter().map(|(_, c)| c).collect()
+}
+
+/// (index, allowed CPUs) of the server's `fuser-<index>` threads.
+fn serving_threads(pid: i32) -> Vec<(usize, Vec<u32>)> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let p = e.unwrap().path();
+        let comm = std::fs::read_to_string(p.join("comm")).unwrap_or_default();
+        let Some(i) = comm
+            .trim()
+            .strip_prefix("fuser-")
+            .and_then(|i| i.parse().ok())
+        else {
+            continue;
+        };
+        let status = std::fs::read_to_string(p.join("status")).unwrap_or_default();
+        let cpus = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .map(cpulist)
+            .unwrap_or_default();
+        v.push((i, cpus));
+    }
+    v.sort();
+    v
+}
+
+fn xattr_errno(r: libc::ssize_t) -> Option<i32> {
+    (r < 0).then(|| std::io::Error::last_os_error().raw_os_error().unwrap())
+}
+
+#[test]
+fn serving_threads_are_bound_to_their_nodes() {
+    if !can_mount("serving_threads_are_bound_to_their_nodes") {
+        return;
+    }
+    let m = Mount::new(&[]);
+    let nodes = node_cpus();
+    // Binding follows the mount's readiness by a moment: wait for it.
+    let t = Instant::now();
+    loop {
+        let threads = serving_threads(m.pid);
+        let want = nodes.len().max(2);
+        let bound = threads.len() >= want
+            && threads
+                .iter()
+                .all(|(i, cpus)| *cpus == nodes[i % nodes.len()]);
+        if bound {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "serving threads {threads:?}, node CPUs {nodes:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn accounting_is_exact_per_process_thread_and_node() {
+    if !can_mount("accounting_is_exact_per_process_thread_and_node") {
+        return;
+    }
+    let m = Mount::new(&["--move-work", "migrate-thread"]);
+    let file = m.mnt.join("data");
+    let f2 = file.clone();
+    // dd-like: 1 MiB in 64 KiB writes, fsync, then read back through a new open (which
+    // drops the kernel's cached pages, so the reads reach the mount).
+    let tid = std::thread::spawn(move || {
+        let mut f = std::fs::File::create(&f2).unwrap();
+        let block = vec![0x5au8; 64 * 1024];
+        for _ in 0..16 {
+            f.write_all(&block).unwrap();
+        }
+        f.sync_all().unwrap();
+        drop(f);
+        let mut back = Vec::new();
+        std::fs::File::open(&f2)
+            .unwrap()
+            .read_to_end(&mut back)
+            .unwrap();
+        assert_eq!(back.len(), MIB);
+        assert!(back.iter().all(|&b| b == 0x5a));
+        gettid()
+    })
+    .join()
+    .unwrap();
+    let me = std::process::id();
+
+    let j: serde_json::Value = serde_json::from_str(&ok(
+        &numaio(&[
+            "fs".as_ref(),
+            "stat".as_ref(),
+            m.mnt.as_os_str(),
+            "--json".as_ref(),
+        ]),
+        "fs stat --json",
+    ))
+    .unwrap();
+    assert_eq!(j["fuse_mode"], "classic");
+    assert_eq!(
+        Path::new(j["mountpoint"].as_str().unwrap()),
+        std::fs::canonicalize(&m.mnt).unwrap()
+    );
+    let n0 = j["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["node"] == 0)
+        .expect("node 0 listed");
+    assert_eq!(n0["write_bytes"], MIB as u64, "{j}");
+    assert_eq!(n0["read_bytes"], MIB as u64, "{j}");
+    assert!(n0["used_bytes"].as_u64().unwrap() >= MIB as u64, "{j}");
+    for k in [
+        "capacity_bytes",
+        "free_bytes",
+        "cache_bytes",
+        "misplaced_blocks",
+    ] {
+        assert!(n0[k].is_u64(), "{k} in {j}");
+    }
+    let p = j["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pid"] == me)
+        .unwrap_or_else(|| panic!("pid {me} in {j}"));
+    assert_eq!(
+        p["nodes"],
+        serde_json::json!([{"node": 0, "read_bytes": MIB, "write_bytes": MIB}])
+    );
+    let t = p["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tid"] == tid)
+        .unwrap_or_else(|| panic!("tid {tid} in {p}"));
+    assert_eq!(
+        t["nodes"],
+        serde_json::json!([{"node": 0, "read_bytes": MIB, "write_bytes": MIB}])
+    );
+    assert_eq!(j["moves"]["mode"], "migrate-thread");
+    if node_cpus().len() == 1 {
+        // One node: all data is local, nothing is due.
+        assert_eq!(j["moves"]["moved"], 0);
+        assert_eq!(j["moves"]["skipped"], 0);
+    }
+
+    // Tofalos's text form for one process.
+    let pid = me.to_string();
+    let text = ok(
+        &numaio(&[
+            "fs".as_ref(),
+            "stat".as_ref(),
+            m.mnt.as_os_str(),
+            "--pid".as_ref(),
+            pid.as_ref(),
+        ]),
+        "fs stat --pid",
+    );
+    assert!(
+        text.contains(&format!(
+            "numa0_read_bytes: {MIB}\nnuma0_write_bytes: {MIB}\n"
+        )),
+        "{text}"
+    );
+    // Human form: the node table and this process.
+    let human = ok(
+        &numaio(&["fs".as_ref(), "stat".as_ref(), m.mnt.as_os_str()]),
+        "fs stat",
+    );
+    assert!(
+        human.contains("misplaced") && human.contains(&pid),
+        "{human}"
+    );
+
+    // numaio ps: a process with a file open on the mount gets the exact counts.
+    let _open = std::fs::File::open(&file).unwrap();
+    let ps = ok(
+        &numaio(&[
+            "ps".as_ref(),
+            pid.as_ref(),
+            "--interval".as_ref(),
+            "0.1".as_ref(),
+            "--json".as_ref(),
+        ]),
+        "ps --json",
+    );
+    let ps: serde_json::Value = serde_json::from_str(&ps).unwrap();
+    let v = &ps["processes"][0];
+    assert_eq!(v["numa_io_exact"], true, "{v}");
+    assert_eq!(v["numa_io"]["numa0_write_bytes"], MIB as u64, "{v}");
+    let ps_text = ok(
+        &numaio(&[
+            "ps".as_ref(),
+            pid.as_ref(),
+            "--interval".as_ref(),
+            "0.1".as_ref(),
+        ]),
+        "ps",
+    );
+    assert!(ps_text.contains("numa_io exact"), "{ps_text}");
+}
+
+#[test]
+fn stats_xattr_is_hidden_and_read_only() {
+    if !can_mount("stats_xattr_is_hidden_and_read_only") {
+        return;
+    }
+    let m = Mount::new(&[]);
+    let p = CString::new(m.mnt.as_os_str().as_bytes()).unwrap();
+    let name = CString::new("user.numaio.stats").unwrap();
+    let mut buf = vec![0u8; 65536];
+    // SAFETY: NUL-terminated strings and a buffer valid for its length.
+    let n = unsafe {
+        libc::getxattr(
+            p.as_ptr(),
+            name.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    assert!(n > 0, "getxattr: {:?}", xattr_errno(n));
+    let j: serde_json::Value = serde_json::from_slice(&buf[..n as usize]).unwrap();
+    assert!(j["nodes"].is_array());
+    // SAFETY: as above.
+    let n = unsafe { libc::listxattr(p.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    assert!(n >= 0);
+    assert!(
+        !buf[..n as usize]
+            .split(|&b| b == 0)
+            .any(|x| x == b"user.numaio.stats"),
+        "listed"
+    );
+    // SAFETY: as above.
+    let r = unsafe { libc::setxattr(p.as_ptr(), name.as_ptr(), b"x".as_ptr().cast(), 1, 0) };
+    assert_eq!(xattr_errno(r as libc::ssize_t), Some(libc::EPERM));
+    // SAFETY: as above.
+    let r = unsafe { libc::removexattr(p.as_ptr(), name.as_ptr()) };
+    assert_eq!(xattr_errno(r as libc::ssize_t), Some(libc::EPERM));
+    // Ordinary user xattrs of the root still work.
+    let other = CString::new("user.other").unwrap();
+    // SAFETY: as above.
+    let r = unsafe { libc::setxattr(p.as_ptr(), other.as_ptr(), b"v".as_ptr().cast(), 1, 0) };
+    assert_eq!(r, 0);
+    // A directory that is not a numaio mount is refused with its path.
+    let o = numaio(&["fs".as_ref(), "stat".as_ref(), m._dir.path().as_os_str()]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("not the root of a running numaio mount"),
+        "{err}"
+    );
+}
