@@ -230,9 +230,11 @@ fn migrate_thread(k: GuestKernel) {
 numactl --cpunodebind=1 --membind=1 dd if=/dev/urandom of=/v/f bs=64k count=64 conv=fsync 2>/dev/null || exit 20
 numaio umount /v || exit 21
 echo "@@begin remount"; numaio mount --move-work migrate-thread $devs /v || exit 22
-# start it on node 0's CPU, then give it every CPU back: unpinned, but not on its data's node
+# start it pinned to node 0's CPU (exec would otherwise balance it anywhere), and once it
+# runs give it every CPU back: unpinned, but away from its data's node
 numactl --cpunodebind=0 numaio-probe reader --file /v/f --direct --block-size 64K --duration 40 --interval-ms 500 --report /tmp/r &
 p=$!
+i=0; while [ ! -s /tmp/r ] && [ $i -lt 100 ]; do usleep 100000; i=$((i+1)); done
 taskset -p 3 $p >/dev/null || exit 23
 echo "@@begin pid"; echo $p
 echo "@@begin cpus-before"; grep Cpus_allowed_list /proc/$p/status
@@ -326,6 +328,11 @@ kill $p; wait $p
         local >= 0.95,
         "{:.1} % local\n{}",
         local * 100.0,
+        out.report()
+    );
+    assert!(
+        samples.first() == Some(&"node=0") && samples.last() == Some(&"node=1"),
+        "the reader starts on node 0 and ends on node 1: {samples:?}\n{}",
         out.report()
     );
 }
