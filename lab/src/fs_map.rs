@@ -33,6 +33,17 @@ pub fn parse_map(v: &Value) -> Option<Map> {
     Some(m)
 }
 
+/// The map in section `name` of a run (`numaio fs map --json` after `@@begin NAME`);
+/// panics with the run's report when it is missing or has another shape.
+pub fn map_section(out: &Outcome, name: &str) -> Map {
+    parse_map(&out.section_json(name)).unwrap_or_else(|| {
+        panic!(
+            "section {name}: fs map --json has an unexpected shape\n{}",
+            out.report()
+        )
+    })
+}
+
 /// The share of `per`'s blocks on `node` (0 for an empty file).
 pub fn fraction_on(per: &BTreeMap<u64, u64>, node: u64) -> f64 {
     let total: u64 = per.values().sum();

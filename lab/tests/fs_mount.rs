@@ -19,7 +19,7 @@
 
 use numaio_lab::dm_linear::{self, LinearMap};
 use numaio_lab::filefrag;
-use numaio_lab::fs_map::{fraction_on, misplaced, parse_map, written, Map};
+use numaio_lab::fs_map::{fraction_on, map_section, misplaced, written};
 use numaio_lab::guest_script::node_disks_prelude;
 use numaio_lab::{GuestKernel, LabTopology, Outcome, Scenario};
 use std::collections::BTreeMap;
@@ -41,11 +41,6 @@ echo "@@begin map"; numaio fs map --json $dargs / || exit 15
 echo "@@begin ls"; numaio fs ls --json $dargs / || exit 16
 echo "@@begin fsck"; numaio fsck $devs; echo "rc=$?"
 "#;
-
-fn map_of(out: &Outcome) -> Map {
-    parse_map(&out.section_json("map"))
-        .unwrap_or_else(|| panic!("fs map --json has an unexpected shape\n{}", out.report()))
-}
 
 /// Per node of the data, `(read_bytes, write_bytes)` of process `pid` from `numaio fs stat
 /// MOUNTPOINT --json`; panics, naming what is missing, when the accounting lacks it.
@@ -126,7 +121,7 @@ echo "@@begin acct"; numaio fs stat /v --json
         .split_whitespace()
         .map(str::to_string)
         .collect();
-    let map = map_of(&out);
+    let map = map_section(&out, "map");
     let ls = out.section_json("ls");
     for (i, &n) in nodes.iter().enumerate() {
         let name = format!("w{n}");
@@ -235,9 +230,8 @@ echo "@@begin remount"; numaio mount --move-work migrate-thread $devs /v || exit
 numactl --cpunodebind=0 numaio-probe reader --file /v/f --direct --block-size 64K --duration 40 --interval-ms 500 --report /tmp/r &
 p=$!
 i=0; while [ ! -s /tmp/r ] && [ $i -lt 100 ]; do usleep 100000; i=$((i+1)); done
-taskset -p 3 $p >/dev/null || exit 23
+echo "@@begin cpus-before"; taskset -p 3 $p || exit 23
 echo "@@begin pid"; echo $p
-echo "@@begin cpus-before"; grep Cpus_allowed_list /proc/$p/status
 i=0
 # wait for 3 passes over the file (or 30 s), then look while the reader still runs
 while [ $i -lt 60 ]; do
@@ -273,7 +267,7 @@ kill $p; wait $p
         );
     }
     assert_eq!(out.exit_code, 0, "{}", out.report());
-    let map = map_of(&out);
+    let map = map_section(&out, "map");
     let (per, _) = &map["/f"];
     assert!(
         fraction_on(per, 1) >= 0.99,
@@ -281,8 +275,8 @@ kill $p; wait $p
         out.report()
     );
     assert!(
-        out.section("cpus-before").contains("0-1"),
-        "the reader starts unpinned\n{}",
+        out.section("cpus-before").contains("new affinity mask: 3"),
+        "the reader is given every CPU once it runs on node 0\n{}",
         out.report()
     );
     let after = out.section("cpus-after");
@@ -422,7 +416,7 @@ create /v
         }
         ext4_bad += usize::from(misplaced(&per, creator));
     }
-    let map = map_of(&out);
+    let map = map_section(&out, "map");
     let mut numaio_bad = 0;
     for n in 0..2u64 {
         for i in 0..per_node {
