@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up a Debian machine for numaio: apt packages the demo and the lab need, a Rust
-# toolchain check, and the lab's guest kernel (Debian's cloud kernel, extracted into the
-# git-ignored lab/cache/kernel/). Safe to run again: it only does what is missing.
+# toolchain check, and the lab's two guest kernels (Debian 12's 6.1 cloud kernel and
+# Debian's 7.3 from trixie-backports, extracted into the git-ignored lab/cache/kernel/). Safe to run again: it only does what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,9 +18,9 @@ export DEBIAN_FRONTEND=noninteractive
 # qemu: the lab's VM; busybox-static: guest userland; numactl: guest + host tool;
 # e2fsprogs: mkfs.ext4 -d for lab disks; dmsetup: ext4 over dm-linear baseline in the lab; cpio; fio/vmtouch: comparison peers;
 # util-linux: fincore, setpriv; binutils: strip (smaller initramfs); apt/dpkg: kernel fetch;
-# bindfs: the pass-through FUSE peer of scripts/fs-conformance.sh and fs-bench.sh; gcc: builds
+# xz-utils: the 7.3 kernel's .ko.xz modules; bindfs: the pass-through FUSE peer of scripts/fs-conformance.sh and fs-bench.sh; gcc: builds
 # the conformance suite's O_DIRECT shim for fsx.
-PKGS=(qemu-system-x86 busybox-static numactl e2fsprogs dmsetup cpio fio vmtouch util-linux binutils libc-bin ca-certificates bindfs gcc)
+PKGS=(qemu-system-x86 busybox-static numactl e2fsprogs dmsetup cpio fio vmtouch util-linux binutils libc-bin ca-certificates bindfs gcc xz-utils)
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -115,6 +115,47 @@ else
     mv "$tmp" "$dest"
     rm -f "$deb"
     say "guest kernel: $(ls "$dest"/boot/vmlinuz-*)"
+fi
+
+# The second guest kernel: Debian's 7.3 cloud kernel from trixie-backports, fetched through a
+# private apt state in the lab cache (own sources list, package lists and apt cache), so the
+# host's apt configuration is never touched. Its files are split over three packages:
+# linux-binary-V (usr/lib/modules/V/vmlinuz), linux-modules-V, linux-base-V (config); all
+# three are extracted into one tree, $CACHE/kernel/linux-image-V/. Skip with NUMAIO_LAB_KERNEL73=0.
+if [ "${NUMAIO_LAB_KERNEL73:-1}" != 0 ]; then
+    if ls "$CACHE"/kernel/linux-image-7.3.*/usr/lib/modules/7.3.*/vmlinuz >/dev/null 2>&1; then
+        say "guest kernel 7.3 present: $(ls "$CACHE"/kernel/linux-image-7.3.*/usr/lib/modules/7.3.*/vmlinuz)"
+    else
+        mkdir -p "$CACHE/apt-trixie-backports"
+        # apt takes relative Dir:: paths as relative to /etc/apt
+        apt73="$(cd "$CACHE/apt-trixie-backports" && pwd)"
+        mkdir -p "$apt73/lists/partial" "$apt73/cache/archives/partial" "$apt73/sources.list.d" "$CACHE/debs" "$CACHE/kernel"
+        chmod 755 "$CACHE" "$CACHE/debs"
+        echo "deb http://deb.debian.org/debian trixie-backports main" > "$apt73/sources.list"
+        aptopts=(-o "Dir::Etc::sourcelist=$apt73/sources.list" -o "Dir::Etc::sourceparts=$apt73/sources.list.d" \
+                 -o "Dir::State::Lists=$apt73/lists" -o "Dir::Cache=$apt73/cache" -q)
+        say "fetching guest kernel 7.3 (trixie-backports)"
+        apt-get "${aptopts[@]}" update >/dev/null || die "apt-get update of trixie-backports (private lists in $apt73) failed"
+        ver="$(apt-cache "${aptopts[@]}" depends "$meta" | awk '/Depends: linux-image-[0-9]/ {sub("linux-image-", "", $2); print $2; exit}')"
+        case "$ver" in
+            7.3.*) ;;
+            "") die "trixie-backports' $meta names no linux-image-<version>" ;;
+            *) die "trixie-backports now carries kernel $ver, not 7.3: update the lab (GuestKernel::Debian73)" ;;
+        esac
+        pkgs=("linux-binary-$ver" "linux-modules-$ver" "linux-base-$ver")
+        (cd "$CACHE/debs" && apt-get "${aptopts[@]}" download "${pkgs[@]}" 2>&1 | grep -v "^W: Download is performed unsandboxed" || true)
+        tmp="$CACHE/kernel/linux-image-$ver.$$.tmp"
+        rm -rf "$tmp"
+        mkdir -p "$tmp"
+        for p in "${pkgs[@]}"; do
+            deb="$(ls "$CACHE/debs/${p}"_*.deb 2>/dev/null | head -1)"
+            [ -n "$deb" ] || die "apt-get download $p produced no .deb in $CACHE/debs"
+            dpkg-deb -x "$deb" "$tmp"
+            rm -f "$deb"
+        done
+        mv "$tmp" "$CACHE/kernel/linux-image-$ver"
+        say "guest kernel 7.3: $CACHE/kernel/linux-image-$ver/usr/lib/modules/$ver/vmlinuz"
+    fi
 fi
 if [ -e /dev/kvm ]; then
     say "note: the lab uses TCG by default (NUMAIO_LAB_ACCEL=kvm tries KVM first)"

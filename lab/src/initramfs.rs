@@ -34,9 +34,14 @@ pub const GUEST_MODULES_DIR: &str = "/lib/modules/numaio-lab";
 pub const GUEST_EXTRA_MODULES_DIR: &str = "/lib/modules/numaio-lab/extra";
 /// The extra modules to load, in order: `FILE SYSFS_NAME` per line.
 pub const GUEST_EXTRA_MODULES: &str = "/etc/numaio-lab/modules";
+/// The modules the virtio disk needs on this kernel (those not built in), in load order:
+/// `FILE SYSFS_NAME` per line, files in [`GUEST_MODULES_DIR`].
+pub const GUEST_DISK_MODULES: &str = "/etc/numaio-lab/disk-modules";
+/// The same for persistent memory.
+pub const GUEST_PMEM_MODULES: &str = "/etc/numaio-lab/pmem-modules";
 
 /// Bumped whenever the base archive's layout or /init changes, to invalidate caches.
-const BASE_LAYOUT_VERSION: u32 = 5;
+const BASE_LAYOUT_VERSION: u32 = 6;
 
 /// The guest's /init.
 pub const INIT: &str = r#"#!/bin/sh
@@ -55,9 +60,9 @@ fi
 if [ -e /etc/numaio-lab/node-devices ]; then
   . /etc/numaio-lab/node-devices
   if [ "$want_pmem" -gt 0 ]; then
-    for m in libnvdimm nfit nd_btt nd_pmem; do
-      [ -d /sys/module/$m ] || insmod /lib/modules/numaio-lab/$m.ko || { echo "numaio-lab: insmod $m failed"; setup_rc=125; }
-    done
+    while read -r f m; do
+      [ -d /sys/module/$m ] || insmod /lib/modules/numaio-lab/$f || { echo "numaio-lab: insmod $f failed"; setup_rc=125; }
+    done < /etc/numaio-lab/pmem-modules
   fi
   # NVMe and pmem devices are probed asynchronously: wait for all of them (up to 20 s)
   i=0
@@ -81,9 +86,9 @@ if [ -e /etc/numaio-lab/node-devices ]; then
   done | sort -k1,1n > /tmp/node-pmem
 fi
 if [ -e /etc/numaio-lab/disk ]; then
-  for m in virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci virtio_blk; do
-    insmod /lib/modules/numaio-lab/$m.ko || { echo "numaio-lab: insmod $m failed"; setup_rc=125; }
-  done
+  while read -r f m; do
+    [ -d /sys/module/$m ] || insmod /lib/modules/numaio-lab/$f || { echo "numaio-lab: insmod $f failed"; setup_rc=125; }
+  done < /etc/numaio-lab/disk-modules
   i=0
   while [ ! -b /dev/vda ] && [ $i -lt 200 ]; do usleep 50000; i=$((i+1)); done
   mount -t ext4 /dev/vda /mnt || { echo "numaio-lab: mounting /dev/vda on /mnt failed"; setup_rc=125; }
@@ -271,13 +276,9 @@ pub fn base(cache: &Path, kernel: &Kernel) -> LabResult<PathBuf> {
         .filter_map(|n| find_host_tool(n))
         .collect();
     // modules a kernel lacks are left out here; a scenario that needs them fails before
-    // booting, naming the missing module
-    let modules: Vec<PathBuf> = kernel
-        .virtio_modules()
-        .unwrap_or_default()
-        .into_iter()
-        .chain(kernel.nvdimm_modules().unwrap_or_default())
-        .collect();
+    // booting, naming the missing module. Built-in ones are not listed at all.
+    let disk_modules = kernel.virtio_modules().unwrap_or_default();
+    let pmem_modules = kernel.nvdimm_modules().unwrap_or_default();
 
     let mut h = std::collections::hash_map::DefaultHasher::new();
     BASE_LAYOUT_VERSION.hash(&mut h);
@@ -286,12 +287,12 @@ pub fn base(cache: &Path, kernel: &Kernel) -> LabResult<PathBuf> {
     NODE_PMEM_HELPER.hash(&mut h);
     NODE_DISK_STAT_HELPER.hash(&mut h);
     NODE_PMEM_FSDAX_HELPER.hash(&mut h);
-    for p in [&busybox, &numactl]
-        .into_iter()
-        .chain(&optional)
-        .chain(&modules)
-    {
+    for p in [&busybox, &numactl].into_iter().chain(&optional) {
         stamp(&mut h, p);
+    }
+    for m in disk_modules.iter().chain(&pmem_modules) {
+        m.file.hash(&mut h);
+        m.data.hash(&mut h);
     }
     cached_or_build(cache, "base", h.finish(), || {
         let mut c = Cpio::new();
@@ -343,9 +344,16 @@ pub fn base(cache: &Path, kernel: &Kernel) -> LabResult<PathBuf> {
                 &mut seen,
             )?;
         }
-        for m in &modules {
-            let name = m.file_name().unwrap().to_string_lossy();
-            c.file(&format!("{GUEST_MODULES_DIR}/{name}"), 0o644, &read(m)?);
+        for (list, mods) in [
+            (GUEST_DISK_MODULES, &disk_modules),
+            (GUEST_PMEM_MODULES, &pmem_modules),
+        ] {
+            let mut names = String::new();
+            for m in mods {
+                c.file(&format!("{GUEST_MODULES_DIR}/{}", m.file), 0o644, &m.data);
+                names += &format!("{} {}\n", m.file, m.sysfs_name);
+            }
+            c.file(list.trim_start_matches('/'), 0o644, names.as_bytes());
         }
         c.file("etc/passwd", 0o644, PASSWD.as_bytes());
         c.file("etc/group", 0o644, GROUP.as_bytes());

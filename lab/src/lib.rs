@@ -19,7 +19,8 @@
 //! [`nodedev`] (NVMe disks and persistent memory on a node: [`Scenario::node_disk`],
 //! [`Scenario::node_pmem`], the guest's `/tmp/node-disks` and `node-disk N`),
 //! [`guest_script`] (output sections and shell preludes tests share), [`dm_linear`] and
-//! [`filefrag`] (stock ext4 over the node disks, and where it put a file's blocks).
+//! [`filefrag`] (stock ext4 over the node disks, and where it put a file's blocks),
+//! [`fs_map`] (numaio-fs block maps, disk write counters, misplaced files).
 //!
 //! To pin a guest process to a node, scenarios use `numactl --cpunodebind=N --membind=N
 //! CMD` (numactl is in every guest) or the workspace's `numaio run --cpunodebind N -- CMD`.
@@ -30,6 +31,7 @@ pub mod disk;
 pub mod dm_linear;
 pub mod error;
 pub mod filefrag;
+pub mod fs_map;
 pub mod guest_script;
 pub mod initramfs;
 pub mod kernel;
@@ -44,6 +46,7 @@ pub mod writelog;
 pub use disk::{Content, DiskFile, DiskImage, DiskSpec, FsckReport, GUEST_MOUNT};
 pub use error::{LabError, LabResult};
 pub use initramfs::{GuestFile, GUEST_BIN_DIR};
+pub use kernel::GuestKernel;
 pub use nodedev::{blank_image, GuestNodeDisk, NodeDisk, NodeDiskStat, NodePmem};
 pub use powercut::PowerCut;
 pub use qemu::Accel;
@@ -160,7 +163,7 @@ impl LabConfig {
         let has_disk = s.disk.is_some() || s.disk_image.is_some();
         let has_node_devices = !s.node_disks.is_empty() || !s.node_pmem.is_empty();
         let qemu = qemu::find_qemu()?;
-        let kernel = kernel::find(self.kernel.as_deref(), &self.cache)?;
+        let kernel = kernel::find(self.kernel.as_deref(), s.kernel, &self.cache)?;
         if has_disk {
             kernel.virtio_modules()?;
         }
@@ -169,6 +172,10 @@ impl LabConfig {
         }
         let mut modules: Vec<kernel::Module> = Vec::new();
         for name in &s.kernel_modules {
+            // e.g. fuse: a module on 6.1, built into 7.3
+            if kernel.is_builtin(name) {
+                continue;
+            }
             let m = kernel.module(name)?;
             if !modules.iter().any(|o| o.file == m.file) {
                 modules.push(m);
@@ -328,6 +335,8 @@ pub struct Scenario {
     /// Kernel modules from the guest kernel's package, loaded in this order before the
     /// scenario (see [`Scenario::kernel_module`]).
     pub kernel_modules: Vec<String>,
+    /// The guest kernel this scenario needs; `None`: `NUMAIO_LAB_KERNEL`, else 6.1.
+    pub kernel: Option<GuestKernel>,
 }
 
 impl Scenario {
@@ -345,14 +354,30 @@ impl Scenario {
             node_disks: Vec::new(),
             node_pmem: Vec::new(),
             kernel_modules: Vec::new(),
+            kernel: None,
         }
+    }
+
+    /// Boots this Debian kernel (6.1 or 7.3; see [`GuestKernel`]) whatever
+    /// `NUMAIO_LAB_KERNEL` says. Without it the scenario boots the kernel
+    /// `NUMAIO_LAB_KERNEL` names (`6.1`, `7.3` or a path), else 6.1.
+    pub fn kernel(mut self, k: GuestKernel) -> Scenario {
+        self.kernel = Some(k);
+        self
+    }
+
+    /// Makes `/dev/fuse` available: loads `fuse.ko` on kernels that build FUSE as a
+    /// module (6.1); a no-op where it is built in (7.3).
+    pub fn fuse(self) -> Scenario {
+        self.kernel_module("fuse")
     }
 
     /// Loads a module of the guest kernel's package before the scenario starts, after the
     /// ones added before it (give dependencies first): a name (`dm-mod`, `fuse`; `-` and
     /// `_` are the same) or a path under `lib/modules/<version>`
     /// (`kernel/drivers/md/dm-mod.ko`). Compressed modules (`.ko.xz`, `.ko.zst`, `.ko.gz`)
-    /// are decompressed on the host. A module the kernel lacks fails the run before booting.
+    /// are decompressed on the host. A module built into the kernel (its `modules.builtin`)
+    /// is skipped. A module the kernel lacks fails the run before booting.
     pub fn kernel_module(mut self, name: &str) -> Scenario {
         self.kernel_modules.push(name.to_string());
         self

@@ -10,63 +10,13 @@
 
 use numaio_lab::dm_linear::{self, LinearMap};
 use numaio_lab::filefrag;
+use numaio_lab::fs_map::{fraction_on, map_section, misplaced, written};
 use numaio_lab::guest_script::node_disks_prelude;
-use numaio_lab::{LabTopology, NodeDiskStat, Outcome, Scenario};
-use serde_json::Value;
+use numaio_lab::{LabTopology, Scenario};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 const MIB: u64 = 1 << 20;
-
-/// `fs map --json` output: path → (blocks per node, extents as (logical, len, node)).
-type Map = BTreeMap<String, (BTreeMap<u64, u64>, Vec<(u64, u64, u64)>)>;
-
-fn parse_map(v: &Value) -> Map {
-    let mut m = Map::new();
-    for f in v["files"].as_array().expect("files") {
-        let mut per = BTreeMap::new();
-        for n in f["nodes"].as_array().unwrap() {
-            per.insert(n["node"].as_u64().unwrap(), n["blocks"].as_u64().unwrap());
-        }
-        let ext = f["extents"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|e| {
-                (
-                    e["logical"].as_u64().unwrap(),
-                    e["len"].as_u64().unwrap(),
-                    e["node"].as_u64().unwrap(),
-                )
-            })
-            .collect();
-        m.insert(f["path"].as_str().unwrap().to_string(), (per, ext));
-    }
-    m
-}
-
-fn fraction_on(per: &BTreeMap<u64, u64>, node: u64) -> f64 {
-    let total: u64 = per.values().sum();
-    per.get(&node).copied().unwrap_or(0) as f64 / total.max(1) as f64
-}
-
-/// Sectors written per disk between two `node-disk-stat` sections.
-fn written(out: &Outcome, before: &str, after: &str) -> BTreeMap<String, (i64, u64)> {
-    let b = NodeDiskStat::parse(out.section(before));
-    let a = NodeDiskStat::parse(out.section(after));
-    b.iter()
-        .map(|d| {
-            let now = a
-                .iter()
-                .find(|x| x.dev == d.dev)
-                .unwrap_or_else(|| panic!("{} missing after\n{}", d.dev, out.report()));
-            (
-                d.dev.clone(),
-                (d.node, now.sectors_written - d.sectors_written),
-            )
-        })
-        .collect()
-}
 
 /// Writers pinned to each node put a 4 MiB file; ≥ 99 % of each file's blocks are on its
 /// writer's node, and the writer's disk got the writes.
@@ -114,7 +64,7 @@ echo "@@begin fsck"; numaio fsck $devs; echo "rc=$?"
             out.report()
         );
     }
-    let map = parse_map(&out.section_json("map"));
+    let map = map_section(&out, "map");
     for (i, &n) in nodes.iter().enumerate() {
         let (per, _) = &map[&format!("/w{n}")];
         let frac = fraction_on(per, n as u64);
@@ -200,7 +150,7 @@ echo "@@begin policy"; numaio fs policy --json $dargs /s/n0 || exit 18
         t.elapsed().as_secs_f64()
     );
     assert_eq!(out.exit_code, 0, "{}", out.report());
-    let map = parse_map(&out.section_json("map"));
+    let map = map_section(&out, "map");
     // directory: both writers' files of a top-level directory are on one node, and the two
     // directories got different nodes
     let mut homes = Vec::new();
@@ -323,7 +273,7 @@ echo "@@begin fsck"; numaio fsck $devs; echo "rc=$?"
         "{n} puts of 2 MiB before ENOSPC on {cap} bytes\n{}",
         out.report()
     );
-    let map = parse_map(&out.section_json("map"));
+    let map = map_section(&out, "map");
     let mut on1 = 0u64;
     let mut first_remote = None;
     for i in 0..n {
@@ -353,13 +303,6 @@ echo "@@begin fsck"; numaio fsck $devs; echo "rc=$?"
     );
     eprintln!("  {n} puts of 2 MiB: the first {r} on node 1, the rest on node 0; then ENOSPC");
     assert!(out.section("fsck").contains("rc=0"), "{}", out.report());
-}
-
-/// Whether a file is misplaced: most of its blocks are not on its creator's node.
-fn misplaced(per_node: &BTreeMap<i64, u64>, creator: i64) -> bool {
-    let total: u64 = per_node.values().sum();
-    let home = per_node.get(&creator).copied().unwrap_or(0);
-    (total - home) * 2 > total
 }
 
 #[test]
@@ -445,7 +388,7 @@ echo "@@begin fsck"; numaio fsck $devs; echo "rc=$?"
         ext4_bad += usize::from(misplaced(&per, creator));
     }
 
-    let map = parse_map(&out.section_json("map"));
+    let map = map_section(&out, "map");
     let mut numaio_bad = 0;
     for n in 0..2u64 {
         for i in 0..per_node {

@@ -21,8 +21,13 @@ struct Cli {
 enum Cmd {
     /// Boot a guest, run a scenario, print its output and exit with its status.
     Run(Box<RunArgs>),
-    /// Download and extract Debian's cloud kernel into the lab cache (no-op when present).
-    FetchKernel,
+    /// Download and extract a Debian cloud kernel into the lab cache (no-op when present).
+    FetchKernel {
+        /// `6.1` (Debian 12, from the host's apt sources) or `7.3` (trixie-backports,
+        /// through a private apt state in the lab cache).
+        #[arg(long, default_value = "6.1", value_parser = parse_release)]
+        release: kernel::GuestKernel,
+    },
     /// Print the QEMU node -> guest node mapping and the topology the guest should report.
     Expect(TopoArgs),
 }
@@ -66,9 +71,10 @@ struct RunArgs {
     /// fuse). Repeatable, loaded in order.
     #[arg(long = "module", value_name = "NAME")]
     modules: Vec<String>,
-    /// Guest kernel (default: the one fetched into the lab cache).
+    /// Guest kernel: `6.1` or `7.3` (fetched into the lab cache) or the path of a kernel
+    /// image (default: NUMAIO_LAB_KERNEL, else 6.1).
     #[arg(long)]
-    kernel: Option<PathBuf>,
+    kernel: Option<String>,
     /// Give up after this many seconds, boot included.
     #[arg(long, default_value_t = 120)]
     timeout: u64,
@@ -87,6 +93,11 @@ struct RunArgs {
     /// Or a command line to run (after `--`).
     #[arg(last = true)]
     cmd: Vec<String>,
+}
+
+fn parse_release(s: &str) -> Result<kernel::GuestKernel, String> {
+    kernel::GuestKernel::parse(s)
+        .ok_or_else(|| format!("`{s}` is not a lab kernel: give 6.1 or 7.3"))
 }
 
 fn topology(t: &TopoArgs) -> anyhow::Result<LabTopology> {
@@ -172,8 +183,14 @@ fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
         s = s.host_binary(b);
     }
     let mut cfg = LabConfig::from_env();
-    if a.kernel.is_some() {
-        cfg.kernel = a.kernel;
+    match a
+        .kernel
+        .as_deref()
+        .map(|k| (k, kernel::GuestKernel::parse(k)))
+    {
+        Some((_, Some(release))) => s = s.kernel(release),
+        Some((path, None)) => cfg.kernel = Some(PathBuf::from(path)),
+        None => {}
     }
     if a.kvm {
         cfg.accel = numaio_lab::Accel::KvmOrTcg;
@@ -255,7 +272,7 @@ fn main() -> ExitCode {
     let r = match cli.cmd {
         Cmd::Run(a) => run(*a),
         Cmd::Expect(t) => expect(&t),
-        Cmd::FetchKernel => kernel::fetch(&numaio_lab::cache_dir())
+        Cmd::FetchKernel { release } => kernel::fetch(&numaio_lab::cache_dir(), release)
             .map(|k| {
                 println!("{}", k.vmlinuz.display());
                 ExitCode::SUCCESS

@@ -31,6 +31,10 @@ pub struct Args {
     /// Sleep this many microseconds after each read (to be a light reader).
     #[arg(long, default_value_t = 0)]
     pause_us: u64,
+    /// Open with O_DIRECT, so every read reaches the file system (on FUSE: one request
+    /// per read) instead of being answered from the page cache after the first pass.
+    #[arg(long)]
+    direct: bool,
 }
 
 fn report(out: &mut Option<std::fs::File>, line: &str) -> anyhow::Result<()> {
@@ -53,7 +57,14 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         .filter(|&b| b > 0 && b <= 1 << 30)
         .with_context(|| format!("--block-size {:?}: use a size such as 1M", a.block_size))?
         as usize;
-    let mut f = std::fs::File::open(&a.file)
+    let mut open = std::fs::OpenOptions::new();
+    open.read(true);
+    if a.direct {
+        use std::os::unix::fs::OpenOptionsExt;
+        open.custom_flags(libc::O_DIRECT);
+    }
+    let mut f = open
+        .open(&a.file)
         .with_context(|| format!("cannot open {}", a.file.display()))?;
     let mut out = match &a.report {
         Some(p) => Some(
@@ -65,7 +76,11 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         ),
         None => None,
     };
-    let mut buf = vec![0u8; bs];
+    // O_DIRECT wants a block-aligned buffer: take an aligned window of a larger one
+    const ALIGN: usize = 4096;
+    let mut backing = vec![0u8; bs + ALIGN];
+    let skip = backing.as_ptr().align_offset(ALIGN).min(ALIGN);
+    let buf = &mut backing[skip..skip + bs];
     let start = Instant::now();
     let every = Duration::from_millis(a.interval_ms.max(1));
     let mut next = start;
@@ -90,7 +105,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::SUCCESS);
         }
         let n = f
-            .read(&mut buf)
+            .read(buf)
             .with_context(|| format!("read of {} failed", a.file.display()))?;
         if n == 0 {
             passes += 1;

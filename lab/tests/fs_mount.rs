@@ -1,0 +1,451 @@
+//! Lab tests of `numaio mount`: unmodified programs (busybox `dd`, `numaio-probe reader`)
+//! use the volume through FUSE in guests with one NVMe disk per node, on both lab kernels
+//! (Debian 6.1, FUSE a module; Debian 7.3, FUSE built in) where it makes sense; the
+//! choice per test is in lab/README.md.
+//!
+//! - Writers pinned with `numactl --cpunodebind=N` put ≥ 99 % of their blocks on node N
+//!   (the volume's map after umount), node N's disk gets the writes (its write counter),
+//!   and the mount's per-process accounting (`numaio fs stat MOUNTPOINT --json`:
+//!   `processes[].nodes[] {node, read_bytes, write_bytes}`) shows the bytes on node N.
+//! - With `--move-work migrate-thread`, an unpinned reader of a file on node 1 ends on node
+//!   1's CPUs, and ≥ 95 % of its reads are local by the accounting.
+//! - Misplaced files: node-pinned creators through the mount against stock ext4 over
+//!   dm-linear of the same disks.
+//!
+//! fio is not used in the guest: it would bring about 80 MB of shared libraries (librbd,
+//! ...) into the RAM initramfs of 256 MiB-per-node guests. Needs the release binaries
+//! (`cargo build --release -p numaio -p numaio-lab --bins`) and both kernels in the lab
+//! cache (`scripts/setup.sh`).
+
+use numaio_lab::dm_linear::{self, LinearMap};
+use numaio_lab::filefrag;
+use numaio_lab::fs_map::{fraction_on, map_section, misplaced, written};
+use numaio_lab::guest_script::node_disks_prelude;
+use numaio_lab::{GuestKernel, LabTopology, Outcome, Scenario};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+const MIB: u64 = 1 << 20;
+
+/// Shell lines that make a volume of `$devs` and mount it on /v (section `mount`).
+const MOUNT: &str = r#"
+numaio mkfs $devs >/dev/null || exit 11
+mkdir -p /v
+echo "@@begin mount"; numaio mount --json $devs /v || exit 12
+"#;
+
+/// Shell lines that unmount /v and print the volume's map and fsck (sections `map`, `fsck`).
+const UMOUNT_MAP: &str = r#"
+numaio umount /v || exit 14
+echo "@@begin map"; numaio fs map --json $dargs / || exit 15
+echo "@@begin ls"; numaio fs ls --json $dargs / || exit 16
+echo "@@begin fsck"; numaio fsck $devs; echo "rc=$?"
+"#;
+
+/// Per node of the data, `(read_bytes, write_bytes)` of process `pid` from `numaio fs stat
+/// MOUNTPOINT --json`; panics, naming what is missing, when the accounting lacks it.
+fn process_io(out: &Outcome, section: &str, pid: u64) -> BTreeMap<u64, (u64, u64)> {
+    let text = out.section(section);
+    let stat = numaio_lab::guest_script::first_json(text).unwrap_or_else(|| {
+        panic!(
+            "`numaio fs stat MOUNTPOINT --json` printed no JSON (per-process accounting of \
+             the mount missing?):\n{text}\n{}",
+            out.report()
+        )
+    });
+    let procs = stat["processes"].as_array().unwrap_or_else(|| {
+        panic!(
+            "`numaio fs stat MOUNTPOINT --json` has no processes[] (per-process accounting \
+             missing):\n{stat}"
+        )
+    });
+    let p = procs
+        .iter()
+        .find(|p| p["pid"].as_u64() == Some(pid))
+        .unwrap_or_else(|| panic!("no accounting for pid {pid} in processes[]:\n{stat}"));
+    p["nodes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("pid {pid}: no nodes[] in {p}"))
+        .iter()
+        .map(|n| {
+            let field = |k: &str| {
+                n[k].as_u64()
+                    .unwrap_or_else(|| panic!("pid {pid}: nodes[] entry without {k}: {n}"))
+            };
+            (field("node"), (field("read_bytes"), field("write_bytes")))
+        })
+        .collect()
+}
+
+/// Writers pinned to each of `nodes` write a 4 MiB file with `dd conv=fsync` through the
+/// mount; each file is ≥ 99 % on its writer's node, the writer's disk got the writes, and
+/// the accounting shows the writer's bytes on its node.
+fn pinned_writers(k: GuestKernel, topo: LabTopology, nodes: &[u32]) {
+    let list: Vec<String> = nodes.iter().map(u32::to_string).collect();
+    let script = format!(
+        r#"{prelude}{mount}
+head -c 4194304 /dev/urandom > /tmp/src
+for n in {list}; do
+  echo "@@begin before-$n"; node-disk-stat
+  numactl --cpunodebind=$n --membind=$n dd if=/tmp/src of=/v/w$n bs=64k conv=fsync 2>/dev/null &
+  p=$!; wait $p || exit 13
+  echo "@@begin pid-$n"; echo $p
+  echo "@@begin after-$n"; node-disk-stat
+done
+cmp /tmp/src /v/w{first} || exit 17
+echo "@@begin acct"; numaio fs stat /v --json
+{umount}"#,
+        prelude = node_disks_prelude(nodes, 0),
+        mount = MOUNT,
+        umount = UMOUNT_MAP,
+        list = list.join(" "),
+        first = nodes[0],
+    );
+    let mut s = Scenario::new(topo.clone(), script)
+        .kernel(k)
+        .fuse()
+        .timeout(Duration::from_secs(300));
+    for &n in nodes {
+        s = s.node_disk(topo.qemu_node_id(n).expect("node"), 64 * MIB);
+    }
+    let t = Instant::now();
+    let out = s.must_run();
+    eprintln!(
+        "mount, pinned dd writers, {} nodes, {k}: {:.1} s",
+        nodes.len(),
+        t.elapsed().as_secs_f64()
+    );
+    assert_eq!(out.exit_code, 0, "{}", out.report());
+    let devs: Vec<String> = out
+        .section("devs")
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    let map = map_section(&out, "map");
+    let ls = out.section_json("ls");
+    for (i, &n) in nodes.iter().enumerate() {
+        let name = format!("w{n}");
+        let entry = ls["entries"]
+            .as_array()
+            .and_then(|e| e.iter().find(|e| e["name"] == name.as_str()))
+            .unwrap_or_else(|| panic!("/{name} missing from fs ls\n{}", out.report()));
+        assert_eq!(entry["size"].as_u64(), Some(4 * MIB), "{entry}");
+        let (per, _) = map
+            .get(&format!("/{name}"))
+            .unwrap_or_else(|| panic!("/{name} missing from the map\n{}", out.report()));
+        let frac = fraction_on(per, n as u64);
+        eprintln!(
+            "  node-{n} dd: {:.2} % of its blocks on node {n}",
+            frac * 100.0
+        );
+        assert!(
+            frac >= 0.99,
+            "/{name}: {per:?} blocks per node, {:.1} % on node {n} (pinned writers must be \
+             placed by the requesting thread's node)\n{}",
+            frac * 100.0,
+            out.report()
+        );
+        let w = written(&out, &format!("before-{n}"), &format!("after-{n}"));
+        let mine = &devs[i];
+        assert!(
+            w[mine].1 >= 4 * MIB / 512,
+            "{mine} (node {n}) got {} sectors for a 4 MiB file: {w:?}\n{}",
+            w[mine].1,
+            out.report()
+        );
+        eprintln!("  node-{n} dd: sectors written per disk (node, sectors): {w:?}");
+        // the other disks get < 1 % of the file's sectors; device 0 also takes the journal
+        // and checkpoints, which are metadata only
+        for (d, (_, sectors)) in &w {
+            if d != mine {
+                assert!(
+                    *sectors * 100 < 4 * MIB / 512,
+                    "{d} got {sectors} sectors from a node-{n} writer: {w:?}\n{}",
+                    out.report()
+                );
+            }
+        }
+    }
+    assert!(out.section("fsck").contains("rc=0"), "{}", out.report());
+    // the accounting last, so a run without it still shows every placement above
+    for &n in nodes {
+        let pid: u64 = out
+            .section(&format!("pid-{n}"))
+            .trim()
+            .parse()
+            .expect("pid");
+        let io = process_io(&out, "acct", pid);
+        let total: u64 = io.values().map(|&(_, w)| w).sum();
+        let here = io.get(&(n as u64)).map_or(0, |&(_, w)| w);
+        eprintln!("  node-{n} dd (pid {pid}): accounting {io:?}");
+        assert!(
+            here >= 4 * MIB && here * 100 >= total * 99,
+            "pid {pid}, pinned to node {n}, wrote 4 MiB: accounting {io:?}\n{}",
+            out.report()
+        );
+    }
+}
+
+#[test]
+#[ignore = "lab: needs QEMU and the lab kernel; run by scripts/test.sh"]
+fn pinned_dd_writers_through_the_mount_two_nodes_debian61() {
+    pinned_writers(
+        GuestKernel::Debian61,
+        LabTopology::from_nodes(&[(1, 256), (1, 256)]),
+        &[0, 1],
+    );
+}
+
+#[test]
+#[ignore = "lab: needs QEMU and the lab kernel; run by scripts/test.sh"]
+fn pinned_dd_writers_through_the_mount_two_nodes_debian73() {
+    pinned_writers(
+        GuestKernel::Debian73,
+        LabTopology::from_nodes(&[(1, 256), (1, 256)]),
+        &[0, 1],
+    );
+}
+
+#[test]
+#[ignore = "lab: needs QEMU and the lab kernel; run by scripts/test.sh"]
+fn pinned_dd_writers_through_the_mount_four_nodes_debian73() {
+    pinned_writers(
+        GuestKernel::Debian73,
+        LabTopology::from_nodes(&[(1, 192), (1, 192), (1, 192), (1, 192)]),
+        &[0, 1, 2, 3],
+    );
+}
+
+/// A file written by a node-1 writer is read by an unpinned `numaio-probe reader` (O_DIRECT,
+/// so every read is a FUSE request) on a mount with `--move-work migrate-thread`: the
+/// reader's Cpus_allowed_list ends as node 1's CPUs, and ≥ 95 % of its reads were local.
+fn migrate_thread(k: GuestKernel) {
+    let script = format!(
+        r#"{prelude}{mount}
+numactl --cpunodebind=1 --membind=1 dd if=/dev/urandom of=/v/f bs=64k count=64 conv=fsync 2>/dev/null || exit 20
+numaio umount /v || exit 21
+echo "@@begin remount"; numaio mount --move-work migrate-thread $devs /v || exit 22
+# start it pinned to node 0's CPU (exec would otherwise balance it anywhere), and once it
+# runs give it every CPU back: unpinned, but away from its data's node
+numactl --cpunodebind=0 numaio-probe reader --file /v/f --direct --block-size 64K --duration 40 --interval-ms 500 --report /tmp/r &
+p=$!
+i=0; while [ ! -s /tmp/r ] && [ $i -lt 100 ]; do usleep 100000; i=$((i+1)); done
+echo "@@begin cpus-before"; taskset -p 3 $p || exit 23
+echo "@@begin pid"; echo $p
+i=0
+# wait for 3 passes over the file (or 30 s), then look while the reader still runs
+while [ $i -lt 60 ]; do
+  grep -q 'passes=[3-9]' /tmp/r 2>/dev/null && break
+  sleep 0.5; i=$((i+1))
+done
+echo "@@begin cpus-after"; grep Cpus_allowed_list /proc/$p/status
+echo "@@begin acct"; numaio fs stat /v --json
+echo "@@begin reports"; cat /tmp/r
+kill $p; wait $p
+{umount}"#,
+        prelude = node_disks_prelude(&[0, 1], 0),
+        mount = MOUNT,
+        umount = UMOUNT_MAP,
+    );
+    let t = Instant::now();
+    let out = Scenario::new(LabTopology::from_nodes(&[(1, 256), (1, 256)]), script)
+        .kernel(k)
+        .fuse()
+        .node_disk(0, 64 * MIB)
+        .node_disk(1, 64 * MIB)
+        .timeout(Duration::from_secs(300))
+        .must_run();
+    eprintln!(
+        "mount --move-work migrate-thread, {k}: {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    if out.exit_code == 22 {
+        panic!(
+            "`numaio mount --move-work migrate-thread` failed: the mount has no task placement \
+             yet\n{}",
+            out.report()
+        );
+    }
+    assert_eq!(out.exit_code, 0, "{}", out.report());
+    let map = map_section(&out, "map");
+    let (per, _) = &map["/f"];
+    assert!(
+        fraction_on(per, 1) >= 0.99,
+        "the file must sit on node 1 for this test: {per:?}\n{}",
+        out.report()
+    );
+    assert!(
+        out.section("cpus-before").contains("new affinity mask: 3"),
+        "the reader is given every CPU once it runs on node 0\n{}",
+        out.report()
+    );
+    let after = out.section("cpus-after");
+    let list = after.split(':').nth(1).map(str::trim).unwrap_or("");
+    eprintln!("  reader's Cpus_allowed_list after: {list:?}");
+    assert_eq!(
+        list,
+        "1",
+        "the unpinned reader of node-1 data ends on node 1's CPU\n{}",
+        out.report()
+    );
+    let pid: u64 = out.section("pid").trim().parse().expect("pid");
+    let stat = numaio_lab::guest_script::first_json(out.section("acct"))
+        .unwrap_or_else(|| panic!("fs stat MOUNTPOINT printed no JSON\n{}", out.report()));
+    let moved = stat["moves"]["moved"].as_u64().unwrap_or(0);
+    assert!(
+        moved >= 1 && stat["moves"]["mode"] == "migrate-thread",
+        "the mount counts the move: {}\n{}",
+        stat["moves"],
+        out.report()
+    );
+    let io = process_io(&out, "acct", pid);
+    let reads: u64 = io.values().map(|&(r, _)| r).sum();
+    assert!(reads >= 8 * MIB, "3 passes over 4 MiB: {io:?}\n{stat}");
+    // The accounting counts bytes by the node of the data; local means on the node whose
+    // CPUs the reader ends on (node 1).
+    let local = io.get(&1).map_or(0, |&(r, _)| r) as f64 / reads as f64;
+    // the reader's own getcpu samples say where it ran while reading
+    let samples: Vec<&str> = out
+        .section("reports")
+        .lines()
+        .filter_map(|l| l.split_whitespace().find(|w| w.starts_with("node=")))
+        .collect();
+    let on1 = samples.iter().filter(|w| **w == "node=1").count();
+    eprintln!(
+        "  reader: {:.1} % of its read bytes on node 1 (accounting), {on1} of {} getcpu \
+         samples on node 1, moves {}",
+        local * 100.0,
+        samples.len(),
+        stat["moves"]
+    );
+    assert!(
+        local >= 0.95,
+        "{:.1} % local\n{}",
+        local * 100.0,
+        out.report()
+    );
+    assert!(
+        samples.first() == Some(&"node=0") && samples.last() == Some(&"node=1"),
+        "the reader starts on node 0 and ends on node 1: {samples:?}\n{}",
+        out.report()
+    );
+}
+
+#[test]
+#[ignore = "lab: needs QEMU and the lab kernel; run by scripts/test.sh"]
+fn migrate_thread_moves_an_unpinned_reader_to_its_data_debian61() {
+    migrate_thread(GuestKernel::Debian61);
+}
+
+#[test]
+#[ignore = "lab: needs QEMU and the lab kernel; run by scripts/test.sh"]
+fn migrate_thread_moves_an_unpinned_reader_to_its_data_debian73() {
+    migrate_thread(GuestKernel::Debian73);
+}
+
+/// Creators pinned to node 0 and node 1 take turns creating 64 KiB files with `dd
+/// conv=fsync`, on stock ext4 over dm-linear of the two disks, then through `numaio mount`
+/// on a volume over the same disks; a file is misplaced when most of its blocks are not on
+/// its creator's node.
+fn misplaced_through_the_mount(k: GuestKernel) {
+    if let Some(t) = dm_linear::missing_tool() {
+        numaio_testkit::skip!(
+            "dmsetup",
+            "{t} is missing on the host (apt-get install dmsetup e2fsprogs)"
+        );
+    }
+    let per_node = numaio_testkit::env_u64("NUMAIO_LAB_FS_FILES", 40);
+    let script = format!(
+        r#"{prelude}
+{setup}
+head -c 65536 /dev/urandom > /tmp/src
+create() {{
+  i=0
+  while [ $i -lt {per_node} ]; do
+    for n in 0 1; do
+      numactl --cpunodebind=$n --membind=$n dd if=/tmp/src of=$1/n$n-$i bs=64k conv=fsync 2>/dev/null || exit 30
+    done
+    i=$((i+1))
+  done
+}}
+create /mnt
+echo "@@begin ext4"
+filefrag -v -b4096 /mnt/n* || exit 31
+{teardown}
+numaio mkfs --force $devs >/dev/null || exit 32
+mkdir -p /v
+numaio mount $devs /v || exit 12
+create /v
+{umount}"#,
+        prelude = node_disks_prelude(&[0, 1], 0),
+        setup = dm_linear::setup_script("lin", "-g 8192"),
+        teardown = dm_linear::teardown_script("lin"),
+        umount = UMOUNT_MAP,
+    );
+    let s = Scenario::new(LabTopology::from_nodes(&[(1, 256), (1, 256)]), script)
+        .kernel(k)
+        .fuse()
+        .node_disk(0, 64 * MIB)
+        .node_disk(1, 64 * MIB)
+        .timeout(Duration::from_secs(480));
+    let t = Instant::now();
+    let out = dm_linear::with_tools(s).must_run();
+    let secs = t.elapsed().as_secs_f64();
+    assert_eq!(out.exit_code, 0, "{}", out.report());
+    let files = 2 * per_node as usize;
+
+    let lin = LinearMap::parse(out.section("dm-table"), out.section("dm-disks"))
+        .unwrap_or_else(|e| panic!("{e}\n{}", out.report()));
+    let ext4 =
+        filefrag::parse(out.section("ext4")).unwrap_or_else(|e| panic!("{e}\n{}", out.report()));
+    assert_eq!(
+        ext4.len(),
+        files,
+        "one filefrag report per file\n{}",
+        out.report()
+    );
+    let mut ext4_bad = 0;
+    for f in &ext4 {
+        let creator: i64 = if f.path.starts_with("/mnt/n1-") { 1 } else { 0 };
+        let mut per: BTreeMap<i64, u64> = BTreeMap::new();
+        for e in &f.extents {
+            assert!(!e.unplaced(), "{}: fsync left {e:?} unplaced", f.path);
+            for (n, c) in lin.blocks_per_node(e.physical, e.len, f.block_size) {
+                *per.entry(n).or_insert(0) += c;
+            }
+        }
+        ext4_bad += usize::from(misplaced(&per, creator));
+    }
+    let map = map_section(&out, "map");
+    let mut numaio_bad = 0;
+    for n in 0..2u64 {
+        for i in 0..per_node {
+            let (per, _) = map
+                .get(&format!("/n{n}-{i}"))
+                .unwrap_or_else(|| panic!("/n{n}-{i} missing from the map\n{}", out.report()));
+            let per: BTreeMap<i64, u64> = per.iter().map(|(&k, &v)| (k as i64, v)).collect();
+            assert_eq!(per.values().sum::<u64>(), 16, "/n{n}-{i}: {per:?}");
+            numaio_bad += usize::from(misplaced(&per, n as i64));
+        }
+    }
+    let pct = |bad: usize| bad as f64 * 100.0 / files as f64;
+    eprintln!(
+        "misplaced files through the mount, {k} ({files} files of 64 KiB, creators \
+         alternating between 2 nodes): ext4 over dm-linear {ext4_bad} ({:.1} %), numaio mount \
+         {numaio_bad} ({:.1} %); {secs:.1} s",
+        pct(ext4_bad),
+        pct(numaio_bad)
+    );
+    assert!(
+        numaio_bad * 20 <= files,
+        "numaio mount misplaced {numaio_bad} of {files} files (more than 5 %)\n{}",
+        out.report()
+    );
+    assert!(out.section("fsck").contains("rc=0"), "{}", out.report());
+}
+
+#[test]
+#[ignore = "lab: needs QEMU and the lab kernel; run by scripts/test.sh"]
+fn misplaced_files_through_the_mount_vs_ext4_over_dm_linear_debian61() {
+    misplaced_through_the_mount(GuestKernel::Debian61);
+}
