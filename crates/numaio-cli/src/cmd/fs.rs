@@ -62,7 +62,8 @@ enum FsCmd {
     /// "misplaced_blocks"}],"processes":[{"pid","comm","nodes":[{"node","read_bytes",
     /// "write_bytes"}],"threads":[{"tid","nodes":[...]}]}],"moves":{"mode":str|null,"moved",
     /// "skipped"}} (processes by total bytes, top 50). --pid PID prints that process's
-    /// numa<N>_read_bytes: / numa<N>_write_bytes: lines.
+    /// numa<N>_read_bytes: / numa<N>_write_bytes: lines (with --json: {"mountpoint","pid",
+    /// "nodes":[{"node","read_bytes","write_bytes"}]}).
     Stat {
         /// A device of the volume (repeat for each; any order).
         #[arg(short = 'd', long = "device", value_name = "DEV")]
