@@ -21,11 +21,13 @@ pub enum Direction {
     Write,
 }
 
-/// Bytes read and written on one node.
+/// Bytes read and written on one node; the `local_*` part by a caller running on that node.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct NodeBytes {
     pub read: u64,
     pub write: u64,
+    pub local_read: u64,
+    pub local_write: u64,
 }
 
 impl NodeBytes {
@@ -33,28 +35,37 @@ impl NodeBytes {
         self.read.saturating_add(self.write)
     }
 
-    fn add(&mut self, dir: Direction, bytes: u64) {
+    fn add(&mut self, dir: Direction, bytes: u64, local: bool) {
+        let l = if local { bytes } else { 0 };
         match dir {
-            Direction::Read => self.read = self.read.saturating_add(bytes),
-            Direction::Write => self.write = self.write.saturating_add(bytes),
+            Direction::Read => {
+                self.read = self.read.saturating_add(bytes);
+                self.local_read = self.local_read.saturating_add(l);
+            }
+            Direction::Write => {
+                self.write = self.write.saturating_add(bytes);
+                self.local_write = self.local_write.saturating_add(l);
+            }
         }
     }
 
     fn merge(&mut self, o: &NodeBytes) {
         self.read = self.read.saturating_add(o.read);
         self.write = self.write.saturating_add(o.write);
+        self.local_read = self.local_read.saturating_add(o.local_read);
+        self.local_write = self.local_write.saturating_add(o.local_write);
     }
 }
 
 /// One thread's counters, per node (few nodes: a short list beats a map).
 type PerNode = Vec<(u32, NodeBytes)>;
 
-fn bump(v: &mut PerNode, node: u32, dir: Direction, bytes: u64) {
+fn bump(v: &mut PerNode, node: u32, dir: Direction, bytes: u64, local: bool) {
     match v.iter_mut().find(|(n, _)| *n == node) {
-        Some((_, b)) => b.add(dir, bytes),
+        Some((_, b)) => b.add(dir, bytes, local),
         None => {
             let mut b = NodeBytes::default();
-            b.add(dir, bytes);
+            b.add(dir, bytes, local);
             v.push((node, b));
         }
     }
@@ -113,8 +124,9 @@ impl Accounting {
         }
     }
 
-    /// Counts `parts` (node, bytes) of one request by thread `tid` of process `pid`.
-    pub fn add(&self, pid: u32, tid: u32, dir: Direction, parts: &[(u32, u64)]) {
+    /// Counts `parts` (node, bytes) of one request by thread `tid` of process `pid`, which
+    /// ran on `caller_node` when it asked (bytes on that node are local).
+    pub fn add(&self, pid: u32, tid: u32, dir: Direction, caller_node: u32, parts: &[(u32, u64)]) {
         if parts.iter().all(|&(_, b)| b == 0) {
             return;
         }
@@ -136,7 +148,7 @@ impl Accounting {
         let v = m.entry(key).or_default();
         for &(node, bytes) in parts {
             if bytes > 0 {
-                bump(v, node, dir, bytes);
+                bump(v, node, dir, bytes, node == caller_node);
             }
         }
     }
@@ -200,23 +212,25 @@ mod tests {
     #[test]
     fn counts_per_process_thread_and_node() {
         let a = acc();
-        a.add(10, 10, Direction::Write, &[(0, 4096), (1, 8192)]);
-        a.add(10, 11, Direction::Read, &[(1, 100)]);
-        a.add(20, 20, Direction::Read, &[(0, 5)]);
-        a.add(20, 20, Direction::Read, &[(0, 0)]);
+        a.add(10, 10, Direction::Write, 0, &[(0, 4096), (1, 8192)]);
+        a.add(10, 11, Direction::Read, 0, &[(1, 100)]);
+        a.add(20, 20, Direction::Read, 0, &[(0, 5)]);
+        a.add(20, 20, Direction::Read, 0, &[(0, 0)]);
         let s = a.snapshot();
         assert_eq!(
             s.nodes[&0],
             NodeBytes {
                 read: 5,
-                write: 4096
+                write: 4096,
+                ..NodeBytes::default()
             }
         );
         assert_eq!(
             s.nodes[&1],
             NodeBytes {
                 read: 100,
-                write: 8192
+                write: 8192,
+                ..NodeBytes::default()
             }
         );
         assert_eq!(s.processes.len(), 2);
@@ -226,24 +240,39 @@ mod tests {
             p.threads[&11][&1],
             NodeBytes {
                 read: 100,
-                write: 0
+                write: 0,
+                ..NodeBytes::default()
             }
         );
         assert_eq!(
             p.threads[&10][&0],
             NodeBytes {
                 read: 0,
-                write: 4096
+                write: 4096,
+                ..NodeBytes::default()
             }
         );
         assert_eq!(s.processes[1].pid, 20);
     }
 
     #[test]
+    fn bytes_on_the_callers_node_are_local() {
+        let a = acc();
+        a.add(3, 3, Direction::Read, 1, &[(0, 10), (1, 30)]);
+        a.add(3, 3, Direction::Write, 0, &[(0, 5)]);
+        let s = a.snapshot();
+        let t = &s.processes[0].threads[&3];
+        assert_eq!((t[&0].read, t[&0].local_read), (10, 0));
+        assert_eq!((t[&1].read, t[&1].local_read), (30, 30));
+        assert_eq!((t[&0].write, t[&0].local_write), (5, 5));
+        assert_eq!(s.nodes[&1].local_read, 30);
+    }
+
+    #[test]
     fn nothing_counted_for_empty_parts() {
         let a = acc();
-        a.add(1, 1, Direction::Read, &[]);
-        a.add(1, 1, Direction::Read, &[(0, 0)]);
+        a.add(1, 1, Direction::Read, 0, &[]);
+        a.add(1, 1, Direction::Read, 0, &[(0, 0)]);
         assert_eq!(a.snapshot(), Snapshot::default());
     }
 
@@ -255,7 +284,7 @@ mod tests {
                 let a = a.clone();
                 std::thread::spawn(move || {
                     for i in 0..1000u32 {
-                        a.add(7, t, Direction::Read, &[(i % 2, 1)]);
+                        a.add(7, t, Direction::Read, 0, &[(i % 2, 1)]);
                     }
                 })
             })
@@ -272,8 +301,8 @@ mod tests {
     fn thread_limit_keeps_bytes_under_tid_zero() {
         let a = acc();
         a.threads.store(MAX_THREADS, Ordering::Relaxed);
-        a.add(5, 99, Direction::Write, &[(0, 10)]);
-        a.add(5, 98, Direction::Write, &[(0, 10)]);
+        a.add(5, 99, Direction::Write, 0, &[(0, 10)]);
+        a.add(5, 98, Direction::Write, 0, &[(0, 10)]);
         let s = a.snapshot();
         assert_eq!(s.processes[0].threads[&0][&0].write, 20);
         assert_eq!(s.nodes[&0].write, 20);

@@ -94,7 +94,7 @@ impl NumaFs {
         dir: accounting::Direction,
     ) {
         let parts = self.fs().range_nodes(ino, offset, len);
-        self.accounting.add(r.pid, r.tid, dir, &parts);
+        self.accounting.add(r.pid, r.tid, dir, r.node, &parts);
         if let Some(m) = &self.mover {
             // The node holding most of the range is where the thread should be.
             if let Some(&(node, _)) = parts.iter().max_by_key(|(n, b)| (*b, u32::MAX - *n)) {

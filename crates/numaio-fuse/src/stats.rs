@@ -44,6 +44,11 @@ pub struct NodeIo {
     pub node: u32,
     pub read_bytes: u64,
     pub write_bytes: u64,
+    /// Of those, the bytes asked for while the caller ran on this node.
+    #[serde(default)]
+    pub local_read_bytes: u64,
+    #[serde(default)]
+    pub local_write_bytes: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -84,6 +89,8 @@ fn node_io(m: &BTreeMap<u32, NodeBytes>) -> Vec<NodeIo> {
             node,
             read_bytes: b.read,
             write_bytes: b.write,
+            local_read_bytes: b.local_read,
+            local_write_bytes: b.local_write,
         })
         .collect()
 }
@@ -202,7 +209,7 @@ mod tests {
     #[test]
     fn schema_fields_and_totals() {
         let a = Accounting::with_comm_reader(|_| "dd".into());
-        a.add(42, 43, Direction::Write, &[(0, 8192)]);
+        a.add(42, 43, Direction::Write, 0, &[(0, 8192)]);
         let space = [
             NodeSpace {
                 node: 0,
@@ -248,6 +255,7 @@ mod tests {
                     pid,
                     pid * 1000 + tid,
                     Direction::Read,
+                    0,
                     &[(0, 1), (1, 2), (2, 3)],
                 );
             }

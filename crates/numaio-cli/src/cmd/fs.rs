@@ -81,6 +81,10 @@ enum FsCmd {
         /// Print JSON (schema above).
         #[arg(long)]
         json: bool,
+        /// With a MOUNTPOINT: print the statistics in Prometheus' text format
+        /// (numaio_mount_* metrics; for node_exporter's textfile collector).
+        #[arg(long, requires = "target", conflicts_with_all = ["json", "pid"])]
+        prometheus: bool,
     },
     /// Copy host files and directories into the volume (SRC... DEST; DEST may be an existing
     /// directory). JSON: {"schema_version":1,"node","files":[{"src","dest","bytes"}]}
@@ -283,9 +287,13 @@ pub fn run(a: FsArgs) -> anyhow::Result<ExitCode> {
             target,
             pid,
             json,
+            prometheus,
         } => {
             let devices = match target {
-                Some(t) if t.is_dir() => return mount_stat(t, *pid, *json),
+                Some(t) if t.is_dir() => return mount_stat(t, *pid, *json, *prometheus),
+                Some(_) if *prometheus => {
+                    crate::usage_bail!("--prometheus needs a mount point, not a device")
+                }
                 Some(t) => {
                     if pid.is_some() {
                         crate::usage_bail!("--pid needs a mount point, not a device");
@@ -332,7 +340,12 @@ pub fn run(a: FsArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// `numaio fs stat MOUNTPOINT`: the live statistics of a running mount.
-fn mount_stat(mp: &Path, pid: Option<u32>, json: bool) -> anyhow::Result<ExitCode> {
+fn mount_stat(
+    mp: &Path,
+    pid: Option<u32>,
+    json: bool,
+    prometheus: bool,
+) -> anyhow::Result<ExitCode> {
     use crate::cmd::mount_stats::{self, ReadError};
     let s = match mount_stats::read(mp) {
         Ok(s) => s,
@@ -348,6 +361,10 @@ fn mount_stat(mp: &Path, pid: Option<u32>, json: bool) -> anyhow::Result<ExitCod
             )))
         }
     };
+    if prometheus {
+        crate::out!("{}", mount_stats::prometheus(&s))?;
+        return Ok(ExitCode::SUCCESS);
+    }
     if let Some(pid) = pid {
         let p = s.processes.iter().find(|p| p.pid == pid);
         if json {

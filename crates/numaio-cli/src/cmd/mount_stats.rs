@@ -72,6 +72,99 @@ pub fn mount_of(file: &Path) -> Option<(PathBuf, Stats)> {
     None
 }
 
+/// The statistics in Prometheus' text format (for node_exporter's textfile collector or a
+/// scrape wrapper): space and I/O per node, I/O per process and node, thread moves. Counters
+/// count since the mount started.
+pub fn prometheus(s: &Stats) -> String {
+    use prometheus_client::metrics::counter::Counter;
+    use prometheus_client::metrics::family::Family;
+    use prometheus_client::metrics::gauge::Gauge;
+    use prometheus_client::registry::Registry;
+    type L = Vec<(String, String)>;
+    let mp = ("mountpoint".to_string(), s.mountpoint.clone());
+    let node_l = |n: u32| -> L { vec![mp.clone(), ("node".into(), n.to_string())] };
+    let mut r = Registry::with_prefix("numaio_mount");
+    type Field = fn(&numaio_fuse::stats::NodeStats) -> u64;
+    let gauges: [(&str, &str, Field); 4] = [
+        (
+            "capacity_bytes",
+            "Capacity of the volume's devices on a node",
+            |n| n.capacity_bytes,
+        ),
+        ("free_bytes", "Free space on a node", |n| n.free_bytes),
+        (
+            "cache_bytes",
+            "Device data cached in the node's slice",
+            |n| n.cache_bytes,
+        ),
+        (
+            "misplaced_blocks",
+            "Blocks allocated on a node their policy did not choose",
+            |n| n.misplaced_blocks,
+        ),
+    ];
+    for (name, help, get) in gauges {
+        let f = Family::<L, Gauge>::default();
+        for n in &s.nodes {
+            f.get_or_create(&node_l(n.node))
+                .set(get(n).min(i64::MAX as u64) as i64);
+        }
+        r.register(name, help, f);
+    }
+    let node_io = Family::<L, Counter>::default();
+    for n in &s.nodes {
+        for (dir, v) in [("read", n.read_bytes), ("write", n.write_bytes)] {
+            let mut l = node_l(n.node);
+            l.push(("direction".into(), dir.into()));
+            node_io.get_or_create(&l).inc_by(v);
+        }
+    }
+    r.register(
+        "io_bytes",
+        "Bytes read or written whose data lies on a node",
+        node_io,
+    );
+    let proc_io = Family::<L, Counter>::default();
+    for p in &s.processes {
+        for x in &p.nodes {
+            for (dir, v, local) in [
+                ("read", x.read_bytes, x.local_read_bytes),
+                ("write", x.write_bytes, x.local_write_bytes),
+            ] {
+                for (caller, v) in [("local", local), ("remote", v.saturating_sub(local))] {
+                    let mut l = node_l(x.node);
+                    l.push(("pid".into(), p.pid.to_string()));
+                    l.push(("comm".into(), p.comm.clone()));
+                    l.push(("direction".into(), dir.into()));
+                    l.push(("caller".into(), caller.into()));
+                    proc_io.get_or_create(&l).inc_by(v);
+                }
+            }
+        }
+    }
+    r.register(
+        "process_io_bytes",
+        "Bytes a process read or wrote per node of the data; caller=local when it ran on that node",
+        proc_io,
+    );
+    let moves = Family::<L, Counter>::default();
+    for (what, v) in [("moved", s.moves.moved), ("skipped", s.moves.skipped)] {
+        moves
+            .get_or_create(&vec![mp.clone(), ("outcome".into(), what.into())])
+            .inc_by(v);
+    }
+    r.register(
+        "thread_moves",
+        "Threads moved to their data's node, or left",
+        moves,
+    );
+    let mut text = String::new();
+    if prometheus_client::encoding::text::encode(&mut text, &r).is_err() {
+        return String::new();
+    }
+    numaio_proc::metrics::openmetrics_to_classic(&text)
+}
+
 /// Tofalos's `/proc/PID/numa_io` text: `numa<N>_read_bytes` and `numa<N>_write_bytes` for
 /// every node of the mount.
 pub fn numa_io_text(s: &Stats, p: Option<&ProcessStats>) -> String {
@@ -96,11 +189,19 @@ fn io_summary(nodes: &[NodeIo]) -> String {
     nodes
         .iter()
         .map(|x| {
+            let total = x.read_bytes.saturating_add(x.write_bytes);
+            let local = x.local_read_bytes.saturating_add(x.local_write_bytes);
             format!(
-                "N{} read {} write {}",
+                "N{} read {} write {} ({:.0}% asked from N{})",
                 x.node,
                 human_bytes(x.read_bytes),
-                human_bytes(x.write_bytes)
+                human_bytes(x.write_bytes),
+                if total == 0 {
+                    0.0
+                } else {
+                    100.0 * local as f64 / total as f64
+                },
+                x.node
             )
         })
         .collect::<Vec<_>>()
@@ -200,6 +301,8 @@ mod tests {
                     node: 0,
                     read_bytes: 10,
                     write_bytes: 4096,
+                    local_read_bytes: 10,
+                    local_write_bytes: 0,
                 }],
                 threads: vec![],
             }],
@@ -227,5 +330,21 @@ mod tests {
         assert!(out.contains("misplaced"), "{out}");
         assert!(out.contains("2 threads moved, 1 moves skipped"), "{out}");
         assert!(out.contains("77 dd"), "{out}");
+    }
+
+    #[test]
+    fn prometheus_form_has_nodes_processes_and_moves() {
+        let out = prometheus(&stats());
+        let mp = &stats().mountpoint;
+        for want in [
+            format!("numaio_mount_io_bytes_total{{mountpoint=\"{mp}\",node=\"0\",direction=\"write\"}} 4096"),
+            format!("numaio_mount_process_io_bytes_total{{mountpoint=\"{mp}\",node=\"0\",pid=\"77\",comm=\"dd\",direction=\"read\",caller=\"local\"}} 10"),
+            format!("numaio_mount_process_io_bytes_total{{mountpoint=\"{mp}\",node=\"0\",pid=\"77\",comm=\"dd\",direction=\"write\",caller=\"remote\"}} 4096"),
+            format!("numaio_mount_thread_moves_total{{mountpoint=\"{mp}\",outcome=\"moved\"}} 2"),
+            "# TYPE numaio_mount_free_bytes gauge".to_string(),
+        ] {
+            assert!(out.contains(&want), "missing {want} in:\n{out}");
+        }
+        assert!(!out.contains("# EOF"), "classic text format: {out}");
     }
 }
