@@ -7,6 +7,10 @@
 /// The FUSE crate this server is built on, for callers that configure the mount.
 pub use fuser;
 
+pub mod uring;
+
+pub use uring::{FuseMode, RequestCounts, Transport};
+
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, OpenFlags,
     ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen,
@@ -16,24 +20,55 @@ use numaio_fs::meta::Kind;
 use numaio_fs::{Caller, Fs, FsError, SetAttr};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// How long the kernel may cache attributes and entries; one server owns the volume, so
 /// every change passes through it and a short TTL only bounds staleness after crashes.
-const TTL: Duration = Duration::from_secs(1);
+pub(crate) const TTL: Duration = Duration::from_secs(1);
 
 /// The FUSE face of a numaio-fs volume.
 pub struct NumaFs {
-    fs: Option<Fs>,
+    fs: Option<Arc<Fs>>,
+    transport: Transport,
 }
 
 impl NumaFs {
+    /// Serves `fs` over classic `/dev/fuse` only.
     pub fn new(fs: Fs) -> NumaFs {
-        NumaFs { fs: Some(fs) }
+        NumaFs::with_mode(fs, FuseMode::Classic)
+    }
+
+    /// Serves `fs`, asking the kernel at INIT for `mode`; with [`FuseMode::IoUring`] the
+    /// rings start with [`Transport::start`] once the session exists.
+    pub fn with_mode(fs: Fs, mode: FuseMode) -> NumaFs {
+        let fs = Arc::new(fs);
+        let transport = Transport::new(fs.clone(), mode == FuseMode::IoUring);
+        NumaFs {
+            fs: Some(fs),
+            transport,
+        }
+    }
+
+    /// The transport serving requests now.
+    pub fn fuse_mode(&self) -> FuseMode {
+        self.transport.mode()
+    }
+
+    /// Requests served so far, per transport.
+    pub fn requests(&self) -> RequestCounts {
+        self.transport.requests()
+    }
+
+    /// A handle on the transport that stays usable after the session took this `NumaFs`.
+    pub fn transport(&self) -> Transport {
+        self.transport.clone()
     }
 
     fn fs(&self) -> &Fs {
-        self.fs.as_ref().expect("volume is mounted until destroy")
+        // Every classic handler but flush passes through here: the classic request count.
+        self.transport.count_classic();
+        self.fs.as_deref().expect("volume is mounted until destroy")
     }
 }
 
@@ -122,10 +157,37 @@ fn empty(reply: ReplyEmpty, r: Result<(), FsError>) {
 }
 
 impl Filesystem for NumaFs {
+    fn init(&mut self, _req: &Request, config: &mut fuser::KernelConfig) -> std::io::Result<()> {
+        if self.transport.wants_uring()
+            && config
+                .add_capabilities(fuser::InitFlags::FUSE_OVER_IO_URING)
+                .is_ok()
+        {
+            // Every ring entry needs a payload buffer as large as the largest request, so
+            // bound requests (and readahead, which sizes them too) to a modest size.
+            let _ = config.set_max_write(uring::MAX_WRITE);
+            let _ = config.set_max_readahead(uring::MAX_WRITE);
+            self.transport.negotiated(u64::from(uring::MAX_WRITE));
+        }
+        Ok(())
+    }
+
     fn destroy(&mut self) {
+        // The ring workers hold the volume too: stop them before the final flush.
+        self.transport.stop();
         if let Some(fs) = self.fs.take() {
-            if let Err(e) = fs.unmount() {
-                eprintln!("numaio mount: unmounting the volume failed: {e}");
+            match Arc::try_unwrap(fs) {
+                Ok(fs) => {
+                    if let Err(e) = fs.unmount() {
+                        eprintln!("numaio mount: unmounting the volume failed: {e}");
+                    }
+                }
+                Err(fs) => {
+                    // Still shared (a worker did not stop): at least make everything durable.
+                    if let Err(e) = fs.sync() {
+                        eprintln!("numaio mount: syncing the volume failed: {e}");
+                    }
+                }
             }
         }
     }
