@@ -127,7 +127,7 @@ impl<'a> Out<'a> {
     pub fn new(buf: &'a mut [u8]) -> Out<'a> {
         Out { buf, len: 0 }
     }
-    pub fn len(&self) -> usize {
+    pub fn written(&self) -> usize {
         self.len
     }
     pub fn room(&self) -> usize {

@@ -108,7 +108,7 @@ pub fn dispatch(
                 .map_err(errno)?;
             let mut o = Out::new(payload);
             o.u32(n as u32).u32(0);
-            Ok(o.len())
+            Ok(o.written())
         }
         op::STATFS => {
             let s = fs.statfs();
@@ -122,7 +122,7 @@ pub fn dispatch(
                 .u32(255)
                 .u32(s.block_size as u32)
                 .zeros(4 + 6 * 4);
-            Ok(o.len())
+            Ok(o.written())
         }
         op::RELEASE => empty(fs.release(ino)),
         op::RELEASEDIR | op::FLUSH | op::DESTROY => Ok(0),
@@ -158,7 +158,7 @@ pub fn dispatch(
             let mut o = Out::new(payload);
             put_entry(&mut o, &a);
             o.u64(0).u32(0).u32(0);
-            Ok(o.len())
+            Ok(o.written())
         }
         op::READDIR => {
             let (offset, size) = (abi::u64_at(op_in, 8), abi::u32_at(op_in, 16) as usize);
@@ -177,7 +177,7 @@ pub fn dispatch(
                     .bytes(&e.name)
                     .zeros(rec - abi::DIRENT_SZ - e.name.len());
             }
-            Ok(o.len())
+            Ok(o.written())
         }
         op::FALLOCATE => {
             let (offset, length, mode) = (
@@ -216,7 +216,7 @@ fn opened(payload: &mut [u8]) -> Answer {
     let mut o = Out::new(payload);
     // fh 0, no FOPEN_* flags, no backing file.
     o.u64(0).u32(0).u32(0);
-    Ok(o.len())
+    Ok(o.written())
 }
 
 /// A size probe (size 0) gets the length; a too-small buffer gets ERANGE.
@@ -224,7 +224,7 @@ fn xattr(payload: &mut [u8], size: u32, v: &[u8]) -> Answer {
     if size == 0 {
         let mut o = Out::new(payload);
         o.u32(v.len() as u32).u32(0);
-        Ok(o.len())
+        Ok(o.written())
     } else if v.len() > size as usize {
         Err(libc::ERANGE)
     } else {
@@ -304,7 +304,7 @@ fn entry(payload: &mut [u8], r: Result<numaio_fs::FileAttr, FsError>) -> Answer 
     let a = r.map_err(errno)?;
     let mut o = Out::new(payload);
     put_entry(&mut o, &a);
-    Ok(o.len())
+    Ok(o.written())
 }
 
 fn attr_reply(payload: &mut [u8], r: Result<numaio_fs::FileAttr, FsError>) -> Answer {
@@ -312,7 +312,7 @@ fn attr_reply(payload: &mut [u8], r: Result<numaio_fs::FileAttr, FsError>) -> An
     let mut o = Out::new(payload);
     o.u64(TTL_SECS).u32(0).u32(0);
     put_attr(&mut o, &a);
-    Ok(o.len())
+    Ok(o.written())
 }
 
 #[cfg(test)]
