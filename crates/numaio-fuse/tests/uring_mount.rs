@@ -132,11 +132,7 @@ fn exercise(mnt: &Path) {
     g.set_len(10_000).unwrap();
     drop(g);
     assert_eq!(std::fs::metadata(&f).unwrap().len(), 10_000);
-    std::fs::set_permissions(
-        &f,
-        std::os::unix::fs::PermissionsExt::from_mode(0o640),
-    )
-    .unwrap();
+    std::fs::set_permissions(&f, std::os::unix::fs::PermissionsExt::from_mode(0o640)).unwrap();
     assert_eq!(
         std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&f).unwrap().permissions())
             & 0o7777,
@@ -206,7 +202,11 @@ fn io_uring_mode_serves_the_file_operations() {
         ),
         KernelSupport::Disabled => {
             if let Err(e) = uring::enable_in_kernel() {
-                skip!("FUSE over io_uring", "cannot set {}: {e}", uring::ENABLE_URING);
+                skip!(
+                    "FUSE over io_uring",
+                    "cannot set {}: {e}",
+                    uring::ENABLE_URING
+                );
             }
         }
         KernelSupport::Enabled => {}
@@ -232,7 +232,11 @@ fn io_uring_mode_serves_the_file_operations() {
         "most requests went through /dev/fuse: {n:?}"
     );
     bg.umount_and_join().expect("umount");
-    assert_eq!(t.mode(), FuseMode::Classic, "rings still running after umount");
+    assert_eq!(
+        t.mode(),
+        FuseMode::Classic,
+        "rings still running after umount"
+    );
     check_volume(&store);
 }
 

@@ -296,7 +296,12 @@ fn put_attr(o: &mut Out, a: &numaio_fs::FileAttr) {
 }
 
 fn put_entry(o: &mut Out, a: &numaio_fs::FileAttr) {
-    o.u64(a.ino).u64(0).u64(TTL_SECS).u64(TTL_SECS).u32(0).u32(0);
+    o.u64(a.ino)
+        .u64(0)
+        .u64(TTL_SECS)
+        .u64(TTL_SECS)
+        .u32(0)
+        .u32(0);
     put_attr(o, a);
 }
 

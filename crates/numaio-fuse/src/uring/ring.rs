@@ -126,10 +126,7 @@ pub fn run(spec: QueueSpec, stop: Arc<OwnedFd>, ready: std::sync::mpsc::Sender<i
     let _ = ready.send(Ok(()));
     drop(ready);
     if let Err(e) = w.serve() {
-        eprintln!(
-            "numaio mount: io_uring queue {} stopped: {e}",
-            w.spec.qid
-        );
+        eprintln!("numaio mount: io_uring queue {} stopped: {e}", w.spec.qid);
     }
 }
 
@@ -317,7 +314,8 @@ impl Worker {
             Err(e) => (-e, 0),
         };
         abi::put_out_header(in_out, (16 + len) as u32, error, h.unique);
-        ent[abi::ENT_PAYLOAD_SZ..abi::ENT_PAYLOAD_SZ + 4].copy_from_slice(&(len as u32).to_le_bytes());
+        ent[abi::ENT_PAYLOAD_SZ..abi::ENT_PAYLOAD_SZ + 4]
+            .copy_from_slice(&(len as u32).to_le_bytes());
         if let Some(c) = self.spec.served.get(self.spec.qid as usize) {
             c.0.fetch_add(1, Ordering::Relaxed);
         }
