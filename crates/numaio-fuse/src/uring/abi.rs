@@ -9,7 +9,6 @@ pub const CMD_COMMIT_AND_FETCH: u32 = 2;
 /// Bytes of `fuse_uring_req_header`: in/out header area, per-op header area, ring entry info.
 pub const IN_OUT_SZ: usize = 128;
 pub const OP_IN_SZ: usize = 128;
-pub const OP_IN_OFF: usize = IN_OUT_SZ;
 pub const ENT_OFF: usize = IN_OUT_SZ + OP_IN_SZ;
 pub const REQ_HEADER_SZ: usize = ENT_OFF + 32;
 
@@ -20,7 +19,6 @@ pub const ENT_PAYLOAD_SZ: usize = 16;
 /// Opcodes (`enum fuse_opcode`).
 pub mod op {
     pub const LOOKUP: u32 = 1;
-    pub const FORGET: u32 = 2;
     pub const GETATTR: u32 = 3;
     pub const SETATTR: u32 = 4;
     pub const READLINK: u32 = 5;
@@ -48,7 +46,6 @@ pub mod op {
     pub const ACCESS: u32 = 34;
     pub const CREATE: u32 = 35;
     pub const DESTROY: u32 = 38;
-    pub const BATCH_FORGET: u32 = 42;
     pub const FALLOCATE: u32 = 43;
     pub const RENAME2: u32 = 45;
 }
@@ -151,11 +148,6 @@ impl<'a> Out<'a> {
     }
 }
 
-/// Bytes of `fuse_attr`, `fuse_attr_out`, `fuse_entry_out`, `fuse_open_out`.
-pub const ATTR_SZ: usize = 88;
-pub const ATTR_OUT_SZ: usize = 16 + ATTR_SZ;
-pub const ENTRY_OUT_SZ: usize = 40 + ATTR_SZ;
-pub const OPEN_OUT_SZ: usize = 16;
 /// Bytes of a `fuse_dirent` before its name.
 pub const DIRENT_SZ: usize = 24;
 

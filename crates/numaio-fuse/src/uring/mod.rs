@@ -3,8 +3,8 @@
 //! that CPU's node. `/dev/fuse` stays served by fuser for what the kernel keeps sending
 //! there (forget, interrupt), and for everything when the kernel falls back.
 
-pub mod abi;
-pub mod dispatch;
+mod abi;
+mod dispatch;
 mod ring;
 
 use numaio_fs::Fs;
