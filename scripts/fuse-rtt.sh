@@ -5,7 +5,8 @@
 #   rtt     4 KiB random reads, one job: mean latency = round-trip cost per request
 #   read    4 KiB random reads, --jobs jobs: request rate
 #   write   4 KiB random writes, --jobs jobs: request rate
-# Prints a table with io_uring/classic ratios and writes JSON. A benchmark, not a test: it
+# The modes alternate for --rounds rounds (load from other work hits both alike) and each
+# measure keeps its best round. Prints a table with io_uring/classic ratios and writes JSON. A benchmark, not a test: it
 # exits non-zero only when a run could not be made. Results and method: docs/fs.md
 # ("FUSE transport").
 #
@@ -13,6 +14,7 @@
 #   --numaio PATH    the numaio binary (default target/release/numaio)
 #   --runtime SECS   seconds per measurement (default 5)
 #   --jobs N         parallel jobs for the rates (default: the number of CPUs)
+#   --rounds N       rounds of both modes (default 3)
 #   --json FILE      where to write the results (default: SCRATCH/fuse-rtt.json)
 #   --keep           leave the scratch directory in place
 set -uo pipefail
@@ -20,14 +22,15 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 
 say() { printf '[fuse-rtt] %s\n' "$*" >&2; }
 die() { printf '[fuse-rtt] ERROR: %s\n' "$*" >&2; exit 2; }
-usage() { sed -n '12,18p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '13,19p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
-NUMAIO="$ROOT/target/release/numaio" RUNTIME=5 JOBS="$(nproc)" JSON="" KEEP=0
+NUMAIO="$ROOT/target/release/numaio" RUNTIME=5 JOBS="$(nproc)" ROUNDS=3 JSON="" KEEP=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --numaio) NUMAIO="${2:-}"; shift 2 ;;
         --runtime) RUNTIME="${2:-}"; shift 2 ;;
         --jobs) JOBS="${2:-}"; shift 2 ;;
+        --rounds) ROUNDS="${2:-}"; shift 2 ;;
         --json) JSON="${2:-}"; shift 2 ;;
         --keep) KEEP=1; shift ;;
         -h|--help) usage ;;
@@ -36,6 +39,7 @@ while [ $# -gt 0 ]; do
 done
 [[ "$RUNTIME" =~ ^[1-9][0-9]*$ ]] || die "--runtime must be a positive number of seconds (got '$RUNTIME')"
 [[ "$JOBS" =~ ^[1-9][0-9]*$ ]] || die "--jobs must be a positive integer (got '$JOBS')"
+[[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || die "--rounds must be a positive integer (got '$ROUNDS')"
 [ "$(id -u)" -eq 0 ] || die "run as root: it mounts, and turns on FUSE over io_uring"
 command -v fio >/dev/null || die "fio not found (scripts/setup.sh installs it)"
 command -v python3 >/dev/null || die "python3 not found (reads fio's JSON)"
@@ -73,19 +77,27 @@ run_fio() { # name rw jobs -> prints "iops lat_us"
     case "$2" in *read*) fio_num "$out" read ;; *) fio_num "$out" write ;; esac
 }
 
+best() { python3 -c "import sys; f=float; a,b,lo=sys.argv[1],sys.argv[2],sys.argv[3]=='min'
+print(b if a=='' else (min if lo else max)(f(a),f(b)))" "$1" "$2" "$3"; }
 declare -A R
+for round in $(seq "$ROUNDS"); do
 for mode in classic io-uring; do
     [ "$mode" = io-uring ] && echo Y > "$SWITCH"
     out="$("$NUMAIO" mount --json --fuse-mode "$mode" "$SCRATCH/d0" "$SCRATCH/d1" "$MNT")" \
         || die "numaio mount --fuse-mode $mode failed"
     got="$(printf '%s' "$out" | python3 -c 'import json,sys; print(json.load(sys.stdin)["fuse_mode"])')"
-    say "$mode: mounted, fuse_mode=$got"
+    say "round $round, $mode: mounted, fuse_mode=$got"
     dd if=/dev/zero of="$MNT/data" bs=1M count=64 conv=fsync status=none || die "writing the data file failed"
     read -r _ lat <<< "$(run_fio "rtt-$mode" randread 1)"
     read -r rd _ <<< "$(run_fio "read-$mode" randread "$JOBS")"
     read -r wr _ <<< "$(run_fio "write-$mode" randwrite "$JOBS")"
-    R[$mode.rtt]=$lat R[$mode.read]=$rd R[$mode.write]=$wr R[$mode.got]=$got
+    say "round $round, $mode: rtt ${lat} us, read ${rd}/s, write ${wr}/s"
+    R[$mode.rtt]=$(best "${R[$mode.rtt]:-}" "$lat" min)
+    R[$mode.read]=$(best "${R[$mode.read]:-}" "$rd" max)
+    R[$mode.write]=$(best "${R[$mode.write]:-}" "$wr" max)
+    R[$mode.got]=$got
     "$NUMAIO" umount "$MNT" >/dev/null || die "numaio umount $MNT failed"
+done
 done
 
 ratio() { python3 -c "import sys; print('%.2f' % (float(sys.argv[1])/float(sys.argv[2])))" "$1" "$2"; }
@@ -97,7 +109,7 @@ printf '%-34s %12s %12s %8s\n' "random read, $JOBS jobs (req/s)" "${R[classic.re
 printf '%-34s %12s %12s %8s\n' "random write, $JOBS jobs (req/s)" "${R[classic.write]}" "${R[io-uring.write]}" \
     "$(ratio "${R[io-uring.write]}" "${R[classic.write]}")"
 cat > "$JSON" <<JSONEOF
-{"schema_version":1,"runtime_s":$RUNTIME,"jobs":$JOBS,
+{"schema_version":1,"runtime_s":$RUNTIME,"jobs":$JOBS,"rounds":$ROUNDS,
  "classic":{"fuse_mode":"${R[classic.got]}","rtt_us":${R[classic.rtt]},"read_iops":${R[classic.read]},"write_iops":${R[classic.write]}},
  "io_uring":{"fuse_mode":"${R[io-uring.got]}","rtt_us":${R[io-uring.rtt]},"read_iops":${R[io-uring.read]},"write_iops":${R[io-uring.write]}}}
 JSONEOF
