@@ -7,11 +7,16 @@
 pub mod accounting;
 pub mod caller;
 pub mod move_work;
+pub mod observer;
 pub mod serving;
 pub mod stats;
+pub mod uring;
 
 /// The FUSE crate this server is built on, for callers that configure the mount.
 pub use fuser;
+
+pub use observer::Observer;
+pub use uring::{FuseMode, RequestCounts, Transport};
 
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, OpenFlags,
@@ -22,43 +27,42 @@ use numaio_fs::meta::Kind;
 use numaio_fs::{Caller, Fs, FsError, SetAttr};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// How long the kernel may cache attributes and entries; one server owns the volume, so
 /// every change passes through it and a short TTL only bounds staleness after crashes.
-const TTL: Duration = Duration::from_secs(1);
+pub(crate) const TTL: Duration = Duration::from_secs(1);
 
 /// The FUSE face of a numaio-fs volume.
 pub struct NumaFs {
-    fs: Option<Fs>,
-    callers: caller::CallerNodes,
-    accounting: accounting::Accounting,
-    mover: Option<move_work::ThreadMover>,
-    mountpoint: String,
-    fuse_mode: &'static str,
+    fs: Option<Arc<Fs>>,
+    obs: Arc<Observer>,
+    transport: Transport,
 }
 
 impl NumaFs {
+    /// Serves `fs` over classic `/dev/fuse` only.
     pub fn new(fs: Fs) -> NumaFs {
+        NumaFs::with_mode(fs, FuseMode::Classic)
+    }
+
+    /// Serves `fs`, asking the kernel at INIT for `mode`; with [`FuseMode::IoUring`] the
+    /// rings start with [`Transport::start`] once the session exists.
+    pub fn with_mode(fs: Fs, mode: FuseMode) -> NumaFs {
+        let fs = Arc::new(fs);
+        let obs = Arc::new(Observer::new());
+        let transport = Transport::new(fs.clone(), obs.clone(), mode == FuseMode::IoUring);
         NumaFs {
             fs: Some(fs),
-            callers: caller::CallerNodes::detect(),
-            accounting: accounting::Accounting::new(),
-            mover: None,
-            mountpoint: String::new(),
-            fuse_mode: "classic",
+            obs,
+            transport,
         }
     }
 
     /// The mount point, as the statistics report it.
-    pub fn with_mountpoint(mut self, mp: &str) -> NumaFs {
-        self.mountpoint = mp.to_string();
-        self
-    }
-
-    /// The transport serving the mount: `classic` (/dev/fuse) or `io_uring`.
-    pub fn with_fuse_mode(mut self, mode: &'static str) -> NumaFs {
-        self.fuse_mode = mode;
+    pub fn with_mountpoint(self, mp: &str) -> NumaFs {
+        self.obs.set_mountpoint(mp);
         self
     }
 
@@ -66,26 +70,56 @@ impl NumaFs {
     /// engine's default hysteresis; `override_user_affinity` also moves threads whose
     /// affinity someone else narrowed.
     pub fn with_move_work(
-        mut self,
+        self,
         mode: numaio_engine::move_work::MoveWork,
         override_user_affinity: bool,
     ) -> NumaFs {
-        use numaio_engine::move_work::MoveWork;
-        self.mover = matches!(mode, MoveWork::MigrateThread | MoveWork::FirstReader).then(|| {
-            move_work::ThreadMover::new(
-                mode,
-                override_user_affinity,
-                numaio_engine::hysteresis::HysteresisConfig::default(),
-                self.callers.node_cpus(),
-            )
-        });
+        self.obs.set_move_work(mode, override_user_affinity);
         self
     }
 
-    /// Counts a served read or write of `len` bytes at `offset` of `ino` for its requester,
-    /// per node of the data, and lets the thread mover act on it. Every transport calls this
-    /// after a successful read or write.
-    pub fn account(
+    /// The transport serving requests now.
+    pub fn fuse_mode(&self) -> FuseMode {
+        self.transport.mode()
+    }
+
+    /// Requests served so far, per transport.
+    pub fn requests(&self) -> RequestCounts {
+        self.transport.requests()
+    }
+
+    /// A handle on the transport that stays usable after the session took this `NumaFs`.
+    pub fn transport(&self) -> Transport {
+        self.transport.clone()
+    }
+
+    /// The request observer (accounting, moves, statistics) every transport reports to.
+    pub fn observer(&self) -> Arc<Observer> {
+        self.obs.clone()
+    }
+
+    /// The mount's statistics as the JSON of [`stats::Stats`].
+    pub fn stats_json(&self) -> Vec<u8> {
+        self.obs
+            .stats_json(self.fs_ref(), self.transport.mode().as_str())
+    }
+
+    /// The requester behind a request from thread `tid` (its node, its process).
+    pub fn requester(&self, tid: u32) -> caller::Requester {
+        self.obs.requester(tid)
+    }
+
+    /// The [`Caller`] for a request from thread `tid` with the given credentials: placement
+    /// uses the node of the CPU the requesting thread runs on.
+    pub fn caller_of(&self, tid: u32, uid: u32, gid: u32) -> Caller {
+        Observer::caller(&self.requester(tid), uid, gid)
+    }
+
+    fn caller(&self, req: &Request) -> Caller {
+        self.caller_of(req.pid(), req.uid(), req.gid())
+    }
+
+    fn account(
         &self,
         r: &caller::Requester,
         ino: u64,
@@ -93,76 +127,21 @@ impl NumaFs {
         len: u64,
         dir: accounting::Direction,
     ) {
-        let parts = self.fs().range_nodes(ino, offset, len);
-        self.accounting.add(r.pid, r.tid, dir, r.node, &parts);
-        if let Some(m) = &self.mover {
-            // The node holding most of the range is where the thread should be.
-            if let Some(&(node, _)) = parts.iter().max_by_key(|(n, b)| (*b, u32::MAX - *n)) {
-                if let Some(to) = m.observe(r, ino, offset / numaio_fs::BLOCK_SIZE, node) {
-                    self.callers.note_moved(r.tid, to);
-                }
-            }
-        }
-    }
-
-    /// The mount's statistics as the JSON of [`stats::Stats`].
-    pub fn stats_json(&self) -> Vec<u8> {
-        let fs = self.fs();
-        let s = fs.statfs();
-        let cache = fs.cache_bytes();
-        let space: Vec<stats::NodeSpace> = s
-            .nodes
-            .iter()
-            .map(|u| stats::NodeSpace {
-                node: u.node,
-                capacity_bytes: u.total_blocks * s.block_size,
-                free_bytes: u.free_blocks * s.block_size,
-                cache_bytes: cache
-                    .iter()
-                    .filter(|(n, _)| *n == u.node)
-                    .map(|(_, b)| *b)
-                    .sum(),
-                misplaced_blocks: u.fallback_blocks,
-            })
-            .collect();
-        let (moved, skipped) = self.mover.as_ref().map_or((0, 0), |m| m.counts());
-        let moves = stats::MoveStats {
-            mode: self.mover.as_ref().map(|m| m.mode().to_string()),
-            moved,
-            skipped,
-        };
-        let snap = self.accounting.snapshot();
-        stats::Stats::build(&self.mountpoint, self.fuse_mode, &space, &snap, moves).1
-    }
-
-    /// The requester behind a request from thread `tid` (its node, its process); any
-    /// transport calls this with the thread id the kernel put in the request.
-    pub fn requester(&self, tid: u32) -> caller::Requester {
-        self.callers.lookup(tid)
-    }
-
-    /// The [`Caller`] for a request from thread `tid` with the given credentials: placement
-    /// uses the node of the CPU the requesting thread runs on.
-    pub fn caller_of(&self, tid: u32, uid: u32, gid: u32) -> Caller {
-        let r = self.requester(tid);
-        Caller {
-            node: r.node,
-            uid,
-            gid,
-            pid: r.pid,
-        }
-    }
-
-    fn caller(&self, req: &Request) -> Caller {
-        self.caller_of(req.pid(), req.uid(), req.gid())
+        self.obs.account(self.fs_ref(), r, ino, offset, len, dir)
     }
 
     fn is_stats_xattr(ino: INodeNo, name: &OsStr) -> bool {
-        ino.0 == numaio_fs::meta::ROOT_INO && name.as_bytes() == stats::STATS_XATTR
+        Observer::is_stats_xattr(ino.0, name.as_bytes())
+    }
+
+    fn fs_ref(&self) -> &Fs {
+        self.fs.as_deref().expect("volume is mounted until destroy")
     }
 
     fn fs(&self) -> &Fs {
-        self.fs.as_ref().expect("volume is mounted until destroy")
+        // Every classic handler but flush passes through here: the classic request count.
+        self.transport.count_classic();
+        self.fs_ref()
     }
 }
 
@@ -221,10 +200,37 @@ fn empty(reply: ReplyEmpty, r: Result<(), FsError>) {
 }
 
 impl Filesystem for NumaFs {
+    fn init(&mut self, _req: &Request, config: &mut fuser::KernelConfig) -> std::io::Result<()> {
+        if self.transport.wants_uring()
+            && config
+                .add_capabilities(fuser::InitFlags::FUSE_OVER_IO_URING)
+                .is_ok()
+        {
+            // Every ring entry needs a payload buffer as large as the largest request, so
+            // bound requests (and readahead, which sizes them too) to a modest size.
+            let _ = config.set_max_write(uring::MAX_WRITE);
+            let _ = config.set_max_readahead(uring::MAX_WRITE);
+            self.transport.negotiated(u64::from(uring::MAX_WRITE));
+        }
+        Ok(())
+    }
+
     fn destroy(&mut self) {
+        // The ring workers hold the volume too: stop them before the final flush.
+        self.transport.stop();
         if let Some(fs) = self.fs.take() {
-            if let Err(e) = fs.unmount() {
-                eprintln!("numaio mount: unmounting the volume failed: {e}");
+            match Arc::try_unwrap(fs) {
+                Ok(fs) => {
+                    if let Err(e) = fs.unmount() {
+                        eprintln!("numaio mount: unmounting the volume failed: {e}");
+                    }
+                }
+                Err(fs) => {
+                    // Still shared (a worker did not stop): at least make everything durable.
+                    if let Err(e) = fs.sync() {
+                        eprintln!("numaio mount: syncing the volume failed: {e}");
+                    }
+                }
             }
         }
     }
@@ -375,12 +381,7 @@ impl Filesystem for NumaFs {
         reply: ReplyWrite,
     ) {
         let r = self.requester(req.pid());
-        let c = Caller {
-            node: r.node,
-            uid: req.uid(),
-            gid: req.gid(),
-            pid: r.pid,
-        };
+        let c = Observer::caller(&r, req.uid(), req.gid());
         match self.fs().write(ino.0, offset, data, &c) {
             Ok(n) => {
                 reply.written(n as u32);

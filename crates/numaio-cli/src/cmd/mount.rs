@@ -7,7 +7,10 @@
 use anyhow::{bail, Context};
 use numaio_fs::volume::Volume;
 use numaio_fs::MountOptions;
+use numaio_fuse::FuseMode;
 use serde::Serialize;
+use std::io::BufRead;
+use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
@@ -27,7 +30,13 @@ pub struct MountArgs {
     /// Mount options, comma-separated: ro, rw, allow_other, default_permissions.
     #[arg(short = 'o', value_name = "OPTS")]
     options: Vec<String>,
-    /// Print JSON: {"schema_version":1,"mountpoint","devices":[...],"pid","read_only"}.
+    /// How the kernel hands requests over: io-uring (one ring per CPU, Linux 6.14+; as root
+    /// turns on /sys/module/fuse/parameters/enable_uring if needed), classic (/dev/fuse), or
+    /// auto (io-uring where the kernel has it enabled, else classic).
+    #[arg(long, value_enum, default_value = "auto", value_name = "MODE")]
+    fuse_mode: FuseModeArg,
+    /// Print JSON: {"schema_version":1,"mountpoint","devices":[...],"pid","read_only",
+    /// "fuse_mode":"classic"|"io_uring"}.
     #[arg(long)]
     json: bool,
     /// Move a requesting thread that keeps touching data on another node to that node's
@@ -44,6 +53,23 @@ pub struct MountArgs {
     paths: Vec<PathBuf>,
 }
 
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum FuseModeArg {
+    Auto,
+    Classic,
+    IoUring,
+}
+
+impl FuseModeArg {
+    fn name(self) -> &'static str {
+        match self {
+            FuseModeArg::Auto => "auto",
+            FuseModeArg::Classic => "classic",
+            FuseModeArg::IoUring => "io-uring",
+        }
+    }
+}
+
 #[derive(Serialize)]
 struct Mounted<'a> {
     schema_version: u32,
@@ -51,6 +77,50 @@ struct Mounted<'a> {
     devices: &'a [PathBuf],
     pid: u32,
     read_only: bool,
+    fuse_mode: &'a str,
+}
+
+/// The transport to ask the kernel for; errors only where io-uring was asked for explicitly.
+fn resolve_mode(m: FuseModeArg) -> anyhow::Result<FuseMode> {
+    use numaio_fuse::uring::{self, KernelSupport};
+    match m {
+        FuseModeArg::Classic => Ok(FuseMode::Classic),
+        FuseModeArg::Auto => Ok(
+            if uring::kernel_support() == KernelSupport::Enabled && uring::probe_ring().is_ok() {
+                FuseMode::IoUring
+            } else {
+                FuseMode::Classic
+            },
+        ),
+        FuseModeArg::IoUring => {
+            match uring::kernel_support() {
+                KernelSupport::Missing => bail!(
+                    "FUSE over io_uring is not available: this kernel lacks it ({} is missing; \
+                     it needs Linux 6.14+ with CONFIG_FUSE_IO_URING): use --fuse-mode classic or auto",
+                    uring::ENABLE_URING
+                ),
+                KernelSupport::Disabled => {
+                    uring::enable_in_kernel().with_context(|| {
+                        format!(
+                            "turning on FUSE over io_uring by writing Y to {} (needs root; \
+                             or use --fuse-mode classic or auto)",
+                            uring::ENABLE_URING
+                        )
+                    })?;
+                    crate::warnln!(
+                        "turned on FUSE over io_uring in the kernel ({} = Y)",
+                        uring::ENABLE_URING
+                    );
+                }
+                KernelSupport::Enabled => {}
+            }
+            uring::probe_ring().context(
+                "creating an io_uring failed (is kernel.io_uring_disabled set?): \
+                 use --fuse-mode classic or auto",
+            )?;
+            Ok(FuseMode::IoUring)
+        }
+    }
 }
 
 struct Opts {
@@ -145,6 +215,7 @@ pub fn run(a: MountArgs) -> anyhow::Result<ExitCode> {
     if !Path::new("/dev/fuse").exists() {
         bail!("/dev/fuse is missing: load the fuse module (modprobe fuse)");
     }
+    let want = resolve_mode(a.fuse_mode)?;
     // Opening takes the exclusive lock on every device: a volume mounted elsewhere fails here.
     let vol = Volume::open(devs, opts.read_only)
         .with_context(|| format!("opening the volume on {}", show(devs)))?;
@@ -183,17 +254,41 @@ pub fn run(a: MountArgs) -> anyhow::Result<ExitCode> {
         cfg.acl = numaio_fuse::fuser::SessionACL::All;
     }
     let shown_mp = std::fs::canonicalize(mp).unwrap_or_else(|_| mp.clone());
-    let mut nfs = numaio_fuse::NumaFs::new(fs).with_mountpoint(&shown_mp.display().to_string());
+    let mut nfs =
+        numaio_fuse::NumaFs::with_mode(fs, want).with_mountpoint(&shown_mp.display().to_string());
     if let Some(mode) = a.move_work {
         nfs = nfs.with_move_work(mode, a.move_work_override);
     }
-    let node_cpus = numaio_fuse::caller::CallerNodes::detect().node_cpus();
+    let node_cpus = nfs.observer().node_cpus();
+    let transport = nfs.transport();
     let session = numaio_fuse::fuser::Session::new(nfs, mp, &cfg).with_context(|| {
         format!(
             "mounting FUSE at {} (needs root or /dev/fuse access)",
             mp.display()
         )
     })?;
+    // The rings must be registered before the kernel serves anything once INIT took
+    // io_uring; if that fails the kernel falls back to /dev/fuse.
+    let explicit = a.fuse_mode == FuseModeArg::IoUring;
+    if explicit && !transport.is_negotiated() {
+        bail!(
+            "mounting {}: the kernel did not accept FUSE over io_uring at INIT: use --fuse-mode classic or auto",
+            mp.display()
+        );
+    }
+    let mode = match transport.start(session.as_fd()) {
+        Ok(m) => m,
+        Err(e) if explicit => {
+            return Err(e).with_context(|| format!("serving {} over io_uring", mp.display()))
+        }
+        Err(e) => {
+            crate::warnln!(
+                "{}: FUSE over io_uring failed ({e}); serving through /dev/fuse",
+                mp.display()
+            );
+            FuseMode::Classic
+        }
+    };
     let bg = session
         .spawn()
         .with_context(|| format!("starting the FUSE server for {}", mp.display()))?;
@@ -206,6 +301,26 @@ pub fn run(a: MountArgs) -> anyhow::Result<ExitCode> {
             mp.display()
         );
     }
+    // The readiness line: the detaching parent reads the mode from it.
+    let pid = std::process::id();
+    if a.json {
+        crate::output::print_json(&Mounted {
+            schema_version: 1,
+            mountpoint: mp,
+            devices: devs,
+            pid,
+            read_only: opts.read_only,
+            fuse_mode: mode.as_str(),
+        })?;
+    } else {
+        crate::outln!(
+            "serving {} at {} (fuse mode {}, pid {pid})",
+            show(devs),
+            mp.display(),
+            mode.as_str()
+        )?;
+    }
+    crate::output::flush_out()?;
     let term = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, term.clone()).context("installing signal handlers")?;
@@ -243,7 +358,11 @@ fn detach(
 ) -> anyhow::Result<ExitCode> {
     let exe = std::env::current_exe().context("finding this program to start the server")?;
     let mut cmd = std::process::Command::new(exe);
-    cmd.arg("mount").arg("-f");
+    cmd.arg("mount")
+        .arg("-f")
+        .arg("--json")
+        .arg("--fuse-mode")
+        .arg(a.fuse_mode.name());
     for o in &a.options {
         cmd.arg("-o").arg(o);
     }
@@ -255,8 +374,9 @@ fn detach(
     }
     cmd.arg("--").args(devs).arg(mp);
     // The server outlives this command: it must not hold the caller's output pipes open.
+    // Its stdout is a pipe to us only, for the readiness line.
     cmd.stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::null());
     // SAFETY: setsid is async-signal-safe; it detaches the server from our session.
     unsafe {
@@ -266,6 +386,14 @@ fn detach(
         });
     }
     let mut child = cmd.spawn().context("starting the mount server")?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    if let Some(out) = child.stdout.take() {
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = std::io::BufReader::new(out).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+    }
     let start = Instant::now();
     loop {
         if let Some(st) = child.try_wait()? {
@@ -291,6 +419,20 @@ fn detach(
         std::thread::sleep(Duration::from_millis(20));
     }
     let pid = child.id();
+    // The server prints its line right after the mount is up; a missing line means it
+    // exited, which the next check of the mount would show.
+    let line = rx
+        .recv_timeout(START_TIMEOUT.saturating_sub(start.elapsed()))
+        .unwrap_or_default();
+    let fuse_mode = serde_json::from_str::<serde_json::Value>(&line)
+        .ok()
+        .and_then(|v| v.get("fuse_mode")?.as_str().map(str::to_owned))
+        .with_context(|| {
+            format!(
+                "the mount server for {} did not report its FUSE mode: run `numaio mount -f ...` to see why",
+                mp.display()
+            )
+        })?;
     if a.json {
         crate::output::print_json(&Mounted {
             schema_version: 1,
@@ -298,10 +440,11 @@ fn detach(
             devices: devs,
             pid,
             read_only,
+            fuse_mode: &fuse_mode,
         })?;
     } else {
         crate::outln!(
-            "mounted {} at {} (server pid {pid})",
+            "mounted {} at {} (fuse mode {fuse_mode}, server pid {pid})",
             show(devs),
             mp.display()
         )?;

@@ -1,0 +1,130 @@
+//! What every transport reports about the requests it serves: who asked (thread, process,
+//! node), the per-node accounting, thread moves, and the statistics the mount answers on its
+//! root's `user.numaio.stats` xattr. Shared by the classic adapter and the io_uring workers.
+
+use crate::{accounting, caller, move_work, stats};
+use numaio_fs::{Caller, Fs};
+use std::sync::OnceLock;
+
+/// The mount's request observer.
+pub struct Observer {
+    callers: caller::CallerNodes,
+    accounting: accounting::Accounting,
+    mover: OnceLock<move_work::ThreadMover>,
+    mountpoint: OnceLock<String>,
+}
+
+impl Default for Observer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Observer {
+    pub fn new() -> Observer {
+        Observer {
+            callers: caller::CallerNodes::detect(),
+            accounting: accounting::Accounting::new(),
+            mover: OnceLock::new(),
+            mountpoint: OnceLock::new(),
+        }
+    }
+
+    /// Sets the mount point the statistics report (once; later calls are ignored).
+    pub fn set_mountpoint(&self, mp: &str) {
+        let _ = self.mountpoint.set(mp.to_string());
+    }
+
+    /// Moves requesting threads to their data (`MigrateThread` or `FirstReader`) with the
+    /// engine's default hysteresis; set once, before the mount serves requests.
+    pub fn set_move_work(&self, mode: numaio_engine::move_work::MoveWork, override_user: bool) {
+        use numaio_engine::move_work::MoveWork;
+        if matches!(mode, MoveWork::MigrateThread | MoveWork::FirstReader) {
+            let _ = self.mover.set(move_work::ThreadMover::new(
+                mode,
+                override_user,
+                numaio_engine::hysteresis::HysteresisConfig::default(),
+                self.callers.node_cpus(),
+            ));
+        }
+    }
+
+    /// The requester behind a request from thread `tid` (its node, its process).
+    pub fn requester(&self, tid: u32) -> caller::Requester {
+        self.callers.lookup(tid)
+    }
+
+    /// The [`Caller`] of requester `r` with the request's credentials.
+    pub fn caller(r: &caller::Requester, uid: u32, gid: u32) -> Caller {
+        Caller {
+            node: r.node,
+            uid,
+            gid,
+            pid: r.pid,
+        }
+    }
+
+    /// Counts a served read or write of `len` bytes at `offset` of `ino` for its requester,
+    /// per node of the data, and lets the thread mover act on it.
+    pub fn account(
+        &self,
+        fs: &Fs,
+        r: &caller::Requester,
+        ino: u64,
+        offset: u64,
+        len: u64,
+        dir: accounting::Direction,
+    ) {
+        let parts = fs.range_nodes(ino, offset, len);
+        self.accounting.add(r.pid, r.tid, dir, r.node, &parts);
+        if let Some(m) = self.mover.get() {
+            // The node holding most of the range is where the thread should be.
+            if let Some(&(node, _)) = parts.iter().max_by_key(|(n, b)| (*b, u32::MAX - *n)) {
+                if let Some(to) = m.observe(r, ino, offset / numaio_fs::BLOCK_SIZE, node) {
+                    self.callers.note_moved(r.tid, to);
+                }
+            }
+        }
+    }
+
+    /// Whether `name` on `ino` is the virtual statistics xattr.
+    pub fn is_stats_xattr(ino: u64, name: &[u8]) -> bool {
+        ino == numaio_fs::meta::ROOT_INO && name == stats::STATS_XATTR
+    }
+
+    /// The mount's statistics as the JSON of [`stats::Stats`].
+    pub fn stats_json(&self, fs: &Fs, fuse_mode: &str) -> Vec<u8> {
+        let s = fs.statfs();
+        let cache = fs.cache_bytes();
+        let space: Vec<stats::NodeSpace> = s
+            .nodes
+            .iter()
+            .map(|u| stats::NodeSpace {
+                node: u.node,
+                capacity_bytes: u.total_blocks * s.block_size,
+                free_bytes: u.free_blocks * s.block_size,
+                cache_bytes: cache
+                    .iter()
+                    .filter(|(n, _)| *n == u.node)
+                    .map(|(_, b)| *b)
+                    .sum(),
+                misplaced_blocks: u.fallback_blocks,
+            })
+            .collect();
+        let mover = self.mover.get();
+        let (moved, skipped) = mover.map_or((0, 0), |m| m.counts());
+        let moves = stats::MoveStats {
+            mode: mover.map(|m| m.mode().to_string()),
+            moved,
+            skipped,
+        };
+        let snap = self.accounting.snapshot();
+        let mp = self.mountpoint.get().map_or("", String::as_str);
+        stats::Stats::build(mp, fuse_mode, &space, &snap, moves).1
+    }
+
+    /// The CPUs of each node, as the observer places threads.
+    pub fn node_cpus(&self) -> std::collections::BTreeMap<u32, Vec<u32>> {
+        self.callers.node_cpus()
+    }
+}

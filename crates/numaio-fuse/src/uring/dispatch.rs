@@ -1,0 +1,365 @@
+//! Decodes one FUSE request taken from a ring entry and answers it through the same
+//! `numaio_fs::Fs` calls the classic adapter makes, writing the reply into the entry's
+//! payload buffer.
+//!
+//! Requests and replies share the payload buffer, so every handler finishes reading its
+//! input (names, write data) before it writes the reply.
+
+use super::abi::{self, fattr, op, Out};
+use crate::accounting::Direction;
+use crate::caller::Requester;
+use crate::Observer;
+use numaio_fs::meta::Kind;
+use numaio_fs::{Fs, FsError, SetAttr};
+
+/// Seconds the kernel may cache entries and attributes: the classic adapter's TTL.
+const TTL_SECS: u64 = crate::TTL.as_secs();
+
+/// What a handler produced: payload bytes of a successful reply, or a positive errno.
+pub type Answer = Result<usize, i32>;
+
+/// Serves `h` given its per-op header `op_in` and the first `in_len` bytes of `payload`.
+/// `node` is the node of the worker's CPU, which is the requesting thread's: the kernel
+/// queues a request on the ring of the CPU that issued it.
+#[allow(clippy::too_many_arguments)]
+pub fn dispatch(
+    fs: &Fs,
+    obs: &Observer,
+    node: u32,
+    h: &abi::InHeader,
+    op_in: &[u8],
+    payload: &mut [u8],
+    in_len: usize,
+) -> Answer {
+    // The header's pid is the requesting thread's id; the observer knows its process.
+    let r = Requester {
+        node,
+        exact: true,
+        ..obs.requester(h.pid)
+    };
+    let c = Observer::caller(&r, h.uid, h.gid);
+    let ino = h.nodeid;
+    let input = &payload[..in_len.min(payload.len())];
+    match h.opcode {
+        op::LOOKUP => {
+            let r = fs.lookup(ino, name(input)?, &c);
+            entry(payload, r)
+        }
+        op::GETATTR => attr_reply(payload, fs.getattr(ino)),
+        op::SETATTR => {
+            let s = setattr(op_in);
+            attr_reply(payload, fs.setattr(ino, &s, &c))
+        }
+        op::READLINK => {
+            let t = fs.readlink(ino).map_err(errno)?;
+            data(payload, &t)
+        }
+        op::SYMLINK => {
+            let (n, rest) = abi::cstr(input).ok_or(libc::EINVAL)?;
+            let (target, _) = abi::cstr(rest).ok_or(libc::EINVAL)?;
+            let r = fs.symlink(ino, n, target, &c);
+            entry(payload, r)
+        }
+        op::MKNOD => {
+            let (mode, umask) = (abi::u32_at(op_in, 0), abi::u32_at(op_in, 8));
+            // Only regular files exist in numaio-fs; devices, fifos and sockets are refused.
+            if mode & libc::S_IFMT != libc::S_IFREG {
+                return Err(libc::EPERM);
+            }
+            let r = fs.create(ino, name(input)?, mode & !umask & 0o7777, &c);
+            entry(payload, r)
+        }
+        op::MKDIR => {
+            let (mode, umask) = (abi::u32_at(op_in, 0), abi::u32_at(op_in, 4));
+            let r = fs.mkdir(ino, name(input)?, mode & !umask, &c);
+            entry(payload, r)
+        }
+        op::UNLINK => empty(fs.unlink(ino, name(input)?, &c)),
+        op::RMDIR => empty(fs.rmdir(ino, name(input)?, &c)),
+        op::RENAME | op::RENAME2 => {
+            let newdir = abi::u64_at(op_in, 0);
+            let flags = if h.opcode == op::RENAME2 {
+                abi::u32_at(op_in, 8)
+            } else {
+                0
+            };
+            let (old, rest) = abi::cstr(input).ok_or(libc::EINVAL)?;
+            let (new, _) = abi::cstr(rest).ok_or(libc::EINVAL)?;
+            empty(fs.rename(ino, old, newdir, new, flags, &c))
+        }
+        op::LINK => {
+            let old = abi::u64_at(op_in, 0);
+            let r = fs.link(old, ino, name(input)?, &c);
+            entry(payload, r)
+        }
+        op::OPEN => {
+            let mask = match abi::u32_at(op_in, 0) as i32 & libc::O_ACCMODE {
+                libc::O_RDONLY => libc::R_OK,
+                libc::O_WRONLY => libc::W_OK,
+                _ => libc::R_OK | libc::W_OK,
+            } as u32;
+            fs.access(ino, mask, &c)
+                .and_then(|()| fs.open(ino))
+                .map_err(errno)?;
+            opened(payload)
+        }
+        op::OPENDIR => opened(payload),
+        op::READ => {
+            let (offset, size) = (abi::u64_at(op_in, 8), abi::u32_at(op_in, 16) as usize);
+            let n = size.min(payload.len());
+            let got = fs.read(ino, offset, &mut payload[..n]).map_err(errno)?;
+            obs.account(fs, &r, ino, offset, got as u64, Direction::Read);
+            Ok(got)
+        }
+        op::WRITE => {
+            let (offset, size) = (abi::u64_at(op_in, 8), abi::u32_at(op_in, 16) as usize);
+            let n = fs
+                .write(ino, offset, &input[..size.min(input.len())], &c)
+                .map_err(errno)?;
+            obs.account(fs, &r, ino, offset, n as u64, Direction::Write);
+            let mut o = Out::new(payload);
+            o.u32(n as u32).u32(0);
+            Ok(o.written())
+        }
+        op::STATFS => {
+            let s = fs.statfs();
+            let mut o = Out::new(payload);
+            o.u64(s.total_blocks)
+                .u64(s.free_blocks)
+                .u64(s.free_blocks)
+                .u64(s.files)
+                .u64(u64::from(u32::MAX))
+                .u32(s.block_size as u32)
+                .u32(255)
+                .u32(s.block_size as u32)
+                .zeros(4 + 6 * 4);
+            Ok(o.written())
+        }
+        op::RELEASE => empty(fs.release(ino)),
+        op::RELEASEDIR | op::FLUSH | op::DESTROY => Ok(0),
+        op::FSYNC => empty(fs.fsync(ino, abi::u32_at(op_in, 8) & 1 != 0)),
+        op::SETXATTR => {
+            let (size, flags) = (abi::u32_at(op_in, 0) as usize, abi::u32_at(op_in, 4));
+            let (n, value) = abi::cstr(input).ok_or(libc::EINVAL)?;
+            if Observer::is_stats_xattr(ino, n) {
+                return Err(libc::EPERM);
+            }
+            let value = value.get(..size).ok_or(libc::EINVAL)?;
+            empty(fs.setxattr(ino, n, value, flags, &c))
+        }
+        op::GETXATTR => {
+            let size = abi::u32_at(op_in, 0);
+            let n = name(input)?;
+            if Observer::is_stats_xattr(ino, n) {
+                return xattr(payload, size, &obs.stats_json(fs, "io_uring"));
+            }
+            let v = fs.getxattr(ino, n).map_err(errno)?;
+            xattr(payload, size, &v)
+        }
+        op::LISTXATTR => {
+            let size = abi::u32_at(op_in, 0);
+            let mut v = Vec::new();
+            for n in fs.listxattr(ino).map_err(errno)? {
+                v.extend_from_slice(&n);
+                v.push(0);
+            }
+            xattr(payload, size, &v)
+        }
+        op::REMOVEXATTR => {
+            let n = name(input)?;
+            if Observer::is_stats_xattr(ino, n) {
+                return Err(libc::EPERM);
+            }
+            empty(fs.removexattr(ino, n, &c))
+        }
+        op::ACCESS => empty(fs.access(ino, abi::u32_at(op_in, 0), &c)),
+        op::CREATE => {
+            let (mode, umask) = (abi::u32_at(op_in, 4), abi::u32_at(op_in, 8));
+            let a = fs
+                .create(ino, name(input)?, mode & !umask, &c)
+                .and_then(|a| fs.open(a.ino).map(|()| a))
+                .map_err(errno)?;
+            let mut o = Out::new(payload);
+            put_entry(&mut o, &a);
+            o.u64(0).u32(0).u32(0);
+            Ok(o.written())
+        }
+        op::READDIR => {
+            let (offset, size) = (abi::u64_at(op_in, 8), abi::u32_at(op_in, 16) as usize);
+            let list = fs.readdir(ino, offset).map_err(errno)?;
+            let cap = size.min(payload.len());
+            let mut o = Out::new(&mut payload[..cap]);
+            for e in list {
+                let rec = (abi::DIRENT_SZ + e.name.len()).next_multiple_of(8);
+                if rec > o.room() {
+                    break;
+                }
+                o.u64(e.ino)
+                    .u64(e.cookie)
+                    .u32(e.name.len() as u32)
+                    .u32(mode_bits(e.kind) >> 12)
+                    .bytes(&e.name)
+                    .zeros(rec - abi::DIRENT_SZ - e.name.len());
+            }
+            Ok(o.written())
+        }
+        op::FALLOCATE => {
+            let (offset, length, mode) = (
+                abi::u64_at(op_in, 8),
+                abi::u64_at(op_in, 16),
+                abi::u32_at(op_in, 24),
+            );
+            empty(fs.fallocate(ino, offset, length, mode, &c))
+        }
+        // Everything else is what the classic adapter leaves to fuser's defaults: ENOSYS.
+        _ => Err(libc::ENOSYS),
+    }
+}
+
+fn errno(e: FsError) -> i32 {
+    e.errno()
+}
+
+fn name(input: &[u8]) -> Result<&[u8], i32> {
+    abi::cstr(input).map(|(n, _)| n).ok_or(libc::EINVAL)
+}
+
+fn empty(r: Result<(), FsError>) -> Answer {
+    r.map(|()| 0).map_err(errno)
+}
+
+fn data(payload: &mut [u8], d: &[u8]) -> Answer {
+    if d.len() > payload.len() {
+        return Err(libc::ERANGE);
+    }
+    payload[..d.len()].copy_from_slice(d);
+    Ok(d.len())
+}
+
+fn opened(payload: &mut [u8]) -> Answer {
+    let mut o = Out::new(payload);
+    // fh 0, no FOPEN_* flags, no backing file.
+    o.u64(0).u32(0).u32(0);
+    Ok(o.written())
+}
+
+/// A size probe (size 0) gets the length; a too-small buffer gets ERANGE.
+fn xattr(payload: &mut [u8], size: u32, v: &[u8]) -> Answer {
+    if size == 0 {
+        let mut o = Out::new(payload);
+        o.u32(v.len() as u32).u32(0);
+        Ok(o.written())
+    } else if v.len() > size as usize {
+        Err(libc::ERANGE)
+    } else {
+        data(payload, v)
+    }
+}
+
+fn setattr(op_in: &[u8]) -> SetAttr {
+    let valid = abi::u32_at(op_in, 0);
+    let has = |bit: u32| valid & bit != 0;
+    let time = |now: u32, secs_off: usize, nsec_off: usize| {
+        if has(now) {
+            now_nanos()
+        } else {
+            let secs = abi::u64_at(op_in, secs_off) as i64;
+            secs.saturating_mul(1_000_000_000)
+                .saturating_add(i64::from(abi::u32_at(op_in, nsec_off)))
+        }
+    };
+    SetAttr {
+        mode: has(fattr::MODE).then(|| abi::u32_at(op_in, 68) & 0o7777),
+        uid: has(fattr::UID).then(|| abi::u32_at(op_in, 76)),
+        gid: has(fattr::GID).then(|| abi::u32_at(op_in, 80)),
+        size: has(fattr::SIZE).then(|| abi::u64_at(op_in, 16)),
+        atime: has(fattr::ATIME).then(|| time(fattr::ATIME_NOW, 32, 56)),
+        mtime: has(fattr::MTIME).then(|| time(fattr::MTIME_NOW, 40, 60)),
+    }
+}
+
+fn now_nanos() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+fn mode_bits(k: Kind) -> u32 {
+    match k {
+        Kind::File => libc::S_IFREG,
+        Kind::Dir => libc::S_IFDIR,
+        Kind::Symlink => libc::S_IFLNK,
+    }
+}
+
+/// `fuse_attr` of `a`, as the classic adapter's conversion produces it.
+fn put_attr(o: &mut Out, a: &numaio_fs::FileAttr) {
+    // Times before the epoch show as the epoch, as in the classic adapter.
+    let t = |ns: i64| {
+        let ns = ns.max(0) as u64;
+        (ns / 1_000_000_000, (ns % 1_000_000_000) as u32)
+    };
+    let (at, mt, ct) = (t(a.atime), t(a.mtime), t(a.ctime));
+    o.u64(a.ino)
+        .u64(a.size)
+        .u64(a.blocks * (numaio_fs::BLOCK_SIZE / 512))
+        .u64(at.0)
+        .u64(mt.0)
+        .u64(ct.0)
+        .u32(at.1)
+        .u32(mt.1)
+        .u32(ct.1)
+        .u32(mode_bits(a.kind) | (a.mode & 0o7777))
+        .u32(a.nlink)
+        .u32(a.uid)
+        .u32(a.gid)
+        .u32(0)
+        .u32(numaio_fs::BLOCK_SIZE as u32)
+        .u32(0);
+}
+
+fn put_entry(o: &mut Out, a: &numaio_fs::FileAttr) {
+    o.u64(a.ino)
+        .u64(0)
+        .u64(TTL_SECS)
+        .u64(TTL_SECS)
+        .u32(0)
+        .u32(0);
+    put_attr(o, a);
+}
+
+fn entry(payload: &mut [u8], r: Result<numaio_fs::FileAttr, FsError>) -> Answer {
+    let a = r.map_err(errno)?;
+    let mut o = Out::new(payload);
+    put_entry(&mut o, &a);
+    Ok(o.written())
+}
+
+fn attr_reply(payload: &mut [u8], r: Result<numaio_fs::FileAttr, FsError>) -> Answer {
+    let a = r.map_err(errno)?;
+    let mut o = Out::new(payload);
+    o.u64(TTL_SECS).u32(0).u32(0);
+    put_attr(&mut o, &a);
+    Ok(o.written())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn setattr_decodes_only_the_valid_fields() {
+        let mut b = [0u8; 88];
+        b[0..4].copy_from_slice(&(fattr::MODE | fattr::SIZE | fattr::MTIME).to_le_bytes());
+        b[16..24].copy_from_slice(&4096u64.to_le_bytes());
+        b[40..48].copy_from_slice(&3u64.to_le_bytes());
+        b[60..64].copy_from_slice(&5u32.to_le_bytes());
+        b[68..72].copy_from_slice(&(libc::S_IFREG | 0o640).to_le_bytes());
+        let s = setattr(&b);
+        assert_eq!(s.mode, Some(0o640));
+        assert_eq!(s.size, Some(4096));
+        assert_eq!(s.mtime, Some(3_000_000_005));
+        assert_eq!((s.uid, s.gid, s.atime), (None, None, None));
+    }
+}

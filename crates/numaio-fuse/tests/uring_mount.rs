@@ -1,0 +1,259 @@
+//! A numaio-fs volume (in memory) mounted through FUSE in this process, in io_uring mode and
+//! in classic mode: file operations through the mount give the expected results, each mode's
+//! request counter shows it served them, and what was fsync'd is on the volume after umount.
+//! Needs root and /dev/fuse (and, for io_uring mode, a kernel with FUSE over io_uring);
+//! skips visibly otherwise.
+
+use numaio_fs::store::MemStore;
+use numaio_fs::{Caller, Fs, MkfsOptions, MountOptions, PlacementPolicy};
+use numaio_fuse::uring::{self, KernelSupport};
+use numaio_fuse::{fuser, FuseMode, NumaFs};
+use numaio_testkit::skip;
+use std::ffi::CString;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+use std::sync::Arc;
+
+const MIB: u64 = 1 << 20;
+
+fn volume() -> Arc<MemStore> {
+    let s = Arc::new(MemStore::new(&[(0, 16 * MIB), (0, 16 * MIB)]));
+    let o = MkfsOptions {
+        policy: PlacementPolicy::WriterLocal,
+        group_blocks: 64,
+        journal_blocks: 64,
+        checkpoint_blocks: 64,
+    };
+    Fs::mkfs(&*s, &o).expect("mkfs");
+    s
+}
+
+fn can_mount() -> bool {
+    numaio_testkit::is_root() && Path::new("/dev/fuse").exists()
+}
+
+/// Mounts `store` at `mnt` asking for `mode`; returns the session, the transport handle
+/// and the mode the transport reports once started.
+fn mount(
+    store: &Arc<MemStore>,
+    mnt: &Path,
+    mode: FuseMode,
+) -> (fuser::BackgroundSession, numaio_fuse::Transport, FuseMode) {
+    let fs = Fs::mount(store.clone(), MountOptions::default()).expect("mount volume");
+    let nfs = NumaFs::with_mode(fs, mode);
+    let t = nfs.transport();
+    let mut cfg = fuser::Config::default();
+    cfg.mount_options = vec![
+        fuser::MountOption::FSName("numaio-test".into()),
+        fuser::MountOption::Subtype("numaio".into()),
+    ];
+    cfg.n_threads = Some(2);
+    cfg.clone_fd = true;
+    let session = fuser::Session::new(nfs, mnt, &cfg).expect("FUSE mount");
+    let started = t.start(session.as_fd()).expect("starting the rings");
+    let bg = session.spawn().expect("spawn");
+    (bg, t, started)
+}
+
+fn xattr_set(p: &Path, name: &str, v: &[u8]) -> std::io::Result<()> {
+    let p = CString::new(p.as_os_str().as_bytes()).unwrap();
+    let n = CString::new(name).unwrap();
+    // SAFETY: NUL-terminated path and name; `v` is a live buffer of v.len() bytes.
+    let r = unsafe { libc::setxattr(p.as_ptr(), n.as_ptr(), v.as_ptr().cast(), v.len(), 0) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+fn xattr_get(p: &Path, name: &str) -> std::io::Result<Vec<u8>> {
+    let p = CString::new(p.as_os_str().as_bytes()).unwrap();
+    let n = CString::new(name).unwrap();
+    let mut buf = vec![0u8; 256];
+    // SAFETY: NUL-terminated path and name; `buf` is a live buffer of buf.len() bytes.
+    let r = unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    buf.truncate(r as usize);
+    Ok(buf)
+}
+
+/// The operations every mode must serve, checked against what was written.
+fn exercise(mnt: &Path) {
+    let d = mnt.join("dir");
+    std::fs::create_dir(&d).unwrap();
+    let f = d.join("a.txt");
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    {
+        let mut w = std::fs::File::create(&f).unwrap();
+        w.write_all(&data).unwrap();
+        w.sync_all().unwrap();
+    }
+    assert_eq!(std::fs::read(&f).unwrap(), data);
+    let mut r = std::fs::File::open(&f).unwrap();
+    r.seek(SeekFrom::Start(123_456)).unwrap();
+    let mut part = [0u8; 4096];
+    r.read_exact(&mut part).unwrap();
+    assert_eq!(&part[..], &data[123_456..123_456 + 4096]);
+    assert_eq!(std::fs::metadata(&f).unwrap().len(), data.len() as u64);
+
+    // readdir, rename, unlink, symlink.
+    std::fs::write(d.join("b"), b"bee").unwrap();
+    std::fs::rename(d.join("b"), d.join("c")).unwrap();
+    std::os::unix::fs::symlink("a.txt", d.join("link")).unwrap();
+    assert_eq!(
+        std::fs::read_link(d.join("link")).unwrap(),
+        Path::new("a.txt")
+    );
+    let mut names: Vec<String> = std::fs::read_dir(&d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["a.txt", "c", "link"]);
+    assert_eq!(std::fs::read(d.join("c")).unwrap(), b"bee");
+    std::fs::remove_file(d.join("c")).unwrap();
+    std::fs::remove_file(d.join("link")).unwrap();
+    assert!(!d.join("c").exists());
+
+    // xattrs.
+    xattr_set(&f, "user.k", b"value").unwrap();
+    assert_eq!(xattr_get(&f, "user.k").unwrap(), b"value");
+    let e = xattr_get(&f, "user.missing").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENODATA));
+
+    // truncate and chmod (setattr).
+    let g = std::fs::OpenOptions::new().write(true).open(&f).unwrap();
+    g.set_len(10_000).unwrap();
+    drop(g);
+    assert_eq!(std::fs::metadata(&f).unwrap().len(), 10_000);
+    std::fs::set_permissions(&f, std::os::unix::fs::PermissionsExt::from_mode(0o640)).unwrap();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&f).unwrap().permissions())
+            & 0o7777,
+        0o640
+    );
+
+    // Shared writable mmap: a store through the mapping reaches the file.
+    let m = d.join("mapped");
+    std::fs::write(&m, vec![b'x'; 8192]).unwrap();
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&m)
+        .unwrap();
+    // SAFETY: maps 8192 bytes of a file of that size; the mapping is used only below and
+    // unmapped before the file is dropped.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            8192,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        );
+        assert_ne!(p, libc::MAP_FAILED, "{}", std::io::Error::last_os_error());
+        let s = std::slice::from_raw_parts_mut(p.cast::<u8>(), 8192);
+        assert_eq!(s[100], b'x');
+        s[4096..4101].copy_from_slice(b"hello");
+        assert_eq!(libc::msync(p, 8192, libc::MS_SYNC), 0);
+        libc::munmap(p, 8192);
+    }
+    file.sync_all().unwrap();
+    drop(file);
+    let back = std::fs::read(&m).unwrap();
+    assert_eq!(&back[4096..4101], b"hello");
+    assert_eq!(back[0], b'x');
+}
+
+/// After umount the volume holds the fsync'd data.
+fn check_volume(store: &Arc<MemStore>) {
+    let fs = Fs::mount(store.clone(), MountOptions::default()).expect("remount");
+    let c = Caller::root_on(0);
+    let d = fs.lookup(1, b"dir", &c).expect("dir");
+    let a = fs.lookup(d.ino, b"a.txt", &c).expect("a.txt");
+    assert_eq!(a.size, 10_000);
+    let mut buf = vec![0u8; 16];
+    fs.read(a.ino, 5000, &mut buf).unwrap();
+    let want: Vec<u8> = (5000..5016u32).map(|i| (i * 7 % 251) as u8).collect();
+    assert_eq!(buf, want);
+    assert_eq!(fs.getxattr(a.ino, b"user.k").unwrap(), b"value");
+    let m = fs.lookup(d.ino, b"mapped", &c).expect("mapped");
+    fs.read(m.ino, 4096, &mut buf[..5]).unwrap();
+    assert_eq!(&buf[..5], b"hello");
+    fs.unmount().unwrap();
+}
+
+#[test]
+fn io_uring_mode_serves_the_file_operations() {
+    if !can_mount() {
+        skip!("root and /dev/fuse");
+    }
+    match uring::kernel_support() {
+        KernelSupport::Missing => skip!(
+            "FUSE over io_uring",
+            "kernel without CONFIG_FUSE_IO_URING (Linux 6.14+)"
+        ),
+        KernelSupport::Disabled => {
+            if let Err(e) = uring::enable_in_kernel() {
+                skip!(
+                    "FUSE over io_uring",
+                    "cannot set {}: {e}",
+                    uring::ENABLE_URING
+                );
+            }
+        }
+        KernelSupport::Enabled => {}
+    }
+    if let Err(e) = uring::probe_ring() {
+        skip!("io_uring", "cannot create a ring: {e}");
+    }
+    let store = volume();
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let (bg, t, mode) = mount(&store, &mnt, FuseMode::IoUring);
+    assert!(t.is_negotiated(), "INIT did not accept FUSE_OVER_IO_URING");
+    assert_eq!(mode, FuseMode::IoUring);
+    assert_eq!(t.mode(), FuseMode::IoUring);
+    exercise(&mnt);
+    let n = t.requests();
+    assert!(n.io_uring > 0, "no request came over the ring: {n:?}");
+    // The ring serves the requests; /dev/fuse sees at most forgets and interrupts, which
+    // do not reach the volume.
+    assert!(
+        n.io_uring > 20 * n.classic.max(1) || n.classic == 0,
+        "most requests went through /dev/fuse: {n:?}"
+    );
+    bg.umount_and_join().expect("umount");
+    assert_eq!(
+        t.mode(),
+        FuseMode::Classic,
+        "rings still running after umount"
+    );
+    check_volume(&store);
+}
+
+#[test]
+fn classic_mode_serves_the_file_operations() {
+    if !can_mount() {
+        skip!("root and /dev/fuse");
+    }
+    let store = volume();
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let (bg, t, mode) = mount(&store, &mnt, FuseMode::Classic);
+    assert_eq!(mode, FuseMode::Classic);
+    exercise(&mnt);
+    let n = t.requests();
+    assert!(n.classic > 0 && n.io_uring == 0, "{n:?}");
+    bg.umount_and_join().expect("umount");
+    check_volume(&store);
+}

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# FUSE transport cost, classic /dev/fuse against FUSE over io_uring, in the same run on the
+# same volume: per mode, `numaio mount --fuse-mode MODE` over two volume files, then with fio
+# (psync, O_DIRECT so every 4 KiB request is one FUSE round trip, never the page cache):
+#   rtt     4 KiB random reads, one job: mean latency = round-trip cost per request
+#   read    4 KiB random reads, --jobs jobs: request rate
+#   write   4 KiB random writes, --jobs jobs: request rate
+# The modes alternate for --rounds rounds (load from other work hits both alike) and each
+# measure keeps its best round. Prints a table with io_uring/classic ratios and writes JSON. A benchmark, not a test: it
+# exits non-zero only when a run could not be made. Results and method: docs/fs.md
+# ("FUSE transport").
+#
+# usage: scripts/fuse-rtt.sh [options]
+#   --numaio PATH    the numaio binary (default target/release/numaio)
+#   --runtime SECS   seconds per measurement (default 5)
+#   --jobs N         parallel jobs for the rates (default: the number of CPUs)
+#   --rounds N       rounds of both modes (default 3)
+#   --json FILE      where to write the results (default: SCRATCH/fuse-rtt.json)
+#   --keep           leave the scratch directory in place
+set -uo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+
+say() { printf '[fuse-rtt] %s\n' "$*" >&2; }
+die() { printf '[fuse-rtt] ERROR: %s\n' "$*" >&2; exit 2; }
+usage() { sed -n '13,19p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+
+NUMAIO="$ROOT/target/release/numaio" RUNTIME=5 JOBS="$(nproc)" ROUNDS=3 JSON="" KEEP=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --numaio) NUMAIO="${2:-}"; shift 2 ;;
+        --runtime) RUNTIME="${2:-}"; shift 2 ;;
+        --jobs) JOBS="${2:-}"; shift 2 ;;
+        --rounds) ROUNDS="${2:-}"; shift 2 ;;
+        --json) JSON="${2:-}"; shift 2 ;;
+        --keep) KEEP=1; shift ;;
+        -h|--help) usage ;;
+        *) printf '[fuse-rtt] ERROR: unknown argument %q\n' "$1" >&2; usage ;;
+    esac
+done
+[[ "$RUNTIME" =~ ^[1-9][0-9]*$ ]] || die "--runtime must be a positive number of seconds (got '$RUNTIME')"
+[[ "$JOBS" =~ ^[1-9][0-9]*$ ]] || die "--jobs must be a positive integer (got '$JOBS')"
+[[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || die "--rounds must be a positive integer (got '$ROUNDS')"
+[ "$(id -u)" -eq 0 ] || die "run as root: it mounts, and turns on FUSE over io_uring"
+command -v fio >/dev/null || die "fio not found (scripts/setup.sh installs it)"
+command -v python3 >/dev/null || die "python3 not found (reads fio's JSON)"
+[ -x "$NUMAIO" ] || die "$NUMAIO is not an executable: cargo build --release -p numaio, or pass --numaio PATH"
+SWITCH=/sys/module/fuse/parameters/enable_uring
+[ -e "$SWITCH" ] || die "this kernel has no FUSE over io_uring ($SWITCH missing; Linux 6.14+ with CONFIG_FUSE_IO_URING)"
+
+SCRATCH="$(mktemp -d /var/tmp/fuse-rtt.XXXXXX)" || die "cannot create a scratch directory"
+JSON="${JSON:-$SCRATCH/fuse-rtt.json}"
+MNT="$SCRATCH/mnt"
+SAVED="$(cat "$SWITCH")"
+cleanup() {
+    mountpoint -q "$MNT" 2>/dev/null && "$NUMAIO" umount "$MNT" >/dev/null 2>&1
+    echo "$SAVED" > "$SWITCH" 2>/dev/null
+    [ "$KEEP" = 1 ] || rm -rf "$SCRATCH"
+}
+trap cleanup EXIT
+mkdir -p "$MNT"
+"$NUMAIO" mkfs --size 1G --node-of "$SCRATCH/d0=0" --node-of "$SCRATCH/d1=0" \
+    "$SCRATCH/d0" "$SCRATCH/d1" >/dev/null || die "mkfs of the volume in $SCRATCH failed"
+
+# fio JSON -> "iops mean_latency_us" of the given direction.
+fio_num() {
+    python3 -c 'import json,sys
+j=json.load(open(sys.argv[1]))["jobs"][0][sys.argv[2]]
+print("%.0f %.2f" % (j["iops"], j["clat_ns"]["mean"]/1000.0))' "$1" "$2"
+}
+
+run_fio() { # name rw jobs -> prints "iops lat_us"
+    local out="$SCRATCH/$1.json"
+    fio --name="$1" --filename="$MNT/data" --size=64m --rw="$2" --bs=4k --direct=1 \
+        --ioengine=psync --numjobs="$3" --group_reporting --time_based --runtime="$RUNTIME" \
+        --output-format=json --output="$out" >/dev/null 2>"$SCRATCH/$1.err" \
+        || die "fio $1 failed: $(tail -3 "$SCRATCH/$1.err")"
+    case "$2" in *read*) fio_num "$out" read ;; *) fio_num "$out" write ;; esac
+}
+
+best() { python3 -c "import sys; f=float; a,b,lo=sys.argv[1],sys.argv[2],sys.argv[3]=='min'
+print(b if a=='' else (min if lo else max)(f(a),f(b)))" "$1" "$2" "$3"; }
+declare -A R
+for round in $(seq "$ROUNDS"); do
+for mode in classic io-uring; do
+    [ "$mode" = io-uring ] && echo Y > "$SWITCH"
+    out="$("$NUMAIO" mount --json --fuse-mode "$mode" "$SCRATCH/d0" "$SCRATCH/d1" "$MNT")" \
+        || die "numaio mount --fuse-mode $mode failed"
+    got="$(printf '%s' "$out" | python3 -c 'import json,sys; print(json.load(sys.stdin)["fuse_mode"])')"
+    say "round $round, $mode: mounted, fuse_mode=$got"
+    dd if=/dev/zero of="$MNT/data" bs=1M count=64 conv=fsync status=none || die "writing the data file failed"
+    read -r _ lat <<< "$(run_fio "rtt-$mode" randread 1)"
+    read -r rd _ <<< "$(run_fio "read-$mode" randread "$JOBS")"
+    read -r wr _ <<< "$(run_fio "write-$mode" randwrite "$JOBS")"
+    say "round $round, $mode: rtt ${lat} us, read ${rd}/s, write ${wr}/s"
+    R[$mode.rtt]=$(best "${R[$mode.rtt]:-}" "$lat" min)
+    R[$mode.read]=$(best "${R[$mode.read]:-}" "$rd" max)
+    R[$mode.write]=$(best "${R[$mode.write]:-}" "$wr" max)
+    R[$mode.got]=$got
+    "$NUMAIO" umount "$MNT" >/dev/null || die "numaio umount $MNT failed"
+done
+done
+
+ratio() { python3 -c "import sys; print('%.2f' % (float(sys.argv[1])/float(sys.argv[2])))" "$1" "$2"; }
+printf '%-34s %12s %12s %8s\n' "measure (4 KiB, O_DIRECT, psync)" classic io_uring ratio
+printf '%-34s %12s %12s %8s\n' "round trip, 1 job (us/request)" "${R[classic.rtt]}" "${R[io-uring.rtt]}" \
+    "$(ratio "${R[classic.rtt]}" "${R[io-uring.rtt]}")"
+printf '%-34s %12s %12s %8s\n' "random read, $JOBS jobs (req/s)" "${R[classic.read]}" "${R[io-uring.read]}" \
+    "$(ratio "${R[io-uring.read]}" "${R[classic.read]}")"
+printf '%-34s %12s %12s %8s\n' "random write, $JOBS jobs (req/s)" "${R[classic.write]}" "${R[io-uring.write]}" \
+    "$(ratio "${R[io-uring.write]}" "${R[classic.write]}")"
+cat > "$JSON" <<JSONEOF
+{"schema_version":1,"runtime_s":$RUNTIME,"jobs":$JOBS,"rounds":$ROUNDS,
+ "classic":{"fuse_mode":"${R[classic.got]}","rtt_us":${R[classic.rtt]},"read_iops":${R[classic.read]},"write_iops":${R[classic.write]}},
+ "io_uring":{"fuse_mode":"${R[io-uring.got]}","rtt_us":${R[io-uring.rtt]},"read_iops":${R[io-uring.read]},"write_iops":${R[io-uring.write]}}}
+JSONEOF
+say "results: $JSON"
