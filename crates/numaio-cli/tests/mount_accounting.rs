@@ -251,7 +251,8 @@ fn accounting_is_exact_per_process_thread_and_node() {
         .unwrap_or_else(|| panic!("pid {me} in {j}"));
     assert_eq!(
         p["nodes"],
-        serde_json::json!([{"node": 0, "read_bytes": MIB, "write_bytes": MIB}])
+        serde_json::json!([{"node": 0, "read_bytes": MIB, "write_bytes": MIB,
+            "local_read_bytes": MIB, "local_write_bytes": MIB}])
     );
     let t = p["threads"]
         .as_array()
@@ -261,7 +262,8 @@ fn accounting_is_exact_per_process_thread_and_node() {
         .unwrap_or_else(|| panic!("tid {tid} in {p}"));
     assert_eq!(
         t["nodes"],
-        serde_json::json!([{"node": 0, "read_bytes": MIB, "write_bytes": MIB}])
+        serde_json::json!([{"node": 0, "read_bytes": MIB, "write_bytes": MIB,
+            "local_read_bytes": MIB, "local_write_bytes": MIB}])
     );
     assert_eq!(j["moves"]["mode"], "migrate-thread");
     if node_cpus().len() == 1 {

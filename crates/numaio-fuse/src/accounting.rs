@@ -212,10 +212,10 @@ mod tests {
     #[test]
     fn counts_per_process_thread_and_node() {
         let a = acc();
-        a.add(10, 10, Direction::Write, 0, &[(0, 4096), (1, 8192)]);
-        a.add(10, 11, Direction::Read, 0, &[(1, 100)]);
-        a.add(20, 20, Direction::Read, 0, &[(0, 5)]);
-        a.add(20, 20, Direction::Read, 0, &[(0, 0)]);
+        a.add(10, 10, Direction::Write, 9, &[(0, 4096), (1, 8192)]);
+        a.add(10, 11, Direction::Read, 9, &[(1, 100)]);
+        a.add(20, 20, Direction::Read, 9, &[(0, 5)]);
+        a.add(20, 20, Direction::Read, 9, &[(0, 0)]);
         let s = a.snapshot();
         assert_eq!(
             s.nodes[&0],
