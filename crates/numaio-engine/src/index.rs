@@ -56,12 +56,7 @@ pub trait Index: Send + Sync {
     /// entries pins a loaded block there (`Hit::Entry`: the hit touches only the index's
     /// memory) and tells whether this is the slot's first hit in eviction epoch `epoch`.
     /// Otherwise it calls `pin(slot)` under the shared lock and returns `Hit::Slot`.
-    fn lookup_hit(
-        &self,
-        key: &BlockKey,
-        _epoch: u32,
-        pin: &mut dyn FnMut(SlotId),
-    ) -> Option<Hit> {
+    fn lookup_hit(&self, key: &BlockKey, _epoch: u32, pin: &mut dyn FnMut(SlotId)) -> Option<Hit> {
         self.lookup(key, pin).map(Hit::Slot)
     }
     /// Drops a pin taken by [`lookup_hit`](Self::lookup_hit) as `Hit::Entry`.
@@ -316,7 +311,10 @@ impl BucketIndex {
         let n = slots
             .max(1)
             .checked_next_power_of_two()
-            .filter(|n| n.checked_mul(WAYS).is_some_and(|w| w < EntryPin::NONE.0 as usize))
+            .filter(|n| {
+                n.checked_mul(WAYS)
+                    .is_some_and(|w| w < EntryPin::NONE.0 as usize)
+            })
             .ok_or_else(|| no_memory("the index buckets", usize::MAX, "too many slots"))?;
         let buckets = HugeArray::new(n, node, |_| Bucket {
             lock: RwLock::new(None),
@@ -357,12 +355,7 @@ impl Index for BucketIndex {
         Some(s)
     }
     #[inline]
-    fn lookup_hit(
-        &self,
-        key: &BlockKey,
-        epoch: u32,
-        pin: &mut dyn FnMut(SlotId),
-    ) -> Option<Hit> {
+    fn lookup_hit(&self, key: &BlockKey, epoch: u32, pin: &mut dyn FnMut(SlotId)) -> Option<Hit> {
         let bn = self.bucket_no(key);
         let b = &self.buckets[bn];
         // Without the lock: pin the entry, then check that it is loaded and still this key's.
@@ -593,13 +586,16 @@ mod tests {
         for b in 0..3 {
             ix.set_ready(&k(b), b as u32 + 10);
         }
-        let Some(Hit::Entry { slot, pin, fresh }) = ix.lookup_hit(&k(1), 5, &mut |_| slot_pins += 1)
+        let Some(Hit::Entry { slot, pin, fresh }) =
+            ix.lookup_hit(&k(1), 5, &mut |_| slot_pins += 1)
         else {
             panic!("a loaded inline entry must pin in the index");
         };
         assert_eq!((slot, fresh), (11, true));
         // The same epoch again: not fresh; another pin on the same entry.
-        let Some(Hit::Entry { pin: pin2, fresh, .. }) = ix.lookup_hit(&k(1), 5, &mut |_| ())
+        let Some(Hit::Entry {
+            pin: pin2, fresh, ..
+        }) = ix.lookup_hit(&k(1), 5, &mut |_| ())
         else {
             panic!("second entry pin");
         };

@@ -5,10 +5,10 @@
 //! lock, inserts and reclaims under its exclusive lock.
 #![cfg(loom)]
 
+use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::{Arc, Mutex};
 use loom::thread;
-use loom::cell::UnsafeCell;
 use numaio_engine::index::{BucketIndex, EntryPin, Hit, Index, ShardedIndex};
 use numaio_engine::slot::{self, Reclaim, SlotState};
 use numaio_engine::{BlockKey, FileId, SlotId};
@@ -188,10 +188,18 @@ fn entry_hit_never_takes_a_reused_entry() {
         assert_eq!(slot::pins(slots[0].load()), 0);
         if removed == Some(true) {
             assert_eq!(ix.lookup(&KEY, &mut |_| ()), None);
-            assert_eq!(ix.remove_if(&OTHER, 1, &mut || true), Some(true), "a pin leaked");
+            assert_eq!(
+                ix.remove_if(&OTHER, 1, &mut || true),
+                Some(true),
+                "a pin leaked"
+            );
         } else {
             assert_eq!(removed, Some(false));
-            assert_eq!(ix.remove_if(&KEY, 0, &mut || true), Some(true), "a pin leaked");
+            assert_eq!(
+                ix.remove_if(&KEY, 0, &mut || true),
+                Some(true),
+                "a pin leaked"
+            );
         }
     });
 }

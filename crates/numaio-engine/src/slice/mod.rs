@@ -513,8 +513,7 @@ impl Slice {
         }
         self.slots[slot as usize].state.finish_load(ok);
         if ok {
-            self.index
-                .set_ready(&self.slots[slot as usize].key(), slot);
+            self.index.set_ready(&self.slots[slot as usize].key(), slot);
         }
         let (m, cv) = &self.waits[slot as usize % WAIT_STRIPES].0;
         let _g = m.lock();
