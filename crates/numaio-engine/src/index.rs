@@ -291,6 +291,8 @@ impl Way {
 /// one cache line in all.
 #[repr(C, align(64))]
 struct Bucket {
+    // Boxed: 8 bytes here instead of a `Vec`'s 24 keep the bucket within one line.
+    #[allow(clippy::box_collection)]
     lock: RwLock<Option<Box<Vec<Entry>>>>,
     ways: [Way; WAYS],
 }
