@@ -954,6 +954,23 @@ impl Fs {
         self.new_inode(parent, name, Kind::File, mode, None, c)
     }
 
+    /// Creates a fifo, socket or device special file (`kind`), or a regular file.
+    pub fn mknod(
+        &self,
+        parent: u64,
+        name: &[u8],
+        kind: Kind,
+        mode: u32,
+        c: &Caller,
+    ) -> Result<FileAttr, FsError> {
+        if !kind.is_special() && kind != Kind::File {
+            return Err(FsError::Invalid(
+                "mknod makes files, fifos, sockets and devices".into(),
+            ));
+        }
+        self.new_inode(parent, name, kind, mode, None, c)
+    }
+
     pub fn mkdir(
         &self,
         parent: u64,
@@ -1193,7 +1210,10 @@ impl Fs {
         match i.attr.kind {
             Kind::Dir => return Err(FsError::IsDir),
             Kind::Symlink => return Err(FsError::Invalid("read of a symlink".into())),
-            Kind::File => {}
+            k if k.is_special() => {
+                return Err(FsError::Invalid("read of a fifo, socket or device".into()))
+            }
+            _ => {}
         }
         let size = i.attr.size;
         if offset >= size || buf.is_empty() {
@@ -1256,7 +1276,10 @@ impl Fs {
         match a.kind {
             Kind::Dir => return Err(FsError::IsDir),
             Kind::Symlink => return Err(FsError::Invalid("write to a symlink".into())),
-            Kind::File => {}
+            k if k.is_special() => {
+                return Err(FsError::Invalid("write to a fifo, socket or device".into()))
+            }
+            _ => {}
         }
         if data.is_empty() {
             return Ok(0);

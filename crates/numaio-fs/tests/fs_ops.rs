@@ -935,3 +935,57 @@ fn threads_share_one_volume() {
         }
     }
 }
+
+#[test]
+fn special_files_keep_their_kind_and_device_number() {
+    let (s, fs) = vol();
+    let d = fs.mkdir(ROOT, b"d", 0o755, &root()).unwrap();
+    let kinds = [
+        (&b"fifo"[..], Kind::Fifo),
+        (b"sock", Kind::Socket),
+        (b"chr", Kind::CharDev(0x0103)),
+        (b"blk", Kind::BlockDev(0x0801)),
+    ];
+    for (name, k) in kinds {
+        let a = fs.mknod(d.ino, name, k, 0o640, &user(7)).unwrap();
+        assert_eq!((a.kind, a.mode & 0o7777, a.uid, a.size), (k, 0o640, 7, 0));
+        assert!(matches!(
+            fs.write(a.ino, 0, b"x", &root()),
+            Err(FsError::Invalid(_))
+        ));
+    }
+    assert!(matches!(
+        fs.mknod(d.ino, b"dir", Kind::Dir, 0o755, &root()),
+        Err(FsError::Invalid(_))
+    ));
+    assert!(matches!(
+        fs.mknod(d.ino, b"fifo", Kind::Fifo, 0o600, &root()),
+        Err(FsError::Exists)
+    ));
+    // Links, renames and unlinks treat them like any other inode.
+    let chr = fs.lookup(d.ino, b"chr", &root()).unwrap();
+    fs.link(chr.ino, ROOT, b"chr2", &root()).unwrap();
+    fs.rename(d.ino, b"sock", ROOT, b"sock2", 0, &root()).unwrap();
+    fs.unlink(d.ino, b"blk", &root()).unwrap();
+    let names: Vec<(Vec<u8>, Kind)> = fs
+        .readdir(d.ino, 0)
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.name != b"." && e.name != b"..")
+        .map(|e| (e.name, e.kind))
+        .collect();
+    assert!(names.contains(&(b"fifo".to_vec(), Kind::Fifo)), "{names:?}");
+    fs.sync().unwrap();
+    // The journal replays them, and a checkpoint keeps them.
+    let (c, fs2) = remount(&s, CrashMode::DropUnsynced);
+    let a = fs2.lookup(ROOT, b"chr2", &root()).unwrap();
+    assert_eq!((a.kind, a.nlink), (Kind::CharDev(0x0103), 2));
+    assert_eq!(fs2.lookup(ROOT, b"sock2", &root()).unwrap().kind, Kind::Socket);
+    assert_eq!(fs2.lookup(d.ino, b"fifo", &root()).unwrap().kind, Kind::Fifo);
+    fs2.unmount().unwrap();
+    let r = numaio_fs::fsck::fsck(&*c, &numaio_fs::fsck::FsckOptions { repair: false }).unwrap();
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(r.special, 3);
+    let fs3 = Fs::mount(c, MountOptions::default()).unwrap();
+    assert_eq!(fs3.lookup(d.ino, b"fifo", &root()).unwrap().kind, Kind::Fifo);
+}

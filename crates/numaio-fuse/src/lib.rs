@@ -84,6 +84,10 @@ fn kind(k: Kind) -> FileType {
         Kind::File => FileType::RegularFile,
         Kind::Dir => FileType::Directory,
         Kind::Symlink => FileType::Symlink,
+        Kind::Fifo => FileType::NamedPipe,
+        Kind::Socket => FileType::Socket,
+        Kind::CharDev(_) => FileType::CharDevice,
+        Kind::BlockDev(_) => FileType::BlockDevice,
     }
 }
 
@@ -101,7 +105,7 @@ fn attr(a: &numaio_fs::FileAttr) -> FileAttr {
         nlink: a.nlink,
         uid: a.uid,
         gid: a.gid,
-        rdev: 0,
+        rdev: a.kind.rdev(),
         blksize: numaio_fs::BLOCK_SIZE as u32,
         flags: 0,
     }
@@ -166,16 +170,21 @@ impl Filesystem for NumaFs {
         name: &OsStr,
         mode: u32,
         umask: u32,
-        _rdev: u32,
+        rdev: u32,
         reply: ReplyEntry,
     ) {
-        // Only regular files exist in numaio-fs; devices, fifos and sockets are refused.
-        if mode & libc::S_IFMT != libc::S_IFREG {
-            return reply.error(Errno::from_i32(libc::EPERM));
-        }
-        let r = self.fs().create(
+        let k = match mode & libc::S_IFMT {
+            libc::S_IFREG => Kind::File,
+            libc::S_IFIFO => Kind::Fifo,
+            libc::S_IFSOCK => Kind::Socket,
+            libc::S_IFCHR => Kind::CharDev(rdev),
+            libc::S_IFBLK => Kind::BlockDev(rdev),
+            _ => return reply.error(Errno::from_i32(libc::EINVAL)),
+        };
+        let r = self.fs().mknod(
             parent.0,
             name.as_bytes(),
+            k,
             mode & !umask & 0o7777,
             &caller(req),
         );
