@@ -86,6 +86,10 @@ pub struct SetAttr {
     pub size: Option<u64>,
     pub atime: Option<i64>,
     pub mtime: Option<i64>,
+    /// The size changes through a descriptor open for writing (ftruncate): its open checked
+    /// the permission, which the file's mode need not grant any more (a file created with
+    /// mode 0 stays writable through the descriptor that created it).
+    pub through_writable_fd: bool,
 }
 
 /// One `readdir` entry; `cookie` resumes the listing after it.
@@ -811,7 +815,9 @@ impl Fs {
                     "only regular files can be truncated".into(),
                 ));
             }
-            access(&a, c, 2)?;
+            if !s.through_writable_fd {
+                access(&a, c, 2)?;
+            }
             if size > MAX_FILE_SIZE {
                 return Err(FsError::TooBig);
             }

@@ -989,3 +989,26 @@ fn special_files_keep_their_kind_and_device_number() {
     let fs3 = Fs::mount(c, MountOptions::default()).unwrap();
     assert_eq!(fs3.lookup(d.ino, b"fifo", &root()).unwrap().kind, Kind::Fifo);
 }
+
+#[test]
+fn truncate_through_a_writable_descriptor_needs_no_write_permission() {
+    let (_s, fs) = vol();
+    let u = user(1000);
+    let d = fs.mkdir(ROOT, b"d", 0o777, &root()).unwrap();
+    // Created with mode 0: only the creating descriptor may still write.
+    let f = fs.create(d.ino, b"f", 0, &u).unwrap();
+    fs.write(f.ino, 0, b"12345", &u).unwrap();
+    let by_path = SetAttr {
+        size: Some(2),
+        ..Default::default()
+    };
+    assert!(matches!(
+        fs.setattr(f.ino, &by_path, &u),
+        Err(FsError::Permission)
+    ));
+    let by_fd = SetAttr {
+        through_writable_fd: true,
+        ..by_path
+    };
+    assert_eq!(fs.setattr(f.ino, &by_fd, &u).unwrap().size, 2);
+}

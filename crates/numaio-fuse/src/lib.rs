@@ -345,7 +345,7 @@ impl Filesystem for NumaFs {
         atime: Option<fuser::TimeOrNow>,
         mtime: Option<fuser::TimeOrNow>,
         _ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
+        fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
@@ -359,6 +359,9 @@ impl Filesystem for NumaFs {
             size,
             atime: atime.map(nanos),
             mtime: mtime.map(nanos),
+            // The kernel names the file handle only for ftruncate, on a descriptor it opened
+            // for writing.
+            through_writable_fd: fh.is_some(),
         };
         match self.fs().setattr(ino.0, &s, &caller(req)) {
             Ok(a) => reply.attr(&TTL, &attr(&a)),
