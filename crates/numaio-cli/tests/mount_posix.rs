@@ -10,7 +10,6 @@ use std::ffi::{OsStr, OsString};
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -91,7 +90,7 @@ impl Vol {
     fn try_mount(&self, opts: &str) -> Output {
         let mut a: Vec<&OsStr> = vec!["mount".as_ref()];
         if !opts.is_empty() {
-            a.extend(["-o".as_ref(), opts.as_ref()]);
+            a.extend([OsStr::new("-o"), OsStr::new(opts)]);
         }
         a.extend([self.dev.as_os_str(), self.mnt.as_os_str()]);
         numaio(&a)
@@ -351,25 +350,18 @@ fn bad_mount_arguments_fail_fast_naming_the_path() {
     let o = run(mount_cmd(&notvol, &v.mnt, &[]));
     assert_refused(&o, "not a numaio volume", &notvol);
 
-    // Standard output closed: no mount is left behind that nobody was told about.
-    let mut c = mount_cmd(&v.dev, &v.mnt, &["--json"]);
-    // SAFETY: close is async-signal-safe; the child then starts with fd 1 closed.
-    unsafe {
-        c.pre_exec(|| {
-            libc::close(1);
-            Ok(())
-        });
-    }
-    let out = c
+    // Standard output a pipe its reader closed: the report is lost, so the mount is undone.
+    let mut child = mount_cmd(&v.dev, &v.mnt, &["--json"])
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap()
-        .wait_with_output()
         .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
     assert_refused(&out, "--json with stdout closed", &v.mnt);
     assert!(
         !is_mount(&v.mnt),
-        "a mount was left at {} after the failed --json mount",
+        "a mount was left at {} after its report failed",
         v.mnt.display()
     );
 

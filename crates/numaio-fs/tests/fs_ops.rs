@@ -939,7 +939,7 @@ fn threads_share_one_volume() {
 #[test]
 fn special_files_keep_their_kind_and_device_number() {
     let (s, fs) = vol();
-    let d = fs.mkdir(ROOT, b"d", 0o755, &root()).unwrap();
+    let d = fs.mkdir(ROOT, b"d", 0o777, &root()).unwrap();
     let kinds = [
         (&b"fifo"[..], Kind::Fifo),
         (b"sock", Kind::Socket),

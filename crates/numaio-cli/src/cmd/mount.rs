@@ -121,7 +121,6 @@ pub fn run(a: MountArgs) -> anyhow::Result<ExitCode> {
     let opts = parse_opts(&a.options)?;
     let (devs, mp) = a.paths.split_at(a.paths.len() - 1);
     let mp = &mp[0];
-    guard_stdout(a.json, mp)?;
     let dev_before = check_mountpoint(mp)?;
     if !Path::new("/dev/fuse").exists() {
         bail!("/dev/fuse is missing: load the fuse module (modprobe fuse)");
@@ -193,36 +192,6 @@ pub fn run(a: MountArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// With fd 1 closed, the next open (a device of the volume, even) would take fd 1 and the
-/// report would be written into it. `--json` then fails before anything is mounted, since
-/// its reader would never learn of the mount; human output goes to /dev/null.
-fn guard_stdout(json: bool, mp: &Path) -> anyhow::Result<()> {
-    // SAFETY: F_GETFD only queries the descriptor table.
-    if unsafe { libc::fcntl(1, libc::F_GETFD) } != -1 {
-        return Ok(());
-    }
-    if json {
-        bail!(
-            "standard output is closed: cannot report the mount of {} as JSON, so nothing was \
-             mounted (run with stdout open, or without --json)",
-            mp.display()
-        );
-    }
-    let null = std::fs::OpenOptions::new()
-        .write(true)
-        .open("/dev/null")
-        .context("opening /dev/null for the closed standard output")?;
-    let fd = std::os::fd::IntoRawFd::into_raw_fd(null);
-    if fd != 1 {
-        // SAFETY: dup2 onto fd 1, which is closed; fd is ours and closed right after.
-        unsafe {
-            libc::dup2(fd, 1);
-            libc::close(fd);
-        }
-    }
-    Ok(())
-}
-
 fn show(devs: &[PathBuf]) -> String {
     devs.iter()
         .map(|d| d.display().to_string())
@@ -281,20 +250,33 @@ fn detach(
         std::thread::sleep(Duration::from_millis(20));
     }
     let pid = child.id();
-    if a.json {
+    let said = if a.json {
         crate::output::print_json(&Mounted {
             schema_version: 1,
             mountpoint: mp,
             devices: devs,
             pid,
             read_only,
-        })?;
+        })
     } else {
         crate::outln!(
             "mounted {} at {} (server pid {pid})",
             show(devs),
             mp.display()
-        )?;
+        )
+    }
+    .and_then(|()| crate::output::flush_out());
+    if let Err(e) = said {
+        // Whoever started us cannot learn of the mount (a closed pipe included): take it
+        // down again rather than leave a server nobody knows about. SIGTERM flushes and
+        // unmounts.
+        // SAFETY: signalling the server this command started and still owns.
+        unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+        let _ = child.wait();
+        bail!(
+            "cannot report the mount of {} ({e:#}); the mount was undone",
+            mp.display()
+        );
     }
     Ok(ExitCode::SUCCESS)
 }
