@@ -140,7 +140,9 @@ impl Drop for Mounted<'_> {
 }
 
 fn errno_of<T: std::fmt::Debug>(r: std::io::Result<T>) -> i32 {
-    r.expect_err("the operation should fail").raw_os_error().unwrap()
+    r.expect_err("the operation should fail")
+        .raw_os_error()
+        .unwrap()
 }
 
 #[test]
@@ -203,7 +205,10 @@ fn allow_other_lets_other_users_in() {
     std::fs::set_permissions(&v.mnt, std::fs::Permissions::from_mode(0o755)).unwrap();
     // Without allow_other the kernel lets only the mounting user in.
     let o = cat_as_nobody(&f);
-    assert!(!o.status.success(), "nobody read the file without allow_other");
+    assert!(
+        !o.status.success(),
+        "nobody read the file without allow_other"
+    );
     assert!(
         stderr(&o).contains("Permission denied"),
         "expected EACCES, got: {}",

@@ -965,7 +965,8 @@ fn special_files_keep_their_kind_and_device_number() {
     // Links, renames and unlinks treat them like any other inode.
     let chr = fs.lookup(d.ino, b"chr", &root()).unwrap();
     fs.link(chr.ino, ROOT, b"chr2", &root()).unwrap();
-    fs.rename(d.ino, b"sock", ROOT, b"sock2", 0, &root()).unwrap();
+    fs.rename(d.ino, b"sock", ROOT, b"sock2", 0, &root())
+        .unwrap();
     fs.unlink(d.ino, b"blk", &root()).unwrap();
     let names: Vec<(Vec<u8>, Kind)> = fs
         .readdir(d.ino, 0)
@@ -980,14 +981,23 @@ fn special_files_keep_their_kind_and_device_number() {
     let (c, fs2) = remount(&s, CrashMode::DropUnsynced);
     let a = fs2.lookup(ROOT, b"chr2", &root()).unwrap();
     assert_eq!((a.kind, a.nlink), (Kind::CharDev(0x0103), 2));
-    assert_eq!(fs2.lookup(ROOT, b"sock2", &root()).unwrap().kind, Kind::Socket);
-    assert_eq!(fs2.lookup(d.ino, b"fifo", &root()).unwrap().kind, Kind::Fifo);
+    assert_eq!(
+        fs2.lookup(ROOT, b"sock2", &root()).unwrap().kind,
+        Kind::Socket
+    );
+    assert_eq!(
+        fs2.lookup(d.ino, b"fifo", &root()).unwrap().kind,
+        Kind::Fifo
+    );
     fs2.unmount().unwrap();
     let r = numaio_fs::fsck::fsck(&*c, &numaio_fs::fsck::FsckOptions { repair: false }).unwrap();
     assert!(r.errors.is_empty(), "{:?}", r.errors);
     assert_eq!(r.special, 3);
     let fs3 = Fs::mount(c, MountOptions::default()).unwrap();
-    assert_eq!(fs3.lookup(d.ino, b"fifo", &root()).unwrap().kind, Kind::Fifo);
+    assert_eq!(
+        fs3.lookup(d.ino, b"fifo", &root()).unwrap().kind,
+        Kind::Fifo
+    );
 }
 
 #[test]

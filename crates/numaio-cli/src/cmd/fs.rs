@@ -7,8 +7,8 @@
 //! CPU the command runs on at the time, so `numactl --cpunodebind=N numaio fs put ...` is a
 //! node-N writer.
 
-use crate::{outln, warnln};
 use crate::output::{human_bytes, print_json, quote};
+use crate::{outln, warnln};
 use anyhow::{bail, Context};
 use numaio_fs::meta::{Kind, ROOT_INO};
 use numaio_fs::volume::Volume;
