@@ -22,6 +22,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// every change passes through it and a short TTL only bounds staleness after crashes.
 const TTL: Duration = Duration::from_secs(1);
 
+/// Every open keeps the kernel's cached pages of the file: all changes to the volume pass
+/// through this mount (the volume is locked while mounted), so they cannot be stale, and
+/// dropping them at each open would send every cached read back to the server.
+const OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_KEEP_CACHE;
+
 /// The FUSE face of a numaio-fs volume.
 pub struct NumaFs {
     fs: Option<Fs>,
@@ -216,7 +221,7 @@ impl Filesystem for NumaFs {
             .access(ino.0, mask, &caller(req))
             .and_then(|()| self.fs().open(ino.0));
         match r {
-            Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Ok(()) => reply.opened(FileHandle(0), OPEN_FLAGS),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -241,7 +246,7 @@ impl Filesystem for NumaFs {
                 &attr(&a),
                 Generation(0),
                 FileHandle(0),
-                FopenFlags::empty(),
+                OPEN_FLAGS,
             ),
             Err(e) => reply.error(errno(&e)),
         }
