@@ -241,13 +241,7 @@ impl Filesystem for NumaFs {
             .create(parent.0, name.as_bytes(), mode & !umask, &caller(req))
             .and_then(|a| self.fs().open(a.ino).map(|()| a));
         match r {
-            Ok(a) => reply.created(
-                &TTL,
-                &attr(&a),
-                Generation(0),
-                FileHandle(0),
-                OPEN_FLAGS,
-            ),
+            Ok(a) => reply.created(&TTL, &attr(&a), Generation(0), FileHandle(0), OPEN_FLAGS),
             Err(e) => reply.error(errno(&e)),
         }
     }
