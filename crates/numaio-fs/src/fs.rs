@@ -86,6 +86,10 @@ pub struct SetAttr {
     pub size: Option<u64>,
     pub atime: Option<i64>,
     pub mtime: Option<i64>,
+    /// The size changes through a descriptor open for writing (ftruncate): its open checked
+    /// the permission, which the file's mode need not grant any more (a file created with
+    /// mode 0 stays writable through the descriptor that created it).
+    pub through_writable_fd: bool,
 }
 
 /// One `readdir` entry; `cookie` resumes the listing after it.
@@ -811,7 +815,9 @@ impl Fs {
                     "only regular files can be truncated".into(),
                 ));
             }
-            access(&a, c, 2)?;
+            if !s.through_writable_fd {
+                access(&a, c, 2)?;
+            }
             if size > MAX_FILE_SIZE {
                 return Err(FsError::TooBig);
             }
@@ -952,6 +958,23 @@ impl Fs {
         c: &Caller,
     ) -> Result<FileAttr, FsError> {
         self.new_inode(parent, name, Kind::File, mode, None, c)
+    }
+
+    /// Creates a fifo, socket or device special file (`kind`), or a regular file.
+    pub fn mknod(
+        &self,
+        parent: u64,
+        name: &[u8],
+        kind: Kind,
+        mode: u32,
+        c: &Caller,
+    ) -> Result<FileAttr, FsError> {
+        if !kind.is_special() && kind != Kind::File {
+            return Err(FsError::Invalid(
+                "mknod makes files, fifos, sockets and devices".into(),
+            ));
+        }
+        self.new_inode(parent, name, kind, mode, None, c)
     }
 
     pub fn mkdir(
@@ -1193,7 +1216,10 @@ impl Fs {
         match i.attr.kind {
             Kind::Dir => return Err(FsError::IsDir),
             Kind::Symlink => return Err(FsError::Invalid("read of a symlink".into())),
-            Kind::File => {}
+            k if k.is_special() => {
+                return Err(FsError::Invalid("read of a fifo, socket or device".into()))
+            }
+            _ => {}
         }
         let size = i.attr.size;
         if offset >= size || buf.is_empty() {
@@ -1256,7 +1282,10 @@ impl Fs {
         match a.kind {
             Kind::Dir => return Err(FsError::IsDir),
             Kind::Symlink => return Err(FsError::Invalid("write to a symlink".into())),
-            Kind::File => {}
+            k if k.is_special() => {
+                return Err(FsError::Invalid("write to a fifo, socket or device".into()))
+            }
+            _ => {}
         }
         if data.is_empty() {
             return Ok(0);

@@ -40,6 +40,8 @@ pub struct FsckReport {
     pub files: u64,
     pub directories: u64,
     pub symlinks: u64,
+    /// Fifos, sockets and device files.
+    pub special: u64,
     /// Unlinked inodes still holding blocks (freed by mount or by a repair).
     pub orphans: u64,
     pub total_blocks: u64,
@@ -94,6 +96,7 @@ pub fn fsck(store: &dyn BlockStore, o: &FsckOptions) -> Result<FsckReport, FsErr
             Kind::File => r.files += 1,
             Kind::Dir => r.directories += 1,
             Kind::Symlink => r.symlinks += 1,
+            _ => r.special += 1,
         }
         if i.attr.nlink == 0 {
             r.orphans += 1;

@@ -983,3 +983,90 @@ fn range_nodes_counts_bytes_per_node_of_the_data() {
     // The in-memory store has no cache.
     assert!(fs.cache_bytes().is_empty());
 }
+
+#[test]
+fn special_files_keep_their_kind_and_device_number() {
+    let (s, fs) = vol();
+    let d = fs.mkdir(ROOT, b"d", 0o777, &root()).unwrap();
+    let kinds = [
+        (&b"fifo"[..], Kind::Fifo),
+        (b"sock", Kind::Socket),
+        (b"chr", Kind::CharDev(0x0103)),
+        (b"blk", Kind::BlockDev(0x0801)),
+    ];
+    for (name, k) in kinds {
+        let a = fs.mknod(d.ino, name, k, 0o640, &user(7)).unwrap();
+        assert_eq!((a.kind, a.mode & 0o7777, a.uid, a.size), (k, 0o640, 7, 0));
+        assert!(matches!(
+            fs.write(a.ino, 0, b"x", &root()),
+            Err(FsError::Invalid(_))
+        ));
+    }
+    assert!(matches!(
+        fs.mknod(d.ino, b"dir", Kind::Dir, 0o755, &root()),
+        Err(FsError::Invalid(_))
+    ));
+    assert!(matches!(
+        fs.mknod(d.ino, b"fifo", Kind::Fifo, 0o600, &root()),
+        Err(FsError::Exists)
+    ));
+    // Links, renames and unlinks treat them like any other inode.
+    let chr = fs.lookup(d.ino, b"chr", &root()).unwrap();
+    fs.link(chr.ino, ROOT, b"chr2", &root()).unwrap();
+    fs.rename(d.ino, b"sock", ROOT, b"sock2", 0, &root())
+        .unwrap();
+    fs.unlink(d.ino, b"blk", &root()).unwrap();
+    let names: Vec<(Vec<u8>, Kind)> = fs
+        .readdir(d.ino, 0)
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.name != b"." && e.name != b"..")
+        .map(|e| (e.name, e.kind))
+        .collect();
+    assert!(names.contains(&(b"fifo".to_vec(), Kind::Fifo)), "{names:?}");
+    fs.sync().unwrap();
+    // The journal replays them, and a checkpoint keeps them.
+    let (c, fs2) = remount(&s, CrashMode::DropUnsynced);
+    let a = fs2.lookup(ROOT, b"chr2", &root()).unwrap();
+    assert_eq!((a.kind, a.nlink), (Kind::CharDev(0x0103), 2));
+    assert_eq!(
+        fs2.lookup(ROOT, b"sock2", &root()).unwrap().kind,
+        Kind::Socket
+    );
+    assert_eq!(
+        fs2.lookup(d.ino, b"fifo", &root()).unwrap().kind,
+        Kind::Fifo
+    );
+    fs2.unmount().unwrap();
+    let r = numaio_fs::fsck::fsck(&*c, &numaio_fs::fsck::FsckOptions { repair: false }).unwrap();
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(r.special, 3);
+    let fs3 = Fs::mount(c, MountOptions::default()).unwrap();
+    assert_eq!(
+        fs3.lookup(d.ino, b"fifo", &root()).unwrap().kind,
+        Kind::Fifo
+    );
+}
+
+#[test]
+fn truncate_through_a_writable_descriptor_needs_no_write_permission() {
+    let (_s, fs) = vol();
+    let u = user(1000);
+    let d = fs.mkdir(ROOT, b"d", 0o777, &root()).unwrap();
+    // Created with mode 0: only the creating descriptor may still write.
+    let f = fs.create(d.ino, b"f", 0, &u).unwrap();
+    fs.write(f.ino, 0, b"12345", &u).unwrap();
+    let by_path = SetAttr {
+        size: Some(2),
+        ..Default::default()
+    };
+    assert!(matches!(
+        fs.setattr(f.ino, &by_path, &u),
+        Err(FsError::Permission)
+    ));
+    let by_fd = SetAttr {
+        through_writable_fd: true,
+        ..by_path
+    };
+    assert_eq!(fs.setattr(f.ino, &by_fd, &u).unwrap().size, 2);
+}

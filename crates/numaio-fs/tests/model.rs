@@ -230,6 +230,8 @@ fn check(fs: &Fs, m: &Model, skip_data: &BTreeSet<u64>, ctx: &str) {
                 assert_eq!(fs.readlink(ino).unwrap(), mi.data, "{ctx}: symlink {ino}");
                 assert_eq!(a.size, mi.data.len() as u64, "{ctx}: symlink {ino} size");
             }
+            // The model makes no special files.
+            k => panic!("{ctx}: inode {ino} is a {k:?}, which the model never made"),
         }
     }
 }

@@ -34,6 +34,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// every change passes through it and a short TTL only bounds staleness after crashes.
 pub(crate) const TTL: Duration = Duration::from_secs(1);
 
+/// Every open keeps the kernel's cached pages of the file: all changes to the volume pass
+/// through this mount (the volume is locked while mounted), so they cannot be stale, and
+/// dropping them at each open would send every cached read back to the server.
+const OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_KEEP_CACHE;
+
 /// The FUSE face of a numaio-fs volume.
 pub struct NumaFs {
     fs: Option<Arc<Fs>>,
@@ -162,6 +167,10 @@ fn kind(k: Kind) -> FileType {
         Kind::File => FileType::RegularFile,
         Kind::Dir => FileType::Directory,
         Kind::Symlink => FileType::Symlink,
+        Kind::Fifo => FileType::NamedPipe,
+        Kind::Socket => FileType::Socket,
+        Kind::CharDev(_) => FileType::CharDevice,
+        Kind::BlockDev(_) => FileType::BlockDevice,
     }
 }
 
@@ -179,7 +188,7 @@ fn attr(a: &numaio_fs::FileAttr) -> FileAttr {
         nlink: a.nlink,
         uid: a.uid,
         gid: a.gid,
-        rdev: 0,
+        rdev: a.kind.rdev(),
         blksize: numaio_fs::BLOCK_SIZE as u32,
         flags: 0,
     }
@@ -272,16 +281,21 @@ impl Filesystem for NumaFs {
         name: &OsStr,
         mode: u32,
         umask: u32,
-        _rdev: u32,
+        rdev: u32,
         reply: ReplyEntry,
     ) {
-        // Only regular files exist in numaio-fs; devices, fifos and sockets are refused.
-        if mode & libc::S_IFMT != libc::S_IFREG {
-            return reply.error(Errno::from_i32(libc::EPERM));
-        }
-        let r = self.fs().create(
+        let k = match mode & libc::S_IFMT {
+            libc::S_IFREG => Kind::File,
+            libc::S_IFIFO => Kind::Fifo,
+            libc::S_IFSOCK => Kind::Socket,
+            libc::S_IFCHR => Kind::CharDev(rdev),
+            libc::S_IFBLK => Kind::BlockDev(rdev),
+            _ => return reply.error(Errno::from_i32(libc::EINVAL)),
+        };
+        let r = self.fs().mknod(
             parent.0,
             name.as_bytes(),
+            k,
             mode & !umask & 0o7777,
             &self.caller(req),
         );
@@ -315,7 +329,7 @@ impl Filesystem for NumaFs {
             .access(ino.0, mask, &self.caller(req))
             .and_then(|()| self.fs().open(ino.0));
         match r {
-            Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Ok(()) => reply.opened(FileHandle(0), OPEN_FLAGS),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -335,13 +349,7 @@ impl Filesystem for NumaFs {
             .create(parent.0, name.as_bytes(), mode & !umask, &self.caller(req))
             .and_then(|a| self.fs().open(a.ino).map(|()| a));
         match r {
-            Ok(a) => reply.created(
-                &TTL,
-                &attr(&a),
-                Generation(0),
-                FileHandle(0),
-                FopenFlags::empty(),
-            ),
+            Ok(a) => reply.created(&TTL, &attr(&a), Generation(0), FileHandle(0), OPEN_FLAGS),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -453,7 +461,7 @@ impl Filesystem for NumaFs {
         atime: Option<fuser::TimeOrNow>,
         mtime: Option<fuser::TimeOrNow>,
         _ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
+        fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
@@ -467,6 +475,9 @@ impl Filesystem for NumaFs {
             size,
             atime: atime.map(nanos),
             mtime: mtime.map(nanos),
+            // The kernel names the file handle only for ftruncate, on a descriptor it opened
+            // for writing.
+            through_writable_fd: fh.is_some(),
         };
         match self.fs().setattr(ino.0, &s, &self.caller(req)) {
             Ok(a) => reply.attr(&TTL, &attr(&a)),

@@ -7,8 +7,8 @@
 //! CPU the command runs on at the time, so `numactl --cpunodebind=N numaio fs put ...` is a
 //! node-N writer.
 
-use crate::outln;
 use crate::output::{human_bytes, print_json, quote};
+use crate::{outln, warnln};
 use anyhow::{bail, Context};
 use numaio_fs::meta::{Kind, ROOT_INO};
 use numaio_fs::volume::Volume;
@@ -276,6 +276,10 @@ fn kind_name(k: Kind) -> &'static str {
         Kind::File => "file",
         Kind::Dir => "dir",
         Kind::Symlink => "symlink",
+        Kind::Fifo => "fifo",
+        Kind::Socket => "socket",
+        Kind::CharDev(_) => "chardev",
+        Kind::BlockDev(_) => "blockdev",
     }
 }
 
@@ -728,6 +732,8 @@ fn get_tree(
             std::os::unix::fs::symlink(OsStr::from_bytes(&t), dest)
                 .with_context(|| format!("{}: making the symlink", quote(dest)))?;
         }
+        // Fifos, sockets and devices hold no data; making them outside is mknod's business.
+        k => warnln!("{src}: a {} is not copied", kind_name(k)),
     }
     Ok(())
 }
@@ -954,7 +960,7 @@ fn map_tree(
                     .collect(),
             });
         }
-        Kind::Symlink => {}
+        _ => {}
     }
     Ok(())
 }

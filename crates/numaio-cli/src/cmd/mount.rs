@@ -433,7 +433,7 @@ fn detach(
                 mp.display()
             )
         })?;
-    if a.json {
+    let said = if a.json {
         crate::output::print_json(&Mounted {
             schema_version: 1,
             mountpoint: mp,
@@ -441,13 +441,26 @@ fn detach(
             pid,
             read_only,
             fuse_mode: &fuse_mode,
-        })?;
+        })
     } else {
         crate::outln!(
             "mounted {} at {} (fuse mode {fuse_mode}, server pid {pid})",
             show(devs),
             mp.display()
-        )?;
+        )
+    }
+    .and_then(|()| crate::output::flush_out());
+    if let Err(e) = said {
+        // Whoever started us cannot learn of the mount (a closed pipe included): take it
+        // down again rather than leave a server nobody knows about. SIGTERM flushes and
+        // unmounts.
+        // SAFETY: signalling the server this command started and still owns.
+        unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+        let _ = child.wait();
+        bail!(
+            "cannot report the mount of {} ({e:#}); the mount was undone",
+            mp.display()
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -22,6 +22,33 @@ pub enum Kind {
     File,
     Dir,
     Symlink,
+    // Special files: the kernel gives them their behaviour; the file system only keeps the
+    // inode (and a device's number). Appended, so earlier journals and checkpoints decode
+    // unchanged.
+    Fifo,
+    Socket,
+    /// A character device and its number (`rdev`).
+    CharDev(u32),
+    /// A block device and its number (`rdev`).
+    BlockDev(u32),
+}
+
+impl Kind {
+    /// The device number of a device special file, else 0.
+    pub fn rdev(self) -> u32 {
+        match self {
+            Kind::CharDev(r) | Kind::BlockDev(r) => r,
+            _ => 0,
+        }
+    }
+
+    /// Whether this is a fifo, socket or device: no data blocks, no symlink target.
+    pub fn is_special(self) -> bool {
+        matches!(
+            self,
+            Kind::Fifo | Kind::Socket | Kind::CharDev(_) | Kind::BlockDev(_)
+        )
+    }
 }
 
 /// An inode's attributes (everything but its block map, xattrs and entries).

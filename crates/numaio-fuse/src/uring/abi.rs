@@ -58,6 +58,8 @@ pub mod fattr {
     pub const SIZE: u32 = 1 << 3;
     pub const ATIME: u32 = 1 << 4;
     pub const MTIME: u32 = 1 << 5;
+    /// The request names a file handle: ftruncate on a descriptor opened for writing.
+    pub const FH: u32 = 1 << 6;
     pub const ATIME_NOW: u32 = 1 << 7;
     pub const MTIME_NOW: u32 = 1 << 8;
 }

@@ -61,12 +61,21 @@ pub fn dispatch(
             entry(payload, r)
         }
         op::MKNOD => {
-            let (mode, umask) = (abi::u32_at(op_in, 0), abi::u32_at(op_in, 8));
-            // Only regular files exist in numaio-fs; devices, fifos and sockets are refused.
-            if mode & libc::S_IFMT != libc::S_IFREG {
-                return Err(libc::EPERM);
-            }
-            let r = fs.create(ino, name(input)?, mode & !umask & 0o7777, &c);
+            // fuse_mknod_in: mode, rdev, umask, padding.
+            let (mode, rdev, umask) = (
+                abi::u32_at(op_in, 0),
+                abi::u32_at(op_in, 4),
+                abi::u32_at(op_in, 8),
+            );
+            let k = match mode & libc::S_IFMT {
+                libc::S_IFREG => Kind::File,
+                libc::S_IFIFO => Kind::Fifo,
+                libc::S_IFSOCK => Kind::Socket,
+                libc::S_IFCHR => Kind::CharDev(rdev),
+                libc::S_IFBLK => Kind::BlockDev(rdev),
+                _ => return Err(libc::EINVAL),
+            };
+            let r = fs.mknod(ino, name(input)?, k, mode & !umask & 0o7777, &c);
             entry(payload, r)
         }
         op::MKDIR => {
@@ -101,9 +110,9 @@ pub fn dispatch(
             fs.access(ino, mask, &c)
                 .and_then(|()| fs.open(ino))
                 .map_err(errno)?;
-            opened(payload)
+            opened(payload, FOPEN_KEEP_CACHE)
         }
-        op::OPENDIR => opened(payload),
+        op::OPENDIR => opened(payload, 0),
         op::READ => {
             let (offset, size) = (abi::u64_at(op_in, 8), abi::u32_at(op_in, 16) as usize);
             let n = size.min(payload.len());
@@ -181,7 +190,7 @@ pub fn dispatch(
                 .map_err(errno)?;
             let mut o = Out::new(payload);
             put_entry(&mut o, &a);
-            o.u64(0).u32(0).u32(0);
+            o.u64(0).u32(FOPEN_KEEP_CACHE).u32(0);
             Ok(o.written())
         }
         op::READDIR => {
@@ -236,10 +245,14 @@ fn data(payload: &mut [u8], d: &[u8]) -> Answer {
     Ok(d.len())
 }
 
-fn opened(payload: &mut [u8]) -> Answer {
+/// Files keep the kernel's cached pages across opens, as in the classic adapter: every
+/// change to the volume passes through this mount, so they cannot be stale.
+const FOPEN_KEEP_CACHE: u32 = 1 << 1;
+
+fn opened(payload: &mut [u8], flags: u32) -> Answer {
     let mut o = Out::new(payload);
-    // fh 0, no FOPEN_* flags, no backing file.
-    o.u64(0).u32(0).u32(0);
+    // fh 0, the FOPEN_* flags, no backing file.
+    o.u64(0).u32(flags).u32(0);
     Ok(o.written())
 }
 
@@ -275,6 +288,7 @@ fn setattr(op_in: &[u8]) -> SetAttr {
         size: has(fattr::SIZE).then(|| abi::u64_at(op_in, 16)),
         atime: has(fattr::ATIME).then(|| time(fattr::ATIME_NOW, 32, 56)),
         mtime: has(fattr::MTIME).then(|| time(fattr::MTIME_NOW, 40, 60)),
+        through_writable_fd: has(fattr::FH),
     }
 }
 
@@ -290,6 +304,10 @@ fn mode_bits(k: Kind) -> u32 {
         Kind::File => libc::S_IFREG,
         Kind::Dir => libc::S_IFDIR,
         Kind::Symlink => libc::S_IFLNK,
+        Kind::Fifo => libc::S_IFIFO,
+        Kind::Socket => libc::S_IFSOCK,
+        Kind::CharDev(_) => libc::S_IFCHR,
+        Kind::BlockDev(_) => libc::S_IFBLK,
     }
 }
 
@@ -314,7 +332,7 @@ fn put_attr(o: &mut Out, a: &numaio_fs::FileAttr) {
         .u32(a.nlink)
         .u32(a.uid)
         .u32(a.gid)
-        .u32(0)
+        .u32(a.kind.rdev())
         .u32(numaio_fs::BLOCK_SIZE as u32)
         .u32(0);
 }
