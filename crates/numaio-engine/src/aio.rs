@@ -174,11 +174,22 @@ impl Acquire {
                                     SliceCounters::add(&slice.counters().stalled, 1);
                                     slice.writeback_failures()
                                 });
+                                // Nor while holding pins: any number of futures may wait at
+                                // once, and between them they could pin the whole cache.
+                                let restart = !self.segs.is_empty();
+                                if restart {
+                                    self.reset(inner);
+                                    self.alloc_since = Some(since);
+                                }
                                 match slice.poll_alloc(cx.waker(), since) {
                                     Poll::Pending => return Poll::Pending,
                                     Poll::Ready(Err(e)) => {
                                         self.reset(inner);
                                         return Poll::Ready(Err(e));
+                                    }
+                                    Poll::Ready(Ok(s)) if restart => {
+                                        slice.release_free(&[s]);
+                                        continue;
                                     }
                                     Poll::Ready(Ok(s)) => s,
                                 }

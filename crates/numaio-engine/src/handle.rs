@@ -104,7 +104,13 @@ pub struct Pinned<'a> {
 
 impl<'a> Pinned<'a> {
     /// Pinned blocks handed over by a request that pinned them.
-    pub(crate) fn from_segs(h: &'a FileHandle, segs: Segs, off: u64, len: usize, write: bool) -> Self {
+    pub(crate) fn from_segs(
+        h: &'a FileHandle,
+        segs: Segs,
+        off: u64,
+        len: usize,
+        write: bool,
+    ) -> Self {
         let bs = h.inner.bs as u64;
         Pinned {
             h,
