@@ -10,7 +10,6 @@ use numaio_engine::{
 use std::future::Future;
 use std::io;
 use std::os::fd::RawFd;
-use std::pin::pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
