@@ -64,6 +64,9 @@ pub enum Api {
     Pread,
     /// Zero-copy get/put (reads only; see --touch).
     Get,
+    /// The async API: each thread keeps --iodepth reads in flight (`get_async`, each
+    /// result copied out like pread; reads only).
+    Async,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -150,6 +153,9 @@ pub struct BenchArgs {
     /// cache block), so one thread keeps N reads in flight.
     #[arg(long, default_value_t = 1, value_parser = crate::args::batch)]
     pub batch: usize,
+    /// Engine with --api async: reads in flight per thread (1 to 4096).
+    #[arg(long, default_value_t = 32, value_parser = crate::args::batch)]
+    pub iodepth: usize,
     /// Engine: read ahead on sequential reads.
     #[arg(long)]
     pub readahead: bool,
@@ -272,8 +278,8 @@ pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
     if a.target.is_memory_cache() && a.workload.is_write() {
         usage_bail!("--target quick-cache and --target foyer measure reads only");
     }
-    if a.api == Api::Get && a.workload.is_write() {
-        usage_bail!("--api get measures reads only (use pread for write workloads)");
+    if matches!(a.api, Api::Get | Api::Async) && a.workload.is_write() {
+        usage_bail!("--api get and --api async measure reads only (use pread for write workloads)");
     }
     if a.numa.files.is_some() {
         if a.target != Target::Engine {
@@ -502,7 +508,7 @@ fn run_engine(a: &BenchArgs) -> anyhow::Result<BenchResult> {
     }
     let warm_s = tw.elapsed().as_secs_f64();
     let before = engine.stats();
-    if a.api == Api::Get && bs > f.max_get_bytes() {
+    if matches!(a.api, Api::Get | Api::Async) && bs > f.max_get_bytes() {
         bail!(
             "--bs {} is larger than one get may pin ({} bytes) with this cache",
             bs,
@@ -515,6 +521,22 @@ fn run_engine(a: &BenchArgs) -> anyhow::Result<BenchResult> {
         let mut buf = vec![0x5Au8; bs];
         let mut n = 0u64;
         let mut sink = 0u8;
+        if a.api == Api::Async {
+            return match crate::async_reads::run(
+                &f,
+                a.iodepth,
+                bs,
+                || offs.next(),
+                deadline,
+                &mut buf,
+            ) {
+                Ok(n) => n,
+                Err(e) => {
+                    *err.lock().unwrap() = Some(format!("{e}"));
+                    0
+                }
+            };
+        }
         if a.batch > 1 && !a.workload.is_write() {
             let mut bufs: Vec<Vec<u8>> = (0..a.batch).map(|_| vec![0u8; bs]).collect();
             loop {
@@ -538,7 +560,7 @@ fn run_engine(a: &BenchArgs) -> anyhow::Result<BenchResult> {
                 let r = match (a.workload.is_write(), a.api) {
                     (true, _) => f.pwrite(&buf, off).map(|_| ()),
                     (false, Api::Pread) => f.pread(&mut buf, off).map(|_| ()),
-                    (false, Api::Get) => f.get(off, bs).map(|p| {
+                    (false, Api::Get | Api::Async) => f.get(off, bs).map(|p| {
                         if a.touch {
                             sink ^= p.segments().next().map_or(0, |s| s[0]);
                         }

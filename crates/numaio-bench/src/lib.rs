@@ -3,6 +3,7 @@
 //! The `numaio` command parses [`BenchArgs`] and calls [`run`]. The engine's experiments
 //! (`examples/move_work_cost.rs`, `examples/checksum_rules.rs`) live here too.
 
+mod async_reads;
 mod bench;
 mod bench_numa;
 mod benchfile;

@@ -61,7 +61,13 @@ pub(crate) fn runs(items: &[Transfer], max: usize) -> Vec<Range<usize>> {
 
 /// The request for one run: one iovec per stretch of buffers adjacent in memory (slots
 /// handed out in order often are), so the device sees few, large segments.
-fn run_request(slice: &Slice, kind: IoKind, fd: i32, run: &[Transfer], bs: usize) -> IoRequest {
+pub(crate) fn run_request(
+    slice: &Slice,
+    kind: IoKind,
+    fd: i32,
+    run: &[Transfer],
+    bs: usize,
+) -> IoRequest {
     let mut iovecs: Vec<libc::iovec> = Vec::with_capacity(1);
     for &(_, _, slot) in run {
         let p = slice.buf_ptr(slot);
@@ -456,10 +462,19 @@ impl Inner {
     }
 }
 
+/// A device read failed: names the file and keeps the device's error (and its errno) as the
+/// source.
+#[derive(Debug, thiserror::Error)]
+#[error("read of {} failed: {source}", path.display())]
+struct ReadFailed {
+    path: std::path::PathBuf,
+    source: io::Error,
+}
+
 /// Ends the loads of one run read from the device (demand loads and readahead alike):
 /// counts the read, zero-fills what lies past the end of file, verifies each block's
 /// checksum and publishes it, or fails it. Returns the first error, naming the file.
-fn complete_load(
+pub(crate) fn complete_load(
     slice: &Slice,
     bs: usize,
     integrity: Option<&dyn BlockIntegrity>,
@@ -475,7 +490,10 @@ fn complete_load(
             }
             return Err(io::Error::new(
                 e.kind(),
-                format!("read of {} failed: {e}", f.path.display()),
+                ReadFailed {
+                    path: f.path.clone(),
+                    source: e,
+                },
             ));
         }
     };

@@ -103,7 +103,26 @@ pub struct Pinned<'a> {
     off: u64,
 }
 
-impl Pinned<'_> {
+impl<'a> Pinned<'a> {
+    /// Pinned blocks handed over by a request that pinned them.
+    pub(crate) fn from_segs(
+        h: &'a FileHandle,
+        segs: Segs,
+        off: u64,
+        len: usize,
+        write: bool,
+    ) -> Self {
+        let bs = h.inner.bs as u64;
+        Pinned {
+            h,
+            segs,
+            start: (off % bs) as usize,
+            len,
+            write,
+            off,
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.len
     }
@@ -291,13 +310,7 @@ impl FileHandle {
         let fb = off / bs;
         let n = ((off + len as u64 - 1) / bs - fb + 1) as usize;
         if n > self.inner.chunk_blocks {
-            return Err(EngineError::Io(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!(
-                    "get of {len} bytes spans {n} blocks; at most {} blocks may be pinned at once with this cache size",
-                    self.inner.chunk_blocks
-                ),
-            )));
+            return Err(self.too_many_blocks(len, n));
         }
         let segs = self.inner.acquire(&self.file, fb, n, None)?;
         if write {
@@ -314,6 +327,16 @@ impl FileHandle {
             write,
             off,
         })
+    }
+
+    pub(crate) fn too_many_blocks(&self, len: usize, n: usize) -> EngineError {
+        EngineError::Io(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "get of {len} bytes spans {n} blocks; at most {} blocks may be pinned at once with this cache size",
+                self.inner.chunk_blocks
+            ),
+        ))
     }
 
     /// Zero-copy read (Jericho's Get): pins the blocks holding `[off, off+len)` (clipped to

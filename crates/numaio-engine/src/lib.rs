@@ -36,6 +36,7 @@
 //! ```
 
 pub mod accounting;
+mod aio;
 mod arena;
 mod blockio;
 pub mod checksum;
@@ -64,6 +65,7 @@ pub mod sumfile;
 mod sync;
 mod types;
 
+pub use aio::{GetFuture, ReadFuture, ReadIntoFuture, WriteFuture};
 pub use arena::PlacementCheck;
 pub use engine::{Engine, EngineBuilder, EngineConfig};
 pub use error::{os_error, EngineError};

@@ -33,6 +33,7 @@ use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
+use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 use writeback::FailureLatch;
 
@@ -80,6 +81,12 @@ pub(crate) struct Slice {
     free_count: AtomicUsize,
     dirty: Mutex<BTreeSet<BlockKey>>,
     waits: Vec<Padded<(Mutex<()>, Condvar)>>,
+    /// Async requests waiting for a load by another request, striped like `waits`.
+    load_wakers: Vec<Padded<Mutex<Vec<Waker>>>>,
+    /// Async requests waiting for a free buffer, and how many there are (read without the
+    /// lock by unpinning code, which then kicks the evictor).
+    free_wakers: Mutex<Vec<Waker>>,
+    free_waiters: AtomicUsize,
     evict_flag: Mutex<bool>,
     evict_cv: Condvar,
     evict_pending: AtomicBool,
@@ -158,6 +165,11 @@ impl Slice {
             waits: (0..WAIT_STRIPES)
                 .map(|_| Padded((Mutex::new(()), Condvar::new())))
                 .collect(),
+            load_wakers: (0..WAIT_STRIPES)
+                .map(|_| Padded(Mutex::new(Vec::new())))
+                .collect(),
+            free_wakers: Mutex::new(Vec::new()),
+            free_waiters: AtomicUsize::new(0),
             evict_flag: Mutex::new(false),
             evict_cv: Condvar::new(),
             evict_pending: AtomicBool::new(false),
@@ -253,6 +265,7 @@ impl Slice {
     /// at once with its errno.
     pub fn report_writeback_failure(&self, e: WriteBackError) {
         self.wb_failure.report(e);
+        self.wake_free_waiters();
     }
 
     /// Asks `workers` I/O workers of this slice to stop once their queue is drained.
@@ -465,8 +478,10 @@ impl Slice {
         self.shutdown.store(true, Ordering::Release);
         *self.evict_flag.lock() = true;
         self.evict_cv.notify_all();
-        let _g = self.free.lock();
+        let g = self.free.lock();
         self.free_cv.notify_all();
+        drop(g);
+        self.wake_free_waiters();
     }
 
     /// Returns slots to the free list and wakes stalled requests.
@@ -479,6 +494,106 @@ impl Slice {
         self.free_count.store(free.len(), Ordering::Relaxed);
         drop(free);
         self.free_cv.notify_all();
+        self.wake_free_waiters();
+    }
+
+    /// The async counterpart of [`alloc`](Self::alloc): a free slot, or `Pending` with
+    /// `waker` registered to be woken when buffers are freed (or the evictor fails, or the
+    /// engine stops). `failures_before` is [`writeback_failures`](Self::writeback_failures)
+    /// when the request started waiting.
+    pub fn poll_alloc(&self, waker: &Waker, failures_before: u64) -> Poll<io::Result<SlotId>> {
+        let mut free = self.free.lock();
+        if let Some(s) = free.pop() {
+            self.free_count.store(free.len(), Ordering::Relaxed);
+            let below = free.len() < self.low;
+            drop(free);
+            if below {
+                self.wake_evictor();
+            }
+            return Poll::Ready(Ok(s));
+        }
+        if self.shutdown.load(Ordering::Acquire) {
+            return Poll::Ready(Err(io::Error::other("numaio engine is shutting down")));
+        }
+        if let Some(w) = self.wb_failure.since(failures_before) {
+            return Poll::Ready(Err(w
+                .context(format_args!(
+                    "no free buffer in slice {}: the dirty buffers cannot be written back \
+                     (fix the device or free space on it, then fsync)",
+                    self.id
+                ))
+                .to_io()));
+        }
+        // Registered under the free-list lock, so a release that follows sees the waker.
+        let mut w = self.free_wakers.lock();
+        if !w.iter().any(|x| x.will_wake(waker)) {
+            w.push(waker.clone());
+            self.free_waiters.fetch_add(1, Ordering::Release);
+        }
+        drop(w);
+        drop(free);
+        self.wake_evictor_locked_free();
+        Poll::Pending
+    }
+
+    /// The evictor failure count, for [`poll_alloc`](Self::poll_alloc).
+    pub fn writeback_failures(&self) -> u64 {
+        self.wb_failure.seq()
+    }
+
+    /// Whether async requests wait for a free buffer (then unpinning may let the evictor
+    /// free one, so the unpinner kicks it).
+    #[inline]
+    pub fn has_free_waiters(&self) -> bool {
+        self.free_waiters.load(Ordering::Relaxed) != 0
+    }
+
+    fn wake_free_waiters(&self) {
+        if self.free_waiters.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let wakers = std::mem::take(&mut *self.free_wakers.lock());
+        self.free_waiters.fetch_sub(wakers.len(), Ordering::Release);
+        for w in wakers {
+            w.wake();
+        }
+    }
+
+    /// Registers `waker` to be woken when the load of `slot` ends. Returns false (and
+    /// registers nothing) if the slot is not LOADING any more.
+    pub fn register_load_waker(&self, slot: SlotId, waker: &Waker) -> bool {
+        let mut w = self.load_wakers[slot as usize % WAIT_STRIPES].0.lock();
+        // Checked under the stripe lock that `finish_load` takes after clearing LOADING.
+        if self.slots[slot as usize].state.load() & LOADING == 0 {
+            return false;
+        }
+        if !w.iter().any(|x| x.will_wake(waker)) {
+            w.push(waker.clone());
+        }
+        true
+    }
+
+    /// The state word of `slot`.
+    pub fn slot_word(&self, slot: SlotId) -> u64 {
+        self.slots[slot as usize].state.load()
+    }
+
+    /// Sends a request whose completion runs `done` on the I/O worker, waiting for room in
+    /// the bounded queue if it is full (the workers drain it without us). On a stopped
+    /// worker `done` runs here with the error, so the loads it owns always end.
+    pub(crate) fn submit_call(
+        &self,
+        req: IoRequest,
+        done: Box<dyn FnOnce(io::Result<usize>) + Send>,
+    ) {
+        if let Err(std::sync::mpsc::SendError(Msg::Io(_, d))) =
+            self.io_tx.send(Msg::Io(req, Done::Call(done)))
+        {
+            d.finish(Err(io::Error::other(format!(
+                "I/O worker of slice {} has stopped",
+                self.id
+            ))));
+        }
     }
 
     /// Claims a free slot for `key` and inserts it LOADING. `Err(existing)` if another thread
@@ -520,8 +635,13 @@ impl Slice {
             self.index.set_ready(&self.slots[slot as usize].key(), slot);
         }
         let (m, cv) = &self.waits[slot as usize % WAIT_STRIPES].0;
-        let _g = m.lock();
+        let g = m.lock();
         cv.notify_all();
+        drop(g);
+        let wakers = std::mem::take(&mut *self.load_wakers[slot as usize % WAIT_STRIPES].0.lock());
+        for w in wakers {
+            w.wake();
+        }
     }
 
     /// The condvar stripe on which waiters for `slot` (loading, write-back) sleep.
