@@ -24,6 +24,7 @@ use crate::error::EngineError;
 use crate::ext::AccessCtx;
 use crate::file::FileEntry;
 use crate::handle::{FileHandle, Pinned};
+use crate::index::EntryPin;
 use crate::io::IoKind;
 use crate::key::BlockKey;
 use crate::slot::{ERROR, LOADING};
@@ -204,6 +205,7 @@ impl Acquire {
                                     slice: si as u16,
                                     fill: false,
                                     slot,
+                                    pin: EntryPin::NONE,
                                 });
                                 for h in hooks {
                                     h.on_access(f.id, b, si, false, &ctx);
@@ -225,6 +227,7 @@ impl Acquire {
                     slice: si as u16,
                     fill: false,
                     slot,
+                    pin: EntryPin::NONE,
                 });
                 for h in hooks {
                     h.on_access(f.id, b, si, true, &ctx);
