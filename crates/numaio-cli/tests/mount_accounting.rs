@@ -188,8 +188,8 @@ fn accounting_is_exact_per_process_thread_and_node() {
     let m = Mount::new(&["--move-work", "migrate-thread"]);
     let file = m.mnt.join("data");
     let f2 = file.clone();
-    // dd-like: 1 MiB in 64 KiB writes, fsync, then read back through a new open (which
-    // drops the kernel's cached pages, so the reads reach the mount).
+    // dd-like: 1 MiB in 64 KiB writes, fsync, then read back after dropping the kernel's
+    // cached pages of the file (opens keep them), so the reads reach the mount.
     let tid = std::thread::spawn(move || {
         let mut f = std::fs::File::create(&f2).unwrap();
         let block = vec![0x5au8; 64 * 1024];
@@ -197,6 +197,16 @@ fn accounting_is_exact_per_process_thread_and_node() {
             f.write_all(&block).unwrap();
         }
         f.sync_all().unwrap();
+        // SAFETY: fadvise on a descriptor we own; it only drops clean cached pages.
+        let r = unsafe {
+            libc::posix_fadvise(
+                std::os::fd::AsRawFd::as_raw_fd(&f),
+                0,
+                0,
+                libc::POSIX_FADV_DONTNEED,
+            )
+        };
+        assert_eq!(r, 0, "posix_fadvise DONTNEED");
         drop(f);
         let mut back = Vec::new();
         std::fs::File::open(&f2)
