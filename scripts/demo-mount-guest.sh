@@ -9,8 +9,7 @@ numaio mount $devs /v
 echo; echo "# unmodified dd, pinned to node 0 and to node 1 (numactl), write through the mount"
 numactl --cpunodebind=0 dd if=/dev/zero of=/v/from-node0 bs=64k count=64 conv=fsync 2>/dev/null
 numactl --cpunodebind=1 dd if=/dev/zero of=/v/from-node1 bs=64k count=64 conv=fsync 2>/dev/null
-numactl --cpunodebind=0 cat /v/from-node1 > /dev/null
-echo; echo "# per node: space, cache, bytes read and written; per process and node (numa<N>_*_bytes)"
+echo; echo "# per node: space, cache, bytes read and written; then per process: bytes per node of the data"
 numaio fs stat /v
 echo; echo "# unmount (flushes), then where each file's blocks are: writer-local placement"
 numaio umount /v
