@@ -36,9 +36,9 @@ step deb      bash scripts/test-deb.sh
 step pysetup  bash scripts/setup-python.sh
 step unit     cargo test --workspace --no-fail-fast
 step pytest   .venv/bin/python -m pytest -q -rs python/tests
-# loom models (the real index, and write-back + fsync + pwrite on one block) need --cfg loom,
+# loom models (the real index, and write-back + fsync + pwrite on one block) need --cfg numaio_loom,
 # so they build in their own target directory and leave the main build cache alone.
-step loom     env RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p numaio-engine --release --test loom_slot --test loom_writeback
+step loom     env RUSTFLAGS="--cfg numaio_loom" CARGO_TARGET_DIR=target/loom cargo test -p numaio-engine --release --test loom_slot --test loom_writeback
 # The stress test under AddressSanitizer (nightly rustc; its own target directory).
 if rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
     step asan env RUSTFLAGS=-Zsanitizer=address CARGO_TARGET_DIR=target/asan cargo +nightly test -p numaio-engine --test stress --target x86_64-unknown-linux-gnu

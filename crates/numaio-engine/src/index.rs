@@ -298,7 +298,7 @@ struct Bucket {
 }
 
 // The point of the layout: a bucket, its lock and its inline entries are one cache line.
-#[cfg(not(loom))]
+#[cfg(not(numaio_loom))]
 const _: () = assert!(std::mem::size_of::<Bucket>() == 64);
 
 pub struct BucketIndex {

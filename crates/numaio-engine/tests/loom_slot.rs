@@ -1,9 +1,9 @@
 //! loom model checks of the slot state machine's races against the real index (run with
-//! `RUSTFLAGS="--cfg loom" cargo test -p numaio-engine --test loom_slot --release`).
-//! Under `--cfg loom` the index's locks and the slot word are loom's, so these models
+//! `RUSTFLAGS="--cfg numaio_loom" cargo test -p numaio-engine --test loom_slot --release`).
+//! Under `--cfg numaio_loom` the index's locks and the slot word are loom's, so these models
 //! explore every interleaving of the code the slices run: pins under the index's shared
 //! lock, inserts and reclaims under its exclusive lock.
-#![cfg(loom)]
+#![cfg(numaio_loom)]
 
 use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicUsize, Ordering};

@@ -1,13 +1,13 @@
 //! loom model of the write-back protocol on one block: the evictor, `fsync` and a `pwrite`
 //! race (run with
-//! `RUSTFLAGS="--cfg loom" cargo test -p numaio-engine --test loom_writeback --release`).
+//! `RUSTFLAGS="--cfg numaio_loom" cargo test -p numaio-engine --test loom_writeback --release`).
 //!
 //! The slot word and its transitions are the engine's (`begin_writeback`, `end_writeback`,
 //! `mark_dirty_*`); the device is modelled: a write takes the buffer's contents when it is
 //! issued and lands on the "disk" later, so two writes in flight could land in either order.
 //! `fsync` follows `Inner::flush_range`: claim the block, or wait for the write-back in
 //! flight and look again; then "fdatasync" makes whatever has landed durable.
-#![cfg(loom)]
+#![cfg(numaio_loom)]
 
 use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use loom::sync::{Arc, Mutex};
