@@ -521,3 +521,25 @@ fn a_missing_device_is_named_once_with_the_os_error_once() {
     assert_eq!(r.stderr, want);
     assert!(!gone.exists(), "mkfs without --size creates nothing");
 }
+
+#[test]
+fn fs_stat_of_a_missing_path_says_what_it_wanted() {
+    let dir = tempfile::tempdir().unwrap();
+    let gone = dir.path().join("no-such-mount");
+    let r = run(&["fs", "stat", s(&gone)]);
+    no_panic(&r);
+    assert_eq!(r.code, Some(1), "{}", r.stderr);
+    assert!(
+        r.stderr.contains(s(&gone)) && r.stderr.contains("no such mount point or device"),
+        "{}",
+        r.stderr
+    );
+    // --pid needs a mount point; a missing one is the same clear error, not a pid lookup.
+    let r = run(&["fs", "stat", s(&gone), "--pid", "1"]);
+    assert_eq!(r.code, Some(1), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("no such mount point or device"),
+        "{}",
+        r.stderr
+    );
+}

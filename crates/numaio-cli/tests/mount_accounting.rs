@@ -300,6 +300,16 @@ fn accounting_is_exact_per_process_thread_and_node() {
         )),
         "{text}"
     );
+    // A pid that names no process and did no I/O here is an error, not a row of zeros.
+    let r = numaio(&[
+        "fs".as_ref(),
+        "stat".as_ref(),
+        m.mnt.as_os_str(),
+        "--pid".as_ref(),
+        "0".as_ref(),
+    ]);
+    assert_eq!(r.status.code(), Some(1), "fs stat --pid 0: {r:?}");
+    assert!(String::from_utf8_lossy(&r.stderr).contains("pid 0: no such process"));
     // Human form: the node table and this process.
     let human = ok(
         &numaio(&["fs".as_ref(), "stat".as_ref(), m.mnt.as_os_str()]),

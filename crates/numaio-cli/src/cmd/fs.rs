@@ -294,6 +294,11 @@ pub fn run(a: FsArgs) -> anyhow::Result<ExitCode> {
             prometheus,
         } => {
             let devices = match target {
+                Some(t) if !t.exists() => bail!(
+                    "{}: no such mount point or device (give the root of a numaio mount, or \
+                     the volume's devices)",
+                    t.display()
+                ),
                 Some(t) if t.is_dir() => return mount_stat(t, *pid, *json, *prometheus),
                 Some(_) if *prometheus => {
                     crate::usage_bail!("--prometheus needs a mount point, not a device")
@@ -371,6 +376,16 @@ fn mount_stat(
     }
     if let Some(pid) = pid {
         let p = s.processes.iter().find(|p| p.pid == pid);
+        // A process that did no I/O here reads as zeros, like Tofalos's numa_io; a pid that
+        // names no process, now or in the mount's accounting, is a mistake worth saying.
+        if p.is_none() && (pid == 0 || !Path::new(&format!("/proc/{pid}")).exists()) {
+            bail!(
+                "pid {pid}: no such process, and none with that pid did I/O on {} \
+                 (see `numaio fs stat {}` for the processes it counted)",
+                mp.display(),
+                mp.display()
+            );
+        }
         if json {
             print_json(&serde_json::json!({
                 "mountpoint": s.mountpoint,
