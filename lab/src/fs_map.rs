@@ -2,6 +2,8 @@
 //! the node disks' write counters between two `node-disk-stat` sections, and whether a file
 //! is misplaced (most of its blocks off its creator's node).
 
+use crate::dm_linear::LinearMap;
+use crate::filefrag;
 use crate::{NodeDiskStat, Outcome};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -74,6 +76,56 @@ pub fn misplaced(per_node: &BTreeMap<i64, u64>, creator: i64) -> bool {
     let total: u64 = per_node.values().sum();
     let home = per_node.get(&creator).copied().unwrap_or(0);
     (total - home) * 2 > total
+}
+
+/// Misplaced files of the creator comparison, `(ext4, numaio)`: `per_node` files of 64 KiB
+/// created by writers alternating between nodes 0 and 1, named `n<creator>-<i>`; ext4's in
+/// `/mnt` from filefrag's `ext4` section mapped through the dm-linear table (`dm-table`,
+/// `dm-disks`), numaio's from the `map` section. Panics with the guest's report when the
+/// output lacks a file or a block lies outside the table.
+pub fn misplaced_ext4_vs_numaio(out: &Outcome, per_node: u64) -> (usize, usize) {
+    let files = 2 * per_node as usize;
+    let lin = LinearMap::parse(out.section("dm-table"), out.section("dm-disks"))
+        .unwrap_or_else(|e| panic!("{e}\n{}", out.report()));
+    let ext4 =
+        filefrag::parse(out.section("ext4")).unwrap_or_else(|e| panic!("{e}\n{}", out.report()));
+    assert_eq!(
+        ext4.len(),
+        files,
+        "one filefrag report per file\n{}",
+        out.report()
+    );
+    let mut ext4_bad = 0;
+    for f in &ext4 {
+        let creator: i64 = if f.path.starts_with("/mnt/n1-") { 1 } else { 0 };
+        assert_eq!(f.blocks() * f.block_size, 65536, "{}: {f:?}", f.path);
+        let mut per: BTreeMap<i64, u64> = BTreeMap::new();
+        for e in &f.extents {
+            assert!(!e.unplaced(), "{}: fsync left {e:?} unplaced", f.path);
+            for (n, c) in lin.blocks_per_node(e.physical, e.len, f.block_size) {
+                *per.entry(n).or_insert(0) += c;
+            }
+        }
+        assert!(
+            !per.contains_key(&-1),
+            "{}: blocks outside the table: {per:?}",
+            f.path
+        );
+        ext4_bad += usize::from(misplaced(&per, creator));
+    }
+    let map = map_section(out, "map");
+    let mut numaio_bad = 0;
+    for n in 0..2u64 {
+        for i in 0..per_node {
+            let (per, _) = map
+                .get(&format!("/n{n}-{i}"))
+                .unwrap_or_else(|| panic!("/n{n}-{i} missing from the map\n{}", out.report()));
+            let per: BTreeMap<i64, u64> = per.iter().map(|(&k, &v)| (k as i64, v)).collect();
+            assert_eq!(per.values().sum::<u64>(), 16, "/n{n}-{i}: {per:?}");
+            numaio_bad += usize::from(misplaced(&per, n as i64));
+        }
+    }
+    (ext4_bad, numaio_bad)
 }
 
 #[cfg(test)]

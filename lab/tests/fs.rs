@@ -8,9 +8,8 @@
 //! Needs the release binaries (`cargo build --release -p numaio -p numaio-lab --bins`) and the lab's kernel
 //! cache; see lab/README.md.
 
-use numaio_lab::dm_linear::{self, LinearMap};
-use numaio_lab::filefrag;
-use numaio_lab::fs_map::{fraction_on, map_section, misplaced, written};
+use numaio_lab::dm_linear;
+use numaio_lab::fs_map::{fraction_on, map_section, misplaced_ext4_vs_numaio, written};
 use numaio_lab::guest_script::node_disks_prelude;
 use numaio_lab::{LabTopology, Scenario};
 use std::collections::BTreeMap;
@@ -359,47 +358,7 @@ echo "@@begin fsck"; numaio fsck $devs; echo "rc=$?"
     assert_eq!(out.exit_code, 0, "{}", out.report());
     let files = 2 * per_node as usize;
 
-    let lin = LinearMap::parse(out.section("dm-table"), out.section("dm-disks"))
-        .unwrap_or_else(|e| panic!("{e}\n{}", out.report()));
-    let ext4 =
-        filefrag::parse(out.section("ext4")).unwrap_or_else(|e| panic!("{e}\n{}", out.report()));
-    assert_eq!(
-        ext4.len(),
-        files,
-        "one filefrag report per file\n{}",
-        out.report()
-    );
-    let mut ext4_bad = 0;
-    for f in &ext4 {
-        let creator: i64 = if f.path.starts_with("/mnt/n1-") { 1 } else { 0 };
-        assert_eq!(f.blocks() * f.block_size, 65536, "{}: {f:?}", f.path);
-        let mut per: BTreeMap<i64, u64> = BTreeMap::new();
-        for e in &f.extents {
-            assert!(!e.unplaced(), "{}: fsync left {e:?} unplaced", f.path);
-            for (n, c) in lin.blocks_per_node(e.physical, e.len, f.block_size) {
-                *per.entry(n).or_insert(0) += c;
-            }
-        }
-        assert!(
-            !per.contains_key(&-1),
-            "{}: blocks outside the table: {per:?}",
-            f.path
-        );
-        ext4_bad += usize::from(misplaced(&per, creator));
-    }
-
-    let map = map_section(&out, "map");
-    let mut numaio_bad = 0;
-    for n in 0..2u64 {
-        for i in 0..per_node {
-            let (per, _) = map
-                .get(&format!("/n{n}-{i}"))
-                .unwrap_or_else(|| panic!("/n{n}-{i} missing from the map\n{}", out.report()));
-            let per: BTreeMap<i64, u64> = per.iter().map(|(&k, &v)| (k as i64, v)).collect();
-            assert_eq!(per.values().sum::<u64>(), 16, "/n{n}-{i}: {per:?}");
-            numaio_bad += usize::from(misplaced(&per, n as i64));
-        }
-    }
+    let (ext4_bad, numaio_bad) = misplaced_ext4_vs_numaio(&out, per_node);
     let pct = |bad: usize| bad as f64 * 100.0 / files as f64;
     eprintln!(
         "misplaced files ({files} files of 64 KiB, creators alternating between 2 nodes): \
