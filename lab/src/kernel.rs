@@ -448,20 +448,7 @@ fn fetch_debian61(cache: &Path) -> LabResult<Kernel> {
         "apt-get download",
         "install apt",
     )?;
-    let deb = std::fs::read_dir(&debs)
-        .map_err(LabError::io(format!("reading {}", debs.display())))?
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with(&format!("{pkg}_")))
-        })
-        .ok_or_else(|| {
-            LabError::FetchKernel(format!(
-                "apt-get download left no {pkg}_*.deb in {}",
-                debs.display()
-            ))
-        })?;
+    let deb = downloaded_deb(&debs, &pkg)?;
     // extract into a private temp dir, then rename, so concurrent fetches never see half a tree
     let tmp = kernels_dir(cache).join(format!("{pkg}.{}.tmp", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
@@ -574,20 +561,7 @@ fn fetch_debian73(cache: &Path) -> LabResult<Kernel> {
     std::fs::create_dir_all(&tmp).map_err(LabError::io(format!("creating {}", tmp.display())))?;
     let mut downloaded = Vec::new();
     for pkg in &pkgs {
-        let deb = std::fs::read_dir(&debs)
-            .map_err(LabError::io(format!("reading {}", debs.display())))?
-            .flatten()
-            .map(|e| e.path())
-            .find(|p| {
-                p.file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with(&format!("{pkg}_")))
-            })
-            .ok_or_else(|| {
-                LabError::FetchKernel(format!(
-                    "apt-get download left no {pkg}_*.deb in {}",
-                    debs.display()
-                ))
-            })?;
+        let deb = downloaded_deb(&debs, pkg)?;
         run_tool(
             Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&tmp),
             "dpkg-deb -x",
@@ -608,6 +582,25 @@ fn fetch_debian73(cache: &Path) -> LabResult<Kernel> {
             dest.display()
         ))
     })
+}
+
+/// The `.deb` that `apt-get download PKG` left in `debs` (`PKG_<version>_<arch>.deb`).
+fn downloaded_deb(debs: &Path, pkg: &str) -> Result<PathBuf, LabError> {
+    let prefix = format!("{pkg}_");
+    std::fs::read_dir(debs)
+        .map_err(LabError::io(format!("reading {}", debs.display())))?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(&prefix))
+        })
+        .ok_or_else(|| {
+            LabError::FetchKernel(format!(
+                "apt-get download left no {pkg}_*.deb in {}",
+                debs.display()
+            ))
+        })
 }
 
 #[cfg(test)]
