@@ -47,6 +47,18 @@ pub struct WalkArgs {
     pub null: bool,
 }
 
+/// The `--batch` list and `--range` of the commands that act on the pages of files
+/// (`where` spells its own: its `-b` means bytes).
+#[derive(clap::Args)]
+pub struct Selection {
+    /// Read more paths from FILE, one per line (- for stdin; -0 for NUL-separated), like vmtouch -b.
+    #[arg(short = 'b', long, value_name = "FILE")]
+    pub batch: Option<PathBuf>,
+    /// Only this byte range of each file: OFF:LEN with K/M/G suffixes; OFF: means to the end (vmtouch -p).
+    #[arg(long, value_name = "OFF:LEN", value_parser = crate::cmd::where_::parse_range)]
+    pub range: Option<(u64, u64)>,
+}
+
 /// The regular files a [`WalkArgs`] selects, opened one at a time.
 pub struct Files {
     walker: numaio_pagecache::Walker<Box<dyn Iterator<Item = PathBuf>>>,

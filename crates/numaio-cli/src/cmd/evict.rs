@@ -1,12 +1,11 @@
 //! `numaio evict`: drop files' clean cached pages (POSIX_FADV_DONTNEED). With `--sync`, dirty
 //! pages are written first (fdatasync), so nothing is lost. File contents never change.
 
-use crate::cmd::where_::{parse_range, report_error, JsonError};
+use crate::cmd::where_::{report_error, JsonError};
 use crate::output::quote;
-use crate::walk::{finish, JsonDoc, Out, WalkArgs};
+use crate::walk::{finish, JsonDoc, Out, Selection, WalkArgs};
 use numaio_pagecache::evict_open;
 use serde::Serialize;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
@@ -14,12 +13,8 @@ use std::process::ExitCode;
 pub struct EvictArgs {
     #[command(flatten)]
     walk: WalkArgs,
-    /// Read more paths from FILE, one per line (- for stdin; -0 for NUL-separated), like vmtouch -b.
-    #[arg(short = 'b', long, value_name = "FILE")]
-    batch: Option<PathBuf>,
-    /// Only this byte range of each file: OFF:LEN with K/M/G suffixes; OFF: means to the end (vmtouch -p).
-    #[arg(long, value_name = "OFF:LEN", value_parser = parse_range)]
-    range: Option<(u64, u64)>,
+    #[command(flatten)]
+    sel: Selection,
     /// Write dirty pages first (fdatasync) so they can be dropped too.
     #[arg(long)]
     sync: bool,
@@ -42,7 +37,7 @@ struct Rest {
 }
 
 pub fn run(a: EvictArgs) -> anyhow::Result<ExitCode> {
-    let files = a.walk.files(a.batch.as_deref())?;
+    let files = a.walk.files(a.sel.batch.as_deref())?;
     let batch_failed = files.batch_failed.clone();
     let mut out = Out::new();
     let mut doc = if a.json {
@@ -53,7 +48,7 @@ pub fn run(a: EvictArgs) -> anyhow::Result<ExitCode> {
     let mut total = Total::default();
     let mut errors: Vec<JsonError> = Vec::new();
     for item in files {
-        let res = item.and_then(|f| evict_open(&f, a.sync, a.range));
+        let res = item.and_then(|f| evict_open(&f, a.sync, a.sel.range));
         match res {
             Ok(r) => {
                 total.pages += r.pages;

@@ -6,9 +6,9 @@
 //! locked and the command exits 1. The pages stay on their node while locked (a locked
 //! page is not reclaimed; the kernel migrates it only for compaction, to the same node).
 
-use crate::cmd::where_::{parse_range, report_error, JsonError};
+use crate::cmd::where_::{report_error, JsonError};
 use crate::output::{human_bytes, quote};
-use crate::walk::{JsonDoc, Out, WalkArgs};
+use crate::walk::{JsonDoc, Out, Selection, WalkArgs};
 use crate::warnln;
 use numaio_pagecache::{page_span, warm_opened, MoveOptions, OpenFile, WarmOptions};
 use serde::Serialize;
@@ -27,12 +27,8 @@ use std::process::ExitCode;
 pub struct LockArgs {
     #[command(flatten)]
     walk: WalkArgs,
-    /// Read more paths from FILE, one per line (- for stdin; -0 for NUL-separated), like vmtouch -b.
-    #[arg(short = 'b', long, value_name = "FILE")]
-    batch: Option<PathBuf>,
-    /// Only this byte range of each file: OFF:LEN with K/M/G suffixes; OFF: means to the end (vmtouch -p).
-    #[arg(long, value_name = "OFF:LEN", value_parser = parse_range)]
-    range: Option<(u64, u64)>,
+    #[command(flatten)]
+    sel: Selection,
     /// Warm the pages onto this node first (read what is missing there, migrate the rest).
     #[arg(long, value_name = "N", value_parser = crate::args::node)]
     node: Option<u32>,
@@ -288,7 +284,7 @@ fn lock_all(a: &LockArgs) -> anyhow::Result<Vec<Mapping>> {
     } else {
         None
     };
-    let files = a.walk.files(a.batch.as_deref())?;
+    let files = a.walk.files(a.sel.batch.as_deref())?;
     let batch_failed = files.batch_failed.clone();
     let mut maps = Vec::new();
     let mut locked = Vec::new();
@@ -305,7 +301,7 @@ fn lock_all(a: &LockArgs) -> anyhow::Result<Vec<Mapping>> {
         if let Some(t) = &target {
             let opts = WarmOptions {
                 move_opts: MoveOptions {
-                    range: a.range,
+                    range: a.sel.range,
                     ..Default::default()
                 },
                 ..Default::default()
@@ -326,7 +322,7 @@ fn lock_all(a: &LockArgs) -> anyhow::Result<Vec<Mapping>> {
                 }
             }
         }
-        match map_and_lock(&f, a.range, a.lock_all) {
+        match map_and_lock(&f, a.sel.range, a.lock_all) {
             Ok(Some((m, l))) => {
                 maps.push(m);
                 locked.push(l);

@@ -5,14 +5,13 @@
 //! moved (busy, mapped by others, no memory), 1 on errors, 2 on usage errors.
 
 use crate::cmd::warm::build_target;
-use crate::cmd::where_::{nodes_text, parse_range, pct, report_error, JsonError};
+use crate::cmd::where_::{nodes_text, pct, report_error, JsonError};
 use crate::output::quote;
-use crate::walk::{finish, JsonDoc, Out, WalkArgs};
+use crate::walk::{finish, JsonDoc, Out, Selection, WalkArgs};
 use numaio_pagecache::{
     move_opened, residency_of, FileResidency, MoveOptions, MoveReport, WhereOptions,
 };
 use serde::Serialize;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
@@ -23,12 +22,8 @@ use std::process::ExitCode;
 pub struct MoveArgs {
     #[command(flatten)]
     walk: WalkArgs,
-    /// Read more paths from FILE, one per line (- for stdin; -0 for NUL-separated), like vmtouch -b.
-    #[arg(short = 'b', long, value_name = "FILE")]
-    batch: Option<PathBuf>,
-    /// Only this byte range of each file: OFF:LEN with K/M/G suffixes; OFF: means to the end (vmtouch -p).
-    #[arg(long, value_name = "OFF:LEN", value_parser = parse_range)]
-    range: Option<(u64, u64)>,
+    #[command(flatten)]
+    sel: Selection,
     /// Move every resident page to this node.
     #[arg(long, value_name = "N", value_parser = crate::args::node)]
     to: Option<u32>,
@@ -75,10 +70,10 @@ pub fn run(a: MoveArgs) -> anyhow::Result<ExitCode> {
     )?;
     let opts = MoveOptions {
         move_all: a.all,
-        range: a.range,
+        range: a.sel.range,
         ..Default::default()
     };
-    let files = a.walk.files(a.batch.as_deref())?;
+    let files = a.walk.files(a.sel.batch.as_deref())?;
     let batch_failed = files.batch_failed.clone();
     let mut out = Out::new();
     let mut doc = if a.json {
@@ -94,7 +89,7 @@ pub fn run(a: MoveArgs) -> anyhow::Result<ExitCode> {
             let after = residency_of(
                 &f,
                 &WhereOptions {
-                    range: a.range,
+                    range: a.sel.range,
                     ..Default::default()
                 },
             )

@@ -3,9 +3,9 @@
 //! Exit status: 0 when every file reached its target, 3 when some file did not (the
 //! distribution says how far it got), 1 on errors, 2 on usage errors.
 
-use crate::cmd::where_::{nodes_text, parse_range, pct, report_error, JsonError};
+use crate::cmd::where_::{nodes_text, pct, report_error, JsonError};
 use crate::output::{human_bytes, quote};
-use crate::walk::{finish, JsonDoc, Out, WalkArgs};
+use crate::walk::{finish, JsonDoc, Out, Selection, WalkArgs};
 use crate::warnln;
 use numaio_pagecache::{
     warm_needs, warm_opened, MoveOptions, OpenFile, PagecacheError, Target, WarmOptions, WarmReport,
@@ -13,7 +13,6 @@ use numaio_pagecache::{
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// Files at least this large get a progress bar (on a terminal).
@@ -29,12 +28,8 @@ const PROGRESS_MIN_BYTES: u64 = 64 << 20;
 pub struct WarmArgs {
     #[command(flatten)]
     walk: WalkArgs,
-    /// Read more paths from FILE, one per line (- for stdin; -0 for NUL-separated), like vmtouch -b.
-    #[arg(short = 'b', long, value_name = "FILE")]
-    batch: Option<PathBuf>,
-    /// Only this byte range of each file: OFF:LEN with K/M/G suffixes; OFF: means to the end (vmtouch -p).
-    #[arg(long, value_name = "OFF:LEN", value_parser = parse_range)]
-    range: Option<(u64, u64)>,
+    #[command(flatten)]
+    sel: Selection,
     /// Warm even when the target nodes look too full to hold the file.
     #[arg(long)]
     force: bool,
@@ -134,7 +129,7 @@ pub fn run(a: WarmArgs) -> anyhow::Result<ExitCode> {
         )?
     };
     let tty = std::io::stderr().is_terminal();
-    let files = a.walk.files(a.batch.as_deref())?;
+    let files = a.walk.files(a.sel.batch.as_deref())?;
     let batch_failed = files.batch_failed.clone();
     let mut out = Out::new();
     let mut doc = if a.json {
@@ -154,7 +149,7 @@ pub fn run(a: WarmArgs) -> anyhow::Result<ExitCode> {
                 continue;
             }
         };
-        if let Err(msg) = check_room(&f, &target, a.range, &mut room, a.force) {
+        if let Err(msg) = check_room(&f, &target, a.sel.range, &mut room, a.force) {
             warnln!("{msg}");
             errors.push(JsonError {
                 path: Some(f.path.to_string_lossy().into_owned()),
@@ -187,7 +182,7 @@ pub fn run(a: WarmArgs) -> anyhow::Result<ExitCode> {
                 reread: a.reread,
                 progress: Some(&mut cb),
                 move_opts: MoveOptions {
-                    range: a.range,
+                    range: a.sel.range,
                     ..Default::default()
                 },
             },
