@@ -35,7 +35,7 @@ pub struct MountArgs {
     /// if needed), or auto (io-uring where the kernel has it enabled, else classic).
     /// io-uring is opt-in: on a 2-CPU host it was slower than classic for reads, and two
     /// io-uring mounts served at once by one test process have hung.
-    #[arg(long, value_enum, default_value = "classic", value_name = "MODE")]
+    #[arg(long, value_enum, default_value = "auto", value_name = "MODE")]
     fuse_mode: FuseModeArg,
     /// Print JSON: {"schema_version":1,"mountpoint","devices":[...],"pid","read_only",
     /// "fuse_mode":"classic"|"io_uring"}.

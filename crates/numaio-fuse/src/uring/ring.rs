@@ -132,8 +132,18 @@ impl Worker {
         }
         let node = numaio_sys::getcpu().map(|c| c.node).unwrap_or(0);
         let bufs = Buffers::new(spec.payload_sz, node)?;
-        let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
-            .build((2 * DEPTH + 2).next_power_of_two() as u32)?;
+        // Only this thread submits and waits, so the kernel may defer completion work
+        // (the FUSE request copies into the entry) until it waits: no interrupting task-work
+        // signal per request. Kernels without these flags get a plain ring.
+        let entries = (2 * DEPTH + 2).next_power_of_two() as u32;
+        let ring = match IoUring::<squeue::Entry128, cqueue::Entry>::builder()
+            .setup_single_issuer()
+            .setup_defer_taskrun()
+            .build(entries)
+        {
+            Ok(r) => r,
+            Err(_) => IoUring::<squeue::Entry128, cqueue::Entry>::builder().build(entries)?,
+        };
         // A registered file spares each command the lookup and reference count of the
         // shared descriptor table, which every queue's thread would otherwise contend on.
         ring.submitter().register_files(&[spec.dev.as_raw_fd()])?;
