@@ -5,8 +5,8 @@
 #   rtt     4 KiB random reads, one job: mean latency = round-trip cost per request
 #   read    4 KiB random reads, --jobs jobs: request rate
 #   write   4 KiB random writes, --jobs jobs: request rate
-# The modes alternate for --rounds rounds (load from other work hits both alike) and each
-# measure keeps its best round. Prints a table with io_uring/classic ratios and writes JSON. A benchmark, not a test: it
+# The modes alternate for --rounds rounds (load from other work hits both alike); each
+# measure reports the median of the rounds and their range (min-max). Prints a table with io_uring/classic ratios and writes JSON. A benchmark, not a test: it
 # exits non-zero only when a run could not be made. Results and method: docs/fs.md
 # ("FUSE transport").
 #
@@ -77,8 +77,6 @@ run_fio() { # name rw jobs -> prints "iops lat_us"
     case "$2" in *read*) fio_num "$out" read ;; *) fio_num "$out" write ;; esac
 }
 
-best() { python3 -c "import sys; f=float; a,b,lo=sys.argv[1],sys.argv[2],sys.argv[3]=='min'
-print(b if a=='' else (min if lo else max)(f(a),f(b)))" "$1" "$2" "$3"; }
 declare -A R
 for round in $(seq "$ROUNDS"); do
 for mode in classic io-uring; do
@@ -92,25 +90,37 @@ for mode in classic io-uring; do
     read -r rd _ <<< "$(run_fio "read-$mode" randread "$JOBS")"
     read -r wr _ <<< "$(run_fio "write-$mode" randwrite "$JOBS")"
     say "round $round, $mode: rtt ${lat} us, read ${rd}/s, write ${wr}/s"
-    R[$mode.rtt]=$(best "${R[$mode.rtt]:-}" "$lat" min)
-    R[$mode.read]=$(best "${R[$mode.read]:-}" "$rd" max)
-    R[$mode.write]=$(best "${R[$mode.write]:-}" "$wr" max)
+    R[$mode.rtt]="${R[$mode.rtt]:-} $lat"
+    R[$mode.read]="${R[$mode.read]:-} $rd"
+    R[$mode.write]="${R[$mode.write]:-} $wr"
     R[$mode.got]=$got
     "$NUMAIO" umount "$MNT" >/dev/null || die "numaio umount $MNT failed"
 done
 done
 
-ratio() { python3 -c "import sys; print('%.2f' % (float(sys.argv[1])/float(sys.argv[2])))" "$1" "$2"; }
-printf '%-34s %12s %12s %8s\n' "measure (4 KiB, O_DIRECT, psync)" classic io_uring ratio
-printf '%-34s %12s %12s %8s\n' "round trip, 1 job (us/request)" "${R[classic.rtt]}" "${R[io-uring.rtt]}" \
-    "$(ratio "${R[classic.rtt]}" "${R[io-uring.rtt]}")"
-printf '%-34s %12s %12s %8s\n' "random read, $JOBS jobs (req/s)" "${R[classic.read]}" "${R[io-uring.read]}" \
-    "$(ratio "${R[io-uring.read]}" "${R[classic.read]}")"
-printf '%-34s %12s %12s %8s\n' "random write, $JOBS jobs (req/s)" "${R[classic.write]}" "${R[io-uring.write]}" \
-    "$(ratio "${R[io-uring.write]}" "${R[classic.write]}")"
-cat > "$JSON" <<JSONEOF
-{"schema_version":1,"runtime_s":$RUNTIME,"jobs":$JOBS,"rounds":$ROUNDS,
- "classic":{"fuse_mode":"${R[classic.got]}","rtt_us":${R[classic.rtt]},"read_iops":${R[classic.read]},"write_iops":${R[classic.write]}},
- "io_uring":{"fuse_mode":"${R[io-uring.got]}","rtt_us":${R[io-uring.rtt]},"read_iops":${R[io-uring.read]},"write_iops":${R[io-uring.write]}}}
-JSONEOF
+# Per measure and mode: the median of the rounds and their range; ratios of the medians.
+python3 - "$JSON" "$JOBS" "$RUNTIME" "$ROUNDS" "${R[classic.got]}" "${R[io-uring.got]}" \
+    "${R[classic.rtt]}" "${R[io-uring.rtt]}" "${R[classic.read]}" "${R[io-uring.read]}" \
+    "${R[classic.write]}" "${R[io-uring.write]}" <<'PYEOF'
+import json, statistics, sys
+out, jobs, runtime, rounds, got_c, got_u = sys.argv[1:7]
+vals = [[float(x) for x in a.split()] for a in sys.argv[7:13]]
+names = [("rtt_us", "round trip, 1 job (us/request)", True),
+         ("read_iops", "random read, %s jobs (req/s)" % jobs, False),
+         ("write_iops", "random write, %s jobs (req/s)" % jobs, False)]
+res = {"schema_version": 2, "runtime_s": int(runtime), "jobs": int(jobs), "rounds": int(rounds),
+       "classic": {"fuse_mode": got_c}, "io_uring": {"fuse_mode": got_u}}
+print("%-34s %24s %24s %8s" % ("measure (4 KiB, O_DIRECT, psync)", "classic median (min-max)",
+                               "io_uring median (min-max)", "ratio"))
+for i, (key, label, lower_better) in enumerate(names):
+    c, u = vals[2 * i], vals[2 * i + 1]
+    mc, mu = statistics.median(c), statistics.median(u)
+    ratio = mc / mu if lower_better else mu / mc
+    cell = lambda m, v: "%.1f (%.1f-%.1f)" % (m, min(v), max(v))
+    print("%-34s %24s %24s %7.2fx" % (label, cell(mc, c), cell(mu, u), ratio))
+    res["classic"][key] = {"median": mc, "min": min(c), "max": max(c), "rounds": c}
+    res["io_uring"][key] = {"median": mu, "min": min(u), "max": max(u), "rounds": u}
+    res["io_uring"][key + "_ratio"] = ratio
+json.dump(res, open(out, "w"), indent=1)
+PYEOF
 say "results: $JSON"

@@ -9,11 +9,15 @@
 
 use numaio_proc::procfs;
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::mpsc::{sync_channel, SyncSender};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// How long a thread's node is trusted before /proc is read again.
 pub const NODE_TTL: Duration = Duration::from_millis(100);
+/// How long a thread's process is trusted when the node comes from elsewhere (the io_uring
+/// queue's CPU): only a reused thread id could change it, which takes far longer.
+pub const PID_TTL: Duration = Duration::from_secs(1);
 /// Shards of the per-thread cache, so serving threads rarely wait on each other.
 const SHARDS: usize = 16;
 /// Threads remembered per shard; beyond this, entries older than the TTL are dropped.
@@ -40,24 +44,16 @@ struct Entry {
     at: Instant,
 }
 
-/// CPU → node map plus the per-thread cache.
-pub struct CallerNodes {
+/// CPU → node map plus the per-thread cache; its lookups read /proc synchronously.
+pub struct Cache {
     /// Node of each CPU (index = CPU); `u32::MAX` where the topology does not say.
     cpu_node: Vec<u32>,
     shards: Vec<Mutex<HashMap<u32, Entry>>>,
 }
 
-impl CallerNodes {
-    /// Uses the live topology; a machine without NUMA information maps every CPU to node 0.
-    pub fn detect() -> CallerNodes {
-        let map = numaio_sys::topology::Topology::detect()
-            .map(|t| t.cpu_node_map())
-            .unwrap_or_default();
-        Self::with_map(map.into_iter())
-    }
-
-    /// From explicit (cpu, node) pairs (for tests).
-    pub fn with_map(pairs: impl Iterator<Item = (u32, u32)>) -> CallerNodes {
+impl Cache {
+    /// From explicit (cpu, node) pairs.
+    pub fn with_map(pairs: impl Iterator<Item = (u32, u32)>) -> Cache {
         let mut cpu_node = Vec::new();
         for (cpu, node) in pairs {
             let i = cpu as usize;
@@ -69,7 +65,7 @@ impl CallerNodes {
             }
             cpu_node[i] = node;
         }
-        CallerNodes {
+        Cache {
             cpu_node,
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
         }
@@ -81,11 +77,6 @@ impl CallerNodes {
             .get(cpu as usize)
             .copied()
             .filter(|&n| n != u32::MAX)
-    }
-
-    /// The requester behind thread `tid` (0: unknown, e.g. kernel-initiated writeback).
-    pub fn lookup(&self, tid: u32) -> Requester {
-        self.lookup_at(tid, Instant::now(), read_stat, read_tgid)
     }
 
     fn lookup_at(
@@ -182,6 +173,157 @@ impl CallerNodes {
     pub fn cached(&self) -> usize {
         self.shards.iter().map(|s| lock(s).len()).sum()
     }
+
+    /// The cached entry of `tid` younger than `ttl`, without touching /proc.
+    fn cached_within(&self, tid: u32, now: Instant, ttl: Duration) -> Option<Requester> {
+        if tid == 0 {
+            return None;
+        }
+        let e = lock(&self.shards[tid as usize % SHARDS])
+            .get(&tid)
+            .copied()?;
+        (now.duration_since(e.at) < ttl).then_some(Requester {
+            node: e.node,
+            cpu: Some(e.cpu),
+            tid,
+            pid: e.pid,
+            exact: true,
+        })
+    }
+}
+
+/// How long a serving thread waits for a thread it has not seen before to be looked up;
+/// past that it serves with the fallback (the thread id as process, the serving CPU's node).
+pub const RESOLVE_WAIT: Duration = Duration::from_millis(20);
+/// Lookups queued for the resolver at most; more are dropped (served with the fallback).
+const RESOLVE_QUEUE: usize = 1024;
+
+/// The requesting thread's node and process for the serving threads, which never read
+/// /proc themselves: reading `/proc/TID/stat` takes locks of the requesting process (its
+/// `exec_update_lock`), and that process may be exiting with one of its threads waiting for
+/// the very request being served (a FLUSH from `close`), so a serving thread reading it can
+/// wait forever, and with it the mount. A resolver thread does the reads and fills the cache;
+/// a serving thread uses what is cached (refreshed behind its back when stale) and waits at
+/// most [`RESOLVE_WAIT`] for a new thread.
+pub struct CallerNodes {
+    cache: Arc<Cache>,
+    done: Arc<(Mutex<u64>, Condvar)>,
+    resolver: OnceLock<Option<SyncSender<u32>>>,
+}
+
+impl CallerNodes {
+    /// Uses the live topology; a machine without NUMA information maps every CPU to node 0.
+    pub fn detect() -> CallerNodes {
+        let map = numaio_sys::topology::Topology::detect()
+            .map(|t| t.cpu_node_map())
+            .unwrap_or_default();
+        Self::with_map(map.into_iter())
+    }
+
+    /// From explicit (cpu, node) pairs.
+    pub fn with_map(pairs: impl Iterator<Item = (u32, u32)>) -> CallerNodes {
+        CallerNodes {
+            cache: Arc::new(Cache::with_map(pairs)),
+            done: Arc::new((Mutex::new(0), Condvar::new())),
+            resolver: OnceLock::new(),
+        }
+    }
+
+    /// The requester behind thread `tid` (0: unknown, e.g. kernel-initiated writeback).
+    pub fn lookup(&self, tid: u32) -> Requester {
+        self.resolve(tid, NODE_TTL, |r| r)
+    }
+
+    /// The requester behind thread `tid` whose request was issued on `cpu` (the CPU of the
+    /// io_uring queue it arrived on): the node is that CPU's, so the cache is needed only
+    /// for the process, which it keeps for [`PID_TTL`].
+    pub fn lookup_on_cpu(&self, tid: u32, cpu: u32) -> Requester {
+        let Some(node) = self.cache.node_of_cpu(cpu) else {
+            return self.lookup(tid);
+        };
+        self.resolve(tid, PID_TTL, |r| Requester {
+            node,
+            cpu: Some(cpu),
+            exact: tid != 0,
+            ..r
+        })
+    }
+
+    fn resolve(
+        &self,
+        tid: u32,
+        ttl: Duration,
+        adapt: impl Fn(Requester) -> Requester,
+    ) -> Requester {
+        if tid == 0 {
+            return adapt(self.cache.fallback(0, 0));
+        }
+        let now = Instant::now();
+        if let Some(r) = self.cache.cached_within(tid, now, ttl) {
+            return adapt(r);
+        }
+        let stale = self.cache.cached_within(tid, now, Duration::MAX);
+        self.ask(tid);
+        if let Some(r) = stale {
+            // Known thread: serve with what is known; the resolver refreshes it.
+            return adapt(r);
+        }
+        let deadline = now + RESOLVE_WAIT;
+        let (m, cv) = &*self.done;
+        let mut g = lock(m);
+        loop {
+            if let Some(r) = self.cache.cached_within(tid, Instant::now(), ttl) {
+                return adapt(r);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return adapt(self.cache.fallback(tid, tid));
+            }
+            g = cv
+                .wait_timeout(g, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    /// Queues `tid` for the resolver, starting it on first use.
+    fn ask(&self, tid: u32) {
+        let tx = self.resolver.get_or_init(|| {
+            let (tx, rx) = sync_channel::<u32>(RESOLVE_QUEUE);
+            let (cache, done) = (self.cache.clone(), self.done.clone());
+            std::thread::Builder::new()
+                .name("numaio-callers".into())
+                .spawn(move || {
+                    // Ends when the `CallerNodes` (the sender) is dropped.
+                    while let Ok(tid) = rx.recv() {
+                        cache.lookup_at(tid, Instant::now(), read_stat, read_tgid);
+                        let (m, cv) = &*done;
+                        *lock(m) += 1;
+                        cv.notify_all();
+                    }
+                })
+                .ok()
+                .map(|_| tx)
+        });
+        if let Some(tx) = tx {
+            let _ = tx.try_send(tid);
+        }
+    }
+
+    /// The node of `cpu`, if the topology knows it.
+    pub fn node_of_cpu(&self, cpu: u32) -> Option<u32> {
+        self.cache.node_of_cpu(cpu)
+    }
+
+    /// Records that `tid` was just restricted to `node`'s CPUs.
+    pub fn note_moved(&self, tid: u32, node: u32) {
+        self.cache.note_moved(tid, node)
+    }
+
+    /// The CPUs of each node, as the topology lists them.
+    pub fn node_cpus(&self) -> std::collections::BTreeMap<u32, Vec<u32>> {
+        self.cache.node_cpus()
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -225,8 +367,8 @@ pub fn serving_cpu_node() -> (u32, u32) {
 mod tests {
     use super::*;
 
-    fn two_nodes() -> CallerNodes {
-        CallerNodes::with_map([(0, 0), (1, 0), (2, 1), (3, 1)].into_iter())
+    fn two_nodes() -> Cache {
+        Cache::with_map([(0, 0), (1, 0), (2, 1), (3, 1)].into_iter())
     }
 
     #[test]
@@ -289,5 +431,32 @@ mod tests {
         assert_eq!(r.pid, std::process::id());
         assert_eq!(r.tid, tid);
         assert!(r.exact, "this thread's /proc entry is readable");
+    }
+
+    #[test]
+    fn queue_cpu_gives_the_node_and_the_resolver_the_process() {
+        let c = CallerNodes::with_map([(0, 0), (1, 1)].into_iter());
+        // SAFETY: gettid has no arguments and cannot fail.
+        let tid = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
+        let r = c.lookup_on_cpu(tid, 1);
+        assert_eq!((r.node, r.cpu, r.tid), (1, Some(1), tid));
+        assert_eq!(r.pid, std::process::id());
+        // Cached now: the same answer with the other queue's CPU, no wait.
+        let r = c.lookup_on_cpu(tid, 0);
+        assert_eq!((r.node, r.pid, r.exact), (0, std::process::id(), true));
+        // tid 0 (kernel-initiated) is never exact.
+        let r = c.lookup_on_cpu(0, 1);
+        assert_eq!((r.node, r.pid, r.exact), (1, 0, false));
+    }
+
+    #[test]
+    fn an_unknown_thread_is_served_with_the_fallback_without_blocking() {
+        let c = CallerNodes::with_map([(0, 0)].into_iter());
+        let t = Instant::now();
+        // No such thread: /proc has nothing, so the fallback (tid as the process).
+        let r = c.lookup(i32::MAX as u32 - 7);
+        assert!(!r.exact);
+        assert_eq!(r.pid, i32::MAX as u32 - 7);
+        assert!(t.elapsed() < RESOLVE_WAIT * 50, "{:?}", t.elapsed());
     }
 }

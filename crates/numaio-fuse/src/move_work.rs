@@ -165,9 +165,24 @@ impl ThreadMover {
     }
 }
 
+/// `/proc/TID/stat` read on a helper thread, waiting at most `wait`: the read takes locks of
+/// the requesting process, which may be exiting while it waits for this very request (see
+/// `caller::CallerNodes`), so a serving thread must not block on it. Moves are rare (after
+/// the hysteresis), so a thread per read costs little.
+fn stat_within(tid: u32, wait: std::time::Duration) -> Option<numaio_proc::procfs::Stat> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("numaio-stat".into())
+        .spawn(move || {
+            let _ = tx.send(numaio_proc::procfs::read_stat(tid as i32).ok());
+        })
+        .ok()?;
+    rx.recv_timeout(wait).ok().flatten()
+}
+
 /// Reads what [`decide`] needs about the live thread; unknown facts err on not moving.
 fn facts_of(r: &Requester, online_cpus: usize, set: Option<&[u32]>) -> ThreadFacts {
-    let stat = numaio_proc::procfs::read_stat(r.tid as i32).ok();
+    let stat = stat_within(r.tid, crate::caller::RESOLVE_WAIT);
     let affinity = numaio_sys::affinity::get_affinity(r.tid as i32)
         .map(|s| s.to_vec())
         .ok();

@@ -54,6 +54,13 @@ impl Observer {
         self.callers.lookup(tid)
     }
 
+    /// The requester behind a request from thread `tid` that arrived on the io_uring queue
+    /// of `cpu`: the kernel queues a request on the queue of the CPU that issued it, so that
+    /// CPU's node is the caller's and /proc is read only now and then, for the process.
+    pub fn requester_on_cpu(&self, tid: u32, cpu: u32) -> caller::Requester {
+        self.callers.lookup_on_cpu(tid, cpu)
+    }
+
     /// The [`Caller`] of requester `r` with the request's credentials.
     pub fn caller(r: &caller::Requester, uid: u32, gid: u32) -> Caller {
         Caller {

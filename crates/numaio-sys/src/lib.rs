@@ -17,6 +17,7 @@
 //! because the kernel rejects masks shorter than `nr_node_ids` with `EINVAL`.
 
 pub mod affinity;
+pub mod buffer;
 pub mod cpulist;
 pub mod error;
 pub mod getcpu;
@@ -28,6 +29,7 @@ pub mod topology;
 pub mod units;
 
 pub use affinity::{get_affinity, set_affinity};
+pub use buffer::NodeBuffer;
 pub use error::{SysError, SysResult};
 pub use getcpu::{getcpu, CpuNode};
 pub use mask::{CpuSet, NodeMask};

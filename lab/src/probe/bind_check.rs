@@ -4,7 +4,7 @@
 //! exits 1 unless every page is on N.
 
 use anyhow::{bail, Context};
-use numaio_sys::{mbind, query_pages, MbindFlags, PageStatus, Policy};
+use numaio_sys::{query_pages, MbindFlags, PageStatus};
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 
@@ -18,67 +18,22 @@ pub struct Args {
     mib: usize,
 }
 
-/// A private anonymous mapping, unmapped on drop.
-struct Mapping {
-    addr: *mut u8,
-    len: usize,
-}
-
-impl Mapping {
-    fn new(len: usize) -> anyhow::Result<Mapping> {
-        // SAFETY: a fresh anonymous mapping; no existing memory is affected.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            bail!(
-                "mmap of {len} bytes failed: {}",
-                std::io::Error::last_os_error()
-            );
-        }
-        Ok(Mapping {
-            addr: p as *mut u8,
-            len,
-        })
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: unmapping exactly what new() mapped.
-        unsafe { libc::munmap(self.addr as *mut libc::c_void, self.len) };
-    }
-}
-
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     if a.mib == 0 {
         bail!("--mib must be at least 1");
     }
     let page = numaio_sys::page_size();
     let len = a.mib * 1024 * 1024;
-    let map = Mapping::new(len)?;
-    // SAFETY: the range is our own fresh mapping, nothing else uses it.
-    unsafe {
-        mbind(
-            map.addr,
-            len,
-            &Policy::bind(&[a.node]),
-            MbindFlags::default(),
-        )
-    }
-    .with_context(|| format!("binding {} MiB to node {}", a.mib, a.node))?;
+    let mut map =
+        numaio_sys::NodeBuffer::anonymous(len).with_context(|| format!("mapping {} MiB", a.mib))?;
+    map.bind(a.node, MbindFlags::default())
+        .with_context(|| format!("binding {} MiB to node {}", a.mib, a.node))?;
+    let addr = map.as_ptr();
     let pages: Vec<*const u8> = (0..len / page)
         .map(|i| {
             // SAFETY: inside the mapping; writing faults the page in under the policy.
             unsafe {
-                let p = map.addr.add(i * page);
+                let p = addr.add(i * page);
                 p.write_volatile(1);
                 p as *const u8
             }

@@ -19,24 +19,20 @@ const TTL_SECS: u64 = crate::TTL.as_secs();
 pub type Answer = Result<usize, i32>;
 
 /// Serves `h` given its per-op header `op_in` and the first `in_len` bytes of `payload`.
-/// `node` is the node of the worker's CPU, which is the requesting thread's: the kernel
-/// queues a request on the ring of the CPU that issued it.
+/// `cpu` is the CPU of the worker's queue, which is the one the requesting thread issued
+/// the request on: the kernel queues a request on the ring of that CPU.
 #[allow(clippy::too_many_arguments)]
 pub fn dispatch(
     fs: &Fs,
     obs: &Observer,
-    node: u32,
+    cpu: u32,
     h: &abi::InHeader,
     op_in: &[u8],
     payload: &mut [u8],
     in_len: usize,
 ) -> Answer {
     // The header's pid is the requesting thread's id; the observer knows its process.
-    let r = Requester {
-        node,
-        exact: true,
-        ..obs.requester(h.pid)
-    };
+    let r: Requester = obs.requester_on_cpu(h.pid, cpu);
     let c = Observer::caller(&r, h.uid, h.gid);
     let ino = h.nodeid;
     let input = &payload[..in_len.min(payload.len())];

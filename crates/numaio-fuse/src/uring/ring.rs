@@ -35,82 +35,49 @@ pub struct QueueSpec {
     pub served: Arc<[Counter]>,
 }
 
-/// An anonymous mapping holding the queue's headers and payloads, bound to one node.
+/// The queue's headers and payloads: one mapping bound to the queue's node.
 struct Buffers {
-    ptr: *mut u8,
-    len: usize,
+    map: numaio_sys::NodeBuffer,
     payload_sz: usize,
 }
 
 impl Buffers {
-    fn new(payload_sz: usize, node: Option<u32>) -> io::Result<Buffers> {
+    fn new(payload_sz: usize, node: u32) -> io::Result<Buffers> {
         let page = numaio_sys::page_size();
         let payload_sz = payload_sz.next_multiple_of(page);
-        let hdrs = (DEPTH * HDR_STRIDE).next_multiple_of(page);
-        let len = hdrs + DEPTH * payload_sz;
-        // SAFETY: a fresh private anonymous mapping; nothing else refers to the range.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
+        let len = Self::headers_len() + DEPTH * payload_sz;
+        let map = match numaio_sys::NodeBuffer::on_node(len, node, Default::default()) {
+            Ok(m) => m,
+            // Where mbind is refused (no NUMA support), the first touch by this CPU's
+            // thread still makes the pages local.
+            Err(_) => numaio_sys::NodeBuffer::anonymous(len).map_err(io::Error::other)?,
         };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let b = Buffers {
-            ptr: ptr.cast(),
-            len,
-            payload_sz,
-        };
-        if let Some(node) = node {
-            // Best effort: binding before first touch puts the pages on the queue's node;
-            // where mbind is refused (no NUMA support), the first touch by this CPU's thread
-            // still makes them local.
-            // SAFETY: the range is the mapping made above, owned by `b` and not yet used.
-            let _ = unsafe {
-                numaio_sys::mbind(
-                    b.ptr,
-                    len,
-                    &numaio_sys::Policy::bind(&[node]),
-                    numaio_sys::MbindFlags::default(),
-                )
-            };
-        }
-        Ok(b)
+        Ok(Buffers { map, payload_sz })
+    }
+
+    fn headers_len() -> usize {
+        (DEPTH * HDR_STRIDE).next_multiple_of(numaio_sys::page_size())
     }
 
     fn header_ptr(&self, i: usize) -> *mut u8 {
         // In bounds: i < DEPTH and the header area is DEPTH * HDR_STRIDE bytes.
-        self.ptr.wrapping_add(i * HDR_STRIDE)
+        self.map.as_ptr().wrapping_add(i * HDR_STRIDE)
     }
 
     fn payload_ptr(&self, i: usize) -> *mut u8 {
-        let hdrs = (DEPTH * HDR_STRIDE).next_multiple_of(numaio_sys::page_size());
-        self.ptr.wrapping_add(hdrs + i * self.payload_sz)
-    }
-}
-
-impl Drop for Buffers {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping `new` made; the ring that lent it to the kernel
-        // has been dropped first (see `Worker`'s field order).
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+        self.map
+            .as_ptr()
+            .wrapping_add(Self::headers_len() + i * self.payload_sz)
     }
 }
 
 /// The ring is declared before the buffers so it is closed (and its commands cancelled)
-/// before the buffers are unmapped.
+/// before the buffers are unmapped (fields drop in declaration order).
 struct Worker {
     ring: IoUring<squeue::Entry128, cqueue::Entry>,
     iov: Box<[[libc::iovec; 2]; DEPTH]>,
     bufs: Buffers,
     spec: QueueSpec,
-    node: u32,
     /// Per entry, the last command sent and its commit id, to resend after EINTR/EAGAIN.
     last: [(u32, u64); DEPTH],
     cqes: Vec<cqueue::Entry>,
@@ -164,9 +131,19 @@ impl Worker {
             );
         }
         let node = numaio_sys::getcpu().map(|c| c.node).unwrap_or(0);
-        let bufs = Buffers::new(spec.payload_sz, Some(node))?;
-        let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
-            .build((2 * DEPTH + 2).next_power_of_two() as u32)?;
+        let bufs = Buffers::new(spec.payload_sz, node)?;
+        // Only this thread submits and waits, so the kernel may defer completion work
+        // (the FUSE request copies into the entry) until it waits: no interrupting task-work
+        // signal per request. Kernels without these flags get a plain ring.
+        let entries = (2 * DEPTH + 2).next_power_of_two() as u32;
+        let ring = match IoUring::<squeue::Entry128, cqueue::Entry>::builder()
+            .setup_single_issuer()
+            .setup_defer_taskrun()
+            .build(entries)
+        {
+            Ok(r) => r,
+            Err(_) => IoUring::<squeue::Entry128, cqueue::Entry>::builder().build(entries)?,
+        };
         // A registered file spares each command the lookup and reference count of the
         // shared descriptor table, which every queue's thread would otherwise contend on.
         ring.submitter().register_files(&[spec.dev.as_raw_fd()])?;
@@ -191,7 +168,6 @@ impl Worker {
             iov,
             bufs,
             spec,
-            node,
             last: [(abi::CMD_REGISTER, 0); DEPTH],
             cqes: Vec::with_capacity(2 * DEPTH + 2),
         };
@@ -314,7 +290,7 @@ impl Worker {
         let answer = dispatch::dispatch(
             &self.spec.fs,
             &self.spec.obs,
-            self.node,
+            self.spec.cpu,
             &h,
             op_in,
             payload,

@@ -1,0 +1,264 @@
+//! Two numaio-fs volumes mounted through FUSE over io_uring by this one process at once,
+//! with concurrent reads and writes on both, then both unmounted: nothing hangs (a watchdog
+//! fails the test instead), each mount's ring served its requests, and what was fsync'd is
+//! on each volume afterwards. Also: unmounting while a reader is in flight.
+//! Needs root, /dev/fuse and a kernel with FUSE over io_uring; skips visibly otherwise.
+
+use numaio_fs::store::MemStore;
+use numaio_fs::{Caller, Fs, MkfsOptions, MountOptions, PlacementPolicy};
+use numaio_fuse::uring::{self, KernelSupport};
+use numaio_fuse::{fuser, FuseMode, NumaFs};
+use numaio_testkit::skip;
+use std::io::{Read, Write};
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Duration;
+
+const MIB: u64 = 1 << 20;
+/// Far longer than the whole test takes when nothing hangs (a few seconds).
+const WATCHDOG: Duration = Duration::from_secs(60);
+
+fn volume() -> Arc<MemStore> {
+    let s = Arc::new(MemStore::new(&[(0, 16 * MIB), (0, 16 * MIB)]));
+    let o = MkfsOptions {
+        policy: PlacementPolicy::WriterLocal,
+        group_blocks: 64,
+        journal_blocks: 64,
+        checkpoint_blocks: 64,
+    };
+    Fs::mkfs(&*s, &o).expect("mkfs");
+    s
+}
+
+/// Root, /dev/fuse, FUSE over io_uring turned on (as root, turned on here if off; the
+/// switch is left on, as `numaio mount --fuse-mode io-uring` leaves it) and a usable ring.
+fn uring_ready() -> Result<(), String> {
+    if !numaio_testkit::is_root() || !Path::new("/dev/fuse").exists() {
+        return Err("root and /dev/fuse".into());
+    }
+    match uring::kernel_support() {
+        KernelSupport::Missing => {
+            return Err("kernel without CONFIG_FUSE_IO_URING (Linux 6.14+)".into())
+        }
+        KernelSupport::Disabled => uring::enable_in_kernel()
+            .map_err(|e| format!("cannot set {}: {e}", uring::ENABLE_URING))?,
+        KernelSupport::Enabled => {}
+    }
+    uring::probe_ring().map_err(|e| format!("cannot create a ring: {e}"))
+}
+
+struct Mounted {
+    bg: fuser::BackgroundSession,
+    t: numaio_fuse::Transport,
+    store: Arc<MemStore>,
+    mnt: PathBuf,
+}
+
+fn mount(mnt: &Path) -> Mounted {
+    let store = volume();
+    let fs = Fs::mount(store.clone(), MountOptions::default()).expect("mount volume");
+    let nfs = NumaFs::with_mode(fs, FuseMode::IoUring);
+    let t = nfs.transport();
+    let mut cfg = fuser::Config::default();
+    cfg.mount_options = vec![
+        fuser::MountOption::FSName("numaio-test".into()),
+        fuser::MountOption::Subtype("numaio".into()),
+    ];
+    cfg.n_threads = Some(2);
+    cfg.clone_fd = true;
+    let session = fuser::Session::new(nfs, mnt, &cfg).expect("FUSE mount");
+    let mode = t.start(session.as_fd()).expect("starting the rings");
+    assert_eq!(mode, FuseMode::IoUring, "{}", mnt.display());
+    let bg = session.spawn().expect("spawn");
+    Mounted {
+        bg,
+        t,
+        store,
+        mnt: mnt.to_path_buf(),
+    }
+}
+
+/// Runs `f` on a thread; panics if it does not finish within [`WATCHDOG`]. A hung FUSE
+/// mount is aborted through fusectl so the process can exit.
+fn within_watchdog<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(WATCHDOG) {
+        Ok(v) => v,
+        Err(_) => {
+            abort_fuse_connections();
+            panic!("{what} did not finish within {WATCHDOG:?}: hung");
+        }
+    }
+}
+
+/// Aborts every FUSE connection of this test's file system name, so a hang ends.
+fn abort_fuse_connections() {
+    let dir = Path::new("/sys/fs/fuse/connections");
+    let _ = std::process::Command::new("mount")
+        .args(["-t", "fusectl", "none"])
+        .arg(dir)
+        .status();
+    let mine: Vec<u64> = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(" - fuse.numaio numaio-test"))
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .filter_map(|d| d.split(':').nth(1)?.parse().ok())
+        .collect();
+    for m in mine {
+        let _ = std::fs::write(dir.join(m.to_string()).join("abort"), "1");
+    }
+}
+
+fn pattern(seed: u32, len: usize) -> Vec<u8> {
+    (0..len as u32)
+        .map(|i| (i.wrapping_mul(31).wrapping_add(seed) % 251) as u8)
+        .collect()
+}
+
+/// Writes, fsyncs and reads back files on `mnt` from `threads` threads at once.
+fn hammer(mnt: &Path, threads: u32, rounds: u32) {
+    let hs: Vec<_> = (0..threads)
+        .map(|t| {
+            let mnt = mnt.to_path_buf();
+            std::thread::spawn(move || {
+                let f = mnt.join(format!("f{t}"));
+                let data = pattern(t, 256 * 1024);
+                for _ in 0..rounds {
+                    let mut w = std::fs::File::create(&f).unwrap();
+                    for c in data.chunks(4096) {
+                        w.write_all(c).unwrap();
+                    }
+                    w.sync_all().unwrap();
+                    drop(w);
+                    let mut back = Vec::new();
+                    std::fs::File::open(&f)
+                        .unwrap()
+                        .read_to_end(&mut back)
+                        .unwrap();
+                    assert!(back == data, "{}: read back differs", f.display());
+                    let _ = std::fs::metadata(&f).unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().expect("I/O thread");
+    }
+}
+
+fn check_volume(store: &Arc<MemStore>, threads: u32) {
+    let fs = Fs::mount(store.clone(), MountOptions::default()).expect("remount");
+    let c = Caller::root_on(0);
+    for t in 0..threads {
+        let a = fs.lookup(1, format!("f{t}").as_bytes(), &c).expect("file");
+        let mut buf = vec![0u8; a.size as usize];
+        fs.read(a.ino, 0, &mut buf).unwrap();
+        assert!(buf == pattern(t, 256 * 1024), "f{t} differs on the volume");
+    }
+    fs.unmount().unwrap();
+}
+
+#[test]
+fn two_io_uring_mounts_in_one_process_serve_and_unmount() {
+    if let Err(why) = uring_ready() {
+        skip!("FUSE over io_uring", "{why}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    std::fs::create_dir(&a).unwrap();
+    std::fs::create_dir(&b).unwrap();
+    within_watchdog("two io_uring mounts", move || {
+        let ma = mount(&a);
+        let mb = mount(&b);
+        let (pa, pb) = (ma.mnt.clone(), mb.mnt.clone());
+        let ha = std::thread::spawn(move || hammer(&pa, 3, 4));
+        let hb = std::thread::spawn(move || hammer(&pb, 3, 4));
+        ha.join().expect("I/O on the first mount");
+        hb.join().expect("I/O on the second mount");
+        for m in [&ma, &mb] {
+            let n = m.t.requests();
+            assert!(
+                n.io_uring > 0,
+                "{}: no request over the ring: {n:?}",
+                m.mnt.display()
+            );
+        }
+        let (sa, sb) = (ma.store.clone(), mb.store.clone());
+        let (ta, tb) = (ma.t.clone(), mb.t.clone());
+        ma.bg.umount_and_join().expect("umount a");
+        mb.bg.umount_and_join().expect("umount b");
+        assert_eq!(ta.mode(), FuseMode::Classic, "rings of a still running");
+        assert_eq!(tb.mode(), FuseMode::Classic, "rings of b still running");
+        check_volume(&sa, 3);
+        check_volume(&sb, 3);
+    });
+}
+
+#[test]
+fn umount_with_a_reader_in_flight_does_not_hang() {
+    if let Err(why) = uring_ready() {
+        skip!("FUSE over io_uring", "{why}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("m");
+    std::fs::create_dir(&mnt).unwrap();
+    within_watchdog("umount under load", move || {
+        let m = mount(&mnt);
+        let f = m.mnt.join("big");
+        let data = pattern(7, 1 << 20);
+        {
+            let mut w = std::fs::File::create(&f).unwrap();
+            w.write_all(&data).unwrap();
+            w.sync_all().unwrap();
+        }
+        // Readers keep requests coming until the mount goes away under them; their
+        // errors (ENOTCONN, ENOENT, EBUSY) are expected, a hang is not.
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let (f, stop) = (f.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let Ok(mut r) = std::fs::File::open(&f) else {
+                            break;
+                        };
+                        let mut b = vec![0u8; 64 * 1024];
+                        while let Ok(n) = r.read(&mut b) {
+                            if n == 0 {
+                                break;
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(200));
+        let (store, t) = (m.store.clone(), m.t.clone());
+        // A lazy detach, as `umount -l` does while files are open: the session ends
+        // when the last reader lets go.
+        let c = std::ffi::CString::new(m.mnt.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path; umount2 reads it only.
+        let r = unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+        assert_eq!(r, 0, "umount2: {}", std::io::Error::last_os_error());
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for h in readers {
+            h.join().expect("reader");
+        }
+        m.bg.join().expect("FUSE session");
+        assert_eq!(t.mode(), FuseMode::Classic, "rings still running");
+        let fs = Fs::mount(store, MountOptions::default()).expect("remount");
+        let a = fs
+            .lookup(1, b"big", &Caller::root_on(0))
+            .expect("fsync'd file");
+        let mut buf = vec![0u8; a.size as usize];
+        fs.read(a.ino, 0, &mut buf).unwrap();
+        assert!(buf == data, "fsync'd data differs after umount");
+        fs.unmount().unwrap();
+    });
+}
