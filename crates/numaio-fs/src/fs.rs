@@ -2,16 +2,20 @@
 //!
 //! One mutex guards the metadata, the allocator and the journal state: every operation is
 //! atomic with respect to the others, which keeps the code simple and correct; data I/O is
-//! done under it too.
+//! done under it too. Commits are the exception: their device writes and syncs run outside
+//! it (see below), so operations go on while a commit is in flight.
 //!
 //! Durability (see [`crate::journal`]): metadata changes become durable at the next commit;
-//! `fsync`, `fdatasync` and `sync` of anything commit everything pending (as ext4's journal
-//! does), which is at least what POSIX asks. Ordered mode: a commit first syncs every device
-//! that got data writes since the previous commit, so committed metadata never points at
-//! unwritten blocks. Writes to blocks a file already owns go in place (like ext4
-//! `data=ordered`): after a crash such a block holds the old or the new data of an un-synced
-//! overwrite. New blocks are written whole (zero-filled around the data), so a file never
-//! shows another file's old data.
+//! `fsync` and `sync` of anything commit everything pending (as ext4's journal does), which
+//! is at least what POSIX asks. Commits are grouped: one is written at a time, and syncs
+//! that arrive meanwhile are all covered by the next one. `fdatasync` of a file whose size
+//! and block map are durable only syncs its devices. Ordered mode: a commit that maps new
+//! blocks or grows a file first syncs every device that got data writes since the previous
+//! commit, so committed metadata never points at unwritten blocks; one without such
+//! records writes the journal first and syncs the devices after. Writes to blocks a file
+//! already owns go in place (like ext4 `data=ordered`): after a crash such a block holds
+//! the old or the new data of an un-synced overwrite. New blocks are written whole
+//! (zero-filled around the data), so a file never shows another file's old data.
 
 use crate::alloc::{AllocRequest, Allocator, Extent, NodeUsage};
 use crate::format::{Header, Label, HEADER_BLOCKS};
