@@ -96,7 +96,9 @@ fn concurrent_fsyncs_share_commits_and_survive_power_cuts() {
             let (fs, acked) = (fs.clone(), acked.clone());
             std::thread::spawn(move || {
                 let c = Caller::root_on(0);
-                let f = fs.create(ROOT, format!("f{t}").as_bytes(), 0o644, &c).unwrap();
+                let f = fs
+                    .create(ROOT, format!("f{t}").as_bytes(), 0o644, &c)
+                    .unwrap();
                 for i in 0..ROUNDS {
                     fs.write(f.ino, (i * BS) as u64, &block(t, i), &c).unwrap();
                     fs.fsync(f.ino, false).unwrap();
@@ -134,7 +136,10 @@ fn concurrent_fsyncs_share_commits_and_survive_power_cuts() {
         st.commits,
         st.requests
     );
-    assert!(cuts >= 2, "the writers finished before a power cut was taken");
+    assert!(
+        cuts >= 2,
+        "the writers finished before a power cut was taken"
+    );
     let img = Arc::new(mem.crash(CrashMode::DropUnsynced));
     let after = Fs::mount(img, MountOptions::default()).unwrap();
     for t in 0..THREADS {
@@ -164,9 +169,12 @@ fn fdatasync_of_an_overwrite_syncs_data_without_a_commit() {
     let mut buf = vec![0u8; 4 * BS];
     after.read(f.ino, 0, &mut buf).unwrap();
     assert!(buf[..BS].iter().all(|&b| b == 1));
-    assert!(buf[BS..2 * BS].iter().all(|&b| b == 2), "fdatasync'd overwrite lost");
+    assert!(
+        buf[BS..2 * BS].iter().all(|&b| b == 2),
+        "fdatasync'd overwrite lost"
+    );
     // Growing the file is a size change: committed again.
-    fs.write(f.ino, 4 * BS as u64, &vec![3u8; 100], &c).unwrap();
+    fs.write(f.ino, 4 * BS as u64, &[3u8; 100], &c).unwrap();
     fs.fsync(f.ino, true).unwrap();
     assert_eq!(fs.sync_stats().commits, 2);
     let img = Arc::new(mem.crash(CrashMode::DropUnsynced));
@@ -203,7 +211,10 @@ fn repeated_attribute_changes_queue_one_record() {
     let img = Arc::new(mem.crash(CrashMode::DropUnsynced));
     let again = Fs::mount(img, MountOptions::default()).unwrap();
     let got = again.getattr(f.ino).unwrap();
-    assert_eq!((got.size, got.mtime, got.ctime), (want.size, want.mtime, want.ctime));
+    assert_eq!(
+        (got.size, got.mtime, got.ctime),
+        (want.size, want.mtime, want.ctime)
+    );
     let mut buf = [0u8; 4];
     again.read(f.ino, 0, &mut buf).unwrap();
     assert_eq!(u32::from_le_bytes(buf), 499);
