@@ -66,7 +66,7 @@ fn bad_input_is_refused_with_the_path() {
     std::fs::remove_file(v.mnt.join("x")).unwrap();
     // Missing device.
     let nodev = v.mnt.with_file_name("d9");
-    let o = numaio(&["mount".as_ref(), nodev.as_os_str(), v.mnt.as_os_str()]);
+    let o = numaio(["mount".as_ref(), nodev.as_os_str(), v.mnt.as_os_str()]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("d9"));
     // umount of something that is not a numaio mount.
