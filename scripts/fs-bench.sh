@@ -281,7 +281,7 @@ echo
 for m in "${MEASURES[@]}"; do
     printf '%-20s %-8s' "$m" "${UNIT[$m]}"
     for t in "${target_list[@]}"; do
-        printf ' %12s' "${R[$t:$m]:-error}"
+        if [ -z "${RR[$t:$m]+set}" ]; then printf ' %12s' "-"; else printf ' %12s' "${R[$t:$m]:-error}"; fi
         if [ $has_bindfs -eq 1 ] && [ "$t" != bindfs ]; then printf ' %9s' "$(ratio "${R[$t:$m]:-}" "${R[bindfs:$m]:-}")"; fi
     done
     echo
