@@ -245,23 +245,25 @@ fn empty(reply: ReplyEmpty, r: Result<(), FsError>) {
 
 impl Filesystem for NumaFs {
     fn init(&mut self, _req: &Request, config: &mut fuser::KernelConfig) -> std::io::Result<()> {
-        // Listings carry attributes (no LOOKUP per entry for `ls -l` or a stat after
-        // readdir); lookups and listings of one directory may run in parallel. A kernel
-        // without them keeps plain readdir and serial directory operations.
-        let _ = config.add_capabilities(
-            fuser::InitFlags::FUSE_DO_READDIRPLUS | fuser::InitFlags::FUSE_READDIRPLUS_AUTO,
-        );
+        // Lookups and listings of one directory may run in parallel (a kernel without it
+        // keeps them serial).
         let _ = config.add_capabilities(fuser::InitFlags::FUSE_PARALLEL_DIROPS);
-        if self.transport.wants_uring()
+        let uring = self.transport.wants_uring()
             && config
                 .add_capabilities(fuser::InitFlags::FUSE_OVER_IO_URING)
-                .is_ok()
-        {
+                .is_ok();
+        if uring {
             // Every ring entry needs a payload buffer as large as the largest request, so
             // bound requests (and readahead, which sizes them too) to a modest size.
             let _ = config.set_max_write(uring::MAX_WRITE);
             let _ = config.set_max_readahead(uring::MAX_WRITE);
             self.transport.negotiated(u64::from(uring::MAX_WRITE));
+        } else {
+            // Listings carry attributes: no LOOKUP per entry for `ls -l` or a stat after a
+            // readdir. Classic handlers only: the io_uring dispatcher serves plain readdir.
+            let _ = config.add_capabilities(
+                fuser::InitFlags::FUSE_DO_READDIRPLUS | fuser::InitFlags::FUSE_READDIRPLUS_AUTO,
+            );
         }
         Ok(())
     }
