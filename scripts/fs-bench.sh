@@ -8,7 +8,12 @@
 # exits non-zero only when a run could not be made. Results: docs/fs-conformance.md.
 #
 # usage: scripts/fs-bench.sh [options]
-#   --targets LIST      comma list of ext4,bindfs,numaio (default: all three)
+#   --targets LIST      comma list of ext4,bindfs,numaio,base (default: ext4,bindfs,numaio;
+#                       base: a second numaio binary, --numaio-base, e.g. a build of main)
+#   --numaio-base PATH  the numaio binary of the base target
+#   --measures LIST     comma list of seq,rand-read,rand-write,meta,personalities (default: all)
+#   --rounds N          run every target N times, alternating (default 1); the table shows
+#                       each measure's median and min-max over the rounds
 #   --scratch DIR       work directory (created; default: a new one under /var/tmp)
 #   --runtime SECS      seconds per timed measurement (default 5)
 #   --size SIZE         data file size (default 256m)
@@ -24,10 +29,11 @@ FIO="$ROOT/bench/fio"
 
 say() { printf '[fs-bench] %s\n' "$*" >&2; }
 die() { printf '[fs-bench] ERROR: %s\n' "$*" >&2; exit 2; }
-usage() { sed -n '10,22p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '10,25p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 TARGETS="ext4,bindfs,numaio" SCRATCH="" RUNTIME=5 SIZE=256m META_FILES=5000
-NUMAIO="$ROOT/target/release/numaio" URING=0 JSON="" KEEP=0
+NUMAIO="$ROOT/target/release/numaio" URING=0 JSON="" KEEP=0 NUMAIO_BASE="" ROUNDS=1
+GROUPS_RUN="seq,rand-read,rand-write,meta,personalities"
 while [ $# -gt 0 ]; do
     case "$1" in
         --targets) TARGETS="${2:-}"; shift 2 ;;
@@ -36,6 +42,9 @@ while [ $# -gt 0 ]; do
         --size) SIZE="${2:-}"; shift 2 ;;
         --meta-files) META_FILES="${2:-}"; shift 2 ;;
         --numaio) NUMAIO="${2:-}"; shift 2 ;;
+        --numaio-base) NUMAIO_BASE="${2:-}"; shift 2 ;;
+        --measures) GROUPS_RUN="${2:-}"; shift 2 ;;
+        --rounds) ROUNDS="${2:-}"; shift 2 ;;
         --fuse-uring) URING=1; shift ;;
         --json) JSON="${2:-}"; shift 2 ;;
         --keep) KEEP=1; shift ;;
@@ -45,8 +54,15 @@ while [ $# -gt 0 ]; do
 done
 IFS=, read -r -a target_list <<< "$TARGETS"
 for t in "${target_list[@]}"; do
-    case "$t" in ext4|bindfs|numaio) ;; *) die "unknown target '$t' in --targets (ext4,bindfs,numaio)" ;; esac
+    case "$t" in ext4|bindfs|numaio|base) ;; *) die "unknown target '$t' in --targets (ext4,bindfs,numaio,base)" ;; esac
 done
+IFS=, read -r -a group_list <<< "$GROUPS_RUN"
+for g in "${group_list[@]}"; do
+    case "$g" in seq|rand-read|rand-write|meta|personalities) ;;
+        *) die "unknown measure group '$g' in --measures (seq,rand-read,rand-write,meta,personalities)" ;; esac
+done
+runs() { [[ ",$GROUPS_RUN," == *",$1,"* ]]; }
+[[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || die "--rounds must be a positive integer (got '$ROUNDS')"
 [[ "$RUNTIME" =~ ^[1-9][0-9]*$ ]] || die "--runtime must be a positive number of seconds (got '$RUNTIME')"
 [[ "$META_FILES" =~ ^[1-9][0-9]*$ ]] || die "--meta-files must be a positive integer (got '$META_FILES')"
 [[ "$SIZE" =~ ^[1-9][0-9]*[kmgKMG]$ ]] || die "--size must be a size like 256m (got '$SIZE')"
@@ -55,7 +71,8 @@ command -v fio >/dev/null || die "fio not found (scripts/setup.sh installs it)"
 for t in "${target_list[@]}"; do
     case "$t" in
         bindfs) command -v bindfs >/dev/null || die "bindfs not found (scripts/setup.sh installs it)" ;;
-        numaio) [ -x "$NUMAIO" ] || die "$NUMAIO is not an executable: cargo build --release -p numaio-cli, or pass --numaio PATH" ;;
+        numaio) [ -x "$NUMAIO" ] || die "$NUMAIO is not an executable: cargo build --release -p numaio, or pass --numaio PATH" ;;
+        base) [ -n "$NUMAIO_BASE" ] && [ -x "$NUMAIO_BASE" ] || die "target base needs --numaio-base PATH, an executable numaio (got '$NUMAIO_BASE')" ;;
     esac
 done
 
@@ -82,6 +99,7 @@ cleanup() {
         case "$m" in
             */bindfs) fusermount -u "$m" 2>/dev/null || umount -l "$m" ;;
             */numaio) "$NUMAIO" umount "$m" 2>/dev/null || umount -l "$m" ;;
+            */base) "$NUMAIO_BASE" umount "$m" 2>/dev/null || umount -l "$m" ;;
             *) umount "$m" 2>/dev/null || umount -l "$m" ;;
         esac
     done
@@ -112,6 +130,7 @@ dir_of() {
         ext4) echo "$EXT4/direct" ;;
         bindfs) echo "$SCRATCH/bindfs" ;;
         numaio) echo "$SCRATCH/numaio" ;;
+        base) echo "$SCRATCH/base" ;;
     esac
 }
 setup_target() {
@@ -123,13 +142,15 @@ setup_target() {
             mkdir -p "$EXT4/under-bindfs"
             bindfs "$EXT4/under-bindfs" "$d" || die "bindfs $EXT4/under-bindfs $d failed"
             mounted+=("$d") ;;
-        numaio)
+        numaio|base)
             # The volume is a file on the same ext4, so the disk under all three is the same.
-            "$NUMAIO" mkfs --size 2G --node-of "$EXT4/numaio-vol0.img=0" "$EXT4/numaio-vol0.img" > "$LOGS/numaio-mkfs.log" 2>&1 \
-                || die "numaio mkfs --size 2G --node-of $EXT4/numaio-vol0.img=0 $EXT4/numaio-vol0.img failed: $(tail -3 "$LOGS/numaio-mkfs.log")"
-            "$NUMAIO" mount "$EXT4/numaio-vol0.img" "$d" > "$LOGS/numaio-mount.log" 2>&1 \
-                || die "numaio mount $EXT4/numaio-vol0.img $d failed: $(tail -3 "$LOGS/numaio-mount.log")"
-            mountpoint -q "$d" || die "numaio mount returned but $d is not a mount point"
+            local bin="$NUMAIO" img="$EXT4/$1-vol0.img"
+            [ "$1" = base ] && bin="$NUMAIO_BASE"
+            "$bin" mkfs --size 2G --node-of "$img=0" "$img" > "$LOGS/$1-mkfs.log" 2>&1 \
+                || die "$bin mkfs --size 2G --node-of $img=0 $img failed: $(tail -3 "$LOGS/$1-mkfs.log")"
+            "$bin" mount "$img" "$d" > "$LOGS/$1-mount.log" 2>&1 \
+                || die "$bin mount $img $d failed: $(tail -3 "$LOGS/$1-mount.log")"
+            mountpoint -q "$d" || die "$bin mount returned but $d is not a mount point"
             mounted+=("$d") ;;
     esac
 }
@@ -173,23 +194,32 @@ bench_target() {
     local t="$1" d
     d="$(dir_of "$t")"
     local common=(--directory="$d" --ioengine=psync --size="$SIZE" --filename=data)
+    if runs seq || runs rand-read || runs rand-write; then
     say "$t: sequential 1 MiB write (end_fsync)"
     runfio "$t" seq-write "${common[@]}" --name=seq-write --rw=write --bs=1m --end_fsync=1
-    R[$t:seq-write]="$(fio_metric "$LOGS/$t-seq-write.json" bw)"
+    runs seq && R[$t:seq-write]="$(fio_metric "$LOGS/$t-seq-write.json" bw)"
+    fi
+    if runs seq; then
     say "$t: sequential 1 MiB read (file's page cache dropped at start)"
     runfio "$t" seq-read "${common[@]}" --name=seq-read --rw=read --bs=1m --invalidate=1
     R[$t:seq-read]="$(fio_metric "$LOGS/$t-seq-read.json" bw)"
+    fi
+    if runs rand-read; then
     say "$t: 4 KiB random read of cached data (${RUNTIME}s)"
     runfio "$t" warm "${common[@]}" --name=warm --rw=read --bs=1m --invalidate=0
     runfio "$t" rand-read "${common[@]}" --name=rand-read --rw=randread --bs=4k --invalidate=0 \
         --time_based --runtime="$RUNTIME"
     R[$t:rand-read-cached]="$(fio_metric "$LOGS/$t-rand-read.json" iops)"
     R[$t:rand-read-lat]="$(fio_metric "$LOGS/$t-rand-read.json" lat)"
+    fi
+    if runs rand-write; then
     say "$t: 4 KiB random write, fsync every 64 (${RUNTIME}s)"
     runfio "$t" rand-write "${common[@]}" --name=rand-write --rw=randwrite --bs=4k --fsync=64 \
         --time_based --runtime="$RUNTIME"
     R[$t:rand-write-fsync64]="$(fio_metric "$LOGS/$t-rand-write.json" iops)"
+    fi
     rm -f "$d/data"
+    if runs meta; then
     say "$t: create/stat/unlink of $META_FILES files"
     mkdir -p "$d/meta"
     runfio "$t" metadata --directory="$d/meta" "$FIO/metadata.fio"
@@ -200,6 +230,8 @@ j=[j for j in json.load(open(sys.argv[1]))["jobs"] if j["jobname"]==sys.argv[2]]
 print("error" if not j or j[0]["error"] else "%.0f" % j[0]["read"]["iops"])' "$LOGS/$t-metadata.json" "$m" 2>/dev/null || echo error)"
     done
     rm -rf "$d/meta"
+    fi
+    runs personalities || return 0
     local p
     for p in varmail webserver fileserver; do
         say "$t: $p personality"
@@ -210,9 +242,27 @@ print("error" if not j or j[0]["error"] else "%.0f" % j[0]["read"]["iops"])' "$L
     done
 }
 
-for t in "${target_list[@]}"; do
-    setup_target "$t"
-    bench_target "$t"
+declare -A RR  # RR[target:measure] = the rounds' values, space-separated
+for t in "${target_list[@]}"; do setup_target "$t"; done
+for ((round = 1; round <= ROUNDS; round++)); do
+    [ "$ROUNDS" -gt 1 ] && say "round $round of $ROUNDS (load: $(cut -d' ' -f1-3 /proc/loadavg))"
+    for t in "${target_list[@]}"; do
+        R=()
+        bench_target "$t"
+        for m in "${MEASURES[@]}"; do
+            [ -n "${R[$t:$m]:-}" ] && RR[$t:$m]="${RR[$t:$m]:-} ${R[$t:$m]}"
+        done
+    done
+done
+# R becomes the median over the rounds, RANGE the min-max.
+declare -A RANGE
+R=()
+for key in "${!RR[@]}"; do
+    read -r med lo hi < <(python3 -c 'import sys, statistics
+v = [float(x) for x in sys.argv[1:] if x != "error"]
+print("error - -" if not v else "%s %s %s" % tuple(("%.1f" % x).rstrip("0").rstrip(".") for x in (statistics.median(v), min(v), max(v))))' ${RR[$key]})
+    R[$key]="$med"
+    RANGE[$key]="$lo-$hi"
 done
 
 # The table: each target's value and its ratio to bindfs (higher is better, except latency).
@@ -224,18 +274,28 @@ except Exception: print("-")' "$1" "$2"
 has_bindfs=0
 for t in "${target_list[@]}"; do [ "$t" = bindfs ] && has_bindfs=1; done
 echo
-echo "fs-bench: $(nproc) CPUs, kernel $(uname -r), FUSE: $fuse_mode, runtime ${RUNTIME}s, size $SIZE"
+echo "fs-bench: $(nproc) CPUs, kernel $(uname -r), FUSE: $fuse_mode, runtime ${RUNTIME}s, size $SIZE, rounds $ROUNDS (median; min-max below when more than one), load $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-20s %-8s' measure unit
 for t in "${target_list[@]}"; do printf ' %12s' "$t"; [ $has_bindfs -eq 1 ] && [ "$t" != bindfs ] && printf ' %9s' "vs bindfs"; done
 echo
 for m in "${MEASURES[@]}"; do
     printf '%-20s %-8s' "$m" "${UNIT[$m]}"
     for t in "${target_list[@]}"; do
-        printf ' %12s' "${R[$t:$m]:-error}"
+        if [ -z "${RR[$t:$m]+set}" ]; then printf ' %12s' "-"; else printf ' %12s' "${R[$t:$m]:-error}"; fi
         if [ $has_bindfs -eq 1 ] && [ "$t" != bindfs ]; then printf ' %9s' "$(ratio "${R[$t:$m]:-}" "${R[bindfs:$m]:-}")"; fi
     done
     echo
 done
+if [ "$ROUNDS" -gt 1 ]; then
+    for m in "${MEASURES[@]}"; do
+        printf '%-20s %-8s' "$m" "range"
+        for t in "${target_list[@]}"; do
+            printf ' %12s' "${RANGE[$t:$m]:--}"
+            [ $has_bindfs -eq 1 ] && [ "$t" != bindfs ] && printf ' %9s' ""
+        done
+        echo
+    done
+fi
 echo "(rand-read-lat is fio's mean completion latency per 4 KiB cached read: the round trip per request; lower is better)"
 
 {
@@ -252,6 +312,16 @@ echo "(rand-read-lat is fio's mean completion latency per 4 KiB cached read: the
             v="${R[$t:$m]:-error}"
             [[ "$v" =~ ^[0-9.]+$ ]] || v=null
             printf '%s"%s":%s' "$s2" "$m" "$v"; s2=","
+        done
+        printf '}'
+    done
+    printf '},"rounds":{'
+    sep=""
+    for t in "${target_list[@]}"; do
+        printf '%s"%s":{' "$sep" "$t"; sep=","
+        s2=""
+        for m in "${MEASURES[@]}"; do
+            printf '%s"%s":[%s]' "$s2" "$m" "$(echo ${RR[$t:$m]:-} | sed 's/error/null/g; s/ /,/g')"; s2=","
         done
         printf '}'
     done

@@ -2,20 +2,20 @@
 //! (JSON, human, `--pid`), `numaio ps` marking the counts exact, the hidden stats xattr, and
 //! the serving threads bound to their nodes (needs root and /dev/fuse; skips visibly).
 
+mod common;
+
+use common::mount::{can_mount, numaio_out, Unmount, Volume};
 use std::ffi::{CString, OsStr};
 use std::io::{Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 const MIB: usize = 1 << 20;
 
 fn numaio(args: &[&OsStr]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_numaio"))
-        .args(args)
-        .output()
-        .expect("running numaio")
+    numaio_out(args)
 }
 
 fn ok(o: &Output, what: &str) -> String {
@@ -27,46 +27,23 @@ fn ok(o: &Output, what: &str) -> String {
     String::from_utf8(o.stdout.clone()).unwrap()
 }
 
-fn can_mount(test: &str) -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    if !root || !Path::new("/dev/fuse").exists() {
-        eprintln!("SKIPPED: {test}: needs root and /dev/fuse");
-        return false;
-    }
-    true
-}
-
+/// A mounted volume (see [`Volume`]) and its server's pid; unmounted on drop.
 struct Mount {
-    _dir: tempfile::TempDir,
+    vol: Volume,
     mnt: PathBuf,
     pid: i32,
 }
 
 impl Mount {
-    /// A two-device file-backed volume with both devices on node 0, mounted with `extra`.
     fn new(extra: &[&str]) -> Mount {
-        let dir = tempfile::tempdir().unwrap();
-        let devs = [dir.path().join("d0"), dir.path().join("d1")];
-        let mut a: Vec<std::ffi::OsString> = vec!["mkfs".into(), "--size".into(), "64M".into()];
-        for d in &devs {
-            a.push("--node-of".into());
-            a.push(format!("{}=0", d.display()).into());
-        }
-        a.extend(devs.iter().map(|d| d.clone().into_os_string()));
-        let a: Vec<&OsStr> = a.iter().map(|s| s.as_os_str()).collect();
-        ok(&numaio(&a), "mkfs");
-        let mnt = dir.path().join("mnt");
-        std::fs::create_dir(&mnt).unwrap();
-        let mut a: Vec<&OsStr> = vec!["mount".as_ref(), "--json".as_ref()];
-        a.extend(extra.iter().map(|s| OsStr::new(*s)));
-        a.extend(devs.iter().map(|d| d.as_os_str()));
-        a.push(mnt.as_os_str());
+        let vol = Volume::new("64M");
+        let mut a = vec!["--json"];
+        a.extend(extra);
         let j: serde_json::Value =
-            serde_json::from_str(&ok(&numaio(&a), "mount")).expect("mount --json");
+            serde_json::from_str(&ok(&vol.mount(&a), "mount")).expect("mount --json");
         Mount {
-            _dir: dir,
-            mnt,
+            mnt: vol.mnt.clone(),
+            vol,
             pid: j["pid"].as_i64().unwrap() as i32,
         }
     }
@@ -74,15 +51,7 @@ impl Mount {
 
 impl Drop for Mount {
     fn drop(&mut self) {
-        if numaio(&["umount".as_ref(), self.mnt.as_os_str()])
-            .status
-            .success()
-        {
-            return;
-        }
-        let c = CString::new(self.mnt.as_os_str().as_bytes()).unwrap();
-        // SAFETY: a NUL-terminated path; lazy detach is the last resort.
-        unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+        drop(Unmount(&self.vol.mnt));
     }
 }
 
@@ -395,7 +364,7 @@ fn stats_xattr_is_hidden_and_read_only() {
     let r = unsafe { libc::setxattr(p.as_ptr(), other.as_ptr(), b"v".as_ptr().cast(), 1, 0) };
     assert_eq!(r, 0);
     // A directory that is not a numaio mount is refused with its path.
-    let o = numaio(&["fs".as_ref(), "stat".as_ref(), m._dir.path().as_os_str()]);
+    let o = numaio(&["fs".as_ref(), "stat".as_ref(), m.vol.dir.path().as_os_str()]);
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(

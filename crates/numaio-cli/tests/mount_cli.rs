@@ -1,98 +1,25 @@
 //! `numaio mount` / `numaio umount` on a file-backed two-device volume (needs root and
 //! /dev/fuse; skips visibly otherwise).
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-fn numaio(args: &[&std::ffi::OsStr]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_numaio"))
-        .args(args)
-        .output()
-        .expect("running numaio")
-}
-
-fn can_mount(test: &str) -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    if !root || !Path::new("/dev/fuse").exists() {
-        eprintln!("SKIPPED: {test}: needs root and /dev/fuse");
-        return false;
-    }
-    true
-}
-
-struct Vol {
-    _dir: tempfile::TempDir,
-    devs: Vec<PathBuf>,
-    mnt: PathBuf,
-}
-
-impl Vol {
-    fn new() -> Vol {
-        let dir = tempfile::tempdir().unwrap();
-        let devs = vec![dir.path().join("d0"), dir.path().join("d1")];
-        let mut args: Vec<std::ffi::OsString> = vec!["mkfs".into(), "--size".into(), "128M".into()];
-        for d in &devs {
-            args.push("--node-of".into());
-            args.push(format!("{}=0", d.display()).into());
-        }
-        args.extend(devs.iter().map(|d| d.clone().into_os_string()));
-        let a: Vec<&std::ffi::OsStr> = args.iter().map(|s| s.as_os_str()).collect();
-        let o = numaio(&a);
-        assert!(
-            o.status.success(),
-            "mkfs: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        let mnt = dir.path().join("mnt");
-        std::fs::create_dir(&mnt).unwrap();
-        Vol {
-            _dir: dir,
-            devs,
-            mnt,
-        }
-    }
-
-    fn mount(&self) -> Output {
-        let mut a: Vec<&std::ffi::OsStr> = vec!["mount".as_ref()];
-        a.extend(self.devs.iter().map(|d| d.as_os_str()));
-        a.push(self.mnt.as_os_str());
-        numaio(&a)
-    }
-
-    fn umount(&self) -> Output {
-        numaio(&["umount".as_ref(), self.mnt.as_os_str()])
-    }
-}
-
-/// Unmounts on drop so a failing test never leaves a mount behind.
-struct Guard<'a>(&'a Vol);
-
-impl Drop for Guard<'_> {
-    fn drop(&mut self) {
-        if self.0.umount().status.success() {
-            return;
-        }
-        let c = std::ffi::CString::new(self.0.mnt.as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: a NUL-terminated path; lazy detach is the last resort.
-        unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
-    }
-}
+use common::mount::{can_mount, numaio_out as numaio, Unmount, Volume};
+use std::path::Path;
 
 #[test]
 fn mount_write_umount_remount_reads_back() {
     if !can_mount("mount_write_umount_remount_reads_back") {
         return;
     }
-    let v = Vol::new();
-    let o = v.mount();
+    let v = Volume::new("128M");
+    let o = v.mount(&[]);
     assert!(
         o.status.success(),
         "mount: {}",
         String::from_utf8_lossy(&o.stderr)
     );
     {
-        let _g = Guard(&v);
+        let _g = Unmount(&v.mnt);
         let f = v.mnt.join("hello");
         std::fs::write(&f, b"hello world").unwrap();
         assert_eq!(std::fs::read(&f).unwrap(), b"hello world");
@@ -104,16 +31,16 @@ fn mount_write_umount_remount_reads_back() {
         std::fs::remove_file(v.mnt.join("dir/f7")).unwrap();
         assert_eq!(std::fs::read_dir(v.mnt.join("dir")).unwrap().count(), 999);
         // Mounting again on a live mount point is refused.
-        let o = v.mount();
+        let o = v.mount(&[]);
         assert!(!o.status.success());
     }
-    let o = v.mount();
+    let o = v.mount(&[]);
     assert!(
         o.status.success(),
         "remount: {}",
         String::from_utf8_lossy(&o.stderr)
     );
-    let _g = Guard(&v);
+    let _g = Unmount(&v.mnt);
     assert_eq!(std::fs::read(v.mnt.join("hello")).unwrap(), b"hello world");
 }
 
@@ -122,7 +49,7 @@ fn bad_input_is_refused_with_the_path() {
     if !can_mount("bad_input_is_refused_with_the_path") {
         return;
     }
-    let v = Vol::new();
+    let v = Volume::new("128M");
     // Missing mount point.
     let missing = v.mnt.join("nope");
     let mut a: Vec<&std::ffi::OsStr> = vec!["mount".as_ref()];
@@ -133,13 +60,13 @@ fn bad_input_is_refused_with_the_path() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("nope"));
     // Non-empty mount point.
     std::fs::write(v.mnt.join("x"), b"").unwrap();
-    let o = v.mount();
+    let o = v.mount(&[]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("not empty"));
     std::fs::remove_file(v.mnt.join("x")).unwrap();
     // Missing device.
     let nodev = v.mnt.with_file_name("d9");
-    let o = numaio(&["mount".as_ref(), nodev.as_os_str(), v.mnt.as_os_str()]);
+    let o = numaio(["mount".as_ref(), nodev.as_os_str(), v.mnt.as_os_str()]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("d9"));
     // umount of something that is not a numaio mount.
@@ -153,14 +80,14 @@ fn ordinary_file_operations_work_through_the_mount() {
         return;
     }
     use std::os::unix::ffi::OsStrExt;
-    let v = Vol::new();
-    let o = v.mount();
+    let v = Volume::new("128M");
+    let o = v.mount(&[]);
     assert!(
         o.status.success(),
         "mount: {}",
         String::from_utf8_lossy(&o.stderr)
     );
-    let _g = Guard(&v);
+    let _g = Unmount(&v.mnt);
     let m = &v.mnt;
     std::fs::write(m.join("a"), vec![7u8; 100_000]).unwrap();
     std::fs::rename(m.join("a"), m.join("b")).unwrap();
@@ -231,7 +158,7 @@ fn ordinary_file_operations_work_through_the_mount() {
         .all(|&b| b == 0x5a));
 }
 
-fn mount_pid(v: &Vol) -> i32 {
+fn mount_pid(v: &Volume) -> i32 {
     let mut a: Vec<&std::ffi::OsStr> = vec!["mount".as_ref(), "--json".as_ref()];
     a.extend(v.devs.iter().map(|d| d.as_os_str()));
     a.push(v.mnt.as_os_str());
@@ -258,10 +185,10 @@ fn sigterm_flushes_and_kill9_keeps_fsynced_data() {
     if !can_mount("sigterm_flushes_and_kill9_keeps_fsynced_data") {
         return;
     }
-    let v = Vol::new();
+    let v = Volume::new("128M");
     let pid = mount_pid(&v);
     {
-        let _g = Guard(&v);
+        let _g = Unmount(&v.mnt);
         std::fs::write(v.mnt.join("t"), b"term").unwrap();
         // SAFETY: signalling the server this test started.
         unsafe { libc::kill(pid, libc::SIGTERM) };
@@ -269,7 +196,7 @@ fn sigterm_flushes_and_kill9_keeps_fsynced_data() {
     }
     let pid = mount_pid(&v);
     {
-        let _g = Guard(&v);
+        let _g = Unmount(&v.mnt);
         assert_eq!(std::fs::read(v.mnt.join("t")).unwrap(), b"term");
         let mut f = std::fs::File::create(v.mnt.join("k")).unwrap();
         std::io::Write::write_all(&mut f, b"synced").unwrap();
@@ -280,6 +207,6 @@ fn sigterm_flushes_and_kill9_keeps_fsynced_data() {
         drop(f);
     }
     let _pid = mount_pid(&v);
-    let _g = Guard(&v);
+    let _g = Unmount(&v.mnt);
     assert_eq!(std::fs::read(v.mnt.join("k")).unwrap(), b"synced");
 }

@@ -2,16 +2,20 @@
 //!
 //! One mutex guards the metadata, the allocator and the journal state: every operation is
 //! atomic with respect to the others, which keeps the code simple and correct; data I/O is
-//! done under it too.
+//! done under it too. Commits are the exception: their device writes and syncs run outside
+//! it (see below), so operations go on while a commit is in flight.
 //!
 //! Durability (see [`crate::journal`]): metadata changes become durable at the next commit;
-//! `fsync`, `fdatasync` and `sync` of anything commit everything pending (as ext4's journal
-//! does), which is at least what POSIX asks. Ordered mode: a commit first syncs every device
-//! that got data writes since the previous commit, so committed metadata never points at
-//! unwritten blocks. Writes to blocks a file already owns go in place (like ext4
-//! `data=ordered`): after a crash such a block holds the old or the new data of an un-synced
-//! overwrite. New blocks are written whole (zero-filled around the data), so a file never
-//! shows another file's old data.
+//! `fsync` and `sync` of anything commit everything pending (as ext4's journal does), which
+//! is at least what POSIX asks. Commits are grouped: one is written at a time, and syncs
+//! that arrive meanwhile are all covered by the next one. `fdatasync` of a file whose size
+//! and block map are durable only syncs its devices. Ordered mode: a commit that maps new
+//! blocks or grows a file first syncs every device that got data writes since the previous
+//! commit, so committed metadata never points at unwritten blocks; one without such
+//! records writes the journal first and syncs the devices after. Writes to blocks a file
+//! already owns go in place (like ext4 `data=ordered`): after a crash such a block holds
+//! the old or the new data of an un-synced overwrite. New blocks are written whole
+//! (zero-filled around the data), so a file never shows another file's old data.
 
 use crate::alloc::{AllocRequest, Allocator, Extent, NodeUsage};
 use crate::format::{Header, Label, HEADER_BLOCKS};
@@ -22,6 +26,7 @@ use crate::store::BlockStore;
 use crate::{Caller, FsError, PlacementPolicy, BLOCK_SIZE};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Longest name of a directory entry, in bytes.
@@ -132,6 +137,18 @@ struct Inner {
     open: HashMap<u64, u32>,
     commits: u64,
     nodes: Vec<u32>,
+    /// Counts the changes queued since mount; a commit makes every change up to the
+    /// generation it saw durable ([`Fs::durable_gen`]).
+    gen: u64,
+    /// Whether a queued record needs the data written before it durable first: blocks
+    /// newly mapped, a file grown over a zeroed tail, blocks unmapped around zeroed edges.
+    ordered: bool,
+    /// The generation of each inode's newest queued change that `fdatasync` must commit
+    /// (new inode, mapping, size); inodes absent have none pending.
+    datasync_gen: HashMap<u64, u64>,
+    /// Index in `pending` of each inode's queued `SetAttr`: a later one replaces it, since
+    /// no other record reads or writes attributes.
+    last_setattr: HashMap<u64, usize>,
 }
 
 /// A mounted volume.
@@ -141,6 +158,24 @@ pub struct Fs {
     info: MountInfo,
     header: Header,
     inner: Mutex<Inner>,
+    /// Held while a commit is written: syncs arriving meanwhile wait here and are covered
+    /// by the next single commit (group commit). Taken before `inner`, never after.
+    commit_lock: Mutex<()>,
+    /// `Inner::gen` as of the newest durable commit.
+    durable_gen: AtomicU64,
+    sync_requests: AtomicU64,
+    data_only_syncs: AtomicU64,
+}
+
+/// How `fsync`, `fdatasync` and `sync` were served since mount.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SyncStats {
+    /// Calls of [`Fs::fsync`] and [`Fs::sync`].
+    pub requests: u64,
+    /// Journal commits written (fewer than requests when concurrent syncs shared one).
+    pub commits: u64,
+    /// `fdatasync` calls served by syncing the file's data devices, without a commit.
+    pub data_only: u64,
 }
 
 fn bug(e: String) -> FsError {
@@ -292,6 +327,10 @@ impl Inner {
 
     /// Applies `r` and queues it for the next commit; freed blocks wait for that commit.
     fn rec(&mut self, r: Record) -> Result<(), FsError> {
+        let old_size = match &r {
+            Record::SetAttr { ino, .. } => self.meta.get(*ino).map(|i| i.attr.size),
+            _ => None,
+        };
         let freed = self.meta.apply(&r).map_err(bug)?;
         for e in freed {
             self.alloc.free(e);
@@ -311,7 +350,44 @@ impl Inner {
             Some(n) => *self.meta_bytes.entry(n).or_default() += g,
             None => self.meta_bytes.values_mut().for_each(|b| *b += g),
         }
-        self.pending.push(r);
+        self.gen += 1;
+        let gen = self.gen;
+        match &r {
+            Record::Map { ino, .. } | Record::Unmap { ino, .. } => {
+                self.ordered = true;
+                self.datasync_gen.insert(*ino, gen);
+            }
+            Record::SetAttr { ino, attr } => {
+                if let Some(old) = old_size.filter(|&o| o != attr.size) {
+                    self.ordered |= attr.size > old;
+                    self.datasync_gen.insert(*ino, gen);
+                }
+            }
+            Record::NewInode { ino, .. } => {
+                self.datasync_gen.insert(*ino, gen);
+            }
+            _ => {}
+        }
+        match r {
+            Record::SetAttr { ino, attr } => {
+                if let Some(&at) = self.last_setattr.get(&ino) {
+                    if let Some(Record::SetAttr { ino: i, attr: a }) = self.pending.get_mut(at) {
+                        if *i == ino {
+                            *a = attr;
+                            return Ok(());
+                        }
+                    }
+                }
+                self.last_setattr.insert(ino, self.pending.len());
+                self.pending.push(Record::SetAttr { ino, attr });
+            }
+            r => {
+                if let Record::NewInode { ino, .. } | Record::DelInode { ino } = &r {
+                    self.last_setattr.remove(ino);
+                }
+                self.pending.push(r);
+            }
+        }
         Ok(())
     }
 
@@ -487,6 +563,42 @@ impl Inner {
 }
 
 /// Writes blocks `(dev, block, data)` merging physically contiguous ones into one write.
+/// The entries of directory `ino` after `cookie` (see [`Fs::readdir`]).
+fn readdir_in(g: &Inner, ino: u64, cookie: u64) -> Result<Vec<DirEntry>, FsError> {
+    let i = g.inode(ino)?;
+    let d = i.dir.as_ref().ok_or(FsError::NotDir)?;
+    let mut out = Vec::new();
+    if cookie < 1 {
+        out.push(DirEntry {
+            name: b".".to_vec(),
+            ino,
+            kind: Kind::Dir,
+            cookie: 1,
+        });
+    }
+    if cookie < 2 {
+        out.push(DirEntry {
+            name: b"..".to_vec(),
+            ino: i.attr.parent,
+            kind: Kind::Dir,
+            cookie: 2,
+        });
+    }
+    for (&ck, name) in d.by_cookie.range(cookie.max(FIRST_COOKIE - 1) + 1..) {
+        if out.len() >= READDIR_BATCH {
+            break;
+        }
+        let e = d.entries[name];
+        out.push(DirEntry {
+            name: name.clone(),
+            ino: e.ino,
+            kind: e.kind,
+            cookie: ck,
+        });
+    }
+    Ok(out)
+}
+
 fn write_blocks(
     store: &dyn BlockStore,
     dirty: &mut BTreeSet<u16>,
@@ -652,6 +764,10 @@ impl Fs {
             open: HashMap::new(),
             commits: 0,
             nodes,
+            gen: 0,
+            ordered: false,
+            datasync_gen: HashMap::new(),
+            last_setattr: HashMap::new(),
         };
         let mut info = info;
         if !opts.read_only {
@@ -674,9 +790,13 @@ impl Fs {
             info,
             header,
             inner: Mutex::new(inner),
+            commit_lock: Mutex::new(()),
+            durable_gen: AtomicU64::new(0),
+            sync_requests: AtomicU64::new(0),
+            data_only_syncs: AtomicU64::new(0),
         };
         if info.orphans_freed > 0 {
-            fs.commit(&mut fs.inner.lock())?;
+            fs.commit_locked(&mut fs.inner.lock())?;
         }
         Ok(fs)
     }
@@ -697,7 +817,7 @@ impl Fs {
             return Ok(());
         }
         let mut g = self.inner.lock();
-        self.commit(&mut g)?;
+        self.commit_locked(&mut g)?;
         let inner = &mut *g;
         let seq = inner.journal.seq;
         inner.journal.checkpoint(&*self.store, &inner.meta, seq)
@@ -715,7 +835,19 @@ impl Fs {
         self.inner.lock().commits
     }
 
-    fn commit(&self, g: &mut Inner) -> Result<(), FsError> {
+    /// How syncs were served since mount (group commits, data-only `fdatasync`).
+    pub fn sync_stats(&self) -> SyncStats {
+        SyncStats {
+            requests: self.sync_requests.load(Ordering::Relaxed),
+            commits: self.commits(),
+            data_only: self.data_only_syncs.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Commits everything queued with `g` held throughout: at mount and unmount, and for a
+    /// commit that needs a checkpoint (which must see no change after the commit). The
+    /// caller holds `commit_lock` or owns the `Fs` alone.
+    fn commit_locked(&self, g: &mut Inner) -> Result<(), FsError> {
         if self.read_only {
             return Ok(());
         }
@@ -723,27 +855,115 @@ impl Fs {
             self.store.sync(d)?;
             g.data_dirty.remove(&d);
         }
-        if g.pending.is_empty() {
+        if !g.pending.is_empty() {
+            let seq = g.journal.seq + 1;
+            let payload = crate::format::encode(&g.pending);
+            if g.journal.fits(payload.len()) {
+                g.journal.append(&*self.store, seq, &payload)?;
+            } else {
+                g.journal.checkpoint(&*self.store, &g.meta, seq)?;
+            }
+            g.pending.clear();
+            g.last_setattr.clear();
+            g.alloc.commit_frees();
+            g.commits += 1;
+            if g.journal.pos > g.journal.capacity() / 2 {
+                // The commit is durable already; a checkpoint that does not fit is retried
+                // at the next commit (which fails with NoSpace only if its record does not
+                // fit the journal either).
+                let inner = &mut *g;
+                match inner.journal.checkpoint(&*self.store, &inner.meta, seq) {
+                    Ok(()) | Err(FsError::NoSpace) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        g.ordered = false;
+        let gen = g.gen;
+        g.datasync_gen.retain(|_, v| *v > gen);
+        self.durable_gen.store(gen, Ordering::Release);
+        Ok(())
+    }
+
+    /// Makes every change up to generation `ticket` durable. One caller at a time writes a
+    /// commit, outside the file system's lock, so operations go on meanwhile; callers that
+    /// arrive during it wait for it and are then covered by it or by the next one, which
+    /// takes everything queued by then: one journal write and device sync for many syncs.
+    fn commit_upto(&self, ticket: u64) -> Result<(), FsError> {
+        if self.read_only {
             return Ok(());
         }
-        let seq = g.journal.seq + 1;
-        let payload = crate::format::encode(&g.pending);
-        if g.journal.fits(payload.len()) {
-            g.journal.append(&*self.store, seq, &payload)?;
-        } else {
-            g.journal.checkpoint(&*self.store, &g.meta, seq)?;
+        let _writer = self.commit_lock.lock();
+        if self.durable_gen.load(Ordering::Acquire) >= ticket {
+            return Ok(());
         }
-        g.pending.clear();
-        g.alloc.commit_frees();
-        g.commits += 1;
-        if g.journal.pos > g.journal.capacity() / 2 {
-            // The commit is durable already; a checkpoint that does not fit is retried at
-            // the next commit (which fails with NoSpace only if its record does not fit
-            // the journal either).
-            let inner = &mut *g;
-            match inner.journal.checkpoint(&*self.store, &inner.meta, seq) {
-                Ok(()) | Err(FsError::NoSpace) => {}
-                Err(e) => return Err(e),
+        let mut g = self.inner.lock();
+        let gen = g.gen;
+        let payload = (!g.pending.is_empty()).then(|| crate::format::encode(&g.pending));
+        if let Some(p) = &payload {
+            let after = g.journal.pos + (crate::format::RECORD_HEADER + p.len()) as u64;
+            if !g.journal.fits(p.len()) || after > g.journal.capacity() / 2 {
+                return self.commit_locked(&mut g);
+            }
+        }
+        let devs: Vec<u16> = std::mem::take(&mut g.data_dirty).into_iter().collect();
+        let ordered = std::mem::take(&mut g.ordered);
+        let records = std::mem::take(&mut g.pending);
+        g.last_setattr.clear();
+        g.alloc.seal_frees();
+        let w = payload.map(|p| g.journal.prepare(g.journal.seq + 1, &p));
+        drop(g);
+        let r = self.write_commit(&devs, ordered, w.as_ref());
+        let mut g = self.inner.lock();
+        match r {
+            Ok(()) => {
+                if let Some(w) = w {
+                    g.journal.finish(w);
+                    g.commits += 1;
+                }
+                g.alloc.commit_sealed_frees();
+                g.datasync_gen.retain(|_, v| *v > gen);
+                self.durable_gen.store(gen, Ordering::Release);
+                Ok(())
+            }
+            Err(e) => {
+                // Nothing of this commit is known durable: queue it again ahead of what
+                // came since, so the next commit writes it.
+                let later = std::mem::replace(&mut g.pending, records);
+                g.pending.extend(later);
+                g.last_setattr.clear();
+                g.data_dirty.extend(devs);
+                g.ordered |= ordered;
+                Err(e)
+            }
+        }
+    }
+
+    /// The device writes of one commit. Ordered data (new blocks, zeroed tails) is synced
+    /// before the journal record that points at it; when there is none, the journal goes
+    /// first and one sync of device 0 covers its data and the record together.
+    fn write_commit(
+        &self,
+        devs: &[u16],
+        ordered: bool,
+        w: Option<&journal::JournalWrite>,
+    ) -> Result<(), FsError> {
+        let Some(w) = w else {
+            for &d in devs {
+                self.store.sync(d)?;
+            }
+            return Ok(());
+        };
+        if ordered {
+            for &d in devs {
+                self.store.sync(d)?;
+            }
+        }
+        self.store.write_at(0, w.offset, &w.buf)?;
+        self.store.sync(0)?;
+        if !ordered {
+            for &d in devs.iter().filter(|&&d| d != 0) {
+                self.store.sync(d)?;
             }
         }
         Ok(())
@@ -1428,55 +1648,62 @@ impl Fs {
         g.set_attr(ino, a)
     }
 
-    /// Makes everything done so far durable (a global commit).
-    pub fn fsync(&self, ino: u64, _datasync: bool) -> Result<(), FsError> {
-        let mut g = self.inner.lock();
-        g.inode(ino)?;
-        self.commit(&mut g)
+    /// Makes everything done so far durable (a global commit, shared with concurrent
+    /// syncs). `datasync` of a file whose size and block map have no change pending only
+    /// syncs the devices holding its blocks: its data is written in place under metadata
+    /// already durable, and fdatasync need not make the times durable.
+    pub fn fsync(&self, ino: u64, datasync: bool) -> Result<(), FsError> {
+        self.sync_requests.fetch_add(1, Ordering::Relaxed);
+        let g = self.inner.lock();
+        let i = g.inode(ino)?;
+        if datasync && !self.read_only {
+            let need = g.datasync_gen.get(&ino).copied().unwrap_or(0);
+            if need <= self.durable_gen.load(Ordering::Acquire) {
+                let devs: BTreeSet<u16> = i.extents.values().map(|e| e.dev).collect();
+                drop(g);
+                for d in devs {
+                    self.store.sync(d)?;
+                }
+                self.data_only_syncs.fetch_add(1, Ordering::Relaxed);
+                return Ok(());
+            }
+        }
+        let ticket = g.gen;
+        drop(g);
+        self.commit_upto(ticket)
     }
 
     /// Makes everything done so far durable.
     pub fn sync(&self) -> Result<(), FsError> {
-        let mut g = self.inner.lock();
-        self.commit(&mut g)
+        self.sync_requests.fetch_add(1, Ordering::Relaxed);
+        let ticket = self.inner.lock().gen;
+        self.commit_upto(ticket)
     }
 
     /// Entries of directory `ino` after `cookie` (0: from the start, with `.` and `..`), at
     /// most [`READDIR_BATCH`]; empty at the end.
     pub fn readdir(&self, ino: u64, cookie: u64) -> Result<Vec<DirEntry>, FsError> {
+        readdir_in(&self.inner.lock(), ino, cookie)
+    }
+
+    /// [`Fs::readdir`] with every entry's attributes, read under the same lock (for FUSE's
+    /// readdirplus: a listing followed by stats needs no lookup per entry); at most `limit`
+    /// entries, as a reply buffer holds few.
+    pub fn readdir_plus(
+        &self,
+        ino: u64,
+        cookie: u64,
+        limit: usize,
+    ) -> Result<Vec<(DirEntry, FileAttr)>, FsError> {
         let g = self.inner.lock();
-        let i = g.inode(ino)?;
-        let d = i.dir.as_ref().ok_or(FsError::NotDir)?;
-        let mut out = Vec::new();
-        if cookie < 1 {
-            out.push(DirEntry {
-                name: b".".to_vec(),
-                ino,
-                kind: Kind::Dir,
-                cookie: 1,
-            });
-        }
-        if cookie < 2 {
-            out.push(DirEntry {
-                name: b"..".to_vec(),
-                ino: i.attr.parent,
-                kind: Kind::Dir,
-                cookie: 2,
-            });
-        }
-        for (&ck, name) in d.by_cookie.range(cookie.max(FIRST_COOKIE - 1) + 1..) {
-            if out.len() >= READDIR_BATCH {
-                break;
-            }
-            let e = d.entries[name];
-            out.push(DirEntry {
-                name: name.clone(),
-                ino: e.ino,
-                kind: e.kind,
-                cookie: ck,
-            });
-        }
-        Ok(out)
+        readdir_in(&g, ino, cookie)?
+            .into_iter()
+            .take(limit)
+            .map(|e| {
+                let a = to_attr(e.ino, g.inode(e.ino)?);
+                Ok((e, a))
+            })
+            .collect()
     }
 
     /// Sets an extended attribute; [`PLACEMENT_XATTR`] sets the placement policy.

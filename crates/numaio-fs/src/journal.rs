@@ -45,6 +45,16 @@ pub struct Journal {
     pub device: PathBuf,
 }
 
+/// One commit's journal blocks, ready to write at `offset` of device 0.
+#[derive(Debug)]
+pub struct JournalWrite {
+    pub offset: u64,
+    pub buf: Vec<u8>,
+    seq: u64,
+    first_block: u64,
+    rec_len: u64,
+}
+
 /// What recovery found.
 #[derive(Debug)]
 pub struct Recovered {
@@ -85,28 +95,48 @@ impl Journal {
         seq: u64,
         payload: &[u8],
     ) -> Result<(), FsError> {
+        let w = self.prepare(seq, payload);
+        store.write_at(0, w.offset, &w.buf)?;
+        store.sync(0)?;
+        self.finish(w);
+        Ok(())
+    }
+
+    /// The blocks to write for commit `seq` of `payload`, without changing the journal: a
+    /// group commit writes and syncs them outside the file system's lock, then calls
+    /// [`Journal::finish`]. Nothing else may be appended in between.
+    pub fn prepare(&self, seq: u64, payload: &[u8]) -> JournalWrite {
         let rec = format::record(&self.uuid, seq, payload);
         let bs = BLOCK_SIZE as usize;
         let first_block = self.pos / BLOCK_SIZE;
         let in_block = (self.pos % BLOCK_SIZE) as usize;
         // The partial block is rewritten with the same leading bytes: a torn write of it
         // cannot damage the records already there.
-        let mut buf = self.tail[..in_block].to_vec();
+        let mut buf = Vec::with_capacity((in_block + rec.len()).div_ceil(bs) * bs);
+        buf.extend_from_slice(&self.tail[..in_block]);
         buf.extend_from_slice(&rec);
         let whole = buf.len().div_ceil(bs) * bs;
         buf.resize(whole, 0);
-        let off = (self.header.journal_start + first_block) * BLOCK_SIZE;
-        store.write_at(0, off, &buf)?;
-        store.sync(0)?;
-        self.pos += rec.len() as u64;
-        let idx = ((self.pos / BLOCK_SIZE) - first_block) as usize * bs;
-        self.tail = if idx + bs <= buf.len() {
-            buf[idx..idx + bs].to_vec()
+        JournalWrite {
+            offset: (self.header.journal_start + first_block) * BLOCK_SIZE,
+            buf,
+            seq,
+            first_block,
+            rec_len: rec.len() as u64,
+        }
+    }
+
+    /// Records that the write `w` from [`Journal::prepare`] is durable.
+    pub fn finish(&mut self, w: JournalWrite) {
+        let bs = BLOCK_SIZE as usize;
+        self.pos += w.rec_len;
+        let idx = ((self.pos / BLOCK_SIZE) - w.first_block) as usize * bs;
+        self.tail = if idx + bs <= w.buf.len() {
+            w.buf[idx..idx + bs].to_vec()
         } else {
             vec![0; bs]
         };
-        self.seq = seq;
-        Ok(())
+        self.seq = w.seq;
     }
 
     /// Writes `meta` as checkpoint `seq` to the inactive slot of every node's shard device,

@@ -178,7 +178,17 @@ pub fn mkfs(store: &dyn BlockStore, o: &MkfsOptions) -> Result<Header, FsError> 
         crate::journal::write_shard(store, &header, dev, 0, framed)?;
         store.write_at(dev, header.slot_start(dev, 1) * BLOCK_SIZE, &zero)?;
     }
-    store.write_at(0, header.journal_start * BLOCK_SIZE, &zero)?;
+    // The whole journal is written (zeros), not only its first block: on a volume file,
+    // a commit appended to never-written blocks makes its fdatasync also commit the host
+    // file system's block allocation, which costs more than the commit itself.
+    let chunk = vec![0u8; (256 * BLOCK_SIZE) as usize];
+    let mut at = 0;
+    while at < header.journal_blocks {
+        let n = (header.journal_blocks - at).min(256);
+        let off = (header.journal_start + at) * BLOCK_SIZE;
+        store.write_at(0, off, &chunk[..(n * BLOCK_SIZE) as usize])?;
+        at += n;
+    }
     store.sync_all()?;
     for (i, d) in devs.iter().enumerate() {
         let label = Label {

@@ -1,7 +1,8 @@
 //! Model-based crash test: random operation sequences run against the file system and an
 //! in-memory reference model; at random points the power is cut
 //! ([`MemStore::crash`]), the volume is mounted again, and what it holds must equal the
-//! model as of the last commit (every `fsync`/`sync`).
+//! model as of the last commit (every `fsync`/`sync`), plus the data of files `fdatasync`
+//! made durable without a commit.
 //!
 //! `NUMAIO_FS_MODEL_SEQS` (default 200) sets the number of sequences,
 //! `NUMAIO_FS_MODEL_SEED` the first seed; a failure names its seed.
@@ -247,6 +248,9 @@ struct Run {
     commits: u64,
     /// Files whose blocks were written or cut since the last commit.
     touched: BTreeSet<u64>,
+    /// Files overwritten since the last commit whose device an `fdatasync` of another file
+    /// synced without a commit: their blocks hold the old or the new data.
+    partly_synced: BTreeSet<u64>,
     seed: u64,
 }
 
@@ -269,6 +273,7 @@ impl Run {
             committed: Model::new(),
             commits: 0,
             touched: BTreeSet::new(),
+            partly_synced: BTreeSet::new(),
             seed,
         }
     }
@@ -489,7 +494,19 @@ impl Run {
             }
             88..=92 if !files.is_empty() => {
                 let f = self.pick(&files);
+                let data_only = self.fs.sync_stats().data_only;
                 self.fs.fsync(f, self.rng.below(2) == 0).unwrap();
+                if self.fs.sync_stats().data_only != data_only {
+                    // fdatasync without a commit: the file's size and blocks were durable,
+                    // now its data is too.
+                    if let (Some(c), Some(m)) =
+                        (self.committed.inodes.get_mut(&f), self.model.inodes.get(&f))
+                    {
+                        c.data = m.data.clone();
+                    }
+                    let others = self.touched.iter().filter(|&&t| t != f);
+                    self.partly_synced.extend(others);
+                }
             }
             93..=96 => self.fs.sync().unwrap(),
             _ => {}
@@ -498,6 +515,7 @@ impl Run {
             self.commits = self.fs.commits();
             self.committed = self.model.clone();
             self.touched.clear();
+            self.partly_synced.clear();
         }
     }
 
@@ -508,7 +526,7 @@ impl Run {
         let fs = Fs::mount(img.clone(), MountOptions::default())
             .unwrap_or_else(|e| panic!("{ctx}: mount: {e}"));
         let skip = if mode == CrashMode::DropUnsynced {
-            BTreeSet::new()
+            self.partly_synced.clone()
         } else {
             self.touched.clone()
         };
@@ -527,6 +545,7 @@ impl Run {
         self.model = self.committed.clone();
         self.commits = 0;
         self.touched.clear();
+        self.partly_synced.clear();
     }
 }
 

@@ -30,14 +30,21 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// How long the kernel may cache attributes and entries; one server owns the volume, so
-/// every change passes through it and a short TTL only bounds staleness after crashes.
-pub(crate) const TTL: Duration = Duration::from_secs(1);
+/// How long the kernel may cache attributes, entries and the absence of a name. The volume
+/// is locked while mounted, so every change reaches it through this mount's kernel, which
+/// updates or drops what it cached for the names and inodes a request touched: the cache
+/// cannot go stale, and each expiry only costs a LOOKUP or GETATTR round trip.
+pub(crate) const TTL: Duration = Duration::from_secs(60);
 
 /// Every open keeps the kernel's cached pages of the file: all changes to the volume pass
 /// through this mount (the volume is locked while mounted), so they cannot be stale, and
-/// dropping them at each open would send every cached read back to the server.
-const OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_KEEP_CACHE;
+/// dropping them at each open would send every cached read back to the server. No FLUSH
+/// at close: data reaches `Fs` on each write (no writeback cache) and durability is
+/// fsync's job, so a flush would be a round trip that does nothing.
+const OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_KEEP_CACHE.union(FopenFlags::FOPEN_NOFLUSH);
+
+/// Entries one readdirplus reply holds at most (a page of entries with attributes).
+const READDIRPLUS_BATCH: usize = 64;
 
 /// The FUSE face of a numaio-fs volume.
 pub struct NumaFs {
@@ -201,6 +208,34 @@ fn entry(reply: ReplyEntry, r: Result<numaio_fs::FileAttr, FsError>) {
     }
 }
 
+/// A lookup's answer: a missing name is cached by the kernel as absent (inode 0) for the
+/// TTL, so repeated misses (path searches, create after a failed stat) stay in the kernel.
+fn lookup_entry(reply: ReplyEntry, r: Result<numaio_fs::FileAttr, FsError>) {
+    match r {
+        Err(FsError::NotFound) => {
+            let a = FileAttr {
+                ino: INodeNo(0),
+                size: 0,
+                blocks: 0,
+                atime: UNIX_EPOCH,
+                mtime: UNIX_EPOCH,
+                ctime: UNIX_EPOCH,
+                crtime: UNIX_EPOCH,
+                kind: FileType::RegularFile,
+                perm: 0,
+                nlink: 0,
+                uid: 0,
+                gid: 0,
+                rdev: 0,
+                blksize: numaio_fs::BLOCK_SIZE as u32,
+                flags: 0,
+            };
+            reply.entry(&TTL, &a, Generation(0))
+        }
+        r => entry(reply, r),
+    }
+}
+
 fn empty(reply: ReplyEmpty, r: Result<(), FsError>) {
     match r {
         Ok(()) => reply.ok(),
@@ -210,16 +245,25 @@ fn empty(reply: ReplyEmpty, r: Result<(), FsError>) {
 
 impl Filesystem for NumaFs {
     fn init(&mut self, _req: &Request, config: &mut fuser::KernelConfig) -> std::io::Result<()> {
-        if self.transport.wants_uring()
+        // Lookups and listings of one directory may run in parallel (a kernel without it
+        // keeps them serial).
+        let _ = config.add_capabilities(fuser::InitFlags::FUSE_PARALLEL_DIROPS);
+        let uring = self.transport.wants_uring()
             && config
                 .add_capabilities(fuser::InitFlags::FUSE_OVER_IO_URING)
-                .is_ok()
-        {
+                .is_ok();
+        if uring {
             // Every ring entry needs a payload buffer as large as the largest request, so
             // bound requests (and readahead, which sizes them too) to a modest size.
             let _ = config.set_max_write(uring::MAX_WRITE);
             let _ = config.set_max_readahead(uring::MAX_WRITE);
             self.transport.negotiated(u64::from(uring::MAX_WRITE));
+        } else {
+            // Listings carry attributes: no LOOKUP per entry for `ls -l` or a stat after a
+            // readdir. Classic handlers only: the io_uring dispatcher serves plain readdir.
+            let _ = config.add_capabilities(
+                fuser::InitFlags::FUSE_DO_READDIRPLUS | fuser::InitFlags::FUSE_READDIRPLUS_AUTO,
+            );
         }
         Ok(())
     }
@@ -245,7 +289,7 @@ impl Filesystem for NumaFs {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        entry(
+        lookup_entry(
             reply,
             self.fs()
                 .lookup(parent.0, name.as_bytes(), &self.caller(req)),
@@ -439,6 +483,35 @@ impl Filesystem for NumaFs {
                         e.cookie,
                         kind(e.kind),
                         OsStr::from_bytes(&e.name),
+                    ) {
+                        break;
+                    }
+                }
+                reply.ok()
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: fuser::ReplyDirectoryPlus,
+    ) {
+        match self.fs().readdir_plus(ino.0, offset, READDIRPLUS_BATCH) {
+            Ok(list) => {
+                for (e, a) in list {
+                    let name = OsStr::from_bytes(&e.name);
+                    if reply.add(
+                        INodeNo(e.ino),
+                        e.cookie,
+                        name,
+                        &TTL,
+                        &attr(&a),
+                        Generation(0),
                     ) {
                         break;
                     }

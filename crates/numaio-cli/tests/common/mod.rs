@@ -1,6 +1,8 @@
 //! Helpers for running the `numaio` binary in integration tests.
 #![allow(dead_code)]
 
+pub mod mount;
+
 use std::io::Read;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

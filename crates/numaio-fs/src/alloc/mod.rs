@@ -131,6 +131,8 @@ pub struct Allocator {
     free: BTreeMap<u32, FreeMap>,
     /// Freed, not yet committed: (dev, start) → len.
     pending: BTreeMap<(u16, u64), u64>,
+    /// Frees covered by the commit in flight (see [`Allocator::seal_frees`]).
+    sealed: BTreeMap<(u16, u64), u64>,
     prealloc: Prealloc,
     prealloc_max: u64,
     /// Per-node stream goal: the block after the node's last allocation, where the next one
@@ -212,6 +214,7 @@ impl Allocator {
             dev_node,
             free: BTreeMap::new(),
             pending: BTreeMap::new(),
+            sealed: BTreeMap::new(),
             prealloc: Prealloc::default(),
             prealloc_max: DEFAULT_PREALLOC_BLOCKS,
             stream: BTreeMap::new(),
@@ -626,11 +629,11 @@ impl Allocator {
             ));
         }
         let end = e.start + e.len;
-        let clash = self
-            .pending
-            .range(..(e.dev, end))
-            .next_back()
-            .is_some_and(|(&(d, s), &l)| d == e.dev && s + l > e.start);
+        let clash = [&self.pending, &self.sealed].iter().any(|m| {
+            m.range(..(e.dev, end))
+                .next_back()
+                .is_some_and(|(&(d, s), &l)| d == e.dev && s + l > e.start)
+        });
         if clash {
             return Err(format!(
                 "freeing {e:?}: some of its blocks are freed already"
@@ -647,7 +650,21 @@ impl Allocator {
 
     /// Makes the blocks freed since the last call allocatable again.
     pub fn commit_frees(&mut self) {
-        for ((dev, start), len) in std::mem::take(&mut self.pending) {
+        self.seal_frees();
+        self.commit_sealed_frees();
+    }
+
+    /// Sets the blocks freed so far aside for the commit about to be written: frees made
+    /// while it is in flight wait for the next one.
+    pub fn seal_frees(&mut self) {
+        let pending = std::mem::take(&mut self.pending);
+        self.sealed.extend(pending);
+    }
+
+    /// Makes the blocks set aside by [`Allocator::seal_frees`] allocatable again, once the
+    /// commit recording their free is durable.
+    pub fn commit_sealed_frees(&mut self) {
+        for ((dev, start), len) in std::mem::take(&mut self.sealed) {
             // Split at group boundaries: a freed extent may span groups.
             let mut at = start;
             let end = start + len;

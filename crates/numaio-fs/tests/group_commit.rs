@@ -1,0 +1,221 @@
+//! Group commit and fdatasync: concurrent fsyncs share commits and every acknowledged one
+//! survives a power cut; fdatasync of a file whose size and blocks are durable commits
+//! nothing; repeated attribute changes queue one record.
+
+use numaio_fs::store::{BlockStore, CrashMode, DeviceInfo, MemStore};
+use numaio_fs::*;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+const ROOT: u64 = 1;
+const MIB: u64 = 1 << 20;
+const BS: usize = BLOCK_SIZE as usize;
+
+fn opts() -> MkfsOptions {
+    MkfsOptions {
+        policy: PlacementPolicy::WriterLocal,
+        group_blocks: 256,
+        journal_blocks: 256,
+        checkpoint_blocks: 64,
+    }
+}
+
+/// A MemStore whose syncs take as long as a disk flush, so that fsyncs of several threads
+/// overlap the commit in flight.
+struct SlowSync {
+    mem: Arc<MemStore>,
+    delay: Duration,
+}
+
+impl BlockStore for SlowSync {
+    fn devices(&self) -> &[DeviceInfo] {
+        self.mem.devices()
+    }
+    fn read_at(&self, dev: u16, offset: u64, buf: &mut [u8]) -> Result<(), FsError> {
+        self.mem.read_at(dev, offset, buf)
+    }
+    fn write_at(&self, dev: u16, offset: u64, data: &[u8]) -> Result<(), FsError> {
+        self.mem.write_at(dev, offset, data)
+    }
+    fn sync(&self, dev: u16) -> Result<(), FsError> {
+        std::thread::sleep(self.delay);
+        self.mem.sync(dev)
+    }
+}
+
+/// One device, so that a power cut (which images each device under its lock) is one
+/// instant for the whole volume even while other threads commit.
+fn slow_volume(delay_ms: u64) -> (Arc<MemStore>, Arc<Fs>) {
+    let mem = Arc::new(MemStore::new(&[(0, 16 * MIB)]));
+    Fs::mkfs(&*mem, &opts()).unwrap();
+    let store = Arc::new(SlowSync {
+        mem: mem.clone(),
+        delay: Duration::from_millis(delay_ms),
+    });
+    let fs = Fs::mount(store, MountOptions::default()).unwrap();
+    (mem, Arc::new(fs))
+}
+
+/// Block `i` of thread `t`'s file.
+fn block(t: usize, i: usize) -> Vec<u8> {
+    vec![(t * 37 + i * 11 + 1) as u8; BS]
+}
+
+/// Checks that thread `t`'s file holds at least `acked` appended blocks, each intact.
+fn check_file(fs: &Fs, t: usize, acked: u64) {
+    let name = format!("f{t}");
+    let a = fs
+        .lookup(ROOT, name.as_bytes(), &Caller::root_on(0))
+        .unwrap_or_else(|e| panic!("{name}: fsync acknowledged {acked} blocks, file lost: {e}"));
+    let blocks = a.size / BLOCK_SIZE;
+    assert!(
+        blocks >= acked,
+        "{name}: {blocks} blocks after the power cut, {acked} acknowledged by fsync"
+    );
+    let mut buf = vec![0u8; a.size as usize];
+    assert_eq!(fs.read(a.ino, 0, &mut buf).unwrap(), buf.len());
+    for i in 0..blocks as usize {
+        assert_eq!(
+            buf[i * BS..(i + 1) * BS],
+            block(t, i)[..],
+            "{name}: block {i} is not what was written"
+        );
+    }
+}
+
+#[test]
+fn concurrent_fsyncs_share_commits_and_survive_power_cuts() {
+    const THREADS: usize = 8;
+    const ROUNDS: usize = 25;
+    let (mem, fs) = slow_volume(3);
+    let acked: Arc<Vec<AtomicU64>> = Arc::new((0..THREADS).map(|_| AtomicU64::new(0)).collect());
+    let done = Arc::new(AtomicBool::new(false));
+    let workers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (fs, acked) = (fs.clone(), acked.clone());
+            std::thread::spawn(move || {
+                let c = Caller::root_on(0);
+                let f = fs
+                    .create(ROOT, format!("f{t}").as_bytes(), 0o644, &c)
+                    .unwrap();
+                for i in 0..ROUNDS {
+                    fs.write(f.ino, (i * BS) as u64, &block(t, i), &c).unwrap();
+                    fs.fsync(f.ino, false).unwrap();
+                    acked[t].store(i as u64 + 1, Ordering::Release);
+                }
+            })
+        })
+        .collect();
+    // Power cuts while the writers run: everything acknowledged before the cut is there.
+    let mut cuts = 0;
+    while !done.load(Ordering::Acquire) {
+        let seen: Vec<u64> = acked.iter().map(|a| a.load(Ordering::Acquire)).collect();
+        let img = Arc::new(mem.crash(CrashMode::DropUnsynced));
+        let after = Fs::mount(img, MountOptions::default()).unwrap();
+        for (t, &n) in seen.iter().enumerate().filter(|(_, &n)| n > 0) {
+            check_file(&after, t, n);
+        }
+        cuts += 1;
+        std::thread::sleep(Duration::from_millis(7));
+        done.store(workers.iter().all(|w| w.is_finished()), Ordering::Release);
+    }
+    for w in workers {
+        w.join().unwrap();
+    }
+    let st = fs.sync_stats();
+    eprintln!(
+        "{} fsyncs, {} commits, {cuts} power cuts checked",
+        st.requests, st.commits
+    );
+    assert_eq!(st.requests, (THREADS * ROUNDS) as u64);
+    // Each commit waits for two 3 ms syncs, so threads arriving meanwhile must share one.
+    assert!(
+        st.commits * 4 <= st.requests * 3,
+        "{} commits for {} concurrent fsyncs: they did not share commits",
+        st.commits,
+        st.requests
+    );
+    assert!(
+        cuts >= 2,
+        "the writers finished before a power cut was taken"
+    );
+    let img = Arc::new(mem.crash(CrashMode::DropUnsynced));
+    let after = Fs::mount(img, MountOptions::default()).unwrap();
+    for t in 0..THREADS {
+        check_file(&after, t, ROUNDS as u64);
+    }
+}
+
+#[test]
+fn fdatasync_of_an_overwrite_syncs_data_without_a_commit() {
+    let mem = Arc::new(MemStore::new(&[(0, 8 * MIB), (1, 8 * MIB)]));
+    Fs::mkfs(&*mem, &opts()).unwrap();
+    let fs = Fs::mount(mem.clone(), MountOptions::default()).unwrap();
+    let c = Caller::root_on(1);
+    let f = fs.create(ROOT, b"db", 0o644, &c).unwrap();
+    fs.write(f.ino, 0, &vec![1u8; 4 * BS], &c).unwrap();
+    // New blocks and a new size: fdatasync must commit them.
+    fs.fsync(f.ino, true).unwrap();
+    let st = fs.sync_stats();
+    assert_eq!((st.commits, st.data_only), (1, 0));
+    // Overwrites in place change only the times: no commit, the data device synced.
+    fs.write(f.ino, BS as u64, &vec![2u8; BS], &c).unwrap();
+    fs.fsync(f.ino, true).unwrap();
+    let st = fs.sync_stats();
+    assert_eq!((st.commits, st.data_only), (1, 1));
+    let img = Arc::new(mem.crash(CrashMode::DropUnsynced));
+    let after = Fs::mount(img, MountOptions::default()).unwrap();
+    let mut buf = vec![0u8; 4 * BS];
+    after.read(f.ino, 0, &mut buf).unwrap();
+    assert!(buf[..BS].iter().all(|&b| b == 1));
+    assert!(
+        buf[BS..2 * BS].iter().all(|&b| b == 2),
+        "fdatasync'd overwrite lost"
+    );
+    // Growing the file is a size change: committed again.
+    fs.write(f.ino, 4 * BS as u64, &[3u8; 100], &c).unwrap();
+    fs.fsync(f.ino, true).unwrap();
+    assert_eq!(fs.sync_stats().commits, 2);
+    let img = Arc::new(mem.crash(CrashMode::DropUnsynced));
+    let after = Fs::mount(img, MountOptions::default()).unwrap();
+    assert_eq!(after.getattr(f.ino).unwrap().size, 4 * BLOCK_SIZE + 100);
+    // fsync (not data) still commits the times.
+    fs.write(f.ino, 0, &vec![4u8; BS], &c).unwrap();
+    fs.fsync(f.ino, false).unwrap();
+    assert_eq!(fs.sync_stats().commits, 3);
+}
+
+#[test]
+fn repeated_attribute_changes_queue_one_record() {
+    let mem = Arc::new(MemStore::new(&[(0, 8 * MIB)]));
+    Fs::mkfs(&*mem, &opts()).unwrap();
+    let fs = Fs::mount(mem.clone(), MountOptions::default()).unwrap();
+    let c = Caller::root_on(0);
+    let f = fs.create(ROOT, b"hot", 0o644, &c).unwrap();
+    fs.write(f.ino, 0, &vec![0u8; BS], &c).unwrap();
+    fs.sync().unwrap();
+    let (before, _) = fs.journal_usage();
+    for i in 0..500u32 {
+        fs.write(f.ino, 0, &i.to_le_bytes(), &c).unwrap();
+    }
+    fs.sync().unwrap();
+    let (after, _) = fs.journal_usage();
+    // One SetAttr is about 100 bytes encoded: 500 of them would be 50 KB.
+    assert!(
+        after - before < 1024,
+        "500 overwrites took {} journal bytes",
+        after - before
+    );
+    let want = fs.getattr(f.ino).unwrap();
+    let img = Arc::new(mem.crash(CrashMode::DropUnsynced));
+    let again = Fs::mount(img, MountOptions::default()).unwrap();
+    let got = again.getattr(f.ino).unwrap();
+    assert_eq!(
+        (got.size, got.mtime, got.ctime),
+        (want.size, want.mtime, want.ctime)
+    );
+    let mut buf = [0u8; 4];
+    again.read(f.ino, 0, &mut buf).unwrap();
+    assert_eq!(u32::from_le_bytes(buf), 499);
+}
