@@ -73,6 +73,23 @@ pub trait Index: Send + Sync {
     /// so the lookups of a run of blocks overlap their cache misses instead of paying them
     /// one after another.
     fn prefetch(&self, _key: &BlockKey) {}
+    /// Where `key` would be found (an opaque position for [`lookup_hit_at`](Self::lookup_hit_at)),
+    /// with that memory prefetched: a request computes the positions of all its blocks first,
+    /// so their cache misses overlap, then looks them up in order.
+    fn locate(&self, key: &BlockKey) -> usize {
+        self.prefetch(key);
+        0
+    }
+    /// [`lookup_hit`](Self::lookup_hit) at a position [`locate`](Self::locate) gave for `key`.
+    fn lookup_hit_at(
+        &self,
+        _at: usize,
+        key: &BlockKey,
+        epoch: u32,
+        pin: &mut dyn FnMut(SlotId),
+    ) -> Option<Hit> {
+        self.lookup_hit(key, epoch, pin)
+    }
 }
 
 /// Names an index entry that holds a pin (see [`Index::lookup_hit`]).
@@ -358,7 +375,25 @@ impl Index for BucketIndex {
     }
     #[inline]
     fn lookup_hit(&self, key: &BlockKey, epoch: u32, pin: &mut dyn FnMut(SlotId)) -> Option<Hit> {
+        self.lookup_hit_at(self.bucket_no(key), key, epoch, pin)
+    }
+    #[inline]
+    fn locate(&self, key: &BlockKey) -> usize {
         let bn = self.bucket_no(key);
+        prefetch_line(&self.buckets[bn]);
+        bn
+    }
+    #[inline]
+    fn lookup_hit_at(
+        &self,
+        bn: usize,
+        key: &BlockKey,
+        epoch: u32,
+        pin: &mut dyn FnMut(SlotId),
+    ) -> Option<Hit> {
+        // A position from another key would only cost a wrong answer, never memory safety;
+        // recompute rather than trust it in debug builds.
+        debug_assert_eq!(bn, self.bucket_no(key), "lookup at another key's bucket");
         let b = &self.buckets[bn];
         // Without the lock: pin the entry, then check that it is loaded and still this key's.
         // A remover hides a loaded entry (clears READY) with a CAS that fails while it is
