@@ -61,7 +61,15 @@ pub trait AccessHook: Send + Sync {
     /// in one call: the engine reports a request's blocks in such runs. The default calls
     /// [`on_access`](Self::on_access) for each block in order; a hook that only counts can
     /// do a run in one step.
-    fn on_run(&self, file: FileId, first: u64, count: u64, slice: usize, hit: bool, ctx: &AccessCtx) {
+    fn on_run(
+        &self,
+        file: FileId,
+        first: u64,
+        count: u64,
+        slice: usize,
+        hit: bool,
+        ctx: &AccessCtx,
+    ) {
         for b in first..first.saturating_add(count) {
             self.on_access(file, b, slice, hit, ctx);
         }

@@ -35,10 +35,7 @@ impl Drop for Owned {
         // The mutex orders this thread's last stores before the next owner's first load, so
         // the next owner continues from the values this one left.
         if self.0 < SLOTS {
-            FREED
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(self.0);
+            FREED.lock().unwrap_or_else(|p| p.into_inner()).push(self.0);
         }
     }
 }

@@ -638,9 +638,9 @@ impl crate::Placement for PolicyPlacement {
                 let rb = range_blocks.max(1);
                 rb - block % rb
             }
-            PlacementPolicy::Range { .. } | PlacementPolicy::Directory | PlacementPolicy::Fixed(_) => {
-                u64::MAX - block
-            }
+            PlacementPolicy::Range { .. }
+            | PlacementPolicy::Directory
+            | PlacementPolicy::Fixed(_) => u64::MAX - block,
             _ => 1,
         };
         (slice, run.max(1))
@@ -868,7 +868,13 @@ mod tests {
     fn slice_runs_agree_with_slice_for() {
         use crate::{AccessCtx, FileId, Placement};
         let ctx = AccessCtx::new(false);
-        for policy in ["range:8", "directory", "interleave", "stripe:2:16K", "fixed:1"] {
+        for policy in [
+            "range:8",
+            "directory",
+            "interleave",
+            "stripe:2:16K",
+            "fixed:1",
+        ] {
             let placer = Placer::new(policy.parse().unwrap(), vec![0, 1, 2, 3]).unwrap();
             let p = PolicyPlacement::new(placer, 4096);
             for f in 0..3u32 {
@@ -876,7 +882,11 @@ mod tests {
                     let (s, n) = p.slice_run(FileId(f), b, &ctx);
                     assert!(n >= 1, "{policy}");
                     for x in b..b.saturating_add(n).min(200) {
-                        assert_eq!(p.slice_for(FileId(f), x, &ctx), s, "{policy} file {f} block {x}");
+                        assert_eq!(
+                            p.slice_for(FileId(f), x, &ctx),
+                            s,
+                            "{policy} file {f} block {x}"
+                        );
                     }
                 }
             }

@@ -316,10 +316,9 @@ impl Slice {
         let mut word = 0;
         let slots = &self.slots;
         let epoch = self.epoch.load(Ordering::Relaxed);
-        match self
-            .index
-            .lookup_hit_at(at, key, epoch, &mut |s| word = slots[s as usize].state.pin())?
-        {
+        match self.index.lookup_hit_at(at, key, epoch, &mut |s| {
+            word = slots[s as usize].state.pin()
+        })? {
             Hit::Entry { slot, pin, fresh } => {
                 if fresh || !self.hit_gating {
                     self.policy.on_hit(slot);
