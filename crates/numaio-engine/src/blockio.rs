@@ -16,7 +16,7 @@ use crate::file::FileEntry;
 use crate::index::EntryPin;
 use crate::io::{IoKind, IoRequest};
 use crate::key::{BlockKey, SlotId};
-use crate::run_lookup::{HookRuns, Plan};
+use crate::run_lookup::{HookRuns, Located, Plan};
 use crate::slice::Slice;
 use crate::slot::LOADING;
 use crate::stats::SliceCounters;
@@ -167,7 +167,7 @@ impl Inner {
         segs.clear();
         segs.reserve(n);
         let mut plan = Plan::new();
-        self.locate_blocks(f, blocks, &ctx, &mut plan);
+        self.locate_blocks(f, blocks, n, &ctx, &mut plan);
         let mut loads: SmallVec<[Transfer; 4]> = SmallVec::new();
         let mut err: Option<(io::Error, bool)> = None;
         // Hits of the current slice not yet added to its counter.
@@ -179,7 +179,12 @@ impl Inner {
                 file: f.id,
                 block: b,
             };
-            let (slot, word, pin) = match slice.lookup_hit_at(loc.at, &key) {
+            let found = if loc.at == Located::UNLOCATED {
+                slice.lookup_hit(&key)
+            } else {
+                slice.lookup_hit_at(loc.at as usize, &key)
+            };
+            let (slot, word, pin) = match found {
                 Some(found) => found,
                 None => {
                     let slot = match slice.try_alloc() {

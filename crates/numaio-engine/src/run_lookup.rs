@@ -14,12 +14,18 @@ use crate::key::{BlockKey, FileId};
 use smallvec::SmallVec;
 use std::sync::Arc;
 
-/// One block of a request: its slice and its position in the slice's index.
+/// One block of a request: its slice and its position in the slice's index (16 bytes).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Located {
     pub block: u64,
+    /// Index position, or [`Located::UNLOCATED`]: look the key up directly.
+    pub at: u32,
     pub slice: u16,
-    pub at: usize,
+}
+
+impl Located {
+    /// A one-block request is looked up directly: locating it first would only add a call.
+    pub const UNLOCATED: u32 = u32::MAX;
 }
 
 /// On the stack up to 256 blocks (a 1 MiB request of 4 KiB blocks, the default largest
@@ -27,14 +33,26 @@ pub(crate) struct Located {
 pub(crate) type Plan = SmallVec<[Located; 256]>;
 
 impl Inner {
-    /// Fills `plan` with the slice and the prefetched index position of each block, in order.
+    /// Fills `plan` with the slice and the prefetched index position of each of the `n`
+    /// blocks, in order.
     pub(crate) fn locate_blocks(
         &self,
         f: &FileEntry,
-        blocks: impl Iterator<Item = u64>,
+        mut blocks: impl Iterator<Item = u64>,
+        n: usize,
         ctx: &AccessCtx,
         plan: &mut Plan,
     ) {
+        if n == 1 {
+            if let Some(block) = blocks.next() {
+                plan.push(Located {
+                    block,
+                    at: Located::UNLOCATED,
+                    slice: self.slice_of(f.id, block, ctx) as u16,
+                });
+                return;
+            }
+        }
         let nslices = self.slices.len();
         // The blocks `[from, to)` all map to `slice`.
         let (mut from, mut to, mut slice) = (0u64, 0u64, 0usize);
@@ -46,8 +64,9 @@ impl Inner {
             let at = self.slices[slice].locate(&BlockKey { file: f.id, block });
             plan.push(Located {
                 block,
+                // Bucket numbers fit: the index keeps its entry numbers below u32::MAX.
+                at: u32::try_from(at).unwrap_or(Located::UNLOCATED),
                 slice: slice as u16,
-                at,
             });
         }
     }

@@ -313,12 +313,26 @@ impl Slice {
     /// [`unpin_hit`](Self::unpin_hit).
     #[inline]
     pub fn lookup_hit_at(&self, at: usize, key: &BlockKey) -> Option<(SlotId, u64, EntryPin)> {
+        self.lookup_hit_in(Some(at), key)
+    }
+
+    /// [`lookup_hit_at`](Self::lookup_hit_at) for a key not located first.
+    #[inline]
+    pub fn lookup_hit(&self, key: &BlockKey) -> Option<(SlotId, u64, EntryPin)> {
+        self.lookup_hit_in(None, key)
+    }
+
+    #[inline(always)]
+    fn lookup_hit_in(&self, at: Option<usize>, key: &BlockKey) -> Option<(SlotId, u64, EntryPin)> {
         let mut word = 0;
         let slots = &self.slots;
         let epoch = self.epoch.load(Ordering::Relaxed);
-        match self.index.lookup_hit_at(at, key, epoch, &mut |s| {
-            word = slots[s as usize].state.pin()
-        })? {
+        let mut pin = |s: SlotId| word = slots[s as usize].state.pin();
+        let hit = match at {
+            Some(at) => self.index.lookup_hit_at(at, key, epoch, &mut pin),
+            None => self.index.lookup_hit(key, epoch, &mut pin),
+        };
+        match hit? {
             Hit::Entry { slot, pin, fresh } => {
                 if fresh || !self.hit_gating {
                     self.policy.on_hit(slot);
