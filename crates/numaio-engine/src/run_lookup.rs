@@ -35,6 +35,7 @@ pub(crate) type Plan = SmallVec<[Located; 256]>;
 impl Inner {
     /// Fills `plan` with the slice and the prefetched index position of each of the `n`
     /// blocks, in order.
+    #[inline]
     pub(crate) fn locate_blocks(
         &self,
         f: &FileEntry,
