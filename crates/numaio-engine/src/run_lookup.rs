@@ -35,7 +35,7 @@ pub(crate) type Plan = SmallVec<[Located; 256]>;
 impl Inner {
     /// Fills `plan` with the slice and the prefetched index position of each of the `n`
     /// blocks, in order.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn locate_blocks(
         &self,
         f: &FileEntry,
@@ -54,6 +54,16 @@ impl Inner {
                 return;
             }
         }
+        self.locate_run(f, blocks, ctx, plan);
+    }
+
+    fn locate_run(
+        &self,
+        f: &FileEntry,
+        blocks: impl Iterator<Item = u64>,
+        ctx: &AccessCtx,
+        plan: &mut Plan,
+    ) {
         let nslices = self.slices.len();
         // The blocks `[from, to)` all map to `slice`.
         let (mut from, mut to, mut slice) = (0u64, 0u64, 0usize);
