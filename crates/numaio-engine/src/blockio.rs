@@ -16,6 +16,7 @@ use crate::file::FileEntry;
 use crate::index::EntryPin;
 use crate::io::{IoKind, IoRequest};
 use crate::key::{BlockKey, SlotId};
+use crate::run_lookup::{HookRuns, Located, Plan};
 use crate::slice::Slice;
 use crate::slot::LOADING;
 use crate::stats::SliceCounters;
@@ -148,10 +149,10 @@ impl Inner {
     /// One attempt of [`acquire_into`](Self::acquire_into); see the module doc for why
     /// it cannot deadlock. The flag in the error tells a failure seen in another request.
     ///
-    /// The hit path is the lookup, the pin and the policy's note only: the bucket of the
-    /// block `PREFETCH` places ahead is prefetched so a run's lookups overlap their cache
-    /// misses, hits are counted once per request and slice, and the hooks are skipped
-    /// entirely when there are none.
+    /// The hit path is the lookup, the pin and the policy's note only: every block's slice
+    /// and index position are resolved (and prefetched) before the first lookup, so a run's
+    /// lookups overlap their cache misses; hits are counted once per request and slice (on
+    /// the thread's own counter stripe), and the hooks hear of runs of blocks, not blocks.
     fn acquire_once<A: smallvec::Array<Item = Seg>>(
         &self,
         f: &FileEntry,
@@ -160,35 +161,30 @@ impl Inner {
         write_range: Option<(u64, u64)>,
         segs: &mut SmallVec<A>,
     ) -> Result<(), (io::Error, bool)> {
-        const PREFETCH: usize = 8;
         let bs = self.bs as u64;
         let ctx = AccessCtx::new(write_range.is_some());
-        let hooks = &self.cfg.hooks[..];
+        let mut hook_runs = HookRuns::new(&self.cfg.hooks, f.id, &ctx);
         segs.clear();
         segs.reserve(n);
+        let mut plan = Plan::new();
+        self.locate_blocks(f, blocks, n, &ctx, &mut plan);
         let mut loads: SmallVec<[Transfer; 4]> = SmallVec::new();
         let mut err: Option<(io::Error, bool)> = None;
         // Hits of the current slice not yet added to its counter.
         let mut hits: (usize, u64) = (0, 0);
-        let mut ahead = blocks.clone();
-        if n > 1 {
-            for b in ahead.by_ref().take(PREFETCH) {
-                self.prefetch(f, b, &ctx);
-            }
-        }
-        for b in blocks {
-            if n > 1 {
-                if let Some(pb) = ahead.next() {
-                    self.prefetch(f, pb, &ctx);
-                }
-            }
-            let si = self.slice_of(f.id, b, &ctx);
+        for loc in &plan {
+            let (b, si) = (loc.block, loc.slice as usize);
             let slice = &self.slices[si];
             let key = BlockKey {
                 file: f.id,
                 block: b,
             };
-            let (slot, word, pin) = match slice.lookup_hit(&key) {
+            let found = if loc.at == Located::UNLOCATED {
+                slice.lookup_hit(&key)
+            } else {
+                slice.lookup_hit_at(loc.at as usize, &key)
+            };
+            let (slot, word, pin) = match found {
                 Some(found) => found,
                 None => {
                     let slot = match slice.try_alloc() {
@@ -225,9 +221,7 @@ impl Inner {
                                 slot,
                                 pin: EntryPin::NONE,
                             });
-                            for h in hooks {
-                                h.on_access(f.id, b, si, false, &ctx);
-                            }
+                            hook_runs.note(b, si, false);
                             continue;
                         }
                         Err((existing, word)) => {
@@ -248,9 +242,7 @@ impl Inner {
                 slot,
                 pin,
             });
-            for h in hooks {
-                h.on_access(f.id, b, si, true, &ctx);
-            }
+            hook_runs.note(b, si, true);
             if word & LOADING != 0 {
                 SliceCounters::add(&slice.counters().clashed, 1);
                 if let Err(e) = self.load(f, &loads) {
@@ -274,6 +266,7 @@ impl Inner {
         if hits.1 > 0 {
             self.slices[hits.0].counters().hits.add(hits.1);
         }
+        hook_runs.flush();
         if err.is_none() && !loads.is_empty() {
             if let Err(e) = self.load(f, &loads) {
                 err = Some((e, false));
@@ -287,13 +280,6 @@ impl Inner {
             return Err(e);
         }
         Ok(())
-    }
-
-    /// Starts loading the index memory a lookup of `block` will read.
-    #[inline]
-    fn prefetch(&self, f: &FileEntry, block: u64, ctx: &AccessCtx) {
-        let si = self.slice_of(f.id, block, ctx);
-        self.slices[si].prefetch(&BlockKey { file: f.id, block });
     }
 
     fn abort(&self, segs: &[Seg], loads: &[Transfer]) {

@@ -42,6 +42,12 @@ impl AccessCtx {
 pub trait Placement: Send + Sync {
     fn name(&self) -> String;
     fn slice_for(&self, file: FileId, block: u64, ctx: &AccessCtx) -> usize;
+    /// The slice of `block` and how many blocks from `block` on (at least 1) map to that same
+    /// slice, so a request for a run of blocks asks once per range instead of once per
+    /// block. The default asks [`slice_for`](Self::slice_for) and claims one block.
+    fn slice_run(&self, file: FileId, block: u64, ctx: &AccessCtx) -> (usize, u64) {
+        (self.slice_for(file, block, ctx), 1)
+    }
     /// Called once when the engine first opens `path` as `file` (e.g. to give the file a home
     /// slice from its directory or device), before any `slice_for` for it.
     fn file_opened(&self, _file: FileId, _path: &std::path::Path) {}
@@ -51,6 +57,23 @@ pub trait Placement: Send + Sync {
 /// work-moving policies. Keep it cheap: it runs on the hit path.
 pub trait AccessHook: Send + Sync {
     fn on_access(&self, file: FileId, block: u64, slice: usize, hit: bool, ctx: &AccessCtx);
+    /// `count` consecutive blocks from `first`, all in `slice` and all hits (or all misses),
+    /// in one call: the engine reports a request's blocks in such runs. The default calls
+    /// [`on_access`](Self::on_access) for each block in order; a hook that only counts can
+    /// do a run in one step.
+    fn on_run(
+        &self,
+        file: FileId,
+        first: u64,
+        count: u64,
+        slice: usize,
+        hit: bool,
+        ctx: &AccessCtx,
+    ) {
+        for b in first..first.saturating_add(count) {
+            self.on_access(file, b, slice, hit, ctx);
+        }
+    }
 }
 
 /// Runs the copy of a request on another node: forwarding a request to the thread that sits

@@ -73,6 +73,23 @@ pub trait Index: Send + Sync {
     /// so the lookups of a run of blocks overlap their cache misses instead of paying them
     /// one after another.
     fn prefetch(&self, _key: &BlockKey) {}
+    /// Where `key` would be found (an opaque position for [`lookup_hit_at`](Self::lookup_hit_at)),
+    /// with that memory prefetched: a request computes the positions of all its blocks first,
+    /// so their cache misses overlap, then looks them up in order.
+    fn locate(&self, key: &BlockKey) -> usize {
+        self.prefetch(key);
+        0
+    }
+    /// [`lookup_hit`](Self::lookup_hit) at a position [`locate`](Self::locate) gave for `key`.
+    fn lookup_hit_at(
+        &self,
+        _at: usize,
+        key: &BlockKey,
+        epoch: u32,
+        pin: &mut dyn FnMut(SlotId),
+    ) -> Option<Hit> {
+        self.lookup_hit(key, epoch, pin)
+    }
 }
 
 /// Names an index entry that holds a pin (see [`Index::lookup_hit`]).
@@ -338,27 +355,15 @@ impl BucketIndex {
     fn bucket_no(&self, key: &BlockKey) -> usize {
         (key_hash(key) & self.mask) as usize
     }
-    #[inline]
-    fn way_of(&self, pin: EntryPin) -> &Way {
-        let i = pin.0 as usize;
-        &self.buckets[i / WAYS].ways[i % WAYS]
-    }
-}
-
-impl Index for BucketIndex {
-    fn lookup(&self, key: &BlockKey, pin: &mut dyn FnMut(SlotId)) -> Option<SlotId> {
-        let b = &self.buckets[self.bucket_no(key)];
-        let g = b.lock.read();
-        let s = match b.ways.iter().find(|w| w.is(key)) {
-            Some(w) => w.slot.load(Ordering::Relaxed),
-            None => g.as_ref()?.iter().find(|e| e.is(key))?.slot,
-        };
-        pin(s);
-        Some(s)
-    }
-    #[inline]
-    fn lookup_hit(&self, key: &BlockKey, epoch: u32, pin: &mut dyn FnMut(SlotId)) -> Option<Hit> {
-        let bn = self.bucket_no(key);
+    /// The hit lookup in bucket `bn` (the bucket of `key`).
+    #[inline(always)]
+    fn hit_in_bucket(
+        &self,
+        bn: usize,
+        key: &BlockKey,
+        epoch: u32,
+        pin: &mut dyn FnMut(SlotId),
+    ) -> Option<Hit> {
         let b = &self.buckets[bn];
         // Without the lock: pin the entry, then check that it is loaded and still this key's.
         // A remover hides a loaded entry (clears READY) with a CAS that fails while it is
@@ -400,6 +405,48 @@ impl Index for BucketIndex {
         };
         pin(s);
         Some(Hit::Slot(s))
+    }
+
+    #[inline]
+    fn way_of(&self, pin: EntryPin) -> &Way {
+        let i = pin.0 as usize;
+        &self.buckets[i / WAYS].ways[i % WAYS]
+    }
+}
+
+impl Index for BucketIndex {
+    fn lookup(&self, key: &BlockKey, pin: &mut dyn FnMut(SlotId)) -> Option<SlotId> {
+        let b = &self.buckets[self.bucket_no(key)];
+        let g = b.lock.read();
+        let s = match b.ways.iter().find(|w| w.is(key)) {
+            Some(w) => w.slot.load(Ordering::Relaxed),
+            None => g.as_ref()?.iter().find(|e| e.is(key))?.slot,
+        };
+        pin(s);
+        Some(s)
+    }
+    #[inline]
+    fn lookup_hit(&self, key: &BlockKey, epoch: u32, pin: &mut dyn FnMut(SlotId)) -> Option<Hit> {
+        self.hit_in_bucket(self.bucket_no(key), key, epoch, pin)
+    }
+    #[inline]
+    fn locate(&self, key: &BlockKey) -> usize {
+        let bn = self.bucket_no(key);
+        prefetch_line(&self.buckets[bn]);
+        bn
+    }
+    #[inline]
+    fn lookup_hit_at(
+        &self,
+        bn: usize,
+        key: &BlockKey,
+        epoch: u32,
+        pin: &mut dyn FnMut(SlotId),
+    ) -> Option<Hit> {
+        // A position from another key would only cost a wrong answer, never memory safety;
+        // debug builds check it.
+        debug_assert_eq!(bn, self.bucket_no(key), "lookup at another key's bucket");
+        self.hit_in_bucket(bn, key, epoch, pin)
     }
     #[inline]
     fn unpin_entry(&self, pin: EntryPin) {

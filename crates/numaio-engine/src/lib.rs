@@ -55,8 +55,10 @@ mod io;
 mod key;
 pub mod move_work;
 pub mod numa;
+mod per_thread;
 pub mod placement;
 pub mod policy;
+mod run_lookup;
 mod slice;
 #[doc(hidden)]
 pub mod slot;

@@ -478,6 +478,37 @@ impl crate::AccessHook for NumaHook {
                 migrated,
             });
     }
+
+    fn on_run(
+        &self,
+        file: crate::FileId,
+        first: u64,
+        count: u64,
+        slice: usize,
+        hit: bool,
+        ctx: &crate::AccessCtx,
+    ) {
+        if !matches!(self.mover.mode, MoveWork::None | MoveWork::Forward) {
+            // Modes that move the thread decide block by block.
+            for b in first..first.saturating_add(count) {
+                crate::AccessHook::on_access(self, file, b, slice, hit, ctx);
+            }
+            return;
+        }
+        // Only counting: the whole run in one step, with the same totals.
+        self.accounting.record_blocks(
+            crate::accounting::BlockAccess {
+                slice,
+                hit,
+                data_node: self.slice_node(slice),
+                thread_node: self.mover.current_node().unwrap_or(u32::MAX),
+                bytes: self.block_size,
+                write: ctx.write,
+                migrated: false,
+            },
+            count,
+        );
+    }
 }
 
 impl crate::ext::Router for Forwarder {

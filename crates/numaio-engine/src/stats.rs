@@ -1,30 +1,16 @@
-//! Counters kept per slice (relaxed atomics, padded so slices do not false-share) and the
-//! serialisable snapshot the engine reports.
+//! Counters kept per slice (relaxed atomics, padded so slices do not false-share; the one a
+//! hit touches is per thread, see [`PerThreadCounter`]) and the serialisable snapshot the
+//! engine reports.
 
+pub use crate::per_thread::PerThreadCounter;
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering};
-
-/// A counter split over cache-line-padded stripes picked by thread, so that threads hitting
-/// the same slice do not bounce one cache line on every hit.
-#[derive(Default, Debug)]
-pub struct StripedCounter {
-    stripes: [crate::types::Padded<AtomicU64>; 8],
-}
-
-impl StripedCounter {
-    #[inline]
-    pub fn add(&self, n: u64) {
-        self.stripes[crate::types::thread_stripe() % 8].fetch_add(n, Ordering::Relaxed);
-    }
-    pub fn get(&self) -> u64 {
-        self.stripes.iter().map(|s| s.load(Ordering::Relaxed)).sum()
-    }
-}
 
 #[derive(Default, Debug)]
 #[repr(align(128))]
 pub struct SliceCounters {
-    pub hits: StripedCounter,
+    /// Counted on the hit path: one stripe per thread, summed when read.
+    pub hits: PerThreadCounter,
     pub misses: AtomicU64,
     /// Requests that found their block under I/O and waited for it (Jericho's "clashed").
     pub clashed: AtomicU64,

@@ -628,6 +628,23 @@ impl crate::Placement for PolicyPlacement {
             caller_node,
         })
     }
+
+    fn slice_run(&self, file: crate::FileId, block: u64, ctx: &crate::AccessCtx) -> (usize, u64) {
+        let slice = self.slice_for(file, block, ctx);
+        // How far the same answer holds: the rest of a range, or the whole file for the
+        // policies that give a file one slice; other policies are asked block by block.
+        let run = match self.placer.policy {
+            PlacementPolicy::Range { range_blocks } if self.home(file).is_none() => {
+                let rb = range_blocks.max(1);
+                rb - block % rb
+            }
+            PlacementPolicy::Range { .. }
+            | PlacementPolicy::Directory
+            | PlacementPolicy::Fixed(_) => u64::MAX - block,
+            _ => 1,
+        };
+        (slice, run.max(1))
+    }
 }
 
 #[cfg(test)]
@@ -846,6 +863,34 @@ mod tests {
         );
         assert_eq!(p.slice_for(FileId(1), 0, &AccessCtx::new(true)), 0);
         assert_eq!(p.placer().sticky_extents(), 1);
+    }
+    #[test]
+    fn slice_runs_agree_with_slice_for() {
+        use crate::{AccessCtx, FileId, Placement};
+        let ctx = AccessCtx::new(false);
+        for policy in [
+            "range:8",
+            "directory",
+            "interleave",
+            "stripe:2:16K",
+            "fixed:1",
+        ] {
+            let placer = Placer::new(policy.parse().unwrap(), vec![0, 1, 2, 3]).unwrap();
+            let p = PolicyPlacement::new(placer, 4096);
+            for f in 0..3u32 {
+                for b in 0..100u64 {
+                    let (s, n) = p.slice_run(FileId(f), b, &ctx);
+                    assert!(n >= 1, "{policy}");
+                    for x in b..b.saturating_add(n).min(200) {
+                        assert_eq!(
+                            p.slice_for(FileId(f), x, &ctx),
+                            s,
+                            "{policy} file {f} block {x}"
+                        );
+                    }
+                }
+            }
+        }
     }
     proptest::proptest! {
         /// The extent map behaves like a per-block map: first decision wins, forget clears

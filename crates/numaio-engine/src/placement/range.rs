@@ -39,6 +39,11 @@ impl Placement for RangePlacement {
     fn slice_for(&self, file: FileId, block: u64, _ctx: &AccessCtx) -> usize {
         range_slice(file.0 as u64, block, self.range_blocks, self.slices)
     }
+    fn slice_run(&self, file: FileId, block: u64, ctx: &AccessCtx) -> (usize, u64) {
+        // The rest of the block's range: all of it maps to the same slice.
+        let rb = self.range_blocks.max(1);
+        (self.slice_for(file, block, ctx), rb - block % rb)
+    }
 }
 
 #[cfg(test)]
@@ -56,5 +61,13 @@ mod tests {
         assert_eq!(p.slice_for(f, 31, &c), 3);
         assert_eq!(p.slice_for(f, 32, &c), 0);
         assert_eq!(p.slice_for(FileId(1), 0, &c), 1);
+        assert_eq!(p.slice_run(f, 0, &c), (0, 8));
+        assert_eq!(p.slice_run(f, 13, &c), (1, 3));
+        // Every block of a claimed run maps to the run's slice, and the next one does not.
+        for b in 0..64 {
+            let (s, n) = p.slice_run(f, b, &c);
+            assert!((b..b + n).all(|x| p.slice_for(f, x, &c) == s));
+            assert_ne!(p.slice_for(f, b + n, &c), s);
+        }
     }
 }

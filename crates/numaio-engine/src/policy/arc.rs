@@ -134,9 +134,10 @@ impl ReplacementPolicy for Arc {
         let mut log = stripe.lock();
         log.push(slot);
         if log.len() >= LOG_BATCH {
-            let batch = std::mem::replace(&mut *log, Vec::with_capacity(LOG_BATCH));
-            drop(log);
-            self.state.lock().apply_hits(&batch);
+            // Applied in place (stripe lock, then the state lock; nothing takes them the
+            // other way round), so the log keeps its buffer and a hit never allocates.
+            self.state.lock().apply_hits(&log);
+            log.clear();
         }
     }
 

@@ -300,19 +300,39 @@ impl Slice {
         Some((s, word))
     }
 
-    /// A request's lookup: pins `key` (through its index entry when the block is loaded, so
-    /// the hit touches only the index's cache line) and tells the policy of the hit.
-    /// Returns the slot, its state word (a loaded one's flags for an entry pin) and the pin
-    /// to give to [`unpin_hit`](Self::unpin_hit).
+    /// Where `key` is in the index, its memory prefetched (see `Index::locate`).
+    #[inline]
+    pub fn locate(&self, key: &BlockKey) -> usize {
+        self.index.locate(key)
+    }
+
+    /// A request's lookup at a position [`locate`](Self::locate) gave for `key`: pins `key`
+    /// (through its index entry when the block is loaded, so the hit touches only the
+    /// index's cache line) and tells the policy of the hit. Returns the slot, its state word
+    /// (a loaded one's flags for an entry pin) and the pin to give to
+    /// [`unpin_hit`](Self::unpin_hit).
+    #[inline]
+    pub fn lookup_hit_at(&self, at: usize, key: &BlockKey) -> Option<(SlotId, u64, EntryPin)> {
+        self.lookup_hit_in(Some(at), key)
+    }
+
+    /// [`lookup_hit_at`](Self::lookup_hit_at) for a key not located first.
     #[inline]
     pub fn lookup_hit(&self, key: &BlockKey) -> Option<(SlotId, u64, EntryPin)> {
+        self.lookup_hit_in(None, key)
+    }
+
+    #[inline(always)]
+    fn lookup_hit_in(&self, at: Option<usize>, key: &BlockKey) -> Option<(SlotId, u64, EntryPin)> {
         let mut word = 0;
         let slots = &self.slots;
         let epoch = self.epoch.load(Ordering::Relaxed);
-        match self
-            .index
-            .lookup_hit(key, epoch, &mut |s| word = slots[s as usize].state.pin())?
-        {
+        let mut pin = |s: SlotId| word = slots[s as usize].state.pin();
+        let hit = match at {
+            Some(at) => self.index.lookup_hit_at(at, key, epoch, &mut pin),
+            None => self.index.lookup_hit(key, epoch, &mut pin),
+        };
+        match hit? {
             Hit::Entry { slot, pin, fresh } => {
                 if fresh || !self.hit_gating {
                     self.policy.on_hit(slot);
@@ -326,7 +346,7 @@ impl Slice {
         }
     }
 
-    /// Drops a pin taken by [`lookup_hit`](Self::lookup_hit) (or on the slot's word, for
+    /// Drops a pin taken by [`lookup_hit_at`](Self::lookup_hit_at) (or on the slot's word, for
     /// `EntryPin::NONE`).
     #[inline]
     pub fn unpin_hit(&self, slot: SlotId, pin: EntryPin) {
@@ -335,12 +355,6 @@ impl Slice {
         } else {
             self.index.unpin_entry(pin);
         }
-    }
-
-    /// Starts loading the index memory a lookup of `key` will read (see `Index::prefetch`).
-    #[inline]
-    pub fn prefetch(&self, key: &BlockKey) {
-        self.index.prefetch(key);
     }
 
     /// Tells the policy about a hit — at most once per slot per eviction epoch when gating
