@@ -338,12 +338,24 @@ impl Inner {
         loop {
             let fd = f.fd();
             let mut comps = Vec::with_capacity(runs.len());
+            let mut queued = Ok(());
             for run in runs {
                 let run = &items[run.clone()];
                 let slice = &self.slices[run[0].0];
-                comps.push(slice.submit(run_request(slice, kind, fd, run, self.bs))?);
+                match slice.submit(run_request(slice, kind, fd, run, self.bs)) {
+                    Ok(p) => comps.push(p),
+                    Err(e) => {
+                        queued = Err(e);
+                        break;
+                    }
+                }
             }
-            let results: Vec<io::Result<usize>> = comps.iter().map(|c| c.wait()).collect();
+            // All runs enter the kernel together: one system call per slice, not per run.
+            self.flush_runs(items, runs);
+            // Requests already queued are waited for even on error: their buffers are ours
+            // again only once the device is done with them.
+            let results: Vec<io::Result<usize>> = comps.into_iter().map(|c| c.wait()).collect();
+            queued?;
             let einval = results
                 .iter()
                 .any(|r| matches!(r, Err(e) if e.raw_os_error() == Some(libc::EINVAL)));
@@ -353,6 +365,18 @@ impl Inner {
                 continue;
             }
             return Ok(results);
+        }
+    }
+
+    /// Hands the queued requests of the slices of `runs` to the device.
+    pub(crate) fn flush_runs(&self, items: &[Transfer], runs: &[Range<usize>]) {
+        let mut last = usize::MAX;
+        for run in runs {
+            let si = items[run.start].0;
+            if si != last {
+                self.slices[si].flush_io();
+                last = si;
+            }
         }
     }
 
@@ -392,7 +416,8 @@ impl Inner {
             return;
         }
         let file = self.files.get(f.id);
-        for run in runs(&loads, self.cfg.max_io_blocks) {
+        let runs = runs(&loads, self.cfg.max_io_blocks);
+        for run in runs.iter().cloned() {
             let run: Vec<Transfer> = loads[run].to_vec();
             let slice = self.slices[run[0].0].clone();
             let req = run_request(&slice, IoKind::Read, f.fd(), &run, self.bs);
@@ -410,6 +435,7 @@ impl Inner {
                 }),
             );
         }
+        self.flush_runs(&loads, &runs);
     }
 
     /// Runs `op(range of the caller's buffer, file offset)` over `[off, off+len)` one run of
