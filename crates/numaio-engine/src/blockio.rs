@@ -14,7 +14,7 @@ use crate::error::EngineError;
 use crate::ext::{AccessCtx, BlockIntegrity};
 use crate::file::FileEntry;
 use crate::index::EntryPin;
-use crate::io::{IoKind, IoRequest};
+use crate::io::{IoKind, IoRequest, Pending};
 use crate::key::{BlockKey, SlotId};
 use crate::slice::Slice;
 use crate::slot::LOADING;
@@ -337,16 +337,39 @@ impl Inner {
         let mut attempt = 0;
         loop {
             let fd = f.fd();
-            let mut comps = Vec::with_capacity(runs.len());
+            let mut results: Vec<Option<io::Result<usize>>> =
+                (0..runs.len()).map(|_| None).collect();
+            let mut pending: std::collections::VecDeque<(usize, Pending)> = Default::default();
             let mut queued = Ok(());
-            for run in runs {
+            'runs: for (k, run) in runs.iter().enumerate() {
                 let run = &items[run.clone()];
                 let slice = &self.slices[run[0].0];
-                match slice.submit(run_request(slice, kind, fd, run, self.bs)) {
-                    Ok(p) => comps.push(p),
-                    Err(e) => {
-                        queued = Err(e);
-                        break;
+                let mut req = run_request(slice, kind, fd, run, self.bs);
+                loop {
+                    let r = if pending.is_empty() {
+                        slice.submit(req).map(Ok)
+                    } else {
+                        slice.try_submit(req)
+                    };
+                    match r {
+                        Ok(Ok(p)) => {
+                            pending.push_back((k, p));
+                            break;
+                        }
+                        // The queue is full: never wait for room while holding requests of
+                        // our own (their slots free up only when we wait for them), so wait
+                        // for the oldest one first.
+                        Ok(Err(back)) => {
+                            req = back;
+                            self.flush_runs(items, runs);
+                            if let Some((j, p)) = pending.pop_front() {
+                                results[j] = Some(p.wait());
+                            }
+                        }
+                        Err(e) => {
+                            queued = Err(e);
+                            break 'runs;
+                        }
                     }
                 }
             }
@@ -354,8 +377,14 @@ impl Inner {
             self.flush_runs(items, runs);
             // Requests already queued are waited for even on error: their buffers are ours
             // again only once the device is done with them.
-            let results: Vec<io::Result<usize>> = comps.into_iter().map(|c| c.wait()).collect();
+            for (j, p) in pending {
+                results[j] = Some(p.wait());
+            }
             queued?;
+            let results: Vec<io::Result<usize>> = results
+                .into_iter()
+                .map(|r| r.unwrap_or_else(|| Err(io::Error::other("request not submitted"))))
+                .collect();
             let einval = results
                 .iter()
                 .any(|r| matches!(r, Err(e) if e.raw_os_error() == Some(libc::EINVAL)));

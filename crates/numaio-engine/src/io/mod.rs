@@ -193,8 +193,18 @@ impl IoPath {
         io::Error::other(format!("I/O worker of slice {slice} has stopped"))
     }
 
-    /// Queues a request a caller will wait for; it reaches the device at the latest at
-    /// [`flush`](Self::flush).
+    /// Queues a request a caller will wait for, or gives it back when the queue is full;
+    /// it reaches the device at the latest at [`flush`](Self::flush).
+    pub fn try_submit(&self, req: IoRequest) -> io::Result<Result<Pending, IoRequest>> {
+        match self {
+            // The workers drain their channel whether or not anyone waits: blocking is safe.
+            IoPath::Workers { .. } => self.submit(req).map(Ok),
+            IoPath::Ring(r) => Ok(r.try_submit_wait(req)?.map(Pending::Ring)),
+        }
+    }
+
+    /// Queues a request a caller will wait for, waiting for room; only for a caller that
+    /// holds no [`Pending`] (a ring's slot is free again only once its ticket is waited).
     pub fn submit(&self, req: IoRequest) -> io::Result<Pending> {
         match self {
             IoPath::Workers { tx, slice } => {

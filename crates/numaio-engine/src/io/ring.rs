@@ -250,7 +250,28 @@ impl Ring {
         }
     }
 
-    /// Queues a request for a blocking caller; [`flush`](Self::flush), then wait on the ticket.
+    /// Queues a request for a blocking caller if a request slot is free (else gives the
+    /// request back); [`flush`](Self::flush), then wait on the ticket. A ticket's slot is
+    /// free again only once it is waited for, so a caller holding tickets must wait for one
+    /// of them rather than for a slot (see `Inner::io_runs`).
+    pub fn try_submit_wait(
+        self: &Arc<Self>,
+        req: IoRequest,
+    ) -> io::Result<Result<Ticket, IoRequest>> {
+        let Some(idx) = self.take_slot(false) else {
+            return Ok(Err(req));
+        };
+        self.push(idx, req, Target::Wait(None))
+            .map_err(|(e, _)| e)?;
+        Ok(Ok(Ticket {
+            ring: self.clone(),
+            idx,
+            waited: false,
+        }))
+    }
+
+    /// Like [`try_submit_wait`](Self::try_submit_wait), waiting for a free slot; only for a
+    /// caller that holds no ticket.
     pub fn submit_wait(self: &Arc<Self>, req: IoRequest) -> io::Result<Ticket> {
         // A blocking take always returns a slot.
         let idx = self.take_slot(true).unwrap_or_default();

@@ -701,10 +701,16 @@ impl Slice {
         r
     }
 
-    /// Queues a request a caller waits for (blocks if the queue is full); call
-    /// [`flush_io`](Self::flush_io) before waiting.
+    /// Queues a request a caller waits for (blocks if the queue is full: only for a caller
+    /// holding no other pending request); call [`flush_io`](Self::flush_io) before waiting.
     pub(crate) fn submit(&self, req: IoRequest) -> io::Result<Pending> {
         self.io.submit(req)
+    }
+
+    /// Like [`submit`](Self::submit), but gives the request back instead of waiting when
+    /// the queue is full (for a caller that holds other pending requests).
+    pub(crate) fn try_submit(&self, req: IoRequest) -> io::Result<Result<Pending, IoRequest>> {
+        self.io.try_submit(req)
     }
 
     pub fn stats(&self) -> SliceStats {
