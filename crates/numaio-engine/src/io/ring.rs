@@ -22,6 +22,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// `io_uring_enter` flag: wait for completions.
+const IORING_ENTER_GETEVENTS: u32 = 1;
+
 /// `user_data` of the no-op that wakes the reaper to stop.
 const WAKE: u64 = u64::MAX;
 
@@ -244,7 +247,7 @@ impl Ring {
                     std::thread::yield_now()
                 }
                 // Any other error is the ring's own (the fd, the memory): leave the entries
-                // queued; the reaper submits them on its next entry into the kernel.
+                // queued for the next flush.
                 Err(_) => return,
             }
         }
@@ -338,7 +341,15 @@ impl Ring {
             if self.stopping.load(Ordering::SeqCst) && self.inflight.load(Ordering::SeqCst) == 0 {
                 return;
             }
-            if let Err(e) = self.uring.submitter().submit_and_wait(1) {
+            // Only waits: submitting here would make the reaper do the callers' block-layer
+            // work and contend with them for the ring's submission lock in the kernel.
+            // SAFETY: no submission and no argument pointer: a plain wait for one completion.
+            let waited = unsafe {
+                self.uring
+                    .submitter()
+                    .enter::<libc::sigset_t>(0, 1, IORING_ENTER_GETEVENTS, None)
+            };
+            if let Err(e) = waited {
                 if e.raw_os_error() != Some(libc::EINTR) {
                     // Completions may still be reaped below; do not spin on the failing call.
                     std::thread::sleep(Duration::from_millis(1));
@@ -350,22 +361,27 @@ impl Ring {
                 cq.sync();
                 batch.extend(cq.map(|c| (c.user_data(), c.result())));
             }
+            let mut resubmitted = false;
             for (ud, res) in batch.drain(..) {
                 if ud != WAKE {
-                    self.complete(ud as u32, res);
+                    resubmitted |= self.complete(ud as u32, res);
                 }
+            }
+            if resubmitted {
+                self.flush();
             }
         }
     }
 
-    fn complete(&self, idx: u32, res: i32) {
+    /// Ends request `idx` with `res`, or queues the rest of it again (then returns true).
+    fn complete(&self, idx: u32, res: i32) -> bool {
         let Some(slot) = self.slots.get(idx as usize) else {
-            return;
+            return false;
         };
         let mut r = slot.req.lock();
         let result = if res == -libc::EINTR || res == -libc::EAGAIN {
             self.push_sqe(idx, &r);
-            return;
+            return true;
         } else if res < 0 {
             Err(io::Error::from_raw_os_error(-res))
         } else if res == 0 {
@@ -385,7 +401,7 @@ impl Ring {
                 // A short transfer: the rest goes in again from where it stopped.
                 advance(&mut r.iov, n);
                 self.push_sqe(idx, &r);
-                return;
+                return true;
             }
             Ok(r.done)
         };
@@ -407,5 +423,6 @@ impl Ring {
                 self.put_slot(idx);
             }
         }
+        false
     }
 }
