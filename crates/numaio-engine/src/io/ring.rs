@@ -228,16 +228,23 @@ impl Ring {
     /// Hands every queued entry to the kernel (one system call for all of them).
     pub fn flush(&self) {
         loop {
-            // SAFETY: only the length is read; entries are pushed under `sq`.
             let queued = {
                 let _g = self.sq.lock();
-                unsafe { self.uring.submission_shared().len() }
+                // SAFETY: `sq` is held, so this is the only `SubmissionQueue`. It must be
+                // dropped before the lock is released: its drop stores the tail it read, which
+                // would undo a concurrent push.
+                let q = unsafe { self.uring.submission_shared() };
+                let n = q.len();
+                drop(q);
+                n
             };
             if queued == 0 {
                 return;
             }
             match self.uring.submitter().submit() {
-                Ok(_) => return,
+                // The kernel may take fewer than were queued: go on with the rest.
+                Ok(n) if n >= queued => return,
+                Ok(_) => {}
                 Err(e)
                     if matches!(
                         e.raw_os_error(),
