@@ -2,11 +2,11 @@
 //!
 //! A future walks its blocks like the blocking path (lookup, pin, or take a free buffer and
 //! insert it LOADING), submits its missing runs into the slices' I/O paths with a completion
-//! callback instead of a blocked caller, and returns `Pending`. The callback (run by the ring's reaper)
-//! ends the loads (the same `complete_load` as every other load) and wakes the future's waker, so no thread
-//! sleeps per miss and one thread can keep any number of misses in flight. Requests that
-//! find a block another request is loading register their waker on the slot; requests that
-//! find no free buffer register it on the slice's free list.
+//! callback instead of a blocked caller, and returns `Pending`. The callback (run by the
+//! ring's reaper) ends the loads (the same `complete_load` as every other load) and wakes the
+//! future's waker, so no thread sleeps per miss and one thread can keep any number of misses
+//! in flight. Requests that find a block another request is loading register their waker on
+//! the slot; requests that find no free buffer register it on the slice's free list.
 //!
 //! The futures are runtime-agnostic (std `Future` and `Waker` only) and cancellation safe:
 //! whenever a future returns `Pending`, every load it inserted has been sent to the device,
