@@ -41,7 +41,7 @@ step pytest   .venv/bin/python -m pytest -q -rs python/tests
 step loom     env RUSTFLAGS="--cfg numaio_loom" CARGO_TARGET_DIR=target/loom cargo test -p numaio-engine --release --test loom_slot --test loom_writeback
 # The stress test under AddressSanitizer (nightly rustc; its own target directory).
 if rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
-    step asan env RUSTFLAGS=-Zsanitizer=address CARGO_TARGET_DIR=target/asan cargo +nightly test -p numaio-engine --test stress --target x86_64-unknown-linux-gnu
+    step asan env RUSTFLAGS=-Zsanitizer=address CARGO_TARGET_DIR=target/asan cargo +nightly test -p numaio-engine --test stress --test miss_path --target x86_64-unknown-linux-gnu
 else
     echo "SKIPPED: asan step: needs the nightly toolchain (rustup toolchain install nightly)" | tee -a "$NUMAIO_SKIP_LOG"
     [ -n "${CI:-}" ] && { names+=(asan); results+=(FAIL); times+=(0); }

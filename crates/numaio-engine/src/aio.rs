@@ -1,12 +1,12 @@
 //! The asynchronous API: `read`, `write` and `get` as futures next to the blocking calls.
 //!
 //! A future walks its blocks like the blocking path (lookup, pin, or take a free buffer and
-//! insert it LOADING), sends its missing runs to the slice's I/O workers with a completion
-//! callback instead of a blocked caller, and returns `Pending`. The callback ends the loads
-//! (the same `complete_load` as every other load) and wakes the future's waker, so no thread
-//! sleeps per miss and one thread can keep any number of misses in flight. Requests that
-//! find a block another request is loading register their waker on the slot; requests that
-//! find no free buffer register it on the slice's free list.
+//! insert it LOADING), submits its missing runs into the slices' I/O paths with a completion
+//! callback instead of a blocked caller, and returns `Pending`. The callback (run by the
+//! ring's reaper) ends the loads (the same `complete_load` as every other load) and wakes the
+//! future's waker, so no thread sleeps per miss and one thread can keep any number of misses
+//! in flight. Requests that find a block another request is loading register their waker on
+//! the slot; requests that find no free buffer register it on the slice's free list.
 //!
 //! The futures are runtime-agnostic (std `Future` and `Waker` only) and cancellation safe:
 //! whenever a future returns `Pending`, every load it inserted has been sent to the device,
@@ -103,7 +103,8 @@ impl Acquire {
         }
         let group = self.group.get_or_insert_with(Default::default).clone();
         let fd = f.fd();
-        for run in runs(&self.loads, inner.cfg.max_io_blocks) {
+        let runs = runs(&self.loads, inner.cfg.max_io_blocks);
+        for run in runs.iter().cloned() {
             let run: Vec<Transfer> = self.loads[run].to_vec();
             let slice = inner.slices[run[0].0].clone();
             let req = run_request(&slice, IoKind::Read, fd, &run, inner.bs);
@@ -128,6 +129,7 @@ impl Acquire {
                 }),
             );
         }
+        inner.flush_runs(&self.loads, &runs);
         self.loads.clear();
     }
 

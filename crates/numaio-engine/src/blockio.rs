@@ -14,7 +14,7 @@ use crate::error::EngineError;
 use crate::ext::{AccessCtx, BlockIntegrity};
 use crate::file::FileEntry;
 use crate::index::EntryPin;
-use crate::io::{IoKind, IoRequest};
+use crate::io::{IoKind, IoRequest, Pending};
 use crate::key::{BlockKey, SlotId};
 use crate::run_lookup::{HookRuns, Located, Plan};
 use crate::slice::Slice;
@@ -323,13 +323,54 @@ impl Inner {
         let mut attempt = 0;
         loop {
             let fd = f.fd();
-            let mut comps = Vec::with_capacity(runs.len());
-            for run in runs {
+            let mut results: Vec<Option<io::Result<usize>>> =
+                (0..runs.len()).map(|_| None).collect();
+            let mut pending: std::collections::VecDeque<(usize, Pending)> = Default::default();
+            let mut queued = Ok(());
+            'runs: for (k, run) in runs.iter().enumerate() {
                 let run = &items[run.clone()];
                 let slice = &self.slices[run[0].0];
-                comps.push(slice.submit(run_request(slice, kind, fd, run, self.bs))?);
+                let mut req = run_request(slice, kind, fd, run, self.bs);
+                loop {
+                    let r = if pending.is_empty() {
+                        slice.submit(req).map(Ok)
+                    } else {
+                        slice.try_submit(req)
+                    };
+                    match r {
+                        Ok(Ok(p)) => {
+                            pending.push_back((k, p));
+                            break;
+                        }
+                        // The queue is full: never wait for room while holding requests of
+                        // our own (their slots free up only when we wait for them), so wait
+                        // for the oldest one first.
+                        Ok(Err(back)) => {
+                            req = back;
+                            self.flush_runs(items, runs);
+                            if let Some((j, p)) = pending.pop_front() {
+                                results[j] = Some(p.wait());
+                            }
+                        }
+                        Err(e) => {
+                            queued = Err(e);
+                            break 'runs;
+                        }
+                    }
+                }
             }
-            let results: Vec<io::Result<usize>> = comps.iter().map(|c| c.wait()).collect();
+            // All runs enter the kernel together: one system call per slice, not per run.
+            self.flush_runs(items, runs);
+            // Requests already queued are waited for even on error: their buffers are ours
+            // again only once the device is done with them.
+            for (j, p) in pending {
+                results[j] = Some(p.wait());
+            }
+            queued?;
+            let results: Vec<io::Result<usize>> = results
+                .into_iter()
+                .map(|r| r.unwrap_or_else(|| Err(io::Error::other("request not submitted"))))
+                .collect();
             let einval = results
                 .iter()
                 .any(|r| matches!(r, Err(e) if e.raw_os_error() == Some(libc::EINVAL)));
@@ -339,6 +380,18 @@ impl Inner {
                 continue;
             }
             return Ok(results);
+        }
+    }
+
+    /// Hands the queued requests of the slices of `runs` to the device.
+    pub(crate) fn flush_runs(&self, items: &[Transfer], runs: &[Range<usize>]) {
+        let mut last = usize::MAX;
+        for run in runs {
+            let si = items[run.start].0;
+            if si != last {
+                self.slices[si].flush_io();
+                last = si;
+            }
         }
     }
 
@@ -378,7 +431,8 @@ impl Inner {
             return;
         }
         let file = self.files.get(f.id);
-        for run in runs(&loads, self.cfg.max_io_blocks) {
+        let runs = runs(&loads, self.cfg.max_io_blocks);
+        for run in runs.iter().cloned() {
             let run: Vec<Transfer> = loads[run].to_vec();
             let slice = self.slices[run[0].0].clone();
             let req = run_request(&slice, IoKind::Read, f.fd(), &run, self.bs);
@@ -396,6 +450,7 @@ impl Inner {
                 }),
             );
         }
+        self.flush_runs(&loads, &runs);
     }
 
     /// Runs `op(range of the caller's buffer, file offset)` over `[off, off+len)` one run of

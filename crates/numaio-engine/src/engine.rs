@@ -7,9 +7,10 @@ use crate::ext::{AccessHook, BlockIntegrity, Placement, Router};
 use crate::file::{FileTable, OpenOptions};
 use crate::handle::FileHandle;
 use crate::index::IndexKind;
+use crate::io::ring::Ring;
 use crate::io::uring::UringBackend;
 use crate::io::worker::Msg;
-use crate::io::{Backend, PsyncBackend};
+use crate::io::{Backend, IoPath, PsyncBackend};
 use crate::placement::RangePlacement;
 use crate::policy::PolicyKind;
 use crate::slice::Slice;
@@ -344,13 +345,15 @@ impl Engine {
         let r = cfg.resolve()?;
         let bs = cfg.block_size;
         let nslices = r.nodes.len();
-        let backend: Arc<dyn Backend> = match &cfg.backend {
-            Some(b) => b.clone(),
+        // The built-in io_uring backend is driven directly (a ring per slice that callers
+        // submit into); a backend given in the configuration runs behind I/O workers.
+        let (backend, direct): (Arc<dyn Backend>, bool) = match &cfg.backend {
+            Some(b) => (b.clone(), false),
             None => {
                 if UringBackend::probe().is_ok() {
-                    Arc::new(UringBackend)
+                    (Arc::new(UringBackend), true)
                 } else {
-                    Arc::new(PsyncBackend)
+                    (Arc::new(PsyncBackend), false)
                 }
             }
         };
@@ -359,9 +362,25 @@ impl Engine {
             .clone()
             .unwrap_or_else(|| Arc::new(RangePlacement::new(nslices, cfg.range_blocks)));
         let mut slices = Vec::new();
-        let mut rxs = Vec::new();
+        let mut paths = Vec::new();
+        // As many requests in flight per slice as its workers would have had.
+        let depth = cfg.queue_depth.max(1) as usize * cfg.io_workers_per_slice.max(1);
         for (i, &node) in r.nodes.iter().enumerate() {
-            let (tx, rx) = std::sync::mpsc::sync_channel(cfg.queue_depth.max(1) as usize * 4);
+            let (io, path) = if direct {
+                let ring = Ring::new(i, depth).map_err(|e| {
+                    io::Error::new(
+                        e.kind(),
+                        format!("cannot set up the io_uring of slice {i}: {e}"),
+                    )
+                })?;
+                (IoPath::Ring(ring.clone()), SlicePath::Ring(ring))
+            } else {
+                let (tx, rx) = std::sync::mpsc::sync_channel(cfg.queue_depth.max(1) as usize * 4);
+                (
+                    IoPath::Workers { tx, slice: i },
+                    SlicePath::Workers(Arc::new(Mutex::new(rx))),
+                )
+            };
             slices.push(Arc::new(Slice::new(
                 i,
                 node,
@@ -371,9 +390,9 @@ impl Engine {
                 cfg.index,
                 cfg.bind_memory,
                 cfg.hit_gating,
-                tx,
+                io,
             )?));
-            rxs.push(Arc::new(Mutex::new(rx)));
+            paths.push(path);
         }
         let chunk_blocks = (r.slots_per_slice / 16).clamp(1, cfg.max_io_blocks);
         let inner = Arc::new(Inner {
@@ -385,13 +404,19 @@ impl Engine {
             chunk_blocks,
             cfg,
         });
-        let workers = inner.cfg.io_workers_per_slice.max(1);
+        let workers = if direct {
+            0
+        } else {
+            inner.cfg.io_workers_per_slice.max(1)
+        };
         let mut threads = Vec::new();
-        if let Err(e) = spawn_threads(&inner, &r, rxs, workers, &mut threads) {
-            // Stop what did start: evictors see the shutdown flag, and the I/O workers see
-            // their channels close once the last reference to the slices is gone.
+        if let Err(e) = spawn_threads(&inner, &r, paths, workers, &mut threads) {
+            // Stop what did start: evictors see the shutdown flag, reapers their stop, and the
+            // I/O workers see their channels close once the last reference to the slices is
+            // gone.
             for s in &inner.slices {
                 s.stop();
+                s.stop_workers(0);
             }
             drop(inner);
             for t in threads {
@@ -500,46 +525,70 @@ impl Drop for Engine {
     }
 }
 
-/// Starts each slice's I/O workers and evictor, pushing their handles as they start.
+/// What a slice's I/O thread(s) run: a ring's reaper or the workers of a channel.
+enum SlicePath {
+    Ring(Arc<Ring>),
+    Workers(Arc<Mutex<std::sync::mpsc::Receiver<Msg>>>),
+}
+
+/// Starts each slice's I/O threads (the ring's reaper, or `workers` I/O workers) and
+/// evictor, pushing their handles as they start.
 fn spawn_threads(
     inner: &Arc<Inner>,
     r: &Resolved,
-    rxs: Vec<Arc<Mutex<std::sync::mpsc::Receiver<Msg>>>>,
+    paths: Vec<SlicePath>,
     workers: usize,
     threads: &mut Vec<JoinHandle<()>>,
 ) -> io::Result<()> {
     let cfg = &inner.cfg;
     let topo = &r.topo;
     let nodes = &r.nodes;
-    for (i, rx) in rxs.into_iter().enumerate() {
+    for (i, path) in paths.into_iter().enumerate() {
         let node = nodes[i];
         let cpus: Vec<u32> = if cfg.pin_threads {
             topo.node(node).map(|n| n.cpus.clone()).unwrap_or_default()
         } else {
             Vec::new()
         };
-        for w in 0..workers {
-            let queue = inner.backend.queue(cfg.queue_depth).map_err(|e| {
-                io::Error::new(
-                    e.kind(),
-                    format!(
-                        "cannot set up an I/O queue ({}) for slice {i}: {e}",
-                        inner.backend.name()
-                    ),
-                )
-            })?;
-            let rx = rx.clone();
-            let cpus = cpus.clone();
-            let depth = cfg.queue_depth.max(1) as usize;
-            threads.push(
-                std::thread::Builder::new()
-                    .name(format!("numaio-io-{i}.{w}"))
-                    .spawn(move || {
-                        pin_self(&cpus);
-                        crate::io::worker::run(rx, queue, depth)
-                    })
-                    .map_err(|e| thread_error(&format!("numaio-io-{i}.{w}"), e))?,
-            );
+        match path {
+            SlicePath::Ring(ring) => {
+                let cpus = cpus.clone();
+                // The reaper ends loads into the slice's memory: it runs on the slice's node.
+                threads.push(
+                    std::thread::Builder::new()
+                        .name(format!("numaio-ring-{i}"))
+                        .spawn(move || {
+                            pin_self(&cpus);
+                            ring.reap()
+                        })
+                        .map_err(|e| thread_error(&format!("numaio-ring-{i}"), e))?,
+                );
+            }
+            SlicePath::Workers(rx) => {
+                for w in 0..workers {
+                    let queue = inner.backend.queue(cfg.queue_depth).map_err(|e| {
+                        io::Error::new(
+                            e.kind(),
+                            format!(
+                                "cannot set up an I/O queue ({}) for slice {i}: {e}",
+                                inner.backend.name()
+                            ),
+                        )
+                    })?;
+                    let cpus = cpus.clone();
+                    let rx = rx.clone();
+                    let depth = cfg.queue_depth.max(1) as usize;
+                    threads.push(
+                        std::thread::Builder::new()
+                            .name(format!("numaio-io-{i}.{w}"))
+                            .spawn(move || {
+                                pin_self(&cpus);
+                                crate::io::worker::run(rx, queue, depth)
+                            })
+                            .map_err(|e| thread_error(&format!("numaio-io-{i}.{w}"), e))?,
+                    );
+                }
+            }
         }
         let inner2 = inner.clone();
         threads.push(

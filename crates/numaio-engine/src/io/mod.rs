@@ -1,12 +1,18 @@
-//! The device side of the engine, behind a trait so tests can inject faults.
+//! The device side of the engine.
 //!
-//! A [`Backend`] hands each slice I/O worker its own [`IoQueue`]; the worker passes it batches
-//! of vectored reads and writes. Queues must complete every request fully (resubmitting
-//! after short transfers) and may stop short only at end of file on a read.
+//! With the built-in io_uring backend each slice has a [`ring::Ring`] that callers submit
+//! into directly (the miss path). A [`Backend`] given in the configuration (fault injection,
+//! power-loss simulation, psync) runs behind the slice's I/O workers instead: each worker
+//! owns an [`IoQueue`] and passes it batches of vectored reads and writes. Queues must
+//! complete every request fully (resubmitting after short transfers) and may stop short
+//! only at end of file on a read. [`IoPath`] is the one entry point for both.
 
 pub mod power_loss;
+pub(crate) mod ring;
 pub(crate) mod uring;
 pub(crate) mod worker;
+
+use worker::{Completion, Done, Msg};
 
 use std::io;
 use std::os::fd::RawFd;
@@ -154,6 +160,120 @@ pub unsafe trait IoQueue: Send {
     /// result is the number of bytes transferred (less than the request only for a read
     /// that reached end of file).
     fn run(&mut self, reqs: &mut [IoRequest], done: &mut dyn FnMut(usize, io::Result<usize>));
+}
+
+/// How a slice's requests reach the device.
+pub(crate) enum IoPath {
+    /// Through the slice's I/O worker threads and a [`Backend`]'s queues.
+    Workers {
+        tx: std::sync::mpsc::SyncSender<Msg>,
+        slice: usize,
+    },
+    /// Straight into the slice's io_uring.
+    Ring(Arc<ring::Ring>),
+}
+
+/// A blocking caller's pending request.
+pub(crate) enum Pending {
+    Worker(Arc<Completion>),
+    Ring(ring::Ticket),
+}
+
+impl Pending {
+    pub fn wait(self) -> io::Result<usize> {
+        match self {
+            Pending::Worker(c) => c.wait(),
+            Pending::Ring(t) => t.wait(),
+        }
+    }
+}
+
+impl IoPath {
+    fn stopped(slice: usize) -> io::Error {
+        io::Error::other(format!("I/O worker of slice {slice} has stopped"))
+    }
+
+    /// Queues a request a caller will wait for, or gives it back when the queue is full;
+    /// it reaches the device at the latest at [`flush`](Self::flush).
+    pub fn try_submit(&self, req: IoRequest) -> io::Result<Result<Pending, IoRequest>> {
+        match self {
+            // The workers drain their channel whether or not anyone waits: blocking is safe.
+            IoPath::Workers { .. } => self.submit(req).map(Ok),
+            IoPath::Ring(r) => Ok(r.try_submit_wait(req)?.map(Pending::Ring)),
+        }
+    }
+
+    /// Queues a request a caller will wait for, waiting for room; only for a caller that
+    /// holds no [`Pending`] (a ring's slot is free again only once its ticket is waited).
+    pub fn submit(&self, req: IoRequest) -> io::Result<Pending> {
+        match self {
+            IoPath::Workers { tx, slice } => {
+                let c = Completion::new();
+                tx.send(Msg::Io(req, Done::Wait(c.clone())))
+                    .map_err(|_| Self::stopped(*slice))?;
+                Ok(Pending::Worker(c))
+            }
+            IoPath::Ring(r) => Ok(Pending::Ring(r.submit_wait(req)?)),
+        }
+    }
+
+    /// Queues a request whose completion runs `done` (off the caller's thread). With
+    /// `block` false it fails rather than waits when the queue is full (`done` then runs
+    /// here with `WouldBlock`); `done` always runs exactly once, so the loads it owns end.
+    pub fn submit_call(
+        &self,
+        req: IoRequest,
+        done: Box<dyn FnOnce(io::Result<usize>) + Send>,
+        block: bool,
+    ) -> bool {
+        match self {
+            IoPath::Workers { tx, slice } => {
+                let msg = Msg::Io(req, Done::Call(done));
+                let err = if block {
+                    match tx.send(msg) {
+                        Ok(()) => return true,
+                        Err(std::sync::mpsc::SendError(m)) => (m, Self::stopped(*slice)),
+                    }
+                } else {
+                    match tx.try_send(msg) {
+                        Ok(()) => return true,
+                        Err(std::sync::mpsc::TrySendError::Full(m)) => (
+                            m,
+                            io::Error::new(io::ErrorKind::WouldBlock, "I/O queue full"),
+                        ),
+                        Err(std::sync::mpsc::TrySendError::Disconnected(m)) => {
+                            (m, Self::stopped(*slice))
+                        }
+                    }
+                };
+                // Never drop a callback: it owns LOADING slots.
+                if let (Msg::Io(_, d), e) = err {
+                    d.finish(Err(e));
+                }
+                false
+            }
+            IoPath::Ring(r) => r.submit_call(req, done, block),
+        }
+    }
+
+    /// Hands queued requests to the device (the workers take theirs from the channel).
+    pub fn flush(&self) {
+        if let IoPath::Ring(r) = self {
+            r.flush();
+        }
+    }
+
+    /// Stops the `workers` I/O workers, or the ring's reaper, once what is queued is done.
+    pub fn stop(&self, workers: usize) {
+        match self {
+            IoPath::Workers { tx, .. } => {
+                for _ in 0..workers {
+                    let _ = tx.send(Msg::Stop);
+                }
+            }
+            IoPath::Ring(r) => r.stop(),
+        }
+    }
 }
 
 pub trait Backend: Send + Sync {

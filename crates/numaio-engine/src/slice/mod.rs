@@ -5,7 +5,7 @@
 //! * hit: index read lock (shard/bucket) → pin (in the bucket's entry once the block is
 //!   loaded, else on the slot's word) → policy `on_hit` (never slice-wide);
 //! * miss: take a free slot (free-list mutex; "stalled" on a condvar if empty), insert it
-//!   LOADING into the index, send the read to the slice's I/O worker; others who find the
+//!   LOADING into the index, submit the read into the slice's I/O path; others who find the
 //!   block LOADING wait on a striped condvar ("clashed");
 //! * evict: the evictor thread asks the policy for victims and reclaims them under the index
 //!   write lock with one CAS on the slot word (fails if pinned, loading or dirty);
@@ -20,8 +20,7 @@ pub use writeback::WriteBackError;
 use crate::arena::{Arena, PlacementCheck};
 use crate::hugemem::HugeArray;
 use crate::index::{self, EntryPin, Hit, Index, IndexKind};
-use crate::io::worker::{Completion, Done, Msg};
-use crate::io::IoRequest;
+use crate::io::{IoPath, IoRequest, Pending};
 use crate::key::{BlockKey, FileId, SlotId};
 use crate::policy::{PolicyKind, ReplacementPolicy};
 use crate::slot::{Reclaim, SlotState, ERROR, LOADING, VALID};
@@ -31,8 +30,6 @@ use parking_lot::{Condvar, Mutex};
 use std::collections::BTreeSet;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::SyncSender;
-use std::sync::Arc;
 use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 use writeback::FailureLatch;
@@ -92,7 +89,7 @@ pub(crate) struct Slice {
     evict_pending: AtomicBool,
     low: usize,
     high: usize,
-    io_tx: SyncSender<Msg>,
+    io: IoPath,
     counters: SliceCounters,
     shutdown: AtomicBool,
     /// The evictor's failed write-backs, for requests stalled for a free buffer.
@@ -110,7 +107,7 @@ impl Slice {
         index_kind: IndexKind,
         bind: bool,
         hit_gating: bool,
-        io_tx: SyncSender<Msg>,
+        io: IoPath,
     ) -> io::Result<Slice> {
         let nslots = nslots.max(1);
         let arena_bytes = nslots.checked_mul(block_size).ok_or_else(|| {
@@ -175,7 +172,7 @@ impl Slice {
             evict_pending: AtomicBool::new(false),
             low,
             high,
-            io_tx,
+            io,
             counters: SliceCounters::default(),
             shutdown: AtomicBool::new(false),
             wb_failure: FailureLatch::default(),
@@ -268,11 +265,15 @@ impl Slice {
         self.wake_free_waiters();
     }
 
-    /// Asks `workers` I/O workers of this slice to stop once their queue is drained.
+    /// Stops this slice's I/O (its `workers` I/O workers, or its ring's reaper) once what
+    /// is in flight is done.
     pub fn stop_workers(&self, workers: usize) {
-        for _ in 0..workers {
-            let _ = self.io_tx.send(Msg::Stop);
-        }
+        self.io.stop(workers);
+    }
+
+    /// Hands requests queued by `submit*` to the device.
+    pub(crate) fn flush_io(&self) {
+        self.io.flush();
     }
 
     pub fn placement_check(&self) -> &PlacementCheck {
@@ -378,28 +379,14 @@ impl Slice {
         self.epoch.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Sends a request whose completion runs `done` on the worker (for readahead). Fails
-    /// rather than blocks if the queue is full.
+    /// Queues a request whose completion runs `done` off this thread (for readahead).
+    /// Fails rather than blocks if the queue is full.
     pub(crate) fn submit_async(
         &self,
         req: IoRequest,
         done: Box<dyn FnOnce(io::Result<usize>) + Send>,
     ) -> bool {
-        match self.io_tx.try_send(Msg::Io(req, Done::Call(done))) {
-            Ok(()) => true,
-            Err(e) => {
-                // Never drop a callback: it owns LOADING slots.
-                let (std::sync::mpsc::TrySendError::Full(m)
-                | std::sync::mpsc::TrySendError::Disconnected(m)) = e;
-                if let Msg::Io(_, d) = m {
-                    d.finish(Err(io::Error::new(
-                        io::ErrorKind::WouldBlock,
-                        "I/O queue full",
-                    )));
-                }
-                false
-            }
-        }
+        self.io.submit_call(req, done, false)
     }
 
     /// Takes a free slot if one is available right now (readahead never stalls).
@@ -592,22 +579,15 @@ impl Slice {
         self.slots[slot as usize].state.load()
     }
 
-    /// Sends a request whose completion runs `done` on the I/O worker, waiting for room in
-    /// the bounded queue if it is full (the workers drain it without us). On a stopped
-    /// worker `done` runs here with the error, so the loads it owns always end.
+    /// Queues a request whose completion runs `done` off this thread, waiting for room if
+    /// the queue is full. On stopped I/O `done` runs here with the error, so the loads it
+    /// owns always end.
     pub(crate) fn submit_call(
         &self,
         req: IoRequest,
         done: Box<dyn FnOnce(io::Result<usize>) + Send>,
     ) {
-        if let Err(std::sync::mpsc::SendError(Msg::Io(_, d))) =
-            self.io_tx.send(Msg::Io(req, Done::Call(done)))
-        {
-            d.finish(Err(io::Error::other(format!(
-                "I/O worker of slice {} has stopped",
-                self.id
-            ))));
-        }
+        self.io.submit_call(req, done, true);
     }
 
     /// Claims a free slot for `key` and inserts it LOADING. `Err(existing)` if another thread
@@ -735,15 +715,16 @@ impl Slice {
         r
     }
 
-    /// Sends a request to this slice's I/O worker (blocks if the bounded queue is full).
-    pub(crate) fn submit(&self, req: IoRequest) -> io::Result<Arc<Completion>> {
-        let c = Completion::new();
-        self.io_tx
-            .send(Msg::Io(req, Done::Wait(c.clone())))
-            .map_err(|_| {
-                io::Error::other(format!("I/O worker of slice {} has stopped", self.id))
-            })?;
-        Ok(c)
+    /// Queues a request a caller waits for (blocks if the queue is full: only for a caller
+    /// holding no other pending request); call [`flush_io`](Self::flush_io) before waiting.
+    pub(crate) fn submit(&self, req: IoRequest) -> io::Result<Pending> {
+        self.io.submit(req)
+    }
+
+    /// Like [`submit`](Self::submit), but gives the request back instead of waiting when
+    /// the queue is full (for a caller that holds other pending requests).
+    pub(crate) fn try_submit(&self, req: IoRequest) -> io::Result<Result<Pending, IoRequest>> {
+        self.io.try_submit(req)
     }
 
     pub fn stats(&self) -> SliceStats {
