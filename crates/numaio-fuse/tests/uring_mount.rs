@@ -4,58 +4,22 @@
 //! Needs root and /dev/fuse (and, for io_uring mode, a kernel with FUSE over io_uring);
 //! skips visibly otherwise.
 
+mod common;
+use common::{mount, volume};
 use numaio_fs::store::MemStore;
-use numaio_fs::{Caller, Fs, MkfsOptions, MountOptions, PlacementPolicy};
+use numaio_fs::{Caller, Fs, MountOptions};
 use numaio_fuse::uring::{self, KernelSupport};
-use numaio_fuse::{fuser, FuseMode, NumaFs};
+use numaio_fuse::FuseMode;
 use numaio_testkit::skip;
 use std::ffi::CString;
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
 use std::sync::Arc;
 
-const MIB: u64 = 1 << 20;
-
-fn volume() -> Arc<MemStore> {
-    let s = Arc::new(MemStore::new(&[(0, 16 * MIB), (0, 16 * MIB)]));
-    let o = MkfsOptions {
-        policy: PlacementPolicy::WriterLocal,
-        group_blocks: 64,
-        journal_blocks: 64,
-        checkpoint_blocks: 64,
-    };
-    Fs::mkfs(&*s, &o).expect("mkfs");
-    s
-}
-
 fn can_mount() -> bool {
     numaio_testkit::is_root() && Path::new("/dev/fuse").exists()
-}
-
-/// Mounts `store` at `mnt` asking for `mode`; returns the session, the transport handle
-/// and the mode the transport reports once started.
-fn mount(
-    store: &Arc<MemStore>,
-    mnt: &Path,
-    mode: FuseMode,
-) -> (fuser::BackgroundSession, numaio_fuse::Transport, FuseMode) {
-    let fs = Fs::mount(store.clone(), MountOptions::default()).expect("mount volume");
-    let nfs = NumaFs::with_mode(fs, mode);
-    let t = nfs.transport();
-    let mut cfg = fuser::Config::default();
-    cfg.mount_options = vec![
-        fuser::MountOption::FSName("numaio-test".into()),
-        fuser::MountOption::Subtype("numaio".into()),
-    ];
-    cfg.n_threads = Some(2);
-    cfg.clone_fd = true;
-    let session = fuser::Session::new(nfs, mnt, &cfg).expect("FUSE mount");
-    let started = t.start(session.as_fd()).expect("starting the rings");
-    let bg = session.spawn().expect("spawn");
-    (bg, t, started)
 }
 
 fn xattr_set(p: &Path, name: &str, v: &[u8]) -> std::io::Result<()> {

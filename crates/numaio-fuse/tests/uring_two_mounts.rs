@@ -4,33 +4,21 @@
 //! on each volume afterwards. Also: unmounting while a reader is in flight.
 //! Needs root, /dev/fuse and a kernel with FUSE over io_uring; skips visibly otherwise.
 
+mod common;
+use common::volume;
 use numaio_fs::store::MemStore;
-use numaio_fs::{Caller, Fs, MkfsOptions, MountOptions, PlacementPolicy};
+use numaio_fs::{Caller, Fs, MountOptions};
 use numaio_fuse::uring::{self, KernelSupport};
-use numaio_fuse::{fuser, FuseMode, NumaFs};
+use numaio_fuse::{fuser, FuseMode};
 use numaio_testkit::skip;
 use std::io::{Read, Write};
-use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 
-const MIB: u64 = 1 << 20;
 /// Far longer than the whole test takes when nothing hangs (a few seconds).
 const WATCHDOG: Duration = Duration::from_secs(60);
-
-fn volume() -> Arc<MemStore> {
-    let s = Arc::new(MemStore::new(&[(0, 16 * MIB), (0, 16 * MIB)]));
-    let o = MkfsOptions {
-        policy: PlacementPolicy::WriterLocal,
-        group_blocks: 64,
-        journal_blocks: 64,
-        checkpoint_blocks: 64,
-    };
-    Fs::mkfs(&*s, &o).expect("mkfs");
-    s
-}
 
 /// Root, /dev/fuse, FUSE over io_uring turned on (as root, turned on here if off; the
 /// switch is left on, as `numaio mount --fuse-mode io-uring` leaves it) and a usable ring.
@@ -58,20 +46,8 @@ struct Mounted {
 
 fn mount(mnt: &Path) -> Mounted {
     let store = volume();
-    let fs = Fs::mount(store.clone(), MountOptions::default()).expect("mount volume");
-    let nfs = NumaFs::with_mode(fs, FuseMode::IoUring);
-    let t = nfs.transport();
-    let mut cfg = fuser::Config::default();
-    cfg.mount_options = vec![
-        fuser::MountOption::FSName("numaio-test".into()),
-        fuser::MountOption::Subtype("numaio".into()),
-    ];
-    cfg.n_threads = Some(2);
-    cfg.clone_fd = true;
-    let session = fuser::Session::new(nfs, mnt, &cfg).expect("FUSE mount");
-    let mode = t.start(session.as_fd()).expect("starting the rings");
+    let (bg, t, mode) = common::mount(&store, mnt, FuseMode::IoUring);
     assert_eq!(mode, FuseMode::IoUring, "{}", mnt.display());
-    let bg = session.spawn().expect("spawn");
     Mounted {
         bg,
         t,
