@@ -28,39 +28,20 @@ fn here() -> (u32, Vec<u32>) {
 }
 
 /// An anonymous mapping with transparent huge pages asked for, written once.
-struct Mapping(*mut u8, usize);
+struct Mapping(numaio_sys::NodeBuffer);
 
 impl Mapping {
     fn new(len: usize) -> Mapping {
-        // SAFETY: a fresh private anonymous mapping.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(p, libc::MAP_FAILED);
-        // SAFETY: advice on our own mapping; write_bytes stays inside it.
-        unsafe {
-            libc::madvise(p, len, libc::MADV_HUGEPAGE);
-            std::ptr::write_bytes(p as *mut u8, 1, len);
-        }
-        Mapping(p as *mut u8, len)
+        let mut b = numaio_sys::NodeBuffer::anonymous(len).expect("mapping the test buffer");
+        b.advise_huge();
+        b.as_mut_slice().fill(1);
+        Mapping(b)
     }
     fn words(&mut self) -> &mut [u64] {
-        // SAFETY: the mapping is live and u64-aligned; `&mut self` makes the borrow unique.
-        unsafe { std::slice::from_raw_parts_mut(self.0 as *mut u64, self.1 / 8) }
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: unmapping the mapping created in new().
-        unsafe { libc::munmap(self.0 as *mut libc::c_void, self.1) };
+        let b = self.0.as_mut_slice();
+        // SAFETY: the mapping is page-aligned, so u64-aligned; `&mut self` makes the borrow
+        // unique.
+        unsafe { std::slice::from_raw_parts_mut(b.as_mut_ptr() as *mut u64, b.len() / 8) }
     }
 }
 

@@ -167,35 +167,16 @@ mod tests {
         assert_eq!(PageStatus::Busy.node(), None);
     }
 
-    fn anon(pages: usize) -> *mut u8 {
-        let len = pages * crate::page_size();
-        // SAFETY: fresh private anonymous mapping.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(p, libc::MAP_FAILED);
-        p as *mut u8
-    }
-
     #[test]
     fn query_reports_touched_and_untouched_pages_in_batches() {
         let ps = crate::page_size();
         let n = MOVE_PAGES_BATCH + 5; // crosses a batch boundary
-        let base = anon(n);
+        let mut buf = crate::NodeBuffer::anonymous(n * ps).unwrap();
         // Touch even pages only.
         for i in (0..n).step_by(2) {
-            unsafe { base.add(i * ps).write(1) };
+            buf.as_mut_slice()[i * ps] = 1;
         }
-        let addrs: Vec<*const u8> = (0..n)
-            .map(|i| unsafe { base.add(i * ps) as *const u8 })
-            .collect();
+        let addrs: Vec<*const u8> = (0..n).map(|i| buf.as_slice()[i * ps..].as_ptr()).collect();
         let st = query_pages(0, &addrs).unwrap();
         assert_eq!(st.len(), n);
         for (i, s) in st.iter().enumerate() {
@@ -211,7 +192,6 @@ mod tests {
         // Moving to the node they are on is a no-op that reports node 0.
         let st = move_pages_to(0, &addrs[..1], &[0], false).unwrap();
         assert_eq!(st, vec![PageStatus::Node(0)]);
-        unsafe { libc::munmap(base as *mut _, n * ps) };
     }
 
     #[test]
