@@ -31,6 +31,54 @@ impl Default for MkfsOptions {
     }
 }
 
+impl MkfsOptions {
+    /// The geometry for devices of `(bytes, node)` each, device 0 first: the sizes given (in
+    /// blocks), the rest scaled to the devices. Journal and checkpoint slots take 1/64 of
+    /// device 0 each (64 blocks to 8 MiB and to 64 MiB); groups are a power of two, 128 MiB
+    /// at most, small enough that the smallest device holds at least 16 after the metadata
+    /// areas it carries.
+    pub fn sized(
+        devs: &[(u64, u32)],
+        policy: PlacementPolicy,
+        group_blocks: Option<u64>,
+        journal_blocks: Option<u64>,
+        checkpoint_blocks: Option<u64>,
+    ) -> MkfsOptions {
+        let d0 = devs.first().map_or(0, |d| d.0) / BLOCK_SIZE;
+        let journal_blocks = journal_blocks.unwrap_or((d0 / 64).clamp(64, 2048));
+        let checkpoint_blocks = checkpoint_blocks.unwrap_or((d0 / 64).clamp(64, 16384));
+        let group_blocks = group_blocks.unwrap_or_else(|| {
+            let meta = 1 + HEADER_BLOCKS + 2 * checkpoint_blocks + journal_blocks;
+            // Device 0 holds the metadata area; the first device of every other node its
+            // checkpoint slots.
+            let shard_dev = |i: usize| !devs[..i].iter().any(|d| d.1 == devs[i].1);
+            let smallest = devs
+                .iter()
+                .enumerate()
+                .map(|(i, d)| {
+                    let first = if i == 0 {
+                        meta
+                    } else if shard_dev(i) {
+                        1 + 2 * checkpoint_blocks
+                    } else {
+                        1
+                    };
+                    (d.0 / BLOCK_SIZE).saturating_sub(first)
+                })
+                .min()
+                .unwrap_or(0);
+            let n = (smallest / 16).max(1);
+            (1u64 << (63 - n.leading_zeros())).clamp(16, 32768)
+        });
+        MkfsOptions {
+            policy,
+            group_blocks,
+            journal_blocks,
+            checkpoint_blocks,
+        }
+    }
+}
+
 /// Current time in ns since the epoch.
 pub(crate) fn now_ns() -> i64 {
     std::time::SystemTime::now()
@@ -202,4 +250,63 @@ pub fn mkfs(store: &dyn BlockStore, o: &MkfsOptions) -> Result<Header, FsError> 
     }
     store.sync_all()?;
     Ok(header)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn geometry_scales_with_the_devices_unless_given() {
+        // 16 MiB: 64-block journal and slots; 4096 - 197 metadata blocks / 16 → 128-block groups.
+        let o = MkfsOptions::sized(
+            &[(16 * MIB, 0)],
+            PlacementPolicy::WriterLocal,
+            None,
+            None,
+            None,
+        );
+        assert_eq!(
+            (o.journal_blocks, o.checkpoint_blocks, o.group_blocks),
+            (64, 64, 128)
+        );
+        // Large devices hit the caps: 8 MiB journal, 64 MiB slots, 128 MiB groups.
+        let big = 1 << 40;
+        let o = MkfsOptions::sized(
+            &[(big, 0), (big, 1)],
+            PlacementPolicy::Interleave,
+            None,
+            None,
+            None,
+        );
+        assert_eq!(
+            (o.journal_blocks, o.checkpoint_blocks, o.group_blocks),
+            (2048, 16384, 32768)
+        );
+        assert_eq!(o.policy, PlacementPolicy::Interleave);
+        // A second device on its own node carries checkpoint slots too: when they leave it
+        // no room, groups fall to their floor and mkfs reports what does not fit.
+        let o = MkfsOptions::sized(
+            &[(big, 0), (8 * MIB, 1)],
+            PlacementPolicy::WriterLocal,
+            None,
+            None,
+            None,
+        );
+        assert_eq!(o.group_blocks, 16, "{o:?}");
+        // Sizes given win.
+        let o = MkfsOptions::sized(
+            &[(16 * MIB, 0)],
+            PlacementPolicy::WriterLocal,
+            Some(32),
+            Some(128),
+            Some(256),
+        );
+        assert_eq!(
+            (o.group_blocks, o.journal_blocks, o.checkpoint_blocks),
+            (32, 128, 256)
+        );
+    }
 }

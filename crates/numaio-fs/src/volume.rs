@@ -7,11 +7,12 @@
 //!
 //! An open [`Volume`] holds an exclusive lock on every device for its lifetime (`O_EXCL` for
 //! block devices, through [`FileStore`], and an advisory `flock` on every device), so two
-//! offline tools never change the same volume at once.
+//! offline tools never change the same volume at once. A [`ZoneVolume`] does the same for a
+//! volume over memory zones, or makes a fresh one in RAM.
 
 use crate::format::{Header, Label, HEADER_BLOCKS};
-use crate::store::{DeviceInfo, DeviceKind, FileStore};
-use crate::{Fs, FsError, MountOptions, BLOCK_SIZE};
+use crate::store::{BlockStore, DeviceInfo, DeviceKind, FileStore, ZoneSpec, ZoneStore};
+use crate::{Fs, FsError, MkfsOptions, MountOptions, PlacementPolicy, BLOCK_SIZE};
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
@@ -278,5 +279,84 @@ impl Volume {
     /// The device paths, in volume order.
     pub fn paths(&self) -> Vec<PathBuf> {
         self.devices.iter().map(|d| d.path.clone()).collect()
+    }
+}
+
+/// A volume over memory zones, ready to mount: a RAM volume made fresh, or a persistent one
+/// (formatted by `numaio mkfs --zone`) put in volume order and locked.
+pub struct ZoneVolume {
+    pub devices: Vec<DeviceInfo>,
+    pub store: Arc<ZoneStore>,
+    _locks: Vec<DeviceLock>,
+}
+
+impl ZoneVolume {
+    /// Maps RAM zones (`NODE:SIZE`, no path) bound to their nodes and formats them as a new,
+    /// empty volume with `policy`; it lives as long as this value and whatever mounts it.
+    pub fn create_ram(specs: &[ZoneSpec], policy: PlacementPolicy) -> Result<ZoneVolume, FsError> {
+        if let Some(z) = specs.iter().find(|z| z.path.is_some()) {
+            return Err(FsError::Invalid(format!(
+                "zone {z}: a persistent zone cannot join a RAM volume; give only NODE:SIZE zones"
+            )));
+        }
+        let store = ZoneStore::new(specs)?;
+        let devs: Vec<(u64, u32)> = store.devices().iter().map(|d| (d.bytes, d.node)).collect();
+        Fs::mkfs(&store, &MkfsOptions::sized(&devs, policy, None, None, None))?;
+        Ok(ZoneVolume {
+            devices: store.devices().to_vec(),
+            store: Arc::new(store),
+            _locks: Vec::new(),
+        })
+    }
+
+    /// Opens the persistent zones of a volume (`NODE:SIZE:PATH`, any order): each must carry
+    /// the label `numaio mkfs --zone` wrote, with the same node and size. Locks every backing
+    /// like [`Volume::open`], so a volume is never served twice.
+    pub fn open_persistent(specs: &[ZoneSpec]) -> Result<ZoneVolume, FsError> {
+        let mut paths = Vec::with_capacity(specs.len());
+        for z in specs {
+            match &z.path {
+                Some(p) => paths.push(p.clone()),
+                None => {
+                    return Err(FsError::Invalid(format!(
+                        "zone {z}: a RAM zone cannot join a persistent volume; give \
+                         NODE:SIZE:PATH for each zone"
+                    )))
+                }
+            }
+        }
+        let ordered = order_devices(&paths)?;
+        let locks = ordered
+            .devices
+            .iter()
+            .map(lock_device)
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut in_order = Vec::with_capacity(specs.len());
+        for d in &ordered.devices {
+            let z = specs
+                .iter()
+                .find(|z| z.path.as_deref() == Some(d.path.as_path()))
+                .expect("every ordered device came from a spec");
+            if z.node != d.node || z.bytes != d.bytes {
+                return Err(FsError::Invalid(format!(
+                    "zone {z}: {} was formatted as zone {}:{}; give that node and size",
+                    d.path.display(),
+                    d.node,
+                    d.bytes
+                )));
+            }
+            in_order.push(z.clone());
+        }
+        let store = ZoneStore::new(&in_order)?;
+        Ok(ZoneVolume {
+            devices: store.devices().to_vec(),
+            store: Arc::new(store),
+            _locks: locks,
+        })
+    }
+
+    /// Mounts the file system on the zones (checks labels and header, replays the journal).
+    pub fn mount(&self, opts: MountOptions) -> Result<Fs, FsError> {
+        Fs::mount(self.store.clone(), opts)
     }
 }

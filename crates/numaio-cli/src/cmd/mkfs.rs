@@ -66,7 +66,7 @@ pub(crate) fn parse_policy(s: &str) -> Result<PlacementPolicy, String> {
     s.parse().map_err(|e: numaio_fs::FsError| e.to_string())
 }
 
-fn parse_zone(s: &str) -> Result<ZoneSpec, String> {
+pub(crate) fn parse_zone(s: &str) -> Result<ZoneSpec, String> {
     s.parse().map_err(|e: numaio_fs::FsError| e.to_string())
 }
 
@@ -110,61 +110,24 @@ pub(crate) fn existing_signature(path: &Path) -> anyhow::Result<Option<&'static 
     )
 }
 
-/// The largest power of two not above `n` (`n` > 0).
-fn pow2_floor(n: u64) -> u64 {
-    1u64 << (63 - n.leading_zeros())
-}
-
 /// The options for devices `devs` (bytes and node of each, device 0 first), defaults
 /// scaled to them.
 fn options(a: &MkfsArgs, devs: &[(u64, u32)]) -> anyhow::Result<MkfsOptions> {
-    let sizes: Vec<u64> = devs.iter().map(|d| d.0).collect();
-    let shard_dev = |i: usize| !devs[..i].iter().any(|d| d.1 == devs[i].1);
-    let blocks = |what: &str, b: u64| -> anyhow::Result<u64> {
-        if !b.is_multiple_of(BLOCK_SIZE) {
-            usage_bail!("--{what} {b}: must be a multiple of {BLOCK_SIZE} bytes");
-        }
-        Ok(b / BLOCK_SIZE)
-    };
-    let d0 = sizes.first().copied().unwrap_or(0) / BLOCK_SIZE;
-    let journal_blocks = match a.journal_size {
-        Some(b) => blocks("journal-size", b)?,
-        None => (d0 / 64).clamp(64, 2048),
-    };
-    let checkpoint_blocks = match a.checkpoint_size {
-        Some(b) => blocks("checkpoint-size", b)?,
-        None => (d0 / 64).clamp(64, 16384),
-    };
-    let group_blocks = match a.group_size {
-        Some(b) => blocks("group-size", b)?,
-        None => {
-            let meta = 1 + 4 + 2 * checkpoint_blocks + journal_blocks;
-            // Device 0 holds the metadata area; the first device of every other node its
-            // checkpoint slots.
-            let smallest = sizes
-                .iter()
-                .enumerate()
-                .map(|(i, s)| {
-                    let first = if i == 0 {
-                        meta
-                    } else if shard_dev(i) {
-                        1 + 2 * checkpoint_blocks
-                    } else {
-                        1
-                    };
-                    (s / BLOCK_SIZE).saturating_sub(first)
-                })
-                .min()
-                .unwrap_or(0);
-            pow2_floor((smallest / 16).max(1)).clamp(16, 32768)
+    let blocks = |what: &str, b: Option<u64>| -> anyhow::Result<Option<u64>> {
+        match b {
+            Some(b) if !b.is_multiple_of(BLOCK_SIZE) => {
+                usage_bail!("--{what} {b}: must be a multiple of {BLOCK_SIZE} bytes")
+            }
+            b => Ok(b.map(|b| b / BLOCK_SIZE)),
         }
     };
-    Ok(MkfsOptions {
-        policy: a.placement.clone(),
-        group_blocks,
-        journal_blocks,
-        checkpoint_blocks,
-    })
+    Ok(MkfsOptions::sized(
+        devs,
+        a.placement.clone(),
+        blocks("group-size", a.group_size)?,
+        blocks("journal-size", a.journal_size)?,
+        blocks("checkpoint-size", a.checkpoint_size)?,
+    ))
 }
 
 #[derive(Serialize)]

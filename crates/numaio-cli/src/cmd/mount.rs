@@ -1,12 +1,17 @@
 //! `numaio mount`: serve a numaio-fs volume at a mount point through FUSE.
 //!
+//! The volume is on devices (block devices or files `numaio mkfs` formatted), on persistent
+//! memory zones (`--zone NODE:SIZE:PATH`, mapped), or in RAM zones (`--zone NODE:SIZE`: memory
+//! bound to each node, formatted at mount and gone at unmount, a per-node tmpfs).
+//!
 //! Without `-f` the command starts itself again in the foreground as a detached server and
 //! exits 0 only once the mount point answers as a FUSE mount; errors found before that are
 //! checked here first, so they reach the terminal.
 
 use anyhow::{bail, Context};
-use numaio_fs::volume::Volume;
-use numaio_fs::MountOptions;
+use numaio_fs::store::ZoneSpec;
+use numaio_fs::volume::{Volume, ZoneVolume};
+use numaio_fs::{Fs, MountOptions, PlacementPolicy};
 use numaio_fuse::FuseMode;
 use serde::Serialize;
 use std::io::BufRead;
@@ -18,6 +23,8 @@ use std::time::{Duration, Instant};
 
 /// How long a detached server may take to answer before the command gives up.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// The mount source of a RAM zone volume, followed by the server's pid.
+pub const RAM_SOURCE: &str = "numaio-ram:";
 /// statfs f_type of a FUSE mount.
 const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
 
@@ -38,7 +45,8 @@ pub struct MountArgs {
     #[arg(long, value_enum, default_value = "auto", value_name = "MODE")]
     fuse_mode: FuseModeArg,
     /// Print JSON: {"schema_version":1,"mountpoint","devices":[...],"pid","read_only",
-    /// "fuse_mode":"classic"|"io_uring"}.
+    /// "fuse_mode":"classic"|"io_uring"}; "devices" are the paths given, or the zones as
+    /// NODE:BYTES[:PATH].
     #[arg(long)]
     json: bool,
     /// Move a requesting thread that keeps touching data on another node to that node's
@@ -50,8 +58,19 @@ pub struct MountArgs {
     /// With --move-work: also move threads whose affinity someone else narrowed.
     #[arg(long, requires = "move_work")]
     move_work_override: bool,
-    /// The volume's devices (any order), then the mount point.
-    #[arg(required = true, num_args = 2.., value_name = "DEV... MOUNTPOINT")]
+    /// A memory zone instead of devices; repeatable. NODE:SIZE is RAM bound to NODE: the
+    /// zones are formatted as a new, empty volume at mount and their contents are gone at
+    /// unmount. NODE:SIZE:PATH is a persistent zone formatted by `numaio mkfs --zone` (a
+    /// /dev/pmemN or a file on a DAX file system), mapped and kept.
+    #[arg(long, value_name = "NODE:SIZE[:PATH]", value_parser = super::mkfs::parse_zone)]
+    zone: Vec<ZoneSpec>,
+    /// Placement of a RAM zone volume: writer-local (default), directory, interleave,
+    /// stripe:K[:CHUNK] or fixed:N. A formatted volume keeps what mkfs gave it.
+    #[arg(long, value_name = "POLICY", requires = "zone", value_parser = super::mkfs::parse_policy)]
+    placement: Option<PlacementPolicy>,
+    /// The volume's devices (any order), then the mount point; with --zone only the mount
+    /// point.
+    #[arg(required = true, num_args = 1.., value_name = "DEV... MOUNTPOINT")]
     paths: Vec<PathBuf>,
 }
 
@@ -76,7 +95,7 @@ impl FuseModeArg {
 struct Mounted<'a> {
     schema_version: u32,
     mountpoint: &'a Path,
-    devices: &'a [PathBuf],
+    devices: &'a [String],
     pid: u32,
     read_only: bool,
     fuse_mode: &'a str,
@@ -209,34 +228,141 @@ fn check_mountpoint(mp: &Path) -> anyhow::Result<u64> {
     Ok(md.dev())
 }
 
+/// What the volume is on, once opened (and locked where it persists).
+enum Opened {
+    Devices(Volume),
+    Zones(ZoneVolume),
+}
+
+impl Opened {
+    fn mount(&self, opts: MountOptions) -> Result<Fs, numaio_fs::FsError> {
+        match self {
+            Opened::Devices(v) => v.mount(opts),
+            Opened::Zones(z) => z.mount(opts),
+        }
+    }
+}
+
+/// Checks the arguments that say where the volume is; the RAM zones' nodes and sizes too,
+/// since a detached server could not report them.
+fn check_source(a: &MountArgs, devs: &[PathBuf], read_only: bool) -> anyhow::Result<()> {
+    if a.zone.is_empty() {
+        if devs.is_empty() {
+            crate::usage_bail!(
+                "give the volume's devices, then the mount point (or --zone NODE:SIZE[:PATH] \
+                 and the mount point)"
+            );
+        }
+        return Ok(());
+    }
+    if !devs.is_empty() {
+        crate::usage_bail!("give either devices ({}) or --zone, not both", show(devs));
+    }
+    let ram = a.zone.iter().filter(|z| z.path.is_none()).count();
+    if ram != 0 && ram != a.zone.len() {
+        crate::usage_bail!(
+            "--zone: RAM zones (NODE:SIZE) and persistent ones (NODE:SIZE:PATH) cannot form \
+             one volume; give only one kind"
+        );
+    }
+    if ram == 0 {
+        if a.placement.is_some() {
+            crate::usage_bail!(
+                "--placement applies to RAM zones only: a formatted volume keeps the placement \
+                 mkfs gave it"
+            );
+        }
+        return Ok(());
+    }
+    if read_only {
+        crate::usage_bail!("-o ro: a RAM zone volume starts empty; mount it read-write");
+    }
+    let topo = numaio_sys::Topology::detect().context("reading the NUMA topology from sysfs")?;
+    for z in &a.zone {
+        let Some(node) = topo.node(z.node) else {
+            crate::usage_bail!(
+                "--zone {z}: node {} does not exist on this machine (nodes: {:?})",
+                z.node,
+                topo.node_ids()
+            );
+        };
+        let want: u64 = a
+            .zone
+            .iter()
+            .filter(|o| o.node == z.node)
+            .map(|o| o.bytes)
+            .sum();
+        if node.mem.mem_free_bytes > 0 && want > node.mem.mem_free_bytes {
+            crate::usage_bail!(
+                "--zone {z}: node {} has {} free, the zones on it want {}: give smaller zones",
+                z.node,
+                crate::output::human_bytes(node.mem.mem_free_bytes),
+                crate::output::human_bytes(want)
+            );
+        }
+    }
+    Ok(())
+}
+
 pub fn run(a: MountArgs) -> anyhow::Result<ExitCode> {
     let opts = parse_opts(&a.options)?;
     let (devs, mp) = a.paths.split_at(a.paths.len() - 1);
     let mp = &mp[0];
+    check_source(&a, devs, opts.read_only)?;
     let dev_before = check_mountpoint(mp)?;
     if !Path::new("/dev/fuse").exists() {
         bail!("/dev/fuse is missing: load the fuse module (modprobe fuse)");
     }
     let want = resolve_mode(a.fuse_mode)?;
+    let names: Vec<String> = if a.zone.is_empty() {
+        devs.iter().map(|d| d.display().to_string()).collect()
+    } else {
+        a.zone.iter().map(ToString::to_string).collect()
+    };
+    let ram = a.zone.first().is_some_and(|z| z.path.is_none());
+    let shown = shown(&a.zone, devs);
+    if ram && !a.foreground {
+        // The zones are the server's memory: only the server maps them.
+        return detach(&a, mp, &names, dev_before, opts.read_only);
+    }
     // Opening takes the exclusive lock on every device: a volume mounted elsewhere fails here.
-    let vol = Volume::open(devs, opts.read_only)
-        .with_context(|| format!("opening the volume on {}", show(devs)))?;
+    let vol = if a.zone.is_empty() {
+        Opened::Devices(
+            Volume::open(devs, opts.read_only)
+                .with_context(|| format!("opening the volume on {}", show(devs)))?,
+        )
+    } else if ram {
+        let policy = a.placement.clone().unwrap_or(PlacementPolicy::WriterLocal);
+        Opened::Zones(
+            ZoneVolume::create_ram(&a.zone, policy).context("making a volume in RAM zones")?,
+        )
+    } else {
+        Opened::Zones(
+            ZoneVolume::open_persistent(&a.zone)
+                .with_context(|| format!("opening the zone volume on {}", names.join(", ")))?,
+        )
+    };
     if !a.foreground {
         drop(vol);
-        return detach(&a, devs, mp, dev_before, opts.read_only);
+        return detach(&a, mp, &names, dev_before, opts.read_only);
     }
     let fs = vol
         .mount(MountOptions {
             read_only: opts.read_only,
         })
         .context("mounting the volume (run `numaio fsck` on its devices)")?;
+    let fs_name = match (&vol, devs.first()) {
+        // `numaio umount` waits for this process to exit when the source names no device.
+        (Opened::Zones(_), _) if ram => format!("{RAM_SOURCE}{}", std::process::id()),
+        (Opened::Zones(z), _) => z.devices[0].path.display().to_string(),
+        (Opened::Devices(_), Some(d)) => std::fs::canonicalize(d)
+            .unwrap_or_else(|_| d.clone())
+            .display()
+            .to_string(),
+        (Opened::Devices(_), None) => "numaio".to_string(),
+    };
     let mut mo = vec![
-        numaio_fuse::fuser::MountOption::FSName(
-            std::fs::canonicalize(&devs[0])
-                .unwrap_or_else(|_| devs[0].clone())
-                .display()
-                .to_string(),
-        ),
+        numaio_fuse::fuser::MountOption::FSName(fs_name),
         numaio_fuse::fuser::MountOption::Subtype("numaio".into()),
     ];
     if opts.read_only {
@@ -309,15 +435,14 @@ pub fn run(a: MountArgs) -> anyhow::Result<ExitCode> {
         crate::output::print_json(&Mounted {
             schema_version: 1,
             mountpoint: mp,
-            devices: devs,
+            devices: &names,
             pid,
             read_only: opts.read_only,
             fuse_mode: mode.as_str(),
         })?;
     } else {
         crate::outln!(
-            "serving {} at {} (fuse mode {}, pid {pid})",
-            show(devs),
+            "serving {shown} at {} (fuse mode {}, pid {pid})",
             mp.display(),
             mode.as_str()
         )?;
@@ -344,6 +469,24 @@ pub fn run(a: MountArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The volume's devices or zones for people.
+fn shown(zones: &[ZoneSpec], devs: &[PathBuf]) -> String {
+    if zones.is_empty() {
+        return show(devs);
+    }
+    zones
+        .iter()
+        .map(|z| {
+            let size = crate::output::human_bytes(z.bytes);
+            match &z.path {
+                None => format!("RAM zone {size} on node {}", z.node),
+                Some(p) => format!("zone {} ({size} on node {})", p.display(), z.node),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn show(devs: &[PathBuf]) -> String {
     devs.iter()
         .map(|d| d.display().to_string())
@@ -353,8 +496,8 @@ fn show(devs: &[PathBuf]) -> String {
 
 fn detach(
     a: &MountArgs,
-    devs: &[PathBuf],
     mp: &Path,
+    names: &[String],
     dev_before: u64,
     read_only: bool,
 ) -> anyhow::Result<ExitCode> {
@@ -374,6 +517,13 @@ fn detach(
             cmd.arg("--move-work-override");
         }
     }
+    for z in &a.zone {
+        cmd.arg("--zone").arg(z.to_string());
+    }
+    if let Some(p) = &a.placement {
+        cmd.arg("--placement").arg(p.to_string());
+    }
+    let (devs, _) = a.paths.split_at(a.paths.len() - 1);
     cmd.arg("--").args(devs).arg(mp);
     // The server outlives this command: it must not hold the caller's output pipes open.
     // Its stdout is a pipe to us only, for the readiness line.
@@ -439,7 +589,7 @@ fn detach(
         crate::output::print_json(&Mounted {
             schema_version: 1,
             mountpoint: mp,
-            devices: devs,
+            devices: names,
             pid,
             read_only,
             fuse_mode: &fuse_mode,
@@ -447,7 +597,7 @@ fn detach(
     } else {
         crate::outln!(
             "mounted {} at {} (fuse mode {fuse_mode}, server pid {pid})",
-            show(devs),
+            shown(&a.zone, &a.paths[..a.paths.len() - 1]),
             mp.display()
         )
     }

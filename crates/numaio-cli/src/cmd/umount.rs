@@ -44,8 +44,16 @@ pub fn run(a: UmountArgs) -> anyhow::Result<ExitCode> {
             mp.display()
         );
     }
-    if let Some(dev0) = source {
-        wait_released(&dev0)?;
+    if let Some(src) = source {
+        let pid = src
+            .to_str()
+            .and_then(|s| s.strip_prefix(super::mount::RAM_SOURCE))
+            .and_then(|p| p.parse::<u32>().ok());
+        match pid {
+            // A RAM volume has nothing to flush: wait for its server to let go of the memory.
+            Some(pid) => wait_exited(pid)?,
+            None => wait_released(&src)?,
+        }
     }
     if a.json {
         crate::output::print_json(&Unmounted {
@@ -80,6 +88,21 @@ fn unescape(s: &str) -> String {
         .replace("\\011", "\t")
         .replace("\\012", "\n")
         .replace("\\134", "\\")
+}
+
+/// Waits until process `pid` has exited (or only its zombie is left).
+fn wait_exited(pid: u32) -> anyhow::Result<()> {
+    let start = std::time::Instant::now();
+    loop {
+        match numaio_proc::procfs::read_stat(pid as i32) {
+            Ok(st) if st.state != 'Z' => {}
+            _ => return Ok(()),
+        }
+        if start.elapsed() > std::time::Duration::from_secs(60) {
+            bail!("the mount server (pid {pid}) is still running after 60s; check its process");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
 
 /// Waits until the server has flushed the volume and let go of its devices: it holds an
