@@ -447,3 +447,89 @@ create /v
 fn misplaced_files_through_the_mount_vs_ext4_over_dm_linear_debian61() {
     misplaced_through_the_mount(GuestKernel::Debian61);
 }
+
+/// A RAM zone volume (`numaio mount --zone 0:32M --zone 1:32M`): each zone's memory is on its
+/// node (the server's numa_maps: every page of a `bind:N` mapping counted on node N), and
+/// writers pinned to each node put their data in their node's zone (the accounting, by the
+/// node of the data).
+fn ram_zones(k: GuestKernel) {
+    let script = r#"
+mkdir -p /v
+echo "@@begin mount"; numaio mount --json --zone 0:32M --zone 1:32M /v || exit 12
+head -c 4194304 /dev/urandom > /tmp/src
+for n in 0 1; do
+  numactl --cpunodebind=$n --membind=$n dd if=/tmp/src of=/v/w$n bs=64k conv=fsync 2>/dev/null &
+  p=$!; wait $p || exit 13
+  echo "@@begin pid-$n"; echo $p
+done
+cmp /tmp/src /v/w1 || exit 17
+echo "@@begin acct"; numaio fs stat /v --json
+echo "@@begin numa_maps"; cat /proc/$(cat /proc/mounts | sed -n 's/^numaio-ram:\([0-9]*\) \/v .*/\1/p')/numa_maps
+numaio umount /v || exit 14
+echo "@@begin after"; ls /v | wc -l
+"#;
+    let t = Instant::now();
+    let out = Scenario::new(LabTopology::from_nodes(&[(1, 256), (1, 256)]), script)
+        .kernel(k)
+        .fuse()
+        .timeout(Duration::from_secs(300))
+        .must_run();
+    eprintln!(
+        "mount --zone, RAM zones, {k}: {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    assert_eq!(out.exit_code, 0, "{}", out.report());
+    // Pages of the node-bound mappings, per node: all 8192 pages of each zone on its node.
+    let mut bound: BTreeMap<u64, BTreeMap<u64, u64>> = BTreeMap::new();
+    for l in out.section("numa_maps").lines() {
+        let Some(node) = l
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("bind:"))
+            .and_then(|n| n.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        for w in l.split_whitespace() {
+            if let Some((n, pages)) = w.strip_prefix('N').and_then(|r| r.split_once('=')) {
+                *bound
+                    .entry(node)
+                    .or_default()
+                    .entry(n.parse().unwrap())
+                    .or_default() += pages.parse::<u64>().unwrap();
+            }
+        }
+    }
+    eprintln!("  zone pages per bound node: {bound:?}");
+    for n in [0u64, 1] {
+        let pages = bound.get(&n).cloned().unwrap_or_default();
+        assert!(
+            pages.get(&n).copied().unwrap_or(0) >= 32 * MIB / 4096
+                && pages.iter().all(|(m, p)| *m == n || *p == 0),
+            "zone of node {n}: pages per node {pages:?}\n{}",
+            out.report()
+        );
+    }
+    for n in [0u32, 1] {
+        let pid: u64 = out
+            .section(&format!("pid-{n}"))
+            .trim()
+            .parse()
+            .expect("pid");
+        let io = process_io(&out, "acct", pid);
+        let total: u64 = io.values().map(|&(_, w)| w).sum();
+        let here = io.get(&(n as u64)).map_or(0, |&(_, w)| w);
+        eprintln!("  node-{n} dd (pid {pid}): accounting {io:?}");
+        assert!(
+            here >= 4 * MIB && here * 100 >= total * 99,
+            "pid {pid}, pinned to node {n}, wrote 4 MiB into a RAM zone volume: {io:?}\n{}",
+            out.report()
+        );
+    }
+    assert_eq!(out.section("after").trim(), "0", "{}", out.report());
+}
+
+#[test]
+#[ignore = "lab: needs QEMU and the lab kernel; run by scripts/test.sh"]
+fn ram_zone_volume_places_each_writer_in_its_nodes_zone_debian61() {
+    ram_zones(GuestKernel::Debian61);
+}
