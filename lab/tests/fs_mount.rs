@@ -191,21 +191,27 @@ echo "@@begin acct"; numaio fs stat /v --json
     assert!(out.section("fsck").contains("rc=0"), "{}", out.report());
     // the accounting last, so a run without it still shows every placement above
     for &n in nodes {
-        let pid: u64 = out
-            .section(&format!("pid-{n}"))
-            .trim()
-            .parse()
-            .expect("pid");
-        let io = process_io(&out, "acct", pid);
-        let total: u64 = io.values().map(|&(_, w)| w).sum();
-        let here = io.get(&(n as u64)).map_or(0, |&(_, w)| w);
-        eprintln!("  node-{n} dd (pid {pid}): accounting {io:?}");
-        assert!(
-            here >= 4 * MIB && here * 100 >= total * 99,
-            "pid {pid}, pinned to node {n}, wrote 4 MiB: accounting {io:?}\n{}",
-            out.report()
-        );
+        assert_wrote_on_its_node(&out, n);
     }
+}
+
+/// The `dd` whose pid is in section `pid-N` wrote its 4 MiB on node N (≥ 99 % of its bytes)
+/// by the accounting in section `acct`.
+fn assert_wrote_on_its_node(out: &Outcome, n: u32) {
+    let pid: u64 = out
+        .section(&format!("pid-{n}"))
+        .trim()
+        .parse()
+        .expect("pid");
+    let io = process_io(out, "acct", pid);
+    let total: u64 = io.values().map(|&(_, w)| w).sum();
+    let here = io.get(&(n as u64)).map_or(0, |&(_, w)| w);
+    eprintln!("  node-{n} dd (pid {pid}): accounting {io:?}");
+    assert!(
+        here >= 4 * MIB && here * 100 >= total * 99,
+        "pid {pid}, pinned to node {n}, wrote 4 MiB: accounting {io:?}\n{}",
+        out.report()
+    );
 }
 
 #[test]
@@ -510,20 +516,7 @@ echo "@@begin after"; ls /v | wc -l
         );
     }
     for n in [0u32, 1] {
-        let pid: u64 = out
-            .section(&format!("pid-{n}"))
-            .trim()
-            .parse()
-            .expect("pid");
-        let io = process_io(&out, "acct", pid);
-        let total: u64 = io.values().map(|&(_, w)| w).sum();
-        let here = io.get(&(n as u64)).map_or(0, |&(_, w)| w);
-        eprintln!("  node-{n} dd (pid {pid}): accounting {io:?}");
-        assert!(
-            here >= 4 * MIB && here * 100 >= total * 99,
-            "pid {pid}, pinned to node {n}, wrote 4 MiB into a RAM zone volume: {io:?}\n{}",
-            out.report()
-        );
+        assert_wrote_on_its_node(&out, n);
     }
     assert_eq!(out.section("after").trim(), "0", "{}", out.report());
 }

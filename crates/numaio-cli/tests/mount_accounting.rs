@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::mount::{can_mount, numaio_out, Unmount, Volume};
+use common::mount::{can_mount, numaio_out, ok, Unmount, Volume};
 use std::ffi::{CString, OsStr};
 use std::io::{Read, Write};
 use std::os::unix::ffi::OsStrExt;
@@ -16,15 +16,6 @@ const MIB: usize = 1 << 20;
 
 fn numaio(args: &[&OsStr]) -> Output {
     numaio_out(args)
-}
-
-fn ok(o: &Output, what: &str) -> String {
-    assert!(
-        o.status.success(),
-        "{what}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout.clone()).unwrap()
 }
 
 /// A mounted volume (see [`Volume`]) and its server's pid; unmounted on drop.

@@ -5,19 +5,10 @@
 
 mod common;
 
-use common::mount::{can_mount, numaio_out, Unmount};
+use common::mount::{can_mount, numaio_out, ok, Unmount};
 use std::ffi::OsStr;
 use std::path::Path;
 use std::process::Output;
-
-fn ok(o: &Output, what: &str) -> String {
-    assert!(
-        o.status.success(),
-        "{what}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout.clone()).unwrap()
-}
 
 fn json(o: &Output, what: &str) -> serde_json::Value {
     serde_json::from_str(&ok(o, what)).unwrap_or_else(|e| panic!("{what}: not JSON: {e}"))

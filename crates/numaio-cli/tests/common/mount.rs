@@ -12,6 +12,16 @@ pub fn numaio_out<I: IntoIterator<Item = S>, S: AsRef<OsStr>>(args: I) -> Output
         .expect("running numaio")
 }
 
+/// The stdout of a run that must have succeeded; panics with `what` and its stderr.
+pub fn ok(o: &Output, what: &str) -> String {
+    assert!(
+        o.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
 /// Whether this machine can mount (root and /dev/fuse); says `SKIPPED:` when not.
 pub fn can_mount(test: &str) -> bool {
     if !numaio_testkit::is_root() || !Path::new("/dev/fuse").exists() {
