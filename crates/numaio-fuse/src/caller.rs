@@ -340,6 +340,7 @@ impl CallerNodes {
     }
 
     /// Lookups the resolver has finished (for tests).
+    #[cfg(test)]
     fn resolved(&self) -> u64 {
         *lock(&self.done.0)
     }
