@@ -50,12 +50,13 @@ fn json_lists_the_stuck_process_as_unresponsive_and_finishes() {
     let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
     let u = v["unresponsive"].as_array().expect("unresponsive array");
     assert_eq!(u.len(), 1, "{v}");
-    assert_eq!(u[0]["pid"].to_string(), pid);
+    assert_eq!(u[0]["pid"], pid.parse::<i64>().unwrap());
     assert_eq!(u[0]["file"], format!("/proc/{pid}/stat"));
     assert!(u[0]["error"].as_str().unwrap().contains(&pid), "{v}");
     let procs = v["processes"].as_array().unwrap();
     assert!(!procs.is_empty(), "the other processes are listed");
-    assert!(procs.iter().all(|p| p["pid"].to_string() != pid), "{v}");
+    let stuck: i64 = pid.parse().unwrap();
+    assert!(procs.iter().all(|p| p["pid"] != stuck), "{v}");
     assert!(
         r.stderr.contains("warning") && r.stderr.contains(&format!("process {pid} ")),
         "{}",
