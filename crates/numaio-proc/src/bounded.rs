@@ -16,7 +16,7 @@ use crate::error::{ProcError, ProcResult};
 use crate::procfs;
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU8, Ordering};
 use std::sync::mpsc::{sync_channel, RecvTimeoutError};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
@@ -36,7 +36,9 @@ const ABANDONED: u8 = 4;
 type Job = Box<dyn FnOnce() + Send>;
 
 struct Task {
-    pid: i32,
+    /// The pid being read (a batch sets it before each read): the one to blame if the
+    /// task is given up on.
+    pid: Arc<AtomicI32>,
     state: Arc<AtomicU8>,
     run: Job,
 }
@@ -132,7 +134,7 @@ impl Readers {
                 source,
             })?;
             p.queue.push_back(Task {
-                pid,
+                pid: Arc::new(AtomicI32::new(pid)),
                 state: state.clone(),
                 run: Box::new(move || {
                     let _ = tx.send(f());
@@ -162,23 +164,7 @@ impl Readers {
                     .compare_exchange(RUNNING, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
                     .is_ok()
                 {
-                    let mut p = lock(&self.shared.pool);
-                    p.live = p.live.saturating_sub(1);
-                    p.abandoned += 1;
-                    p.stuck
-                        .entry(pid)
-                        .or_insert((
-                            0,
-                            Instant::now()
-                                .checked_sub(limit)
-                                .unwrap_or_else(Instant::now),
-                        ))
-                        .0 += 1;
-                    // A replacement takes the stuck thread's place; if it cannot start, the
-                    // next read reports that.
-                    let _ = self.fill(&mut p);
-                    drop(p);
-                    self.shared.ready.notify_one();
+                    self.abandon(pid, limit);
                     format!("no answer within {} ms", limit.as_millis())
                 } else {
                     // It finished just now.
@@ -199,6 +185,192 @@ impl Readers {
                 },
             }),
         }
+    }
+
+    /// Runs `f(pid)` for each of `pids` in turn on one reader thread, so a scan pays one
+    /// hand-off for many processes; answers come back in the order of `pids`. Each answer
+    /// must come within `limit` of the one before: a pid whose read does not is reported
+    /// unresponsive and abandoned with its thread, and the pids after it go on on another.
+    pub fn run_each<T, F>(
+        &self,
+        pids: &[i32],
+        file: &str,
+        limit: Duration,
+        f: F,
+    ) -> Vec<ProcResult<T>>
+    where
+        T: Send + 'static,
+        F: Fn(i32) -> T + Send + Sync + 'static,
+    {
+        let f = Arc::new(f);
+        let path = |pid: i32| PathBuf::from(format!("/proc/{pid}/{file}"));
+        let mut out: Vec<Option<ProcResult<T>>> = (0..pids.len()).map(|_| None).collect();
+        let mut todo: Vec<usize> = (0..pids.len()).collect();
+        while !todo.is_empty() {
+            let (tx, rx) = std::sync::mpsc::channel::<(usize, T)>();
+            let state = Arc::new(AtomicU8::new(QUEUED));
+            let blame = Arc::new(AtomicI32::new(0));
+            let mut batch = Vec::with_capacity(todo.len());
+            {
+                let mut p = lock(&self.shared.pool);
+                for &i in &todo {
+                    let pid = pids[i];
+                    if let Some((_, since)) = p.stuck.get(&pid) {
+                        out[i] = Some(Err(ProcError::Unresponsive {
+                            pid,
+                            path: path(pid),
+                            why: format!(
+                                "an earlier read of it has been stuck for {:.1} s",
+                                since.elapsed().as_secs_f64()
+                            ),
+                        }));
+                    } else if p.abandoned >= self.shared.cap {
+                        out[i] = Some(Err(ProcError::ReadersExhausted {
+                            pid,
+                            path: path(pid),
+                            stuck: p.abandoned,
+                        }));
+                    } else {
+                        batch.push(i);
+                    }
+                }
+                if batch.is_empty() {
+                    break;
+                }
+                if let Err(e) = self.fill(&mut p) {
+                    for &i in &batch {
+                        out[i] = Some(Err(ProcError::Read {
+                            path: path(pids[i]),
+                            source: std::io::Error::new(e.kind(), e.to_string()),
+                        }));
+                    }
+                    break;
+                }
+                let items: Vec<(usize, i32)> = batch.iter().map(|&i| (i, pids[i])).collect();
+                let (f, b) = (f.clone(), blame.clone());
+                p.queue.push_back(Task {
+                    pid: blame.clone(),
+                    state: state.clone(),
+                    run: Box::new(move || {
+                        for (i, pid) in items {
+                            b.store(pid, Ordering::Release);
+                            // The caller gave up on this batch: stop.
+                            if tx.send((i, f(pid))).is_err() {
+                                return;
+                            }
+                        }
+                    }),
+                });
+            }
+            self.shared.ready.notify_one();
+            let mut left = batch.len();
+            todo = Vec::new();
+            while left > 0 {
+                match rx.recv_timeout(limit) {
+                    Ok((i, v)) => {
+                        out[i] = Some(Ok(v));
+                        left -= 1;
+                    }
+                    Err(RecvTimeoutError::Disconnected) => break,
+                    Err(RecvTimeoutError::Timeout) => {
+                        let why = if state
+                            .compare_exchange(
+                                QUEUED,
+                                CANCELLED,
+                                Ordering::AcqRel,
+                                Ordering::Acquire,
+                            )
+                            .is_ok()
+                        {
+                            Some(format!(
+                                "no reader was free within {} ms (other reads are slow)",
+                                limit.as_millis()
+                            ))
+                        } else if state
+                            .compare_exchange(
+                                RUNNING,
+                                ABANDONED,
+                                Ordering::AcqRel,
+                                Ordering::Acquire,
+                            )
+                            .is_ok()
+                        {
+                            let stuck = blame.load(Ordering::Acquire);
+                            self.abandon(stuck, limit);
+                            // Answers that came in meanwhile are kept; the stuck pid is
+                            // reported; the rest go to the next batch.
+                            while let Ok((i, v)) = rx.try_recv() {
+                                out[i] = Some(Ok(v));
+                            }
+                            let mut blamed = false;
+                            for &i in &batch {
+                                if out[i].is_some() {
+                                    continue;
+                                }
+                                if pids[i] == stuck && !blamed {
+                                    blamed = true;
+                                    out[i] = Some(Err(ProcError::Unresponsive {
+                                        pid: stuck,
+                                        path: path(stuck),
+                                        why: format!("no answer within {} ms", limit.as_millis()),
+                                    }));
+                                } else {
+                                    todo.push(i);
+                                }
+                            }
+                            break;
+                        } else {
+                            // It finished just now: collect what is left.
+                            while let Ok((i, v)) = rx.try_recv() {
+                                out[i] = Some(Ok(v));
+                            }
+                            break;
+                        };
+                        for &i in &batch {
+                            if out[i].is_none() {
+                                out[i] = Some(Err(ProcError::Unresponsive {
+                                    pid: pids[i],
+                                    path: path(pids[i]),
+                                    why: why.clone().unwrap_or_default(),
+                                }));
+                            }
+                        }
+                        break;
+                    }
+                }
+            }
+        }
+        out.into_iter()
+            .zip(pids)
+            .map(|(o, &pid)| {
+                o.unwrap_or_else(|| {
+                    Err(ProcError::Invalid(format!(
+                        "reading {} failed on its reader thread",
+                        path(pid).display()
+                    )))
+                })
+            })
+            .collect()
+    }
+
+    /// Books a reader thread given up on while reading `pid`, and starts its replacement.
+    fn abandon(&self, pid: i32, limit: Duration) {
+        let mut p = lock(&self.shared.pool);
+        p.live = p.live.saturating_sub(1);
+        p.abandoned += 1;
+        p.stuck
+            .entry(pid)
+            .or_insert((
+                0,
+                Instant::now()
+                    .checked_sub(limit)
+                    .unwrap_or_else(Instant::now),
+            ))
+            .0 += 1;
+        // If the replacement cannot start, the next read reports that.
+        let _ = self.fill(&mut p);
+        drop(p);
+        self.shared.ready.notify_one();
     }
 
     /// Reads `/proc/<pid>/<name>` as text.
@@ -272,10 +444,11 @@ fn serve(shared: Arc<Shared>) {
         {
             let mut p = lock(&shared.pool);
             p.abandoned = p.abandoned.saturating_sub(1);
-            if let Some(e) = p.stuck.get_mut(&task.pid) {
+            let pid = task.pid.load(Ordering::Acquire);
+            if let Some(e) = p.stuck.get_mut(&pid) {
                 e.0 -= 1;
                 if e.0 == 0 {
-                    p.stuck.remove(&task.pid);
+                    p.stuck.remove(&pid);
                 }
             }
             return;
@@ -455,6 +628,59 @@ mod tests {
         }
         let me = std::process::id() as i32;
         assert_eq!(r.read_stat(me, limit).unwrap().pid, me);
+    }
+
+    /// A batch: answers in order, one thread for all; a pid that blocks mid-batch is
+    /// reported, the ones after it are still read, and the batch ends within the limit.
+    #[test]
+    fn a_batch_reports_the_blocked_pid_and_reads_the_rest() {
+        let r = Readers::new(1, 4);
+        let me = std::process::id() as i32;
+        let pids: Vec<i32> = vec![me; 50];
+        let got = r.run_each(&pids, "stat", Duration::from_secs(5), procfs::read_stat);
+        assert!(got
+            .iter()
+            .all(|s| s.as_ref().unwrap().as_ref().unwrap().pid == me));
+        assert_eq!(r.counts().spawned, 1, "one thread, one hand-off");
+        let (release, wait) = channel::<()>();
+        let wait = Arc::new(Mutex::new(Some(wait)));
+        let limit = Duration::from_millis(100);
+        let t = Instant::now();
+        let got = r.run_each(&[1, 2, 3, 4, 5], "io", limit, move |pid| {
+            if pid == 3 {
+                if let Some(w) = wait.lock().unwrap().take() {
+                    let _ = w.recv();
+                }
+            }
+            pid * 10
+        });
+        let took = t.elapsed();
+        assert!(took >= limit && took < limit + SLACK, "{took:?}");
+        let ok: Vec<Option<i32>> = got.iter().map(|g| g.as_ref().ok().copied()).collect();
+        assert_eq!(ok, vec![Some(10), Some(20), None, Some(40), Some(50)]);
+        let e = got[2].as_ref().unwrap_err();
+        assert!(
+            e.is_unresponsive() && e.to_string().contains("/proc/3/io"),
+            "{e}"
+        );
+        assert_eq!(r.counts().abandoned, 1);
+        // Pid 3 fails at once while stuck; the others are read.
+        let t = Instant::now();
+        let got = r.run_each(&[3, 4], "io", limit, |pid| pid);
+        assert!(got[0].is_err() && *got[1].as_ref().unwrap() == 4);
+        assert!(t.elapsed() < limit, "{:?}", t.elapsed());
+        release.send(()).unwrap();
+        let t = Instant::now();
+        while r.counts().abandoned > 0 {
+            assert!(t.elapsed() < Duration::from_secs(5));
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(
+            *r.run_each(&[3], "io", limit, |pid| pid)[0]
+                .as_ref()
+                .unwrap(),
+            3
+        );
     }
 
     #[test]

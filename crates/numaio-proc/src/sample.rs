@@ -14,7 +14,7 @@ use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Stat + io of one process at one instant.
@@ -62,7 +62,9 @@ fn light_from(pid: i32, st: procfs::Stat, io: Option<Io>) -> LightSample {
 /// light sample. A held descriptor keeps pointing at *its* process: once that exits, reads
 /// fail with `ESRCH`, so a reused pid is never mistaken for the old process.
 struct ProcHandles {
-    files: HashMap<i32, Held>,
+    /// Shared with the reader thread, which takes a process's descriptors for the read
+    /// and puts them back (a read given up on keeps them, closed when it returns).
+    files: Arc<Mutex<HashMap<i32, Held>>>,
     cap: usize,
 }
 
@@ -127,43 +129,64 @@ impl ProcHandles {
             1024
         };
         ProcHandles {
-            files: HashMap::new(),
+            files: Arc::new(Mutex::new(HashMap::new())),
             cap: (soft / 4).min(16384),
         }
     }
 
-    /// The light sample of `pid`, read on `readers` within `limit`. A read that times out
-    /// takes the descriptors with it (closed when it returns).
-    fn sample_within(
-        &mut self,
+    /// The light samples of `pids`, read one after another on `readers`, each within
+    /// `limit` of the one before; results in the order of `pids`.
+    fn sample_all(
+        &self,
         readers: &Readers,
-        pid: i32,
+        pids: &[i32],
         limit: Duration,
-        stall: bool,
-    ) -> ProcResult<LightSample> {
-        let held = self.files.remove(&pid);
-        let hold = self.files.len() < self.cap;
-        let (r, held) = readers.run(pid, "stat", limit, move || {
-            if stall {
-                stall_like_a_stuck_process();
-            }
-            sample_held(pid, held, hold)
-        })?;
-        if let (Ok(_), Some(h)) = (&r, held) {
-            self.files.insert(pid, h);
-        }
-        r
+        stall: &[i32],
+    ) -> Vec<ProcResult<LightSample>> {
+        let (files, cap, stall) = (self.files.clone(), self.cap, stall.to_vec());
+        readers
+            .run_each(pids, "stat", limit, move |pid| {
+                if stall.contains(&pid) {
+                    stall_like_a_stuck_process();
+                }
+                let (held, hold) = {
+                    let mut m = lock(&files);
+                    let h = m.remove(&pid);
+                    (h, m.len() < cap)
+                };
+                let (r, held) = sample_held(pid, held, hold);
+                if let (Ok(_), Some(h)) = (&r, held) {
+                    lock(&files).insert(pid, h);
+                }
+                r
+            })
+            .into_iter()
+            .map(|r| r.and_then(|r| r))
+            .collect()
     }
 
     #[cfg(test)]
-    fn sample(&mut self, pid: i32) -> ProcResult<LightSample> {
-        self.sample_within(&Readers::new(1, 1), pid, Duration::from_secs(10), false)
+    fn sample(&self, pid: i32) -> ProcResult<LightSample> {
+        let r = Readers::new(1, 1);
+        self.sample_all(&r, &[pid], Duration::from_secs(10), &[])
+            .pop()
+            .expect("one answer")
+    }
+
+    #[cfg(test)]
+    fn holds(&self, pid: i32) -> bool {
+        lock(&self.files).contains_key(&pid)
     }
 
     /// Closes the handles of processes not seen in the last scan.
-    fn retain(&mut self, seen: &std::collections::HashSet<i32>) {
-        self.files.retain(|pid, _| seen.contains(pid));
+    fn retain(&self, seen: &std::collections::HashSet<i32>) {
+        lock(&self.files).retain(|pid, _| seen.contains(pid));
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A map of descriptors stays usable after a panic elsewhere: ignore the poison.
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The test hook behind [`ScanOptions::stall_pids`]: blocks the reader thread the way a
@@ -837,12 +860,11 @@ impl Scanner {
         self.memo.expire();
         let mut next: HashMap<i32, Prev> = HashMap::with_capacity(pids.len());
         let deep_limit = opts.read_limit * DEEP_FACTOR;
-        for pid in pids {
-            let stall = opts.stall_pids.contains(&pid);
-            let cur = match self
-                .handles
-                .sample_within(&self.readers, pid, opts.read_limit, stall)
-            {
+        let lights =
+            self.handles
+                .sample_all(&self.readers, &pids, opts.read_limit, &opts.stall_pids);
+        for (pid, light) in pids.into_iter().zip(lights) {
+            let cur = match light {
                 Ok(s) => {
                     seen.insert(pid);
                     s
@@ -1059,14 +1081,14 @@ mod tests {
     /// Held /proc descriptors follow their process and report its exit.
     #[test]
     fn held_handles_track_exit() {
-        let mut h = ProcHandles::new();
+        let h = ProcHandles::new();
         let mut child = std::process::Command::new("sleep")
             .arg("30")
             .spawn()
             .unwrap();
         let pid = child.id() as i32;
         let a = h.sample(pid).unwrap();
-        assert!(h.files.contains_key(&pid));
+        assert!(h.holds(pid));
         let b = h.sample(pid).unwrap();
         assert_eq!(a.start_ticks, b.start_ticks);
         assert_eq!(b.comm, "sleep");
@@ -1074,6 +1096,6 @@ mod tests {
         child.kill().unwrap();
         child.wait().unwrap();
         assert!(matches!(h.sample(pid), Err(ProcError::Gone { .. })));
-        assert!(!h.files.contains_key(&pid));
+        assert!(!h.holds(pid));
     }
 }
