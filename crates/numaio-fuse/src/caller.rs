@@ -7,8 +7,8 @@
 //! is read once per thread and kept while the thread's start time stays the same (a changed
 //! start time means the kernel reused the thread id).
 
-use numaio_proc::procfs;
-use std::collections::HashMap;
+use numaio_proc::bounded;
+use std::collections::{HashMap, HashSet};
 use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -197,6 +197,13 @@ impl Cache {
 pub const RESOLVE_WAIT: Duration = Duration::from_millis(20);
 /// Lookups queued for the resolver at most; more are dropped (served with the fallback).
 const RESOLVE_QUEUE: usize = 1024;
+/// How long the resolver waits for one `/proc/TID` file. A thread whose file does not
+/// answer costs this once; until that read returns, its lookups fail at once (fallback).
+pub const PROC_READ_LIMIT: Duration = Duration::from_millis(200);
+
+/// The resolver's /proc readers: (CPU, start time) of a thread, and its process.
+type StatFn = fn(u32) -> Option<(u32, u64)>;
+type TgidFn = fn(u32) -> Option<u32>;
 
 /// The requesting thread's node and process for the serving threads, which never read
 /// /proc themselves: reading `/proc/TID/stat` takes locks of the requesting process (its
@@ -204,10 +211,15 @@ const RESOLVE_QUEUE: usize = 1024;
 /// the very request being served (a FLUSH from `close`), so a serving thread reading it can
 /// wait forever, and with it the mount. A resolver thread does the reads and fills the cache;
 /// a serving thread uses what is cached (refreshed behind its back when stale) and waits at
-/// most [`RESOLVE_WAIT`] for a new thread.
+/// most [`RESOLVE_WAIT`] for a new thread. A thread is queued once until its lookup is done,
+/// and the resolver's own reads give up after [`PROC_READ_LIMIT`] (numaio-proc's bounded
+/// readers), so one stuck thread cannot stall the lookups of the others.
 pub struct CallerNodes {
     cache: Arc<Cache>,
     done: Arc<(Mutex<u64>, Condvar)>,
+    /// Threads queued for the resolver or being looked up.
+    pending: Arc<Mutex<HashSet<u32>>>,
+    reads: (StatFn, TgidFn),
     resolver: OnceLock<Option<SyncSender<u32>>>,
 }
 
@@ -222,9 +234,15 @@ impl CallerNodes {
 
     /// From explicit (cpu, node) pairs.
     pub fn with_map(pairs: impl Iterator<Item = (u32, u32)>) -> CallerNodes {
+        Self::with_reads(pairs, (read_stat, read_tgid))
+    }
+
+    fn with_reads(pairs: impl Iterator<Item = (u32, u32)>, reads: (StatFn, TgidFn)) -> CallerNodes {
         CallerNodes {
             cache: Arc::new(Cache::with_map(pairs)),
             done: Arc::new((Mutex::new(0), Condvar::new())),
+            pending: Arc::new(Mutex::new(HashSet::new())),
+            reads,
             resolver: OnceLock::new(),
         }
     }
@@ -286,17 +304,21 @@ impl CallerNodes {
         }
     }
 
-    /// Queues `tid` for the resolver, starting it on first use.
+    /// Queues `tid` for the resolver, starting it on first use; a thread already queued
+    /// (or being looked up) is not queued again.
     fn ask(&self, tid: u32) {
         let tx = self.resolver.get_or_init(|| {
             let (tx, rx) = sync_channel::<u32>(RESOLVE_QUEUE);
-            let (cache, done) = (self.cache.clone(), self.done.clone());
+            let (cache, done, pending) =
+                (self.cache.clone(), self.done.clone(), self.pending.clone());
+            let (stat, tgid) = self.reads;
             std::thread::Builder::new()
                 .name("numaio-callers".into())
                 .spawn(move || {
                     // Ends when the `CallerNodes` (the sender) is dropped.
                     while let Ok(tid) = rx.recv() {
-                        cache.lookup_at(tid, Instant::now(), read_stat, read_tgid);
+                        cache.lookup_at(tid, Instant::now(), stat, tgid);
+                        lock(&pending).remove(&tid);
                         let (m, cv) = &*done;
                         *lock(m) += 1;
                         cv.notify_all();
@@ -305,9 +327,22 @@ impl CallerNodes {
                 .ok()
                 .map(|_| tx)
         });
-        if let Some(tx) = tx {
-            let _ = tx.try_send(tid);
+        let Some(tx) = tx else {
+            return;
+        };
+        if !lock(&self.pending).insert(tid) {
+            return;
         }
+        if tx.try_send(tid).is_err() {
+            // Queue full: served with the fallback; a later request asks again.
+            lock(&self.pending).remove(&tid);
+        }
+    }
+
+    /// Lookups the resolver has finished (for tests).
+    #[cfg(test)]
+    fn resolved(&self) -> u64 {
+        *lock(&self.done.0)
     }
 
     /// The node of `cpu`, if the topology knows it.
@@ -333,13 +368,17 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// (CPU it last ran on, start time) of thread `tid`.
 fn read_stat(tid: u32) -> Option<(u32, u64)> {
-    let st = procfs::read_stat(i32::try_from(tid).ok()?).ok()?;
+    let st = bounded::global()
+        .read_stat(i32::try_from(tid).ok()?, PROC_READ_LIMIT)
+        .ok()?;
     Some((st.processor, st.start_ticks))
 }
 
 /// The process thread `tid` belongs to.
 fn read_tgid(tid: u32) -> Option<u32> {
-    let s = procfs::read_status(i32::try_from(tid).ok()?).ok()?;
+    let s = bounded::global()
+        .read_status(i32::try_from(tid).ok()?, PROC_READ_LIMIT)
+        .ok()?;
     u32::try_from(s.tgid).ok().filter(|&t| t > 0)
 }
 
@@ -447,6 +486,40 @@ mod tests {
         // tid 0 (kernel-initiated) is never exact.
         let r = c.lookup_on_cpu(0, 1);
         assert_eq!((r.node, r.pid, r.exact), (1, 0, false));
+    }
+
+    static SLOW_READS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+    fn slow_stat(_: u32) -> Option<(u32, u64)> {
+        SLOW_READS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(200));
+        Some((0, 1))
+    }
+
+    /// A thread asked about many times while its lookup is in flight is looked up once.
+    #[test]
+    fn a_thread_is_queued_once_while_pending() {
+        let c = CallerNodes::with_reads([(0, 0)].into_iter(), (slow_stat, |_| Some(5)));
+        for _ in 0..100 {
+            c.ask(77);
+        }
+        let t = Instant::now();
+        while c.resolved() < 1 {
+            assert!(t.elapsed() < Duration::from_secs(5));
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_millis(400));
+        assert_eq!(SLOW_READS.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(c.resolved(), 1);
+        let r = c.lookup(77);
+        assert_eq!((r.exact, r.pid), (true, 5));
+        // Done, so no longer pending: a stale entry is queued again.
+        c.ask(77);
+        let t = Instant::now();
+        while c.resolved() < 2 {
+            assert!(t.elapsed() < Duration::from_secs(5));
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     #[test]

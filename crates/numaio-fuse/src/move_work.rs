@@ -165,19 +165,13 @@ impl ThreadMover {
     }
 }
 
-/// `/proc/TID/stat` read on a helper thread, waiting at most `wait`: the read takes locks of
-/// the requesting process, which may be exiting while it waits for this very request (see
-/// `caller::CallerNodes`), so a serving thread must not block on it. Moves are rare (after
-/// the hysteresis), so a thread per read costs little.
+/// `/proc/TID/stat` read on numaio-proc's bounded readers, waiting at most `wait`: the read
+/// takes locks of the requesting process, which may be exiting while it waits for this very
+/// request (see `caller::CallerNodes`), so a serving thread must not block on it.
 fn stat_within(tid: u32, wait: std::time::Duration) -> Option<numaio_proc::procfs::Stat> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::Builder::new()
-        .name("numaio-stat".into())
-        .spawn(move || {
-            let _ = tx.send(numaio_proc::procfs::read_stat(tid as i32).ok());
-        })
-        .ok()?;
-    rx.recv_timeout(wait).ok().flatten()
+    numaio_proc::bounded::global()
+        .read_stat(i32::try_from(tid).ok()?, wait)
+        .ok()
 }
 
 /// Reads what [`decide`] needs about the live thread; unknown facts err on not moving.

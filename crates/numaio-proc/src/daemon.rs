@@ -33,6 +33,9 @@ pub struct IntervalSummary {
     pub io_active: usize,
     pub gone: usize,
     pub unreadable: usize,
+    /// Processes whose /proc files did not answer in time (each also logged as an
+    /// `unresponsive` event): skipped, never acted on.
+    pub unresponsive: usize,
     pub residency_queries: usize,
     pub decisions: usize,
     pub actions: usize,
@@ -59,6 +62,8 @@ pub struct Daemon<'a> {
     act_delay: Option<Duration>,
     /// Whether the last textfile write failed (its error was logged).
     textfile_failing: bool,
+    /// Test aid: reads of these pids block like those of a stuck process.
+    stall_pids: Vec<i32>,
 }
 
 fn now_unix() -> f64 {
@@ -102,6 +107,7 @@ impl<'a> Daemon<'a> {
                 .and_then(|v| v.parse::<u64>().ok())
                 .map(Duration::from_millis),
             textfile_failing: false,
+            stall_pids: Vec::new(),
         }
     }
 
@@ -118,6 +124,8 @@ impl<'a> Daemon<'a> {
             deep_all,
             memory: false,
             max_files: self.cfg.max_files_per_process,
+            stall_pids: self.stall_pids.clone(),
+            ..Default::default()
         }
     }
 
@@ -195,10 +203,36 @@ impl<'a> Daemon<'a> {
         let utils = self.node_utils(&topo);
         let opts = self.scan_opts(false);
         let mut res = self.scanner.scan(&opts, &topo, self.cache);
-        for v in res.views.iter_mut() {
-            if policy::candidate(&self.cfg, v).is_some() {
-                crate::sample::fill_memory(v);
+        // A candidate whose numa_maps could not be read in time (or that exited) is
+        // dropped: nothing is decided about a process the scan could not see.
+        let mut views = Vec::with_capacity(res.views.len());
+        for mut v in std::mem::take(&mut res.views) {
+            if policy::candidate(&self.cfg, &v).is_some() {
+                match self.scanner.fill_memory(&mut v, opts.read_limit) {
+                    Ok(()) => {}
+                    Err(e) if e.is_gone() => {
+                        res.gone += 1;
+                        continue;
+                    }
+                    Err(e) => {
+                        res.unresponsive
+                            .extend(crate::sample::Unresponsive::of(&e, Some(&v.comm)));
+                        continue;
+                    }
+                }
             }
+            views.push(v);
+        }
+        res.views = views;
+        for u in &res.unresponsive {
+            (self.sink)(&json!({
+                "event": "unresponsive",
+                "ts": now_unix(),
+                "pid": u.pid,
+                "comm": u.comm,
+                "file": u.file,
+                "error": u.error,
+            }));
         }
         let now = self.now();
         let keep = (3.0 * self.cfg.interval_secs).max(self.cfg.min_residence_secs);
@@ -224,6 +258,7 @@ impl<'a> Daemon<'a> {
             io_active: res.views.len(),
             gone: res.gone,
             unreadable: res.unreadable,
+            unresponsive: res.unresponsive.len(),
             residency_queries: res.residency_queries,
             decisions: decisions.len(),
             ..Default::default()
@@ -290,7 +325,13 @@ impl<'a> Daemon<'a> {
             .keys()
             .chain(self.history.managed.iter())
             .copied()
-            .filter(|(pid, st)| procfs::read_stat(*pid).is_ok_and(|s| s.start_ticks == *st))
+            .filter(|(pid, st)| {
+                // One that does not answer is kept: it may well still run.
+                match self.scanner.read_stat(*pid, crate::bounded::DEFAULT_LIMIT) {
+                    Ok(s) => s.start_ticks == *st,
+                    Err(e) => e.is_unresponsive(),
+                }
+            })
             .collect();
         self.history.retain_processes(&alive);
         sum.wall_secs = t0.elapsed().as_secs_f64();
@@ -322,14 +363,18 @@ impl<'a> Daemon<'a> {
 
     /// Carries out one decision. The pid is re-checked first so a reused pid is never moved.
     fn execute(&mut self, d: &Decision, views: &[ProcessView]) -> ProcResult<serde_json::Value> {
-        let st = procfs::read_stat(d.pid)?;
+        let st = self
+            .scanner
+            .read_stat(d.pid, crate::bounded::DEFAULT_LIMIT)?;
         // A zombie has exited; only its parent has not collected it yet.
         if st.start_ticks != d.start_ticks || matches!(st.state, 'Z' | 'X') {
             return Err(ProcError::Gone { pid: d.pid });
         }
         if let Some(t) = self.act_delay {
             std::thread::sleep(t);
-            let st = procfs::read_stat(d.pid)?;
+            let st = self
+                .scanner
+                .read_stat(d.pid, crate::bounded::DEFAULT_LIMIT)?;
             if matches!(st.state, 'Z' | 'X') {
                 return Err(ProcError::Gone { pid: d.pid });
             }
@@ -594,6 +639,55 @@ mod tests {
         assert!(lines
             .iter()
             .all(|l| l["event"] != "decision" || l["verdict"] != "act"));
+    }
+
+    /// A process whose /proc files do not answer is logged as unresponsive, left out of
+    /// the decisions, and the interval ends within the read limit.
+    #[test]
+    fn a_stuck_process_is_skipped_and_logged() {
+        let cache = FakeCache::default();
+        let lines: Mutex<Vec<serde_json::Value>> = Mutex::new(Vec::new());
+        let cfg = Config {
+            dry_run: true,
+            interval_secs: 0.2,
+            min_read_bytes_per_sec: crate::config::Bytes(1),
+            ..Default::default()
+        };
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "while :; do read x < /proc/self/status; done"])
+            .spawn()
+            .unwrap();
+        let stuck = child.id() as i32;
+        {
+            let mut d = Daemon::new(
+                cfg,
+                &cache,
+                None,
+                Box::new(|v| lines.lock().unwrap().push(v.clone())),
+            );
+            d.stall_pids = vec![stuck];
+            d.baseline().unwrap();
+            std::thread::sleep(Duration::from_millis(200));
+            let t = Instant::now();
+            let s = d.step().unwrap();
+            assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+            assert_eq!(s.unresponsive, 1, "{s:?}");
+            assert!(s.scanned > 0);
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let lines = lines.into_inner().unwrap();
+        let u: Vec<_> = lines
+            .iter()
+            .filter(|l| l["event"] == "unresponsive")
+            .collect();
+        // The baseline scan logs nothing; the interval logs the process once.
+        assert_eq!(u.len(), 1, "{lines:?}");
+        assert_eq!(u[0]["pid"], stuck);
+        assert_eq!(u[0]["file"], format!("/proc/{stuck}/stat"));
+        assert!(lines
+            .iter()
+            .all(|l| l["event"] != "decision" || l["pid"] != stuck));
     }
 
     fn decision(pid: i32, start_ticks: u64, action: Action) -> Decision {

@@ -21,6 +21,22 @@ pub enum ProcError {
     Parse { path: PathBuf, what: String },
     #[error("refusing to act on pid {pid}: {why}")]
     Refused { pid: i32, why: String },
+    #[error("process {pid} does not answer: reading {} gave up ({why}); a thread of it is \
+             probably stuck in the kernel (e.g. waiting on a FUSE or NFS server); it was skipped, \
+             look at its state (D) and wchan with `ps -o pid,stat,wchan -p {pid}`", .path.display())]
+    Unresponsive {
+        pid: i32,
+        path: PathBuf,
+        why: String,
+    },
+    #[error("not reading {} of process {pid}: {stuck} earlier /proc reads are still stuck \
+             (the limit); find the processes in state D (`ps -eo pid,stat,wchan`) and restart \
+             numaio once they are gone", .path.display())]
+    ReadersExhausted {
+        pid: i32,
+        path: PathBuf,
+        stuck: usize,
+    },
     #[error("{0}")]
     Invalid(String),
     #[error(transparent)]
@@ -32,6 +48,15 @@ pub enum ProcError {
 }
 
 impl ProcError {
+    /// Whether a read of the process's /proc files gave up on a time limit (or could not be
+    /// tried because too many reads are stuck): the process may still exist.
+    pub fn is_unresponsive(&self) -> bool {
+        matches!(
+            self,
+            ProcError::Unresponsive { .. } | ProcError::ReadersExhausted { .. }
+        )
+    }
+
     /// Whether the error means the process vanished.
     pub fn is_gone(&self) -> bool {
         match self {

@@ -18,9 +18,14 @@
 //!   [`daemon`], which samples, decides, acts and logs one JSON line per decision, with
 //!   [`metrics`] for Prometheus. [`config`] reads the TOML file.
 //!
+//! Every read of another process's `/proc` files in a scan goes through [`bounded`], which
+//! gives up after a time limit, so one process stuck in the kernel cannot stall a listing
+//! or the daemon.
+//!
 //! Page-cache operations go through the [`cache::CacheOps`] trait so the decision code is
 //! tested with a fake cache and synthetic topologies.
 
+pub mod bounded;
 pub mod cache;
 pub mod config;
 pub mod daemon;

@@ -4,6 +4,7 @@
 //! processes that did I/O get the *deep* look (threads, open files, mappings, numa_maps,
 //! cgroup, cpuset), which is what keeps the daemon cheap with hundreds of processes.
 
+use crate::bounded::Readers;
 use crate::cache::{CacheOps, FileNodes, FileRef};
 use crate::error::{ProcError, ProcResult};
 use crate::locality::{self, FileWeight};
@@ -12,7 +13,9 @@ use numaio_sys::Topology;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::time::Instant;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// Stat + io of one process at one instant.
 #[derive(Debug, Clone)]
@@ -59,9 +62,57 @@ fn light_from(pid: i32, st: procfs::Stat, io: Option<Io>) -> LightSample {
 /// light sample. A held descriptor keeps pointing at *its* process: once that exits, reads
 /// fail with `ESRCH`, so a reused pid is never mistaken for the old process.
 struct ProcHandles {
-    files: HashMap<i32, (std::fs::File, Option<std::fs::File>)>,
+    /// Shared with the reader thread, which takes a process's descriptors for the read
+    /// and puts them back (a read given up on keeps them, closed when it returns).
+    files: Arc<Mutex<HashMap<i32, Held>>>,
     cap: usize,
-    buf: Vec<u8>,
+}
+
+/// Held `/proc/PID/stat` and (when readable) `/proc/PID/io` descriptors of one process.
+type Held = (std::fs::File, Option<std::fs::File>);
+
+/// Reads a held seq file from offset 0; `None` when it failed or the answer filled the
+/// buffer (it may be cut; the caller then reads the file the normal way).
+fn pread_text(f: &std::fs::File, buf: &mut [u8]) -> Option<String> {
+    use std::os::unix::fs::FileExt;
+    let n = f.read_at(buf, 0).ok()?;
+    (n < buf.len()).then(|| String::from_utf8_lossy(&buf[..n]).into_owned())
+}
+
+/// The light sample of `pid` through its held descriptors, or read afresh (and, with
+/// `hold`, the descriptors opened for next time). Blocking: run it through [`Readers`].
+fn sample_held(
+    pid: i32,
+    held: Option<Held>,
+    hold: bool,
+) -> (ProcResult<LightSample>, Option<Held>) {
+    let mut buf = vec![0u8; 4096];
+    if let Some((st_f, io_f)) = held {
+        if let Some(st) = pread_text(&st_f, &mut buf).and_then(|t| procfs::parse_stat(&t)) {
+            let io = io_f
+                .as_ref()
+                .and_then(|f| pread_text(f, &mut buf))
+                .map(|t| procfs::parse_io(&t));
+            return (Ok(light_from(pid, st, io)), Some((st_f, io_f)));
+        }
+        // Exited (ESRCH) or odd: drop the handles, look at the pid afresh.
+    }
+    let s = match light(pid) {
+        Ok(s) => s,
+        Err(e) => return (Err(e), None),
+    };
+    let held = if hold {
+        std::fs::File::open(format!("/proc/{pid}/stat"))
+            .ok()
+            .map(|st_f| {
+                let io_f =
+                    s.io.and_then(|_| std::fs::File::open(format!("/proc/{pid}/io")).ok());
+                (st_f, io_f)
+            })
+    } else {
+        None
+    };
+    (Ok(s), held)
 }
 
 impl ProcHandles {
@@ -78,51 +129,70 @@ impl ProcHandles {
             1024
         };
         ProcHandles {
-            files: HashMap::new(),
+            files: Arc::new(Mutex::new(HashMap::new())),
             cap: (soft / 4).min(16384),
-            buf: vec![0; 4096],
         }
     }
 
-    fn read(&mut self, f: &std::fs::File) -> std::io::Result<Option<String>> {
-        use std::os::unix::fs::FileExt;
-        let n = f.read_at(&mut self.buf, 0)?;
-        // A page-sized answer may be cut; the caller then reads the file the normal way.
-        Ok((n < self.buf.len()).then(|| String::from_utf8_lossy(&self.buf[..n]).into_owned()))
+    /// The light samples of `pids`, read one after another on `readers`, each within
+    /// `limit` of the one before; results in the order of `pids`.
+    fn sample_all(
+        &self,
+        readers: &Readers,
+        pids: &[i32],
+        limit: Duration,
+        stall: &[i32],
+    ) -> Vec<ProcResult<LightSample>> {
+        let (files, cap, stall) = (self.files.clone(), self.cap, stall.to_vec());
+        readers
+            .run_each(pids, "stat", limit, move |pid| {
+                if stall.contains(&pid) {
+                    stall_like_a_stuck_process();
+                }
+                let (held, hold) = {
+                    let mut m = lock(&files);
+                    let h = m.remove(&pid);
+                    (h, m.len() < cap)
+                };
+                let (r, held) = sample_held(pid, held, hold);
+                if let (Ok(_), Some(h)) = (&r, held) {
+                    lock(&files).insert(pid, h);
+                }
+                r
+            })
+            .into_iter()
+            .map(|r| r.and_then(|r| r))
+            .collect()
     }
 
-    fn sample(&mut self, pid: i32) -> ProcResult<LightSample> {
-        if let Some((st_f, io_f)) = self.files.remove(&pid) {
-            let st = self
-                .read(&st_f)
-                .ok()
-                .flatten()
-                .and_then(|t| procfs::parse_stat(&t));
-            if let Some(st) = st {
-                let io = io_f
-                    .as_ref()
-                    .and_then(|f| self.read(f).ok().flatten())
-                    .map(|t| procfs::parse_io(&t));
-                self.files.insert(pid, (st_f, io_f));
-                return Ok(light_from(pid, st, io));
-            }
-            // Exited (ESRCH) or odd: drop the handles, look at the pid afresh.
-        }
-        let s = light(pid)?;
-        if self.files.len() < self.cap {
-            if let Ok(st_f) = std::fs::File::open(format!("/proc/{pid}/stat")) {
-                let io_f =
-                    s.io.and_then(|_| std::fs::File::open(format!("/proc/{pid}/io")).ok());
-                self.files.insert(pid, (st_f, io_f));
-            }
-        }
-        Ok(s)
+    #[cfg(test)]
+    fn sample(&self, pid: i32) -> ProcResult<LightSample> {
+        let r = Readers::new(1, 1);
+        self.sample_all(&r, &[pid], Duration::from_secs(10), &[])
+            .pop()
+            .expect("one answer")
+    }
+
+    #[cfg(test)]
+    fn holds(&self, pid: i32) -> bool {
+        lock(&self.files).contains_key(&pid)
     }
 
     /// Closes the handles of processes not seen in the last scan.
-    fn retain(&mut self, seen: &std::collections::HashSet<i32>) {
-        self.files.retain(|pid, _| seen.contains(pid));
+    fn retain(&self, seen: &std::collections::HashSet<i32>) {
+        lock(&self.files).retain(|pid, _| seen.contains(pid));
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A map of descriptors stays usable after a panic elsewhere: ignore the poison.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The test hook behind [`ScanOptions::stall_pids`]: blocks the reader thread the way a
+/// read of a stuck process's /proc file does (for an hour; the scan gives up long before).
+fn stall_like_a_stuck_process() {
+    std::thread::sleep(Duration::from_secs(3600));
 }
 
 /// The expensive part of a process's state.
@@ -146,6 +216,24 @@ pub struct Deep {
 /// `numa_maps` (memory per node) is the costly part — the kernel walks the page tables —
 /// and is skipped when `memory` is false.
 pub fn deep(pid: i32, memory: bool) -> ProcResult<Deep> {
+    deep_steps(pid, memory, &AtomicUsize::new(0))
+}
+
+/// The files of the deep look in the order it reads them; `step` holds the index of the
+/// one being read, so a read that never returns can be named.
+const DEEP_FILES: [&str; 8] = [
+    "status",
+    "task",
+    "fd",
+    "ns/mnt",
+    "maps",
+    "numa_maps",
+    "cgroup",
+    "cpuset",
+];
+
+fn deep_steps(pid: i32, memory: bool, step: &AtomicUsize) -> ProcResult<Deep> {
+    let at = |i: usize| step.store(i, Ordering::Relaxed);
     let status = procfs::read_status(pid)?;
     let mut d = Deep {
         status,
@@ -158,15 +246,19 @@ pub fn deep(pid: i32, memory: bool) -> ProcResult<Deep> {
         d.errors.push(r.to_string());
         Ok(())
     };
+    at(1);
     match procfs::thread_processors(pid) {
         Ok(t) => d.threads = t,
         Err(e) => note(e, &mut d)?,
     }
+    at(2);
     match procfs::open_files(pid) {
         Ok(f) => d.fds = f,
         Err(e) => note(e, &mut d)?,
     }
+    at(3);
     d.mount_ns_inode = procfs::mount_ns(pid);
+    at(4);
     let same_ns = match (d.mount_ns_inode, own_mount_ns()) {
         (Some(a), Some(b)) => Some(a == b),
         _ => None,
@@ -176,14 +268,17 @@ pub fn deep(pid: i32, memory: bool) -> ProcResult<Deep> {
         Err(e) => note(e, &mut d)?,
     }
     if memory {
+        at(5);
         match procfs::memory_per_node(pid) {
             Ok(m) => d.memory_per_node = m,
             Err(e) => note(e, &mut d)?,
         }
     }
+    at(6);
     d.cgroup = procfs::read_proc(pid, "cgroup")
         .map(|t| procfs::parse_cgroup(&t))
         .unwrap_or_else(|_| "/".into());
+    at(7);
     d.cpuset = procfs::cpuset_cpus(pid);
     Ok(d)
 }
@@ -585,18 +680,34 @@ pub fn clock_ticks_per_sec() -> f64 {
     }
 }
 
-/// Reads memory per node for a view taken without it; false if the process is gone.
-pub fn fill_memory(v: &mut ProcessView) -> bool {
-    match procfs::memory_per_node(v.pid) {
-        Ok(m) => {
-            v.memory_per_node = m;
-            true
-        }
-        Err(e) if e.is_gone() => false,
-        Err(e) => {
-            v.errors.push(e.to_string());
-            true
-        }
+/// A process whose `/proc` files did not answer within the scan's limit: left out of the
+/// views (nothing is decided about a process that could not be read).
+#[derive(Debug, Clone, Serialize)]
+pub struct Unresponsive {
+    pub pid: i32,
+    /// Its command name, when its `stat` was read before a later file hung.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub comm: Option<String>,
+    /// The file that did not answer (`/proc/PID/maps`, ...).
+    #[serde(serialize_with = "numaio_pagecache::serialize_path")]
+    pub file: PathBuf,
+    /// The full message.
+    pub error: String,
+}
+
+impl Unresponsive {
+    pub(crate) fn of(e: &ProcError, comm: Option<&str>) -> Option<Self> {
+        let (pid, path) = match e {
+            ProcError::Unresponsive { pid, path, .. }
+            | ProcError::ReadersExhausted { pid, path, .. } => (*pid, path.clone()),
+            _ => return None,
+        };
+        Some(Unresponsive {
+            pid,
+            comm: comm.map(str::to_string),
+            file: path,
+            error: e.to_string(),
+        })
     }
 }
 
@@ -615,7 +726,17 @@ pub struct ScanOptions {
     /// candidates ([`fill_memory`]).
     pub memory: bool,
     pub max_files: usize,
+    /// How long the light sample (`stat` + `io`) of one process may take; the deep look
+    /// (every other file, `numa_maps` walks the page tables) may take [`DEEP_FACTOR`] times
+    /// as long. A process past it is reported in [`ScanResult::unresponsive`].
+    pub read_limit: Duration,
+    /// Test hook: the reads of these pids block like those of a stuck process.
+    #[doc(hidden)]
+    pub stall_pids: Vec<i32>,
 }
+
+/// The deep look's limit as a multiple of [`ScanOptions::read_limit`].
+pub const DEEP_FACTOR: u32 = 10;
 
 impl Default for ScanOptions {
     fn default() -> Self {
@@ -626,6 +747,8 @@ impl Default for ScanOptions {
             deep_all: false,
             memory: true,
             max_files: 64,
+            read_limit: crate::bounded::DEFAULT_LIMIT,
+            stall_pids: Vec::new(),
         }
     }
 }
@@ -638,6 +761,8 @@ pub struct ScanResult {
     pub gone: usize,
     /// Processes whose stat or io could not be read (permissions).
     pub unreadable: usize,
+    /// Processes whose `/proc` files did not answer in time: not in `views`.
+    pub unresponsive: Vec<Unresponsive>,
     pub residency_queries: usize,
 }
 
@@ -646,6 +771,8 @@ pub struct Scanner {
     prev: HashMap<i32, Prev>,
     pub memo: ResidencyMemo,
     handles: ProcHandles,
+    /// Every /proc read of a scan runs here, so a stuck process costs a time limit, once.
+    readers: Readers,
 }
 
 impl Default for Scanner {
@@ -654,6 +781,7 @@ impl Default for Scanner {
             prev: HashMap::new(),
             memo: ResidencyMemo::default(),
             handles: ProcHandles::new(),
+            readers: Readers::new(1, crate::bounded::DEFAULT_ABANDON_CAP),
         }
     }
 }
@@ -668,6 +796,50 @@ impl Scanner {
         Scanner {
             memo: ResidencyMemo::with_ttl(ttl),
             ..Self::default()
+        }
+    }
+
+    /// `/proc/PID/stat` within `limit`, on the scan's readers.
+    pub fn read_stat(&self, pid: i32, limit: Duration) -> ProcResult<procfs::Stat> {
+        self.readers.read_stat(pid, limit)
+    }
+
+    /// Reads memory per node for a view taken without it, within the deep look's limit.
+    /// Errs when the process is gone or did not answer (then nothing may be decided about
+    /// it); other failures are noted in the view.
+    pub fn fill_memory(&self, v: &mut ProcessView, read_limit: Duration) -> ProcResult<()> {
+        let pid = v.pid;
+        let r = self
+            .readers
+            .run(pid, "numa_maps", read_limit * DEEP_FACTOR, move || {
+                procfs::memory_per_node(pid)
+            })?;
+        match r {
+            Ok(m) => v.memory_per_node = m,
+            Err(e) if e.is_gone() => return Err(e),
+            Err(e) => v.errors.push(e.to_string()),
+        }
+        Ok(())
+    }
+
+    /// The deep look of `pid` on the scan's readers; a timeout names the file that hung.
+    fn deep_within(&self, pid: i32, memory: bool, limit: Duration) -> ProcResult<Deep> {
+        let step = Arc::new(AtomicUsize::new(0));
+        let st = step.clone();
+        let r = self
+            .readers
+            .run(pid, "status", limit, move || deep_steps(pid, memory, &st));
+        match r {
+            Ok(r) => r,
+            Err(ProcError::Unresponsive { pid, why, .. }) if why.starts_with("no answer") => {
+                let file = DEEP_FILES[step.load(Ordering::Relaxed).min(DEEP_FILES.len() - 1)];
+                Err(ProcError::Unresponsive {
+                    pid,
+                    path: PathBuf::from(format!("/proc/{pid}/{file}")),
+                    why,
+                })
+            }
+            Err(e) => Err(e),
         }
     }
 
@@ -687,11 +859,19 @@ impl Scanner {
         let mut seen = std::collections::HashSet::with_capacity(pids.len());
         self.memo.expire();
         let mut next: HashMap<i32, Prev> = HashMap::with_capacity(pids.len());
-        for pid in pids {
-            let cur = match self.handles.sample(pid) {
+        let deep_limit = opts.read_limit * DEEP_FACTOR;
+        let lights =
+            self.handles
+                .sample_all(&self.readers, &pids, opts.read_limit, &opts.stall_pids);
+        for (pid, light) in pids.into_iter().zip(lights) {
+            let cur = match light {
                 Ok(s) => {
                     seen.insert(pid);
                     s
+                }
+                Err(e) if e.is_unresponsive() => {
+                    res.unresponsive.extend(Unresponsive::of(&e, None));
+                    continue;
                 }
                 Err(ProcError::Gone { .. }) => {
                     res.gone += 1;
@@ -725,7 +905,7 @@ impl Scanner {
             let mut fd_pos = HashMap::new();
             let mut deep_done = false;
             if want_view || opts.deep_all {
-                match deep(pid, want_view && opts.memory) {
+                match self.deep_within(pid, want_view && opts.memory, deep_limit) {
                     Ok(d) => {
                         deep_done = true;
                         for f in &d.fds {
@@ -747,6 +927,11 @@ impl Scanner {
                     }
                     Err(e) if e.is_gone() => {
                         res.gone += 1;
+                        continue;
+                    }
+                    Err(e) if e.is_unresponsive() => {
+                        res.unresponsive
+                            .extend(Unresponsive::of(&e, Some(&cur.comm)));
                         continue;
                     }
                     Err(_) => res.unreadable += 1,
@@ -847,17 +1032,63 @@ mod tests {
         assert!(fv.cached_bytes > 0);
     }
 
+    /// A process whose /proc reads block is reported, not waited for: the scan ends
+    /// within the limit, the others are listed, and the next scan does not wait again.
+    #[test]
+    fn a_stuck_process_is_reported_and_the_scan_finishes() {
+        let topo = Topology::detect().unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let stuck = child.id() as i32;
+        let me = std::process::id() as i32;
+        let limit = Duration::from_millis(100);
+        let opts = ScanOptions {
+            pids: Some(vec![stuck, me]),
+            all: true,
+            deep_all: true,
+            read_limit: limit,
+            stall_pids: vec![stuck],
+            ..Default::default()
+        };
+        let mut sc = Scanner::new();
+        for round in 0..2 {
+            let t = Instant::now();
+            let res = sc.scan(&opts, &topo, &crate::cache::FakeCache::default());
+            let took = t.elapsed();
+            assert!(
+                took < limit + Duration::from_secs(2),
+                "round {round}: {took:?}"
+            );
+            assert_eq!(res.unresponsive.len(), 1, "{:?}", res.unresponsive);
+            let u = &res.unresponsive[0];
+            assert_eq!(u.pid, stuck);
+            assert_eq!(u.file, PathBuf::from(format!("/proc/{stuck}/stat")));
+            assert!(u.error.contains(&stuck.to_string()), "{}", u.error);
+            let pids: Vec<i32> = res.views.iter().map(|v| v.pid).collect();
+            assert_eq!(pids, vec![me], "round {round}");
+            if round == 1 {
+                // Known stuck: no second wait.
+                assert!(u.error.contains("stuck for"), "{}", u.error);
+            }
+        }
+        assert_eq!(sc.readers.counts().abandoned, 1);
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
     /// Held /proc descriptors follow their process and report its exit.
     #[test]
     fn held_handles_track_exit() {
-        let mut h = ProcHandles::new();
+        let h = ProcHandles::new();
         let mut child = std::process::Command::new("sleep")
             .arg("30")
             .spawn()
             .unwrap();
         let pid = child.id() as i32;
         let a = h.sample(pid).unwrap();
-        assert!(h.files.contains_key(&pid));
+        assert!(h.holds(pid));
         let b = h.sample(pid).unwrap();
         assert_eq!(a.start_ticks, b.start_ticks);
         assert_eq!(b.comm, "sleep");
@@ -865,6 +1096,6 @@ mod tests {
         child.kill().unwrap();
         child.wait().unwrap();
         assert!(matches!(h.sample(pid), Err(ProcError::Gone { .. })));
-        assert!(!h.files.contains_key(&pid));
+        assert!(!h.holds(pid));
     }
 }

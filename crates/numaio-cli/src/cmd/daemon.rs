@@ -251,6 +251,9 @@ fn human(v: &serde_json::Value) -> String {
             match v["unreadable"].as_u64() {
                 Some(n) if n > 0 => format!(" ({n} unreadable: run as root to see them)"),
                 _ => String::new(),
+            } + &match v["unresponsive"].as_u64() {
+                Some(n) if n > 0 => format!(" ({n} not answering, skipped)"),
+                _ => String::new(),
             },
             v["io_active"],
             v["decisions"],
@@ -297,6 +300,7 @@ fn human(v: &serde_json::Value) -> String {
             v["iterations"], v["actions"]
         ),
         Some("error") => format!("error: {}", s("error")),
+        Some("unresponsive") => format!("skipped: {}", s("error")),
         _ => v.to_string(),
     }
 }
@@ -491,5 +495,15 @@ mod tests {
         let i = serde_json::json!({"event":"interval","iteration":2,"scanned":10,"io_active":1,
             "decisions":0,"actions":0,"cpu_secs":0.0125});
         assert!(human(&i).contains("12.5 ms CPU"));
+        let i = serde_json::json!({"event":"interval","iteration":2,"scanned":10,"io_active":1,
+            "decisions":0,"actions":0,"cpu_secs":0.0,"unresponsive":2});
+        assert!(
+            human(&i).contains("(2 not answering, skipped)"),
+            "{}",
+            human(&i)
+        );
+        let u = serde_json::json!({"event":"unresponsive","pid":7,"file":"/proc/7/stat",
+            "error":"process 7 does not answer"});
+        assert_eq!(human(&u), "skipped: process 7 does not answer");
     }
 }

@@ -35,9 +35,18 @@ pub struct PsArgs {
     /// numa_io:{"numa<N>_read_bytes":u64},numa_io_exact:bool,...}]}; with --watch one line
     /// per round. For a process with files open on a numaio mount, numa_io holds the mount's
     /// exact counts since it was mounted (numa<N>_read_bytes and numa<N>_write_bytes),
-    /// numa_io_exact is true and numa_io_mount names the mount.
+    /// numa_io_exact is true and numa_io_mount names the mount. Processes whose /proc files
+    /// did not answer within --read-timeout are left out of processes and listed in
+    /// unresponsive:[{pid,comm?,file,error}].
     #[arg(long)]
     json: bool,
+    /// Seconds to wait for one process's stat and io (its other files: 10 times as long);
+    /// a process past it is reported unresponsive (stuck in the kernel) and skipped.
+    #[arg(long, default_value_t = 0.2, value_name = "SECS", value_parser = crate::args::secs)]
+    read_timeout: f64,
+    /// Test aid: reads of this process's /proc files block as if it were stuck.
+    #[arg(long, value_name = "PID", value_parser = crate::args::pid, hide = true)]
+    test_stall_pid: Vec<i32>,
 }
 
 pub fn run(a: PsArgs) -> anyhow::Result<ExitCode> {
@@ -48,9 +57,14 @@ pub fn run(a: PsArgs) -> anyhow::Result<ExitCode> {
             crate::args::MAX_SECS
         );
     }
+    let limit = Duration::from_secs_f64(a.read_timeout);
     for &p in &a.pids {
-        if numaio_proc::procfs::read_stat(p).is_err() {
-            crate::usage_bail!("no process with pid {p} (it may have exited); list processes with `numaio ps --all`");
+        match numaio_proc::bounded::global().read_stat(p, limit) {
+            // A process that does not answer exists; the scan reports it.
+            Err(e) if !e.is_unresponsive() => crate::usage_bail!(
+                "no process with pid {p} (it may have exited); list processes with `numaio ps --all`"
+            ),
+            _ => {}
         }
     }
     let topo = Topology::detect()?;
@@ -58,6 +72,8 @@ pub fn run(a: PsArgs) -> anyhow::Result<ExitCode> {
         pids: (!a.pids.is_empty()).then(|| a.pids.clone()),
         all: a.all || !a.pids.is_empty(),
         deep_all: true,
+        read_limit: limit,
+        stall_pids: a.test_stall_pid.clone(),
         ..Default::default()
     };
     let cache = PageCache;
@@ -72,6 +88,9 @@ pub fn run(a: PsArgs) -> anyhow::Result<ExitCode> {
         views.sort_by(|x, y| y.read_bytes.cmp(&x.read_bytes).then(x.pid.cmp(&y.pid)));
         let exact = exact_numa_io(&mut views);
         round += 1;
+        for u in &res.unresponsive {
+            crate::warnln!("warning: {}", u.error);
+        }
         if a.watch.is_some() {
             for v in &views {
                 let t = totals.entry((v.pid, v.start_ticks)).or_default();
@@ -114,6 +133,7 @@ pub fn run(a: PsArgs) -> anyhow::Result<ExitCode> {
                 "interval_secs": period,
                 "scanned": res.scanned,
                 "unreadable": res.unreadable,
+                "unresponsive": res.unresponsive,
                 "processes": procs,
             }))?;
         } else {
