@@ -1,16 +1,57 @@
 //! Plain positional I/O on block devices and files: the store `fsck` and `mkfs` use, and the
 //! reference the other stores are compared with.
+//!
+//! Under a FUSE mount the kernel already caches file data in the mount's page cache, so the
+//! devices' own page cache would hold a second copy. With [`FileStore::cache_once`] the store
+//! drops its device pages once a cache above holds the data: after a read the caller keeps
+//! ([`BlockStore::forget`]) and after written data became durable (at [`BlockStore::sync`]).
 
 use super::{check_range, device, BlockStore, DeviceInfo, DeviceKind};
 use crate::FsError;
+use parking_lot::Mutex;
 use std::fs::File;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Written ranges remembered per device before the whole device is dropped at the next sync.
+const MAX_RANGES: usize = 256;
+
+/// Byte ranges of one device written since its last sync (cache-once mode only).
+#[derive(Default)]
+struct Written {
+    ranges: Vec<(u64, u64)>,
+    /// Too many ranges: drop the whole device's pages at the next sync.
+    all: bool,
+}
+
+impl Written {
+    fn add(&mut self, offset: u64, len: u64) {
+        if self.all || len == 0 {
+            return;
+        }
+        if let Some(last) = self.ranges.last_mut() {
+            if last.0 + last.1 == offset {
+                last.1 += len;
+                return;
+            }
+        }
+        if self.ranges.len() == MAX_RANGES {
+            self.ranges.clear();
+            self.all = true;
+        } else {
+            self.ranges.push((offset, len));
+        }
+    }
+}
 
 /// The devices of a volume, opened for `pread`/`pwrite`; `sync` is `fdatasync`.
 pub struct FileStore {
     infos: Vec<DeviceInfo>,
     files: Vec<File>,
     read_only: bool,
+    cache_once: AtomicBool,
+    written: Vec<Mutex<Written>>,
 }
 
 /// Opens one device: O_EXCL for a block device (so nothing mounts or formats it meanwhile),
@@ -87,10 +128,38 @@ impl FileStore {
             .map(|d| open_device(d, read_only))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(FileStore {
+            written: files.iter().map(|_| Mutex::default()).collect(),
             infos: devices.to_vec(),
             files,
             read_only,
+            cache_once: AtomicBool::new(false),
         })
+    }
+
+    /// A page cache above the store (a FUSE mount's) keeps what callers read and write: from
+    /// now on drop device pages it holds too, so the data is cached once.
+    pub fn cache_once(&self, on: bool) {
+        self.cache_once.store(on, Ordering::Relaxed);
+    }
+
+    /// `posix_fadvise(DONTNEED)`: clean pages of the range leave the device's page cache
+    /// (dirty ones are only queued for write-back, and dropped at a later call).
+    fn drop_pages(&self, dev: u16, offset: u64, len: u64) -> Result<(), FsError> {
+        let info = device(&self.infos, dev)?;
+        let (Ok(off), Ok(len)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
+            return Ok(());
+        };
+        let f = &self.files[dev as usize];
+        // SAFETY: an advisory call on a descriptor this store owns; no memory is passed.
+        let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), off, len, libc::POSIX_FADV_DONTNEED) };
+        if r != 0 {
+            return Err(FsError::io(
+                &info.path,
+                format!("dropping cached pages of {len} bytes at {offset} (posix_fadvise)"),
+                std::io::Error::from_raw_os_error(r),
+            ));
+        }
+        Ok(())
     }
 
     /// Whether writes are refused.
@@ -139,7 +208,20 @@ impl BlockStore for FileStore {
                     format!("write of {} bytes at {offset}", data.len()),
                     e,
                 )
-            })
+            })?;
+        if self.cache_once.load(Ordering::Relaxed) {
+            self.written[dev as usize]
+                .lock()
+                .add(offset, data.len() as u64);
+        }
+        Ok(())
+    }
+
+    fn forget(&self, dev: u16, offset: u64, len: u64) -> Result<(), FsError> {
+        if !self.cache_once.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        self.drop_pages(dev, offset, len)
     }
 
     fn sync(&self, dev: u16) -> Result<(), FsError> {
@@ -147,8 +229,22 @@ impl BlockStore for FileStore {
         if self.read_only {
             return Ok(());
         }
+        // Ranges written before the sync are durable after it: their pages are clean and
+        // can go. Taken before, so writes racing with the sync stay for the next one.
+        let written = self
+            .cache_once
+            .load(Ordering::Relaxed)
+            .then(|| std::mem::take(&mut *self.written[dev as usize].lock()));
         self.files[dev as usize]
             .sync_data()
-            .map_err(|e| FsError::io(&info.path, "fdatasync", e))
+            .map_err(|e| FsError::io(&info.path, "fdatasync", e))?;
+        match written {
+            Some(w) if w.all => self.drop_pages(dev, 0, 0),
+            Some(w) => w
+                .ranges
+                .iter()
+                .try_for_each(|&(off, len)| self.drop_pages(dev, off, len)),
+            None => Ok(()),
+        }
     }
 }

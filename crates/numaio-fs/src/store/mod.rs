@@ -58,6 +58,13 @@ pub trait BlockStore: Send + Sync {
     fn write_at(&self, dev: u16, offset: u64, data: &[u8]) -> Result<(), FsError>;
     /// Makes every write to `dev` completed before the call durable.
     fn sync(&self, dev: u16) -> Result<(), FsError>;
+    /// Drops whatever copy of `len` bytes of `dev` at `offset` is cached below the store (a
+    /// kernel page cache of the device), where the store was told a cache above keeps them;
+    /// the data stays on the device. The default keeps nothing to drop.
+    fn forget(&self, dev: u16, offset: u64, len: u64) -> Result<(), FsError> {
+        let _ = (dev, offset, len);
+        Ok(())
+    }
     /// Bytes of device data held in a cache of this store, per node (empty: no cache).
     fn cache_bytes(&self) -> Vec<(u32, u64)> {
         Vec::new()
