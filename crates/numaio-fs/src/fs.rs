@@ -1431,6 +1431,23 @@ impl Fs {
     /// Reads up to `buf.len()` bytes at `offset`; holes read as zeros. Returns the count
     /// (0 at or past the end).
     pub fn read(&self, ino: u64, offset: u64, buf: &mut [u8]) -> Result<usize, FsError> {
+        self.read_into(ino, offset, buf, false)
+    }
+
+    /// [`Fs::read`] for a caller that keeps what it reads (the page cache of a mount): the
+    /// store then drops its own cached copy of the blocks read ([`BlockStore::forget`]), so
+    /// they are cached once.
+    pub fn read_kept(&self, ino: u64, offset: u64, buf: &mut [u8]) -> Result<usize, FsError> {
+        self.read_into(ino, offset, buf, true)
+    }
+
+    fn read_into(
+        &self,
+        ino: u64,
+        offset: u64,
+        buf: &mut [u8],
+        kept: bool,
+    ) -> Result<usize, FsError> {
         let mut g = self.inner.lock();
         let i = g.inode(ino)?;
         match i.attr.kind {
@@ -1476,6 +1493,19 @@ impl Fs {
                     let mut tmp = vec![0u8; count as usize * bs];
                     self.store.read_at(d, b * BLOCK_SIZE, &mut tmp)?;
                     dst.copy_from_slice(&tmp[(lo - run_off) as usize..(hi - run_off) as usize]);
+                }
+            }
+            if let (true, Some((d, b))) = (kept, phys) {
+                // Only blocks the caller got whole: a partly read block's other bytes are
+                // not in the cache above.
+                let first = lo.div_ceil(BLOCK_SIZE);
+                let last = hi / BLOCK_SIZE;
+                if last > first {
+                    self.store.forget(
+                        d,
+                        (b + first - start) * BLOCK_SIZE,
+                        (last - first) * BLOCK_SIZE,
+                    )?;
                 }
             }
             lb += count;

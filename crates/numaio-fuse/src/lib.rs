@@ -1,8 +1,9 @@
 //! Serves a mounted [`numaio_fs::Fs`] to the kernel through FUSE (the `fuser` crate).
 //!
 //! Every request is mapped onto the `Fs` API; errors become the errno `FsError::errno` names.
-//! Data is cached by `Fs`, so the kernel page cache keeps file data too (no direct I/O):
-//! this keeps mmap, shared writable mmap included, working without kernel extensions.
+//! File data is cached once, in the kernel's page cache of the mount (no direct I/O, so mmap,
+//! shared writable mmap included, works without kernel extensions); the volume's store drops
+//! its copy of what a buffered reader read and of what was written once it is durable.
 
 pub mod accounting;
 pub mod caller;
@@ -236,6 +237,24 @@ fn lookup_entry(reply: ReplyEntry, r: Result<numaio_fs::FileAttr, FsError>) {
     }
 }
 
+/// Reads for a READ request of a file opened with `open_flags`. Without `O_DIRECT` the kernel
+/// keeps what it gets in the mount's page cache, so the volume's store drops its own copy
+/// (`Fs::read_kept`): file data is cached once. An `O_DIRECT` reader keeps nothing, so the
+/// store's cache (the devices' page cache) stays the one copy.
+pub(crate) fn read_for(
+    fs: &Fs,
+    ino: u64,
+    offset: u64,
+    buf: &mut [u8],
+    open_flags: i32,
+) -> Result<usize, FsError> {
+    if open_flags & libc::O_DIRECT != 0 {
+        fs.read(ino, offset, buf)
+    } else {
+        fs.read_kept(ino, offset, buf)
+    }
+}
+
 fn empty(reply: ReplyEmpty, r: Result<(), FsError>) {
     match r {
         Ok(()) => reply.ok(),
@@ -405,12 +424,12 @@ impl Filesystem for NumaFs {
         _fh: FileHandle,
         offset: u64,
         size: u32,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyData,
     ) {
         let mut buf = vec![0u8; size as usize];
-        match self.fs().read(ino.0, offset, &mut buf) {
+        match read_for(self.fs(), ino.0, offset, &mut buf, flags.0) {
             Ok(n) => {
                 reply.data(&buf[..n]);
                 let r = self.requester(req.pid());

@@ -346,6 +346,13 @@ pub fn run(a: MountArgs) -> anyhow::Result<ExitCode> {
         drop(vol);
         return detach(&a, mp, &names, dev_before, opts.read_only);
     }
+    if let Opened::Devices(v) = &vol {
+        // The kernel's page cache of the mount keeps file data: the devices' page cache
+        // drops its copy (docs/fs.md, Mount: caching).
+        v.store
+            .cache_once(true)
+            .context("setting up the devices' page cache")?;
+    }
     let fs = vol
         .mount(MountOptions {
             read_only: opts.read_only,

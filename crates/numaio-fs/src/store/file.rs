@@ -138,8 +138,28 @@ impl FileStore {
 
     /// A page cache above the store (a FUSE mount's) keeps what callers read and write: from
     /// now on drop device pages it holds too, so the data is cached once.
-    pub fn cache_once(&self, on: bool) {
+    ///
+    /// Also turns the devices' own readahead off (`POSIX_FADV_RANDOM`): the mount reads ahead
+    /// itself, and pages read ahead below it would be a second copy nobody drops.
+    pub fn cache_once(&self, on: bool) -> Result<(), FsError> {
         self.cache_once.store(on, Ordering::Relaxed);
+        let advice = if on {
+            libc::POSIX_FADV_RANDOM
+        } else {
+            libc::POSIX_FADV_NORMAL
+        };
+        for (f, info) in self.files.iter().zip(&self.infos) {
+            // SAFETY: an advisory call on a descriptor this store owns; no memory is passed.
+            let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, advice) };
+            if r != 0 {
+                return Err(FsError::io(
+                    &info.path,
+                    "setting the access pattern (posix_fadvise)",
+                    std::io::Error::from_raw_os_error(r),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// `posix_fadvise(DONTNEED)`: clean pages of the range leave the device's page cache

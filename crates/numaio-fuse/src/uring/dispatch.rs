@@ -112,7 +112,9 @@ pub fn dispatch(
         op::READ => {
             let (offset, size) = (abi::u64_at(op_in, 8), abi::u32_at(op_in, 16) as usize);
             let n = size.min(payload.len());
-            let got = fs.read(ino, offset, &mut payload[..n]).map_err(errno)?;
+            // fuse_read_in: fh, offset, size, read_flags, lock_owner, then the open flags.
+            let flags = abi::u32_at(op_in, 32) as i32;
+            let got = crate::read_for(fs, ino, offset, &mut payload[..n], flags).map_err(errno)?;
             obs.account(fs, &r, ino, offset, got as u64, Direction::Read);
             Ok(got)
         }
