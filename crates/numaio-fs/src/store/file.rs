@@ -12,7 +12,10 @@ use parking_lot::Mutex;
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// How many reads' lengths a sequential stream is read ahead in cache-once mode.
+const READ_AHEAD_RUNS: u64 = 4;
 
 /// Written ranges remembered per device before the whole device is dropped at the next sync.
 const MAX_RANGES: usize = 256;
@@ -52,6 +55,10 @@ pub struct FileStore {
     read_only: bool,
     cache_once: AtomicBool,
     written: Vec<Mutex<Written>>,
+    /// Per device, where the last read ended and how far it was read ahead (cache-once
+    /// mode's own readahead).
+    read_end: Vec<AtomicU64>,
+    read_ahead: Vec<AtomicU64>,
 }
 
 /// Opens one device: O_EXCL for a block device (so nothing mounts or formats it meanwhile),
@@ -129,6 +136,8 @@ impl FileStore {
             .collect::<Result<Vec<_>, _>>()?;
         Ok(FileStore {
             written: files.iter().map(|_| Mutex::default()).collect(),
+            read_end: files.iter().map(|_| AtomicU64::new(u64::MAX)).collect(),
+            read_ahead: files.iter().map(|_| AtomicU64::new(0)).collect(),
             infos: devices.to_vec(),
             files,
             read_only,
@@ -139,8 +148,11 @@ impl FileStore {
     /// A page cache above the store (a FUSE mount's) keeps what callers read and write: from
     /// now on drop device pages it holds too, so the data is cached once.
     ///
-    /// Also turns the devices' own readahead off (`POSIX_FADV_RANDOM`): the mount reads ahead
-    /// itself, and pages read ahead below it would be a second copy nobody drops.
+    /// Also replaces the devices' own readahead (`POSIX_FADV_RANDOM`), whose pages would be a
+    /// second copy nobody drops, with one of the store's: a read that starts where the last
+    /// one on its device ended keeps the next four reads' length requested in the background
+    /// (`POSIX_FADV_WILLNEED`), which the next reads then take and drop. What is left over
+    /// when a stream ends is that stretch.
     pub fn cache_once(&self, on: bool) -> Result<(), FsError> {
         self.cache_once.store(on, Ordering::Relaxed);
         let advice = if on {
@@ -162,24 +174,29 @@ impl FileStore {
         Ok(())
     }
 
-    /// `posix_fadvise(DONTNEED)`: clean pages of the range leave the device's page cache
-    /// (dirty ones are only queued for write-back, and dropped at a later call).
-    fn drop_pages(&self, dev: u16, offset: u64, len: u64) -> Result<(), FsError> {
+    /// `posix_fadvise(advice)` of a range of `dev`.
+    fn advise(&self, dev: u16, offset: u64, len: u64, advice: libc::c_int) -> Result<(), FsError> {
         let info = device(&self.infos, dev)?;
-        let (Ok(off), Ok(len)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
+        let (Ok(off), Ok(n)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
             return Ok(());
         };
         let f = &self.files[dev as usize];
         // SAFETY: an advisory call on a descriptor this store owns; no memory is passed.
-        let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), off, len, libc::POSIX_FADV_DONTNEED) };
+        let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), off, n, advice) };
         if r != 0 {
             return Err(FsError::io(
                 &info.path,
-                format!("dropping cached pages of {len} bytes at {offset} (posix_fadvise)"),
+                format!("advising the kernel about {len} bytes at {offset} (posix_fadvise)"),
                 std::io::Error::from_raw_os_error(r),
             ));
         }
         Ok(())
+    }
+
+    /// `posix_fadvise(DONTNEED)`: clean pages of the range leave the device's page cache
+    /// (dirty ones are only queued for write-back, and dropped at a later call).
+    fn drop_pages(&self, dev: u16, offset: u64, len: u64) -> Result<(), FsError> {
+        self.advise(dev, offset, len, libc::POSIX_FADV_DONTNEED)
     }
 
     /// Whether writes are refused.
@@ -204,7 +221,22 @@ impl BlockStore for FileStore {
                     format!("read of {} bytes at {offset}", buf.len()),
                     e,
                 )
-            })
+            })?;
+        if self.cache_once.load(Ordering::Relaxed) {
+            let len = buf.len() as u64;
+            let end = offset + len;
+            let prev = self.read_end[dev as usize].swap(end, Ordering::Relaxed);
+            if prev == offset {
+                // Keep READ_AHEAD_RUNS requests' worth in flight ahead of a stream.
+                let want = (end + len * READ_AHEAD_RUNS).min(info.bytes);
+                let from = end.max(self.read_ahead[dev as usize].load(Ordering::Relaxed));
+                if want > from {
+                    self.read_ahead[dev as usize].store(want, Ordering::Relaxed);
+                    self.advise(dev, from, want - from, libc::POSIX_FADV_WILLNEED)?;
+                }
+            }
+        }
+        Ok(())
     }
 
     fn write_at(&self, dev: u16, offset: u64, data: &[u8]) -> Result<(), FsError> {
