@@ -41,10 +41,42 @@ pub(crate) const TTL: Duration = Duration::from_secs(60);
 /// dropping them at each open would send every cached read back to the server. No FLUSH
 /// at close: data reaches `Fs` on each write (no writeback cache) and durability is
 /// fsync's job, so a flush would be a round trip that does nothing.
-const OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_KEEP_CACHE.union(FopenFlags::FOPEN_NOFLUSH);
+pub(crate) const OPEN_FLAGS: FopenFlags =
+    FopenFlags::FOPEN_KEEP_CACHE.union(FopenFlags::FOPEN_NOFLUSH);
 
-/// Entries one readdirplus reply holds at most (a page of entries with attributes).
+/// Entries a classic readdirplus reply holds at most: fuser does not tell the handler the
+/// kernel's buffer size, and a page holds about 25 entries with attributes.
 const READDIRPLUS_BATCH: usize = 64;
+
+/// Bytes of the smallest readdirplus record (`fuse_entry_out`, `fuse_dirent`, a 1-byte name,
+/// padded to 8): a reply buffer of `size` bytes holds at most `size / 160` entries.
+pub(crate) const DIRENTPLUS_MIN: usize = 160;
+
+/// One readdirplus reply's entries with their attributes, starting after `offset`: what
+/// both transports list, so a listing is the same in either.
+/// `limit` bounds the entries to what the reply buffer can hold, so no attributes are
+/// looked up in vain.
+pub(crate) fn readdirplus_batch(
+    fs: &Fs,
+    ino: u64,
+    offset: u64,
+    limit: usize,
+) -> Result<Vec<(numaio_fs::DirEntry, numaio_fs::FileAttr)>, FsError> {
+    fs.readdir_plus(ino, offset, limit.max(1))
+}
+
+/// A lookup's outcome for either transport: `Ok(None)` for a missing name, which is
+/// answered as a negative entry (inode 0) the kernel caches for the TTL, so repeated misses
+/// (path searches, the create after a failed stat) stay in the kernel.
+pub(crate) fn negative_lookup(
+    r: Result<numaio_fs::FileAttr, FsError>,
+) -> Result<Option<numaio_fs::FileAttr>, FsError> {
+    match r {
+        Ok(a) => Ok(Some(a)),
+        Err(FsError::NotFound) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
 
 /// The FUSE face of a numaio-fs volume.
 pub struct NumaFs {
@@ -208,11 +240,10 @@ fn entry(reply: ReplyEntry, r: Result<numaio_fs::FileAttr, FsError>) {
     }
 }
 
-/// A lookup's answer: a missing name is cached by the kernel as absent (inode 0) for the
-/// TTL, so repeated misses (path searches, create after a failed stat) stay in the kernel.
+/// A lookup's answer, a missing name as a negative entry ([`negative_lookup`]).
 fn lookup_entry(reply: ReplyEntry, r: Result<numaio_fs::FileAttr, FsError>) {
-    match r {
-        Err(FsError::NotFound) => {
+    match negative_lookup(r) {
+        Ok(None) => {
             let a = FileAttr {
                 ino: INodeNo(0),
                 size: 0,
@@ -232,7 +263,8 @@ fn lookup_entry(reply: ReplyEntry, r: Result<numaio_fs::FileAttr, FsError>) {
             };
             reply.entry(&TTL, &a, Generation(0))
         }
-        r => entry(reply, r),
+        Ok(Some(a)) => reply.entry(&TTL, &attr(&a), Generation(0)),
+        Err(e) => reply.error(errno(&e)),
     }
 }
 
@@ -248,6 +280,11 @@ impl Filesystem for NumaFs {
         // Lookups and listings of one directory may run in parallel (a kernel without it
         // keeps them serial).
         let _ = config.add_capabilities(fuser::InitFlags::FUSE_PARALLEL_DIROPS);
+        // Every listing carries attributes (in both transports): no LOOKUP per entry for
+        // `ls -l` or a stat after a readdir. Not READDIRPLUS_AUTO: with it the kernel asks
+        // for attributes only in a listing's first reply, so a large directory listed before
+        // it is stat'ed (as `ls -l` does) still costs a LOOKUP per later entry.
+        let _ = config.add_capabilities(fuser::InitFlags::FUSE_DO_READDIRPLUS);
         let uring = self.transport.wants_uring()
             && config
                 .add_capabilities(fuser::InitFlags::FUSE_OVER_IO_URING)
@@ -258,12 +295,6 @@ impl Filesystem for NumaFs {
             let _ = config.set_max_write(uring::MAX_WRITE);
             let _ = config.set_max_readahead(uring::MAX_WRITE);
             self.transport.negotiated(u64::from(uring::MAX_WRITE));
-        } else {
-            // Listings carry attributes: no LOOKUP per entry for `ls -l` or a stat after a
-            // readdir. Classic handlers only: the io_uring dispatcher serves plain readdir.
-            let _ = config.add_capabilities(
-                fuser::InitFlags::FUSE_DO_READDIRPLUS | fuser::InitFlags::FUSE_READDIRPLUS_AUTO,
-            );
         }
         Ok(())
     }
@@ -501,7 +532,7 @@ impl Filesystem for NumaFs {
         offset: u64,
         mut reply: fuser::ReplyDirectoryPlus,
     ) {
-        match self.fs().readdir_plus(ino.0, offset, READDIRPLUS_BATCH) {
+        match readdirplus_batch(self.fs(), ino.0, offset, READDIRPLUS_BATCH) {
             Ok(list) => {
                 for (e, a) in list {
                     let name = OsStr::from_bytes(&e.name);
