@@ -196,6 +196,16 @@ impl Transport {
     /// accepted io_uring, and returns the mode in use. On an error the kernel falls back to
     /// `/dev/fuse`, so the mount keeps working in classic mode.
     pub fn start(&self, dev: BorrowedFd<'_>) -> io::Result<FuseMode> {
+        // The mount exists once INIT is done: widen its readahead window (either mode).
+        // Only speed depends on it, so a failure is a warning.
+        if let Some(mp) = self.0.obs.mountpoint() {
+            if let Err(e) = crate::readahead::raise(mp) {
+                eprintln!(
+                    "numaio mount: {mp}: cannot raise the readahead window to {} KiB ({e}); sequential reads reach the server in smaller requests",
+                    crate::readahead::READAHEAD_KB
+                );
+            }
+        }
         if !self.is_negotiated() {
             return Ok(FuseMode::Classic);
         }
