@@ -23,7 +23,7 @@ pub const MAX_WRITE: u32 = 1 << 20;
 
 /// Ring entries per queue unless [`DEPTH_ENV`] says otherwise. Each entry holds a payload
 /// buffer of [`MAX_WRITE`] bytes (touched only as far as requests fill it).
-pub const DEFAULT_DEPTH: usize = 2;
+pub const DEFAULT_DEPTH: usize = 4;
 
 /// Environment variable that overrides the ring entries per queue (1 to 64), read when a
 /// mount is created: a knob for measuring, not a mount option.
