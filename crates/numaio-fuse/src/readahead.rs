@@ -12,15 +12,13 @@ pub const READAHEAD_KB: u64 = 1024;
 
 /// The `MAJ:MIN` of the topmost mount at `mp` in `/proc/self/mountinfo` text.
 pub fn device_of(mountinfo: &str, mp: &str) -> Option<String> {
-    mountinfo
-        .lines()
-        .filter_map(|l| {
-            let mut f = l.split(' ');
-            let dev = f.nth(2)?;
-            let point = f.nth(1)?;
-            (unescape(point) == mp).then(|| dev.to_string())
-        })
-        .last()
+    // Later lines are mounted on top of earlier ones.
+    mountinfo.lines().rev().find_map(|l| {
+        let mut f = l.split(' ');
+        let dev = f.nth(2)?;
+        let point = f.nth(1)?;
+        (unescape(point) == mp).then(|| dev.to_string())
+    })
 }
 
 /// mountinfo writes space, tab, newline and backslash as `\ooo` octal escapes.
