@@ -8,8 +8,11 @@
 # exits non-zero only when a run could not be made. Results: docs/fs-conformance.md.
 #
 # usage: scripts/fs-bench.sh [options]
-#   --targets LIST      comma list of ext4,bindfs,numaio,base (default: ext4,bindfs,numaio;
-#                       base: a second numaio binary, --numaio-base, e.g. a build of main)
+#   --targets LIST      comma list of ext4,bindfs,numaio,numaio-classic,numaio-uring,base
+#                       (default: ext4,bindfs,numaio; numaio mounts with --fuse-mode auto,
+#                       numaio-classic and numaio-uring force a FUSE transport, so both run
+#                       against bindfs in one run; base: a second numaio binary,
+#                       --numaio-base, e.g. a build of main)
 #   --numaio-base PATH  the numaio binary of the base target
 #   --measures LIST     comma list of seq,rand-read,rand-write,meta,personalities (default: all)
 #   --rounds N          run every target N times, alternating (default 1); the table shows
@@ -29,7 +32,7 @@ FIO="$ROOT/bench/fio"
 
 say() { printf '[fs-bench] %s\n' "$*" >&2; }
 die() { printf '[fs-bench] ERROR: %s\n' "$*" >&2; exit 2; }
-usage() { sed -n '10,25p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '10,28p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 TARGETS="ext4,bindfs,numaio" SCRATCH="" RUNTIME=5 SIZE=256m META_FILES=5000
 NUMAIO="$ROOT/target/release/numaio" URING=0 JSON="" KEEP=0 NUMAIO_BASE="" ROUNDS=1
@@ -54,7 +57,8 @@ while [ $# -gt 0 ]; do
 done
 IFS=, read -r -a target_list <<< "$TARGETS"
 for t in "${target_list[@]}"; do
-    case "$t" in ext4|bindfs|numaio|base) ;; *) die "unknown target '$t' in --targets (ext4,bindfs,numaio,base)" ;; esac
+    case "$t" in ext4|bindfs|numaio|numaio-classic|numaio-uring|base) ;;
+        *) die "unknown target '$t' in --targets (ext4,bindfs,numaio,numaio-classic,numaio-uring,base)" ;; esac
 done
 IFS=, read -r -a group_list <<< "$GROUPS_RUN"
 for g in "${group_list[@]}"; do
@@ -71,7 +75,7 @@ command -v fio >/dev/null || die "fio not found (scripts/setup.sh installs it)"
 for t in "${target_list[@]}"; do
     case "$t" in
         bindfs) command -v bindfs >/dev/null || die "bindfs not found (scripts/setup.sh installs it)" ;;
-        numaio) [ -x "$NUMAIO" ] || die "$NUMAIO is not an executable: cargo build --release -p numaio, or pass --numaio PATH" ;;
+        numaio|numaio-classic|numaio-uring) [ -x "$NUMAIO" ] || die "$NUMAIO is not an executable: cargo build --release -p numaio, or pass --numaio PATH" ;;
         base) [ -n "$NUMAIO_BASE" ] && [ -x "$NUMAIO_BASE" ] || die "target base needs --numaio-base PATH, an executable numaio (got '$NUMAIO_BASE')" ;;
     esac
 done
@@ -98,7 +102,7 @@ cleanup() {
         mountpoint -q "$m" || continue
         case "$m" in
             */bindfs) fusermount -u "$m" 2>/dev/null || umount -l "$m" ;;
-            */numaio) "$NUMAIO" umount "$m" 2>/dev/null || umount -l "$m" ;;
+            */numaio|*/numaio-classic|*/numaio-uring) "$NUMAIO" umount "$m" 2>/dev/null || umount -l "$m" ;;
             */base) "$NUMAIO_BASE" umount "$m" 2>/dev/null || umount -l "$m" ;;
             *) umount "$m" 2>/dev/null || umount -l "$m" ;;
         esac
@@ -129,7 +133,7 @@ dir_of() {
     case "$1" in
         ext4) echo "$EXT4/direct" ;;
         bindfs) echo "$SCRATCH/bindfs" ;;
-        numaio) echo "$SCRATCH/numaio" ;;
+        numaio|numaio-classic|numaio-uring) echo "$SCRATCH/$1" ;;
         base) echo "$SCRATCH/base" ;;
     esac
 }
@@ -142,14 +146,16 @@ setup_target() {
             mkdir -p "$EXT4/under-bindfs"
             bindfs "$EXT4/under-bindfs" "$d" || die "bindfs $EXT4/under-bindfs $d failed"
             mounted+=("$d") ;;
-        numaio|base)
+        numaio|numaio-classic|numaio-uring|base)
             # The volume is a file on the same ext4, so the disk under all three is the same.
-            local bin="$NUMAIO" img="$EXT4/$1-vol0.img"
+            local bin="$NUMAIO" img="$EXT4/$1-vol0.img" mode=()
             [ "$1" = base ] && bin="$NUMAIO_BASE"
+            [ "$1" = numaio-classic ] && mode=(--fuse-mode classic)
+            [ "$1" = numaio-uring ] && mode=(--fuse-mode io-uring)
             "$bin" mkfs --size 2G --node-of "$img=0" "$img" > "$LOGS/$1-mkfs.log" 2>&1 \
                 || die "$bin mkfs --size 2G --node-of $img=0 $img failed: $(tail -3 "$LOGS/$1-mkfs.log")"
-            "$bin" mount "$img" "$d" > "$LOGS/$1-mount.log" 2>&1 \
-                || die "$bin mount $img $d failed: $(tail -3 "$LOGS/$1-mount.log")"
+            "$bin" mount "${mode[@]}" "$img" "$d" > "$LOGS/$1-mount.log" 2>&1 \
+                || die "$bin mount ${mode[*]} $img $d failed: $(tail -3 "$LOGS/$1-mount.log")"
             mountpoint -q "$d" || die "$bin mount returned but $d is not a mount point"
             mounted+=("$d") ;;
     esac
@@ -276,12 +282,12 @@ for t in "${target_list[@]}"; do [ "$t" = bindfs ] && has_bindfs=1; done
 echo
 echo "fs-bench: $(nproc) CPUs, kernel $(uname -r), FUSE: $fuse_mode, runtime ${RUNTIME}s, size $SIZE, rounds $ROUNDS (median; min-max below when more than one), load $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-20s %-8s' measure unit
-for t in "${target_list[@]}"; do printf ' %12s' "$t"; [ $has_bindfs -eq 1 ] && [ "$t" != bindfs ] && printf ' %9s' "vs bindfs"; done
+for t in "${target_list[@]}"; do printf ' %14s' "$t"; [ $has_bindfs -eq 1 ] && [ "$t" != bindfs ] && printf ' %9s' "vs bindfs"; done
 echo
 for m in "${MEASURES[@]}"; do
     printf '%-20s %-8s' "$m" "${UNIT[$m]}"
     for t in "${target_list[@]}"; do
-        if [ -z "${RR[$t:$m]+set}" ]; then printf ' %12s' "-"; else printf ' %12s' "${R[$t:$m]:-error}"; fi
+        if [ -z "${RR[$t:$m]+set}" ]; then printf ' %14s' "-"; else printf ' %14s' "${R[$t:$m]:-error}"; fi
         if [ $has_bindfs -eq 1 ] && [ "$t" != bindfs ]; then printf ' %9s' "$(ratio "${R[$t:$m]:-}" "${R[bindfs:$m]:-}")"; fi
     done
     echo
@@ -290,7 +296,7 @@ if [ "$ROUNDS" -gt 1 ]; then
     for m in "${MEASURES[@]}"; do
         printf '%-20s %-8s' "$m" "range"
         for t in "${target_list[@]}"; do
-            printf ' %12s' "${RANGE[$t:$m]:--}"
+            printf ' %14s' "${RANGE[$t:$m]:--}"
             [ $has_bindfs -eq 1 ] && [ "$t" != bindfs ] && printf ' %9s' ""
         done
         echo

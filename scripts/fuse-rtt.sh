@@ -15,6 +15,9 @@
 #   --runtime SECS   seconds per measurement (default 5)
 #   --jobs N         parallel jobs for the rates (default: the number of CPUs)
 #   --rounds N       rounds of both modes (default 3)
+#   --depths LIST    io_uring ring entries per queue to compare, e.g. 1,2,4,8 (each depth
+#                    is one more io_uring mount per round, through NUMAIO_FUSE_URING_DEPTH;
+#                    default: the server's default depth only)
 #   --json FILE      where to write the results (default: SCRATCH/fuse-rtt.json)
 #   --keep           leave the scratch directory in place
 set -uo pipefail
@@ -22,15 +25,16 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 
 say() { printf '[fuse-rtt] %s\n' "$*" >&2; }
 die() { printf '[fuse-rtt] ERROR: %s\n' "$*" >&2; exit 2; }
-usage() { sed -n '13,19p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '13,22p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
-NUMAIO="$ROOT/target/release/numaio" RUNTIME=5 JOBS="$(nproc)" ROUNDS=3 JSON="" KEEP=0
+NUMAIO="$ROOT/target/release/numaio" RUNTIME=5 JOBS="$(nproc)" ROUNDS=3 JSON="" KEEP=0 DEPTHS=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --numaio) NUMAIO="${2:-}"; shift 2 ;;
         --runtime) RUNTIME="${2:-}"; shift 2 ;;
         --jobs) JOBS="${2:-}"; shift 2 ;;
         --rounds) ROUNDS="${2:-}"; shift 2 ;;
+        --depths) DEPTHS="${2:-}"; shift 2 ;;
         --json) JSON="${2:-}"; shift 2 ;;
         --keep) KEEP=1; shift ;;
         -h|--help) usage ;;
@@ -40,6 +44,17 @@ done
 [[ "$RUNTIME" =~ ^[1-9][0-9]*$ ]] || die "--runtime must be a positive number of seconds (got '$RUNTIME')"
 [[ "$JOBS" =~ ^[1-9][0-9]*$ ]] || die "--jobs must be a positive integer (got '$JOBS')"
 [[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || die "--rounds must be a positive integer (got '$ROUNDS')"
+[ -z "$DEPTHS" ] || [[ "$DEPTHS" =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] \
+    || die "--depths must be a comma list of ring depths 1-64 like 1,2,4,8 (got '$DEPTHS')"
+# Mount variants: classic, then io_uring at each depth ("io-uring" alone: the default depth).
+VARIANTS=(classic)
+if [ -z "$DEPTHS" ]; then VARIANTS+=(io-uring); else
+    IFS=, read -r -a dl <<< "$DEPTHS"
+    for d in "${dl[@]}"; do
+        [ "$d" -le 64 ] || die "--depths: $d is more than 64 ring entries"
+        VARIANTS+=("io-uring@$d")
+    done
+fi
 [ "$(id -u)" -eq 0 ] || die "run as root: it mounts, and turns on FUSE over io_uring"
 command -v fio >/dev/null || die "fio not found (scripts/setup.sh installs it)"
 command -v python3 >/dev/null || die "python3 not found (reads fio's JSON)"
@@ -79,10 +94,12 @@ run_fio() { # name rw jobs -> prints "iops lat_us"
 
 declare -A R
 for round in $(seq "$ROUNDS"); do
-for mode in classic io-uring; do
-    [ "$mode" = io-uring ] && echo Y > "$SWITCH"
-    out="$("$NUMAIO" mount --json --fuse-mode "$mode" "$SCRATCH/d0" "$SCRATCH/d1" "$MNT")" \
-        || die "numaio mount --fuse-mode $mode failed"
+for mode in "${VARIANTS[@]}"; do
+    fm="${mode%@*}" depth=""
+    [ "$fm" != "$mode" ] && depth="${mode#*@}"
+    [ "$fm" = io-uring ] && echo Y > "$SWITCH"
+    out="$(NUMAIO_FUSE_URING_DEPTH="$depth" "$NUMAIO" mount --json --fuse-mode "$fm" "$SCRATCH/d0" "$SCRATCH/d1" "$MNT")" \
+        || die "numaio mount --fuse-mode $fm failed (ring depth '${depth:-default}')"
     got="$(printf '%s' "$out" | python3 -c 'import json,sys; print(json.load(sys.stdin)["fuse_mode"])')"
     say "round $round, $mode: mounted, fuse_mode=$got"
     dd if=/dev/zero of="$MNT/data" bs=1M count=64 conv=fsync status=none || die "writing the data file failed"
@@ -99,28 +116,39 @@ done
 done
 
 # Per measure and mode: the median of the rounds and their range; ratios of the medians.
-python3 - "$JSON" "$JOBS" "$RUNTIME" "$ROUNDS" "${R[classic.got]}" "${R[io-uring.got]}" \
-    "${R[classic.rtt]}" "${R[io-uring.rtt]}" "${R[classic.read]}" "${R[io-uring.read]}" \
-    "${R[classic.write]}" "${R[io-uring.write]}" <<'PYEOF'
+# Each variant is passed as "NAME|GOT|RTTS|READS|WRITES".
+args=()
+for v in "${VARIANTS[@]}"; do
+    args+=("$v|${R[$v.got]}|${R[$v.rtt]}|${R[$v.read]}|${R[$v.write]}")
+done
+python3 - "$JSON" "$JOBS" "$RUNTIME" "$ROUNDS" "${args[@]}" <<'PYEOF'
 import json, statistics, sys
-out, jobs, runtime, rounds, got_c, got_u = sys.argv[1:7]
-vals = [[float(x) for x in a.split()] for a in sys.argv[7:13]]
+out, jobs, runtime, rounds = sys.argv[1:5]
+variants = []
+for a in sys.argv[5:]:
+    name, got, *cols = a.split("|")
+    variants.append((name, got, [[float(x) for x in c.split()] for c in cols]))
 names = [("rtt_us", "round trip, 1 job (us/request)", True),
          ("read_iops", "random read, %s jobs (req/s)" % jobs, False),
          ("write_iops", "random write, %s jobs (req/s)" % jobs, False)]
-res = {"schema_version": 2, "runtime_s": int(runtime), "jobs": int(jobs), "rounds": int(rounds),
-       "classic": {"fuse_mode": got_c}, "io_uring": {"fuse_mode": got_u}}
-print("%-34s %24s %24s %8s" % ("measure (4 KiB, O_DIRECT, psync)", "classic median (min-max)",
-                               "io_uring median (min-max)", "ratio"))
-for i, (key, label, lower_better) in enumerate(names):
-    c, u = vals[2 * i], vals[2 * i + 1]
-    mc, mu = statistics.median(c), statistics.median(u)
-    ratio = mc / mu if lower_better else mu / mc
-    cell = lambda m, v: "%.1f (%.1f-%.1f)" % (m, min(v), max(v))
-    print("%-34s %24s %24s %7.2fx" % (label, cell(mc, c), cell(mu, u), ratio))
-    res["classic"][key] = {"median": mc, "min": min(c), "max": max(c), "rounds": c}
-    res["io_uring"][key] = {"median": mu, "min": min(u), "max": max(u), "rounds": u}
-    res["io_uring"][key + "_ratio"] = ratio
+res = {"schema_version": 3, "runtime_s": int(runtime), "jobs": int(jobs), "rounds": int(rounds)}
+cname, cgot, cvals = variants[0]
+res["classic"] = {"fuse_mode": cgot}
+for name, got, uvals in variants[1:]:
+    key_u = "io_uring" if name == "io-uring" else "io_uring_depth_" + name.split("@")[1]
+    label_u = "io_uring" if name == "io-uring" else "io_uring, depth " + name.split("@")[1]
+    print("%-34s %24s %24s %8s" % ("measure (4 KiB, O_DIRECT, psync)", "classic median (min-max)",
+                                   label_u + " median (min-max)", "ratio"))
+    res[key_u] = {"fuse_mode": got}
+    for i, (key, label, lower_better) in enumerate(names):
+        c, u = cvals[i], uvals[i]
+        mc, mu = statistics.median(c), statistics.median(u)
+        ratio = mc / mu if lower_better else mu / mc
+        cell = lambda m, v: "%.1f (%.1f-%.1f)" % (m, min(v), max(v))
+        print("%-34s %24s %24s %7.2fx" % (label, cell(mc, c), cell(mu, u), ratio))
+        res["classic"][key] = {"median": mc, "min": min(c), "max": max(c), "rounds": c}
+        res[key_u][key] = {"median": mu, "min": min(u), "max": max(u), "rounds": u}
+        res[key_u][key + "_ratio"] = ratio
 json.dump(res, open(out, "w"), indent=1)
 PYEOF
 say "results: $JSON"

@@ -1489,6 +1489,11 @@ impl Fs {
             let dst = &mut buf[(lo - offset) as usize..(hi - offset) as usize];
             match phys {
                 None => dst.fill(0),
+                // A run whose blocks the request covers whole is read straight into the
+                // caller's buffer; only partly covered blocks go through a bounce buffer.
+                Some((d, b)) if lo == run_off && hi == run_off + count * BLOCK_SIZE => {
+                    self.store.read_at(d, b * BLOCK_SIZE, dst)?;
+                }
                 Some((d, b)) => {
                     let mut tmp = vec![0u8; count as usize * bs];
                     self.store.read_at(d, b * BLOCK_SIZE, &mut tmp)?;

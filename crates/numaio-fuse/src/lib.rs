@@ -9,6 +9,7 @@ pub mod accounting;
 pub mod caller;
 pub mod move_work;
 pub mod observer;
+pub mod readahead;
 pub mod serving;
 pub mod stats;
 pub mod uring;
@@ -42,10 +43,47 @@ pub(crate) const TTL: Duration = Duration::from_secs(60);
 /// dropping them at each open would send every cached read back to the server. No FLUSH
 /// at close: data reaches `Fs` on each write (no writeback cache) and durability is
 /// fsync's job, so a flush would be a round trip that does nothing.
-const OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_KEEP_CACHE.union(FopenFlags::FOPEN_NOFLUSH);
+pub(crate) const OPEN_FLAGS: FopenFlags =
+    FopenFlags::FOPEN_KEEP_CACHE.union(FopenFlags::FOPEN_NOFLUSH);
 
-/// Entries one readdirplus reply holds at most (a page of entries with attributes).
+/// Entries a classic readdirplus reply holds at most: fuser does not tell the handler the
+/// kernel's buffer size, and a page holds about 25 entries with attributes.
 const READDIRPLUS_BATCH: usize = 64;
+
+/// Bytes of the smallest readdirplus record (`fuse_entry_out`, `fuse_dirent`, a 1-byte name,
+/// padded to 8): a reply buffer of `size` bytes holds at most `size / 160` entries.
+pub(crate) const DIRENTPLUS_MIN: usize = 160;
+
+/// One readdirplus reply's entries with their attributes, starting after `offset`: what
+/// both transports list, so a listing is the same in either.
+/// `limit` bounds the entries to what the reply buffer can hold, so no attributes are
+/// looked up in vain.
+pub(crate) fn readdirplus_batch(
+    fs: &Fs,
+    ino: u64,
+    offset: u64,
+    limit: usize,
+) -> Result<Vec<(numaio_fs::DirEntry, numaio_fs::FileAttr)>, FsError> {
+    fs.readdir_plus(ino, offset, limit.max(1))
+}
+
+/// A lookup's outcome for either transport: `Ok(None)` for a missing name, which is
+/// answered as a negative entry (inode 0) the kernel caches for the TTL, so repeated misses
+/// (path searches, the create after a failed stat) stay in the kernel.
+pub(crate) fn negative_lookup(
+    r: Result<numaio_fs::FileAttr, FsError>,
+) -> Result<Option<numaio_fs::FileAttr>, FsError> {
+    match r {
+        Ok(a) => Ok(Some(a)),
+        Err(FsError::NotFound) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+thread_local! {
+    /// The classic read handler's reply buffer, kept per serving thread.
+    static READ_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
 
 /// The FUSE face of a numaio-fs volume.
 pub struct NumaFs {
@@ -209,11 +247,10 @@ fn entry(reply: ReplyEntry, r: Result<numaio_fs::FileAttr, FsError>) {
     }
 }
 
-/// A lookup's answer: a missing name is cached by the kernel as absent (inode 0) for the
-/// TTL, so repeated misses (path searches, create after a failed stat) stay in the kernel.
+/// A lookup's answer, a missing name as a negative entry ([`negative_lookup`]).
 fn lookup_entry(reply: ReplyEntry, r: Result<numaio_fs::FileAttr, FsError>) {
-    match r {
-        Err(FsError::NotFound) => {
+    match negative_lookup(r) {
+        Ok(None) => {
             let a = FileAttr {
                 ino: INodeNo(0),
                 size: 0,
@@ -233,7 +270,8 @@ fn lookup_entry(reply: ReplyEntry, r: Result<numaio_fs::FileAttr, FsError>) {
             };
             reply.entry(&TTL, &a, Generation(0))
         }
-        r => entry(reply, r),
+        Ok(Some(a)) => reply.entry(&TTL, &attr(&a), Generation(0)),
+        Err(e) => reply.error(errno(&e)),
     }
 }
 
@@ -267,6 +305,11 @@ impl Filesystem for NumaFs {
         // Lookups and listings of one directory may run in parallel (a kernel without it
         // keeps them serial).
         let _ = config.add_capabilities(fuser::InitFlags::FUSE_PARALLEL_DIROPS);
+        // Every listing carries attributes (in both transports): no LOOKUP per entry for
+        // `ls -l` or a stat after a readdir. Not READDIRPLUS_AUTO: with it the kernel asks
+        // for attributes only in a listing's first reply, so a large directory listed before
+        // it is stat'ed (as `ls -l` does) still costs a LOOKUP per later entry.
+        let _ = config.add_capabilities(fuser::InitFlags::FUSE_DO_READDIRPLUS);
         let uring = self.transport.wants_uring()
             && config
                 .add_capabilities(fuser::InitFlags::FUSE_OVER_IO_URING)
@@ -277,12 +320,6 @@ impl Filesystem for NumaFs {
             let _ = config.set_max_write(uring::MAX_WRITE);
             let _ = config.set_max_readahead(uring::MAX_WRITE);
             self.transport.negotiated(u64::from(uring::MAX_WRITE));
-        } else {
-            // Listings carry attributes: no LOOKUP per entry for `ls -l` or a stat after a
-            // readdir. Classic handlers only: the io_uring dispatcher serves plain readdir.
-            let _ = config.add_capabilities(
-                fuser::InitFlags::FUSE_DO_READDIRPLUS | fuser::InitFlags::FUSE_READDIRPLUS_AUTO,
-            );
         }
         Ok(())
     }
@@ -428,15 +465,21 @@ impl Filesystem for NumaFs {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyData,
     ) {
-        let mut buf = vec![0u8; size as usize];
-        match read_for(self.fs(), ino.0, offset, &mut buf, flags.0) {
-            Ok(n) => {
-                reply.data(&buf[..n]);
-                let r = self.requester(req.pid());
-                self.account(&r, ino.0, offset, n as u64, accounting::Direction::Read);
+        // A per-thread buffer: a fresh zeroed one per request cost a memset of every byte.
+        READ_BUF.with_borrow_mut(|buf| {
+            if buf.len() < size as usize {
+                buf.resize(size as usize, 0);
             }
-            Err(e) => reply.error(errno(&e)),
-        }
+            let buf = &mut buf[..size as usize];
+            match read_for(self.fs(), ino.0, offset, buf, flags.0) {
+                Ok(n) => {
+                    reply.data(&buf[..n]);
+                    let r = self.requester(req.pid());
+                    self.account(&r, ino.0, offset, n as u64, accounting::Direction::Read);
+                }
+                Err(e) => reply.error(errno(&e)),
+            }
+        })
     }
 
     fn write(
@@ -520,7 +563,7 @@ impl Filesystem for NumaFs {
         offset: u64,
         mut reply: fuser::ReplyDirectoryPlus,
     ) {
-        match self.fs().readdir_plus(ino.0, offset, READDIRPLUS_BATCH) {
+        match readdirplus_batch(self.fs(), ino.0, offset, READDIRPLUS_BATCH) {
             Ok(list) => {
                 for (e, a) in list {
                     let name = OsStr::from_bytes(&e.name);

@@ -35,6 +35,11 @@ impl Observer {
         let _ = self.mountpoint.set(mp.to_string());
     }
 
+    /// The mount point set by [`Observer::set_mountpoint`], if any.
+    pub fn mountpoint(&self) -> Option<&str> {
+        self.mountpoint.get().map(String::as_str)
+    }
+
     /// Moves requesting threads to their data (`MigrateThread` or `FirstReader`) with the
     /// engine's default hysteresis; set once, before the mount serves requests.
     pub fn set_move_work(&self, mode: numaio_engine::move_work::MoveWork, override_user: bool) {

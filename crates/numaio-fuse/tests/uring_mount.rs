@@ -136,6 +136,20 @@ fn exercise(mnt: &Path) {
     assert_eq!(back[0], b'x');
 }
 
+/// The mount's readahead window was raised to 1 MiB, so sequential reads arrive as 1 MiB
+/// READs rather than the kernel's default 128 KiB.
+fn check_readahead(mnt: &Path) {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let mp = mnt.canonicalize().unwrap();
+    let dev = numaio_fuse::readahead::device_of(&info, &mp.display().to_string())
+        .expect("the mount is in mountinfo");
+    let kb = std::fs::read_to_string(format!("/sys/class/bdi/{dev}/read_ahead_kb")).unwrap();
+    assert!(
+        kb.trim().parse::<u64>().unwrap() >= numaio_fuse::readahead::READAHEAD_KB,
+        "read_ahead_kb of {dev} is {kb}"
+    );
+}
+
 /// After umount the volume holds the fsync'd data.
 fn check_volume(store: &Arc<MemStore>) {
     let fs = Fs::mount(store.clone(), MountOptions::default()).expect("remount");
@@ -186,6 +200,7 @@ fn io_uring_mode_serves_the_file_operations() {
     assert!(t.is_negotiated(), "INIT did not accept FUSE_OVER_IO_URING");
     assert_eq!(mode, FuseMode::IoUring);
     assert_eq!(t.mode(), FuseMode::IoUring);
+    check_readahead(&mnt);
     exercise(&mnt);
     let n = t.requests();
     assert!(n.io_uring > 0, "no request came over the ring: {n:?}");
@@ -215,6 +230,7 @@ fn classic_mode_serves_the_file_operations() {
     std::fs::create_dir(&mnt).unwrap();
     let (bg, t, mode) = mount(&store, &mnt, FuseMode::Classic);
     assert_eq!(mode, FuseMode::Classic);
+    check_readahead(&mnt);
     exercise(&mnt);
     let n = t.requests();
     assert!(n.classic > 0 && n.io_uring == 0, "{n:?}");

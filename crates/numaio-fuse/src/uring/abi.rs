@@ -47,6 +47,7 @@ pub mod op {
     pub const CREATE: u32 = 35;
     pub const DESTROY: u32 = 38;
     pub const FALLOCATE: u32 = 43;
+    pub const READDIRPLUS: u32 = 44;
     pub const RENAME2: u32 = 45;
 }
 
@@ -152,6 +153,11 @@ impl<'a> Out<'a> {
 
 /// Bytes of a `fuse_dirent` before its name.
 pub const DIRENT_SZ: usize = 24;
+/// Bytes of `fuse_attr`.
+pub const ATTR_SZ: usize = 88;
+/// Bytes of `fuse_entry_out`: nodeid, generation, two validities and their nanoseconds,
+/// then `fuse_attr`.
+pub const ENTRY_OUT_SZ: usize = 40 + ATTR_SZ;
 
 #[cfg(test)]
 mod tests {

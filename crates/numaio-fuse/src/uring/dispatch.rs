@@ -38,8 +38,23 @@ pub fn dispatch(
     let input = &payload[..in_len.min(payload.len())];
     match h.opcode {
         op::LOOKUP => {
-            let r = fs.lookup(ino, name(input)?, &c);
-            entry(payload, r)
+            // A missing name is answered as a negative entry (inode 0) the kernel keeps for
+            // the TTL, as the classic adapter does.
+            match crate::negative_lookup(fs.lookup(ino, name(input)?, &c)) {
+                Ok(Some(a)) => entry(payload, Ok(a)),
+                Ok(None) => {
+                    let mut o = Out::new(payload);
+                    o.u64(0)
+                        .u64(0)
+                        .u64(TTL_SECS)
+                        .u64(TTL_SECS)
+                        .u32(0)
+                        .u32(0)
+                        .zeros(abi::ATTR_SZ);
+                    Ok(o.written())
+                }
+                Err(e) => Err(errno(e)),
+            }
         }
         op::GETATTR => attr_reply(payload, fs.getattr(ino)),
         op::SETATTR => {
@@ -106,7 +121,7 @@ pub fn dispatch(
             fs.access(ino, mask, &c)
                 .and_then(|()| fs.open(ino))
                 .map_err(errno)?;
-            opened(payload, FOPEN_KEEP_CACHE)
+            opened(payload, OPEN_FLAGS)
         }
         op::OPENDIR => opened(payload, 0),
         op::READ => {
@@ -188,7 +203,7 @@ pub fn dispatch(
                 .map_err(errno)?;
             let mut o = Out::new(payload);
             put_entry(&mut o, &a);
-            o.u64(0).u32(FOPEN_KEEP_CACHE).u32(0);
+            o.u64(0).u32(OPEN_FLAGS).u32(0);
             Ok(o.written())
         }
         op::READDIR => {
@@ -207,6 +222,28 @@ pub fn dispatch(
                     .u32(mode_bits(e.kind) >> 12)
                     .bytes(&e.name)
                     .zeros(rec - abi::DIRENT_SZ - e.name.len());
+            }
+            Ok(o.written())
+        }
+        op::READDIRPLUS => {
+            let (offset, size) = (abi::u64_at(op_in, 8), abi::u32_at(op_in, 16) as usize);
+            let cap = size.min(payload.len());
+            let list = crate::readdirplus_batch(fs, ino, offset, cap / crate::DIRENTPLUS_MIN)
+                .map_err(errno)?;
+            let mut o = Out::new(&mut payload[..cap]);
+            for (e, a) in list {
+                // fuse_direntplus: fuse_entry_out, then fuse_dirent, padded to 8 bytes.
+                let rec = (abi::ENTRY_OUT_SZ + abi::DIRENT_SZ + e.name.len()).next_multiple_of(8);
+                if rec > o.room() {
+                    break;
+                }
+                put_entry(&mut o, &a);
+                o.u64(e.ino)
+                    .u64(e.cookie)
+                    .u32(e.name.len() as u32)
+                    .u32(mode_bits(e.kind) >> 12)
+                    .bytes(&e.name)
+                    .zeros(rec - abi::ENTRY_OUT_SZ - abi::DIRENT_SZ - e.name.len());
             }
             Ok(o.written())
         }
@@ -243,9 +280,10 @@ fn data(payload: &mut [u8], d: &[u8]) -> Answer {
     Ok(d.len())
 }
 
-/// Files keep the kernel's cached pages across opens, as in the classic adapter: every
-/// change to the volume passes through this mount, so they cannot be stale.
-const FOPEN_KEEP_CACHE: u32 = 1 << 1;
+/// The classic adapter's open flags: files keep the kernel's cached pages across opens
+/// (every change passes through this mount, so they cannot be stale) and close sends no
+/// FLUSH (data reaches `Fs` on each write).
+const OPEN_FLAGS: u32 = crate::OPEN_FLAGS.bits();
 
 fn opened(payload: &mut [u8], flags: u32) -> Answer {
     let mut o = Out::new(payload);

@@ -11,7 +11,7 @@ use crate::Observer;
 use numaio_fs::Fs;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -20,6 +20,23 @@ pub const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
 
 /// Largest write the kernel may send; it also sizes every ring entry's payload buffer.
 pub const MAX_WRITE: u32 = 1 << 20;
+
+/// Ring entries per queue unless [`DEPTH_ENV`] says otherwise. Each entry holds a payload
+/// buffer of [`MAX_WRITE`] bytes (touched only as far as requests fill it).
+pub const DEFAULT_DEPTH: usize = 4;
+
+/// Environment variable that overrides the ring entries per queue (1 to 64), read when a
+/// mount is created: a knob for measuring, not a mount option.
+pub const DEPTH_ENV: &str = "NUMAIO_FUSE_URING_DEPTH";
+
+/// The ring depth `value` of [`DEPTH_ENV`] asks for: [`DEFAULT_DEPTH`] when unset or not a
+/// number in 1..=64.
+pub fn depth_from(value: Option<&str>) -> usize {
+    value
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|d| (1..=ring::MAX_DEPTH).contains(d))
+        .unwrap_or(DEFAULT_DEPTH)
+}
 
 /// How requests travel between the kernel and this server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,6 +109,7 @@ struct Shared {
     want_uring: bool,
     negotiated: AtomicBool,
     payload_sz: AtomicU64,
+    depth: AtomicUsize,
     active: AtomicBool,
     classic: AtomicU64,
     served: Arc<[ring::Counter]>,
@@ -112,6 +130,7 @@ impl Transport {
             want_uring,
             negotiated: AtomicBool::new(false),
             payload_sz: AtomicU64::new(0),
+            depth: AtomicUsize::new(depth_from(std::env::var(DEPTH_ENV).ok().as_deref())),
             active: AtomicBool::new(false),
             classic: AtomicU64::new(0),
             served: (0..queues).map(|_| ring::Counter::default()).collect(),
@@ -119,6 +138,18 @@ impl Transport {
             obs,
             running: Mutex::new(None),
         }))
+    }
+
+    /// Sets the ring entries per queue (clamped to 1..=64) for rings started after this.
+    pub fn set_depth(&self, depth: usize) {
+        self.0
+            .depth
+            .store(depth.clamp(1, ring::MAX_DEPTH), Ordering::Relaxed);
+    }
+
+    /// Ring entries per queue.
+    pub fn depth(&self) -> usize {
+        self.0.depth.load(Ordering::Relaxed)
     }
 
     pub(crate) fn wants_uring(&self) -> bool {
@@ -165,6 +196,16 @@ impl Transport {
     /// accepted io_uring, and returns the mode in use. On an error the kernel falls back to
     /// `/dev/fuse`, so the mount keeps working in classic mode.
     pub fn start(&self, dev: BorrowedFd<'_>) -> io::Result<FuseMode> {
+        // The mount exists once INIT is done: widen its readahead window (either mode).
+        // Only speed depends on it, so a failure is a warning.
+        if let Some(mp) = self.0.obs.mountpoint() {
+            if let Err(e) = crate::readahead::raise(mp) {
+                eprintln!(
+                    "numaio mount: {mp}: cannot raise the readahead window to {} KiB ({e}); sequential reads reach the server in smaller requests",
+                    crate::readahead::READAHEAD_KB
+                );
+            }
+        }
         if !self.is_negotiated() {
             return Ok(FuseMode::Classic);
         }
@@ -195,6 +236,7 @@ impl Transport {
                 qid: qid as u16,
                 cpu,
                 payload_sz,
+                depth: self.depth(),
                 dev: dev.clone(),
                 fs: fs.clone(),
                 obs: self.0.obs.clone(),
@@ -259,4 +301,20 @@ fn possible_cpus() -> Vec<u32> {
         .and_then(|s| numaio_sys::cpulist::parse(s.trim()).ok())
         .filter(|v| !v.is_empty())
         .unwrap_or_else(|| vec![0])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn depth_knob_accepts_only_1_to_64() {
+        assert_eq!(depth_from(None), DEFAULT_DEPTH);
+        assert_eq!(depth_from(Some("8")), 8);
+        assert_eq!(depth_from(Some(" 1\n")), 1);
+        assert_eq!(depth_from(Some("64")), 64);
+        for bad in ["0", "65", "-1", "x", ""] {
+            assert_eq!(depth_from(Some(bad)), DEFAULT_DEPTH, "{bad:?}");
+        }
+    }
 }

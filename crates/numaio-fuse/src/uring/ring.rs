@@ -10,8 +10,8 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// Ring entries per queue: one is being served while the kernel fills the other.
-pub const DEPTH: usize = 2;
+/// Ring entries per queue at most: each holds a payload buffer of the largest request.
+pub const MAX_DEPTH: usize = 64;
 /// Headers are 288 bytes; each gets its own 512-byte slot.
 const HDR_STRIDE: usize = 512;
 /// `user_data` of the stop poll; entries use their index.
@@ -29,6 +29,8 @@ pub struct QueueSpec {
     pub qid: u16,
     pub cpu: u32,
     pub payload_sz: usize,
+    /// Ring entries (1..=MAX_DEPTH).
+    pub depth: usize,
     pub dev: Arc<OwnedFd>,
     pub fs: Arc<Fs>,
     pub obs: Arc<crate::Observer>,
@@ -39,35 +41,40 @@ pub struct QueueSpec {
 struct Buffers {
     map: numaio_sys::NodeBuffer,
     payload_sz: usize,
+    depth: usize,
 }
 
 impl Buffers {
-    fn new(payload_sz: usize, node: u32) -> io::Result<Buffers> {
+    fn new(payload_sz: usize, depth: usize, node: u32) -> io::Result<Buffers> {
         let page = numaio_sys::page_size();
         let payload_sz = payload_sz.next_multiple_of(page);
-        let len = Self::headers_len() + DEPTH * payload_sz;
+        let len = Self::headers_len(depth) + depth * payload_sz;
         let map = match numaio_sys::NodeBuffer::on_node(len, node, Default::default()) {
             Ok(m) => m,
             // Where mbind is refused (no NUMA support), the first touch by this CPU's
             // thread still makes the pages local.
             Err(_) => numaio_sys::NodeBuffer::anonymous(len).map_err(io::Error::other)?,
         };
-        Ok(Buffers { map, payload_sz })
+        Ok(Buffers {
+            map,
+            payload_sz,
+            depth,
+        })
     }
 
-    fn headers_len() -> usize {
-        (DEPTH * HDR_STRIDE).next_multiple_of(numaio_sys::page_size())
+    fn headers_len(depth: usize) -> usize {
+        (depth * HDR_STRIDE).next_multiple_of(numaio_sys::page_size())
     }
 
     fn header_ptr(&self, i: usize) -> *mut u8 {
-        // In bounds: i < DEPTH and the header area is DEPTH * HDR_STRIDE bytes.
+        // In bounds: i < depth and the header area is depth * HDR_STRIDE bytes.
         self.map.as_ptr().wrapping_add(i * HDR_STRIDE)
     }
 
     fn payload_ptr(&self, i: usize) -> *mut u8 {
         self.map
             .as_ptr()
-            .wrapping_add(Self::headers_len() + i * self.payload_sz)
+            .wrapping_add(Self::headers_len(self.depth) + i * self.payload_sz)
     }
 }
 
@@ -75,11 +82,11 @@ impl Buffers {
 /// before the buffers are unmapped (fields drop in declaration order).
 struct Worker {
     ring: IoUring<squeue::Entry128, cqueue::Entry>,
-    iov: Box<[[libc::iovec; 2]; DEPTH]>,
+    iov: Vec<[libc::iovec; 2]>,
     bufs: Buffers,
     spec: QueueSpec,
     /// Per entry, the last command sent and its commit id, to resend after EINTR/EAGAIN.
-    last: [(u32, u64); DEPTH],
+    last: Vec<(u32, u64)>,
     cqes: Vec<cqueue::Entry>,
 }
 
@@ -131,11 +138,12 @@ impl Worker {
             );
         }
         let node = numaio_sys::getcpu().map(|c| c.node).unwrap_or(0);
-        let bufs = Buffers::new(spec.payload_sz, node)?;
+        let depth = spec.depth.clamp(1, MAX_DEPTH);
+        let bufs = Buffers::new(spec.payload_sz, depth, node)?;
         // Only this thread submits and waits, so the kernel may defer completion work
         // (the FUSE request copies into the entry) until it waits: no interrupting task-work
         // signal per request. Kernels without these flags get a plain ring.
-        let entries = (2 * DEPTH + 2).next_power_of_two() as u32;
+        let entries = (2 * depth + 2).next_power_of_two() as u32;
         let ring = match IoUring::<squeue::Entry128, cqueue::Entry>::builder()
             .setup_single_issuer()
             .setup_defer_taskrun()
@@ -147,12 +155,13 @@ impl Worker {
         // A registered file spares each command the lookup and reference count of the
         // shared descriptor table, which every queue's thread would otherwise contend on.
         ring.submitter().register_files(&[spec.dev.as_raw_fd()])?;
-        let mut iov = Box::new(
-            [[libc::iovec {
+        let mut iov = vec![
+            [libc::iovec {
                 iov_base: std::ptr::null_mut(),
                 iov_len: 0,
-            }; 2]; DEPTH],
-        );
+            }; 2];
+            depth
+        ];
         for (i, v) in iov.iter_mut().enumerate() {
             v[0] = libc::iovec {
                 iov_base: bufs.header_ptr(i).cast(),
@@ -168,14 +177,14 @@ impl Worker {
             iov,
             bufs,
             spec,
-            last: [(abi::CMD_REGISTER, 0); DEPTH],
-            cqes: Vec::with_capacity(2 * DEPTH + 2),
+            last: vec![(abi::CMD_REGISTER, 0); depth],
+            cqes: Vec::with_capacity(2 * depth + 2),
         };
         let poll = opcode::PollAdd::new(types::Fd(stop.as_raw_fd()), libc::POLLIN as u32)
             .build()
             .user_data(STOP);
         w.push(poll.into())?;
-        for i in 0..DEPTH {
+        for i in 0..depth {
             w.push(w.register_sqe(i))?;
         }
         w.ring.submit()?;
@@ -220,7 +229,8 @@ impl Worker {
     }
 
     fn serve(&mut self) -> io::Result<()> {
-        let mut live = DEPTH;
+        let depth = self.bufs.depth;
+        let mut live = depth;
         let mut first_err = None;
         loop {
             if self.cqes.is_empty() {
@@ -238,7 +248,7 @@ impl Worker {
                     return Ok(());
                 }
                 let i = ud as usize;
-                if i >= DEPTH {
+                if i >= depth {
                     continue;
                 }
                 match -cqe.result() {

@@ -31,7 +31,9 @@ pub fn mount(
     mode: FuseMode,
 ) -> (fuser::BackgroundSession, Transport, FuseMode) {
     let fs = Fs::mount(store.clone(), MountOptions::default()).expect("mount volume");
-    let nfs = NumaFs::with_mode(fs, mode);
+    // The canonical mount point, as the CLI passes it (the readahead window is found by it).
+    let shown = mnt.canonicalize().expect("mount point");
+    let nfs = NumaFs::with_mode(fs, mode).with_mountpoint(&shown.display().to_string());
     let t = nfs.transport();
     let mut cfg = fuser::Config::default();
     cfg.mount_options = vec![
