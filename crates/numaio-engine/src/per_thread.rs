@@ -161,4 +161,37 @@ mod tests {
         }
         assert_eq!(c.get(), (8 + SLOTS as u64 + 20) * 1005);
     }
+
+    /// Adds from another thread-local's destructor: the slot may already be given back (or
+    /// never taken) then, and the add must still count, on the shared stripe.
+    #[test]
+    fn adds_during_thread_exit_are_counted() {
+        struct AddOnDrop(Arc<PerThreadCounter>);
+        impl Drop for AddOnDrop {
+            fn drop(&mut self) {
+                self.0.add(7);
+            }
+        }
+        thread_local! {
+            static LATE: std::cell::RefCell<Option<AddOnDrop>> =
+                const { std::cell::RefCell::new(None) };
+        }
+        let c = Arc::new(PerThreadCounter::default());
+        for counted_before in [true, false] {
+            let c2 = c.clone();
+            std::thread::spawn(move || {
+                if counted_before {
+                    c2.add(1);
+                }
+                LATE.with(|l| *l.borrow_mut() = Some(AddOnDrop(c2)));
+            })
+            .join()
+            .unwrap();
+        }
+        assert_eq!(c.get(), 1 + 7 + 7);
+        // The slots of exited threads went back, and a new thread still counts exactly.
+        let c2 = c.clone();
+        std::thread::spawn(move || c2.add(3)).join().unwrap();
+        assert_eq!(c.get(), 18);
+    }
 }
