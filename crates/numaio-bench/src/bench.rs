@@ -633,7 +633,11 @@ fn run_engine(a: &BenchArgs) -> anyhow::Result<BenchResult> {
     let r = BenchResult {
         target: "engine".into(),
         workload: format!("{:?}", a.workload).to_lowercase(),
-        api: format!("{:?}", a.api).to_lowercase(),
+        // The name the command line takes (`get-batch`), as serde writes it.
+        api: serde_json::to_value(a.api)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default(),
         bs: a.bs,
         threads: a.threads,
         size: a.size,
