@@ -130,6 +130,13 @@ impl Inner {
         write_range: Option<(u64, u64)>,
         segs: &mut SmallVec<A>,
     ) -> io::Result<()> {
+        if n == 1 {
+            if let Some(block) = blocks.clone().next() {
+                if self.hit_one(f, block, write_range.is_some(), segs) {
+                    return Ok(());
+                }
+            }
+        }
         // A read that failed in *another* request (often a readahead) is retried here: the
         // failed slot is unlinked, so the retry issues its own read and reports its own error.
         let mut tries = 0;
@@ -146,6 +153,43 @@ impl Inner {
         }
     }
 
+    /// A one-block request that hits a loaded block: the lookup, the pin, the count, and
+    /// nothing else (no plan of blocks, no run bookkeeping), so a single 4 KiB hit costs no
+    /// more than before runs were resolved once. Returns false, holding nothing, when the
+    /// block is missing or still loading: the general path then handles it.
+    #[inline(always)]
+    fn hit_one<A: smallvec::Array<Item = Seg>>(
+        &self,
+        f: &FileEntry,
+        block: u64,
+        write: bool,
+        segs: &mut SmallVec<A>,
+    ) -> bool {
+        let ctx = AccessCtx::new(write);
+        let si = self.slice_of(f.id, block, &ctx);
+        let slice = &self.slices[si];
+        let Some((slot, word, pin)) = slice.lookup_hit(&BlockKey { file: f.id, block }) else {
+            return false;
+        };
+        if word & LOADING != 0 {
+            // Waiting for the load (and counting the clash) is the general path's job.
+            slice.unpin_hit(slot, pin);
+            return false;
+        }
+        slice.counters().hits.add(1);
+        segs.clear();
+        segs.push(Seg {
+            slice: si as u16,
+            fill: false,
+            slot,
+            pin,
+        });
+        for h in &self.cfg.hooks {
+            h.on_run(f.id, block, 1, si, true, &ctx);
+        }
+        true
+    }
+
     /// One attempt of [`acquire_into`](Self::acquire_into); see the module doc for why
     /// it cannot deadlock. The flag in the error tells a failure seen in another request.
     ///
@@ -153,6 +197,8 @@ impl Inner {
     /// and index position are resolved (and prefetched) before the first lookup, so a run's
     /// lookups overlap their cache misses; hits are counted once per request and slice (on
     /// the thread's own counter stripe), and the hooks hear of runs of blocks, not blocks.
+    /// Out of line: its plan of up to 256 blocks stays off the stack of a one-block hit.
+    #[inline(never)]
     fn acquire_once<A: smallvec::Array<Item = Seg>>(
         &self,
         f: &FileEntry,

@@ -91,6 +91,59 @@ impl Inner {
     }
 }
 
+/// Ranges pinned by [`FileHandle::get_batch`]: one zero-copy view per requested range.
+/// Dropping it releases every block.
+pub struct PinnedBatch<'a> {
+    h: &'a FileHandle,
+    segs: SmallVec<[Seg; 64]>,
+    /// Per requested range: the index of its block in `segs` (`u32::MAX`: empty, past the
+    /// end of the file), its offset in the block and its length.
+    views: SmallVec<[(u32, u32, u32); 64]>,
+}
+
+impl PinnedBatch<'_> {
+    /// The number of ranges (as requested, empty ones included).
+    pub fn len(&self) -> usize {
+        self.views.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.views.is_empty()
+    }
+    /// The bytes of range `i` (empty past the end of the file).
+    ///
+    /// # Panics
+    /// If `i >= self.len()`.
+    pub fn get(&self, i: usize) -> &[u8] {
+        let (k, start, len) = self.views[i];
+        let Some(s) = self.segs.get(k as usize) else {
+            return &[];
+        };
+        let p = self.h.inner.slices[s.slice as usize].buf_ptr(s.slot);
+        // SAFETY: the slot is pinned for the lifetime of `self`, and `get_batch` checked that
+        // `start + len` lies within the block.
+        unsafe { std::slice::from_raw_parts(p.add(start as usize), len as usize) }
+    }
+    /// The ranges in request order.
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        (0..self.len()).map(|i| self.get(i))
+    }
+}
+
+impl std::fmt::Debug for PinnedBatch<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PinnedBatch")
+            .field("ranges", &self.views.len())
+            .field("blocks", &self.segs.len())
+            .finish()
+    }
+}
+
+impl Drop for PinnedBatch<'_> {
+    fn drop(&mut self) {
+        self.h.inner.release(&self.segs);
+    }
+}
+
 /// Blocks pinned by [`FileHandle::get`]: zero-copy views of the cache's buffers.
 /// Release with [`Pinned::put`] (or drop = put clean).
 pub struct Pinned<'a> {
@@ -349,6 +402,54 @@ impl FileHandle {
     pub fn get_mut(&self, off: u64, len: usize) -> Result<Pinned<'_>, EngineError> {
         self.pin_range(off, len, true)
     }
+    /// Zero-copy reads of several small ranges at once: each `(offset, length)` must lie
+    /// within one cache block, and at most [`max_get_bytes`](Self::max_get_bytes) / block
+    /// size ranges may be pinned at once. All blocks are located first (their index lines
+    /// fetched together, so the lookups of a batch overlap their memory misses instead of
+    /// paying them one after another), then pinned; missing blocks are read concurrently.
+    /// Ranges past the end of the file come back empty, ranges reaching past it are clipped.
+    pub fn get_batch(&self, reqs: &[(u64, usize)]) -> Result<PinnedBatch<'_>, EngineError> {
+        let inner = &self.inner;
+        let bs = inner.bs as u64;
+        let size = self.file.len();
+        let mut views: SmallVec<[(u32, u32, u32); 64]> = SmallVec::with_capacity(reqs.len());
+        let mut blocks: SmallVec<[u64; 64]> = SmallVec::new();
+        for (i, &(off, len)) in reqs.iter().enumerate() {
+            if off % bs + len as u64 > bs {
+                return Err(EngineError::Io(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "get_batch range {i} (offset {off}, {len} bytes) of {} crosses a {bs}-byte block",
+                        self.file.path.display()
+                    ),
+                )));
+            }
+            if off >= size || len == 0 {
+                views.push((u32::MAX, 0, 0));
+                continue;
+            }
+            let k = (len as u64).min(size - off) as u32;
+            views.push((blocks.len() as u32, (off % bs) as u32, k));
+            blocks.push(off / bs);
+        }
+        if blocks.len() > inner.chunk_blocks {
+            return Err(self.too_many_blocks(blocks.len() * inner.bs, blocks.len()));
+        }
+        let mut segs = SmallVec::new();
+        inner.acquire_into(
+            &self.file,
+            blocks.iter().copied(),
+            blocks.len(),
+            None,
+            &mut segs,
+        )?;
+        Ok(PinnedBatch {
+            h: self,
+            segs,
+            views,
+        })
+    }
+
     /// Most bytes a `get` may span (block-aligned).
     pub fn max_get_bytes(&self) -> usize {
         self.inner.chunk_blocks * self.inner.bs

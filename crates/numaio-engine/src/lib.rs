@@ -73,7 +73,7 @@ pub use engine::{Engine, EngineBuilder, EngineConfig};
 pub use error::{os_error, EngineError};
 pub use ext::{AccessCtx, AccessHook, BlockIntegrity, IntegrityFailure, Placement, Router};
 pub use file::OpenOptions;
-pub use handle::{FileHandle, Pinned};
+pub use handle::{FileHandle, Pinned, PinnedBatch};
 pub use index::IndexKind;
 pub use io::power_loss;
 pub use io::uring::UringBackend;

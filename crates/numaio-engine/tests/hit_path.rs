@@ -280,3 +280,92 @@ fn hooks_hear_of_every_block_once_in_order() {
     assert_eq!(runs.runs.load(Ordering::Relaxed), 4);
     e.close().unwrap();
 }
+
+/// `get_batch`: each range equals the file's bytes (past the end: empty; reaching past it:
+/// clipped; duplicates and ranges inside a block too), a batch of hits allocates nothing,
+/// every block counts once as an access, and bad batches are refused naming the file.
+#[test]
+fn get_batch_matches_the_file_and_hits_allocate_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let nblocks = 1024;
+    let path = test_file(&dir, nblocks);
+    let data = std::fs::read(&path).unwrap();
+    // A file that ends inside a block, for the clipped ranges.
+    let size = data.len() as u64 - 1000;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(size)
+        .unwrap();
+    for slices in [1, 3] {
+        let e = Engine::builder()
+            .with_cache_bytes(2 * (nblocks * BS) as u64)
+            .with_slices(slices)
+            .with_range_blocks(8)
+            .with_direct_io(false)
+            .with_queue_depth(8)
+            .build()
+            .unwrap();
+        let f = e.open(&path, OpenOptions::read_only()).unwrap();
+        let mut reqs: Vec<(u64, usize)> = Vec::with_capacity(40);
+        for round in 0..50u64 {
+            reqs.clear();
+            for (k, b) in blocks(round + 10, 40, nblocks as u64 + 4).enumerate() {
+                let (start, len) = match k % 4 {
+                    0 => (0, BS),
+                    1 => (100, 300),
+                    2 => (BS - 1, 1),
+                    _ => (7, 0),
+                };
+                reqs.push((b * BS as u64 + start as u64, len));
+            }
+            // A duplicate and the file's last bytes, clipped.
+            reqs.push(reqs[0]);
+            reqs.push((size - 10, 100));
+            let before = e.stats();
+            let p = f.get_batch(&reqs).unwrap();
+            assert_eq!(p.len(), reqs.len());
+            let mut pinned = 0;
+            for (i, &(off, len)) in reqs.iter().enumerate() {
+                let end = (off + len as u64).min(size).max(off);
+                let want = if off >= size || len == 0 {
+                    &[][..]
+                } else {
+                    pinned += 1;
+                    &data[off as usize..end as usize]
+                };
+                assert_eq!(p.get(i), want, "{slices} slices, round {round}, range {i}");
+            }
+            drop(p);
+            let after = e.stats();
+            assert_eq!(
+                (after.hits + after.misses) - (before.hits + before.misses),
+                pinned,
+                "every pinned block is one access"
+            );
+        }
+        // All blocks are loaded now: a batch of hits allocates nothing.
+        reqs.clear();
+        reqs.extend(blocks(99, 32, nblocks as u64 - 1).map(|b| (b * BS as u64, BS)));
+        drop(f.get_batch(&reqs).unwrap());
+        let n = allocations_of(|| {
+            for _ in 0..1000 {
+                let p = f.get_batch(&reqs).unwrap();
+                assert_eq!(p.get(31).len(), BS);
+            }
+        });
+        assert_eq!(n, 0, "{slices} slices: 1000 get_batch of 32 hits allocated");
+
+        let err = f.get_batch(&[(0, BS), (BS as u64 - 1, 2)]).unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("range 1") && msg.contains("crosses") && msg.contains("data"),
+            "{msg}"
+        );
+        let too_many: Vec<(u64, usize)> = (0..f.max_get_bytes() / BS + 1)
+            .map(|b| ((b * BS) as u64, 1))
+            .collect();
+        assert!(f.get_batch(&too_many).is_err());
+    }
+}
