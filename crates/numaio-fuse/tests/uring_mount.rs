@@ -8,7 +8,6 @@ mod common;
 use common::{mount, volume};
 use numaio_fs::store::MemStore;
 use numaio_fs::{Caller, Fs, MountOptions};
-use numaio_fuse::uring::{self, KernelSupport};
 use numaio_fuse::FuseMode;
 use numaio_testkit::skip;
 use std::ffi::CString;
@@ -173,24 +172,8 @@ fn io_uring_mode_serves_the_file_operations() {
     if !can_mount() {
         skip!("root and /dev/fuse");
     }
-    match uring::kernel_support() {
-        KernelSupport::Missing => skip!(
-            "FUSE over io_uring",
-            "kernel without CONFIG_FUSE_IO_URING (Linux 6.14+)"
-        ),
-        KernelSupport::Disabled => {
-            if let Err(e) = uring::enable_in_kernel() {
-                skip!(
-                    "FUSE over io_uring",
-                    "cannot set {}: {e}",
-                    uring::ENABLE_URING
-                );
-            }
-        }
-        KernelSupport::Enabled => {}
-    }
-    if let Err(e) = uring::probe_ring() {
-        skip!("io_uring", "cannot create a ring: {e}");
+    if let Err(why) = common::uring_ready() {
+        skip!("FUSE over io_uring", "{why}");
     }
     let store = volume();
     let dir = tempfile::tempdir().unwrap();

@@ -8,7 +8,6 @@ mod common;
 use common::volume;
 use numaio_fs::store::MemStore;
 use numaio_fs::{Caller, Fs, MountOptions, SetAttr};
-use numaio_fuse::uring::{self, KernelSupport};
 use numaio_fuse::FuseMode;
 use numaio_testkit::skip;
 use std::os::unix::fs::{DirEntryExt, MetadataExt};
@@ -97,24 +96,8 @@ fn readdirplus_lists_the_same_in_both_transports_and_spares_lookups() {
     if !(numaio_testkit::is_root() && Path::new("/dev/fuse").exists()) {
         skip!("root and /dev/fuse");
     }
-    match uring::kernel_support() {
-        KernelSupport::Missing => skip!(
-            "FUSE over io_uring",
-            "kernel without CONFIG_FUSE_IO_URING (Linux 6.14+)"
-        ),
-        KernelSupport::Disabled => {
-            if let Err(e) = uring::enable_in_kernel() {
-                skip!(
-                    "FUSE over io_uring",
-                    "cannot set {}: {e}",
-                    uring::ENABLE_URING
-                );
-            }
-        }
-        KernelSupport::Enabled => {}
-    }
-    if let Err(e) = uring::probe_ring() {
-        skip!("io_uring", "cannot create a ring: {e}");
+    if let Err(why) = common::uring_ready() {
+        skip!("FUSE over io_uring", "{why}");
     }
     let store = volume();
     populate(&store);

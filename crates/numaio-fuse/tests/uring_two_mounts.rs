@@ -8,7 +8,6 @@ mod common;
 use common::volume;
 use numaio_fs::store::MemStore;
 use numaio_fs::{Caller, Fs, MountOptions};
-use numaio_fuse::uring::{self, KernelSupport};
 use numaio_fuse::{fuser, FuseMode};
 use numaio_testkit::skip;
 use std::io::{Read, Write};
@@ -19,23 +18,6 @@ use std::time::Duration;
 
 /// Far longer than the whole test takes when nothing hangs (a few seconds).
 const WATCHDOG: Duration = Duration::from_secs(60);
-
-/// Root, /dev/fuse, FUSE over io_uring turned on (as root, turned on here if off; the
-/// switch is left on, as `numaio mount --fuse-mode io-uring` leaves it) and a usable ring.
-fn uring_ready() -> Result<(), String> {
-    if !numaio_testkit::is_root() || !Path::new("/dev/fuse").exists() {
-        return Err("root and /dev/fuse".into());
-    }
-    match uring::kernel_support() {
-        KernelSupport::Missing => {
-            return Err("kernel without CONFIG_FUSE_IO_URING (Linux 6.14+)".into())
-        }
-        KernelSupport::Disabled => uring::enable_in_kernel()
-            .map_err(|e| format!("cannot set {}: {e}", uring::ENABLE_URING))?,
-        KernelSupport::Enabled => {}
-    }
-    uring::probe_ring().map_err(|e| format!("cannot create a ring: {e}"))
-}
 
 struct Mounted {
     bg: fuser::BackgroundSession,
@@ -142,7 +124,7 @@ fn check_volume(store: &Arc<MemStore>, threads: u32) {
 
 #[test]
 fn two_io_uring_mounts_in_one_process_serve_and_unmount() {
-    if let Err(why) = uring_ready() {
+    if let Err(why) = common::uring_ready() {
         skip!("FUSE over io_uring", "{why}");
     }
     let dir = tempfile::tempdir().unwrap();
@@ -178,7 +160,7 @@ fn two_io_uring_mounts_in_one_process_serve_and_unmount() {
 
 #[test]
 fn umount_with_a_reader_in_flight_does_not_hang() {
-    if let Err(why) = uring_ready() {
+    if let Err(why) = common::uring_ready() {
         skip!("FUSE over io_uring", "{why}");
     }
     let dir = tempfile::tempdir().unwrap();

@@ -3,6 +3,7 @@
 
 use numaio_fs::store::MemStore;
 use numaio_fs::{Fs, MkfsOptions, MountOptions, PlacementPolicy};
+use numaio_fuse::uring::{self, KernelSupport};
 use numaio_fuse::{fuser, FuseMode, NumaFs, Transport};
 use std::os::fd::AsFd;
 use std::path::Path;
@@ -46,4 +47,21 @@ pub fn mount(
     let started = t.start(session.as_fd()).expect("starting the rings");
     let bg = session.spawn().expect("spawn");
     (bg, t, started)
+}
+
+/// Root, /dev/fuse, FUSE over io_uring turned on (as root, turned on here if off; the
+/// switch is left on, as `numaio mount --fuse-mode io-uring` leaves it) and a usable ring.
+pub fn uring_ready() -> Result<(), String> {
+    if !numaio_testkit::is_root() || !Path::new("/dev/fuse").exists() {
+        return Err("root and /dev/fuse".into());
+    }
+    match uring::kernel_support() {
+        KernelSupport::Missing => {
+            return Err("kernel without CONFIG_FUSE_IO_URING (Linux 6.14+)".into())
+        }
+        KernelSupport::Disabled => uring::enable_in_kernel()
+            .map_err(|e| format!("cannot set {}: {e}", uring::ENABLE_URING))?,
+        KernelSupport::Enabled => {}
+    }
+    uring::probe_ring().map_err(|e| format!("cannot create a ring: {e}"))
 }
