@@ -7,15 +7,8 @@ set -u
 A=$1; R=${2:-5}; D=${3:-2}
 F=${HIT_BENCH_FILE:-/dev/shm/numaio-hitbench.dat}
 common=(--file "$F" --size 256M --allow-device --duration "$D" --json --bs 4K)
-run() { # label args...
-  local label=$1; shift
-  local out
-  if ! out=$("$A" bench "${common[@]}" "$@" 2>/dev/null); then
-    echo "$label FAIL"
-    return
-  fi
-  echo "$label $(echo "$out" | python3 -c 'import json,sys; print(json.load(sys.stdin)["ops_per_s"])')"
-}
+source "$(dirname "$0")/bench_lib.sh"
+run() { local label=$1; shift; bench_run "$label" "$A" "$@"; }
 for r in $(seq 1 "$R"); do
   echo "# round $r $(date -u +%T) load $(cut -d' ' -f1 /proc/loadavg)"
   for t in 1 2; do
