@@ -40,8 +40,8 @@ pub struct MountArgs {
     /// How the kernel hands requests over: auto (the default: io-uring where the kernel has
     /// it and /sys/module/fuse/parameters/enable_uring is Y, else classic; never flips the
     /// switch), classic (/dev/fuse), or io-uring (one ring per CPU, Linux 6.14+; as root
-    /// turns on enable_uring if needed). io-uring's round trip measured 1.37-1.48x shorter
-    /// than classic's (docs/fs.md, FUSE transport).
+    /// turns on enable_uring if needed). On a 2-vCPU host io-uring's round trip was 1.4-1.8x
+    /// shorter than classic's under load and equal when idle (docs/fs.md, FUSE transport).
     #[arg(long, value_enum, default_value = "auto", value_name = "MODE")]
     fuse_mode: FuseModeArg,
     /// Print JSON: {"schema_version":1,"mountpoint","devices":[...],"pid","read_only",
