@@ -230,16 +230,25 @@ fn refuse_existing(path: &Path, force: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Node `node` of `topo`, or a usage error naming the argument `what` and the nodes there are.
+pub(crate) fn existing_node<'a>(
+    topo: &'a Topology,
+    what: &str,
+    node: u32,
+) -> anyhow::Result<&'a numaio_sys::topology::Node> {
+    match topo.node(node) {
+        Some(n) => Ok(n),
+        None => usage_bail!(
+            "{what}: node {node} does not exist on this machine (nodes: {:?})",
+            topo.node_ids()
+        ),
+    }
+}
+
 pub fn run(a: MkfsArgs) -> anyhow::Result<ExitCode> {
     let topo = Topology::detect().context("reading the NUMA topology from sysfs")?;
     for r in &a.node_of {
-        if !topo.has_node(r.node) {
-            usage_bail!(
-                "--node-of {r}: node {} does not exist on this machine (nodes: {:?})",
-                r.node,
-                topo.node_ids()
-            );
-        }
+        existing_node(&topo, &format!("--node-of {r}"), r.node)?;
     }
     let (header, infos) = if !a.zone.is_empty() {
         for z in &a.zone {
@@ -248,13 +257,7 @@ pub fn run(a: MkfsArgs) -> anyhow::Result<ExitCode> {
                     "--zone {z}: a RAM zone lives only while mounted; use `numaio mount --zone`"
                 );
             };
-            if !topo.has_node(z.node) {
-                usage_bail!(
-                    "--zone {z}: node {} does not exist on this machine (nodes: {:?})",
-                    z.node,
-                    topo.node_ids()
-                );
-            }
+            existing_node(&topo, &format!("--zone {z}"), z.node)?;
             create_missing(p, z.bytes)?;
             refuse_existing(p, a.force)?;
         }

@@ -279,13 +279,7 @@ fn check_source(a: &MountArgs, devs: &[PathBuf], read_only: bool) -> anyhow::Res
     }
     let topo = numaio_sys::Topology::detect().context("reading the NUMA topology from sysfs")?;
     for z in &a.zone {
-        let Some(node) = topo.node(z.node) else {
-            crate::usage_bail!(
-                "--zone {z}: node {} does not exist on this machine (nodes: {:?})",
-                z.node,
-                topo.node_ids()
-            );
-        };
+        let node = super::mkfs::existing_node(&topo, &format!("--zone {z}"), z.node)?;
         let want: u64 = a
             .zone
             .iter()

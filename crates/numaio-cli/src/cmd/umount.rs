@@ -94,8 +94,12 @@ fn unescape(s: &str) -> String {
 fn wait_exited(pid: u32) -> anyhow::Result<()> {
     let start = std::time::Instant::now();
     loop {
-        match numaio_proc::procfs::read_stat(pid as i32) {
+        // Bounded: a server stuck in the kernel must not hang this command too.
+        match numaio_proc::bounded::global()
+            .read_stat(pid as i32, std::time::Duration::from_millis(200))
+        {
             Ok(st) if st.state != 'Z' => {}
+            Err(numaio_proc::ProcError::Unresponsive { .. }) => {}
             _ => return Ok(()),
         }
         if start.elapsed() > std::time::Duration::from_secs(60) {

@@ -160,18 +160,7 @@ impl FileStore {
         } else {
             libc::POSIX_FADV_NORMAL
         };
-        for (f, info) in self.files.iter().zip(&self.infos) {
-            // SAFETY: an advisory call on a descriptor this store owns; no memory is passed.
-            let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, advice) };
-            if r != 0 {
-                return Err(FsError::io(
-                    &info.path,
-                    "setting the access pattern (posix_fadvise)",
-                    std::io::Error::from_raw_os_error(r),
-                ));
-            }
-        }
-        Ok(())
+        (0..self.files.len()).try_for_each(|dev| self.advise(dev as u16, 0, 0, advice))
     }
 
     /// `posix_fadvise(advice)` of a range of `dev`.
