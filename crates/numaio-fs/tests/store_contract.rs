@@ -164,10 +164,12 @@ fn engine_store_keeps_the_contract_and_its_data() {
     let dir = tempfile::tempdir().unwrap();
     let devs = file_devices(dir.path(), 2);
     {
-        let s = EngineStore::builder(&devs)
-            .with_cache_bytes(4 << 20)
-            .build()
-            .unwrap();
+        let s = after_close(|| {
+            EngineStore::builder(&devs)
+                .with_cache_bytes(4 << 20)
+                .build()
+        })
+        .unwrap();
         assert_eq!(s.slice_of(0), Some(0));
         contract("engine", &s);
     }
@@ -381,7 +383,7 @@ fn file_and_engine_stores_keep_the_contract_on_block_devices() {
         assert!(e.contains("busy"), "{e}");
         contract("engine on block devices", &s);
     }
-    let s = FileStore::open(&devs, true).unwrap();
+    let s = after_close(|| FileStore::open(&devs, true)).unwrap();
     let mut buf = vec![0u8; BS];
     s.read_at(0, DEV_BYTES - BLOCK_SIZE, &mut buf).unwrap();
     assert_eq!(
@@ -389,6 +391,23 @@ fn file_and_engine_stores_keep_the_contract_on_block_devices() {
         pattern(2, BS),
         "the engine's synced last block is on the device"
     );
+}
+
+/// Opens a block device exclusively right after a store over it was dropped: udev opens a
+/// device briefly when its exclusive holder closes it, so the open may meet EBUSY for a
+/// moment; it is retried for up to 2 s.
+fn after_close<T>(
+    open: impl Fn() -> Result<T, numaio_fs::FsError>,
+) -> Result<T, numaio_fs::FsError> {
+    for _ in 0..100 {
+        match open() {
+            Err(e) if e.to_string().contains("busy") => {
+                std::thread::sleep(std::time::Duration::from_millis(20))
+            }
+            r => return r,
+        }
+    }
+    open()
 }
 
 #[test]
@@ -413,9 +432,12 @@ fn pmem_zone_on_a_block_device_keeps_the_contract_and_holds_it() {
     let too_big: ZoneSpec = format!("0:{}:{}", DEV_BYTES * 2, lo.dev.display())
         .parse()
         .unwrap();
-    let e = ZoneStore::new(&[too_big]).err().unwrap().to_string();
+    let e = after_close(|| ZoneStore::new(std::slice::from_ref(&too_big)))
+        .err()
+        .unwrap()
+        .to_string();
     assert!(e.contains("holds only"), "{e}");
-    let s = ZoneStore::new(&[spec]).unwrap();
+    let s = after_close(|| ZoneStore::new(std::slice::from_ref(&spec))).unwrap();
     let mut buf = vec![0u8; 3 * BS];
     s.read_at(0, 2 * BLOCK_SIZE, &mut buf).unwrap();
     assert_eq!(buf, pattern(7, 3 * BS), "synced zone data is on the device");
