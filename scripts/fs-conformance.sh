@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# External conformance suites against one file system: pjdfstest, fsx (plain, mmap and
+# External conformance suites against one file system: pjdfstest (on numaio twice: with the
+# kernel's permission checks and with the server's own), fsx (plain, mmap and
 # O_DIRECT variants, several seeds), fio verify=crc32c across a remount, and the three
 # Filebench-like personalities (bench/fio/). Results: docs/fs-conformance.md.
 #
@@ -17,6 +18,8 @@
 #   --json FILE          also write the summary as JSON (schema in docs/fs-conformance.md)
 #   --keep               leave the scratch directory (and logs) in place
 # Environment: NUMAIO_MOUNT_OPTS (default allow_other,default_permissions) for numaio mount -o;
+# NUMAIO_SERVER_CHECK_OPTS (default allow_other,nodefault_permissions) for the second pjdfstest
+# run on numaio, where the server checks permissions instead of the kernel;
 # BINDFS_OPTS (default attr_timeout=0,entry_timeout=0) added to bindfs -o.
 # Runs as root (pjdfstest switches users; mounts). Exit 0 when every step passed, 1 when a
 # step failed, 2 on a usage or setup error.
@@ -27,7 +30,7 @@ CONF="$ROOT/scripts/conformance"
 
 say() { printf '[conformance] %s\n' "$*"; }
 die() { printf '[conformance] ERROR: %s\n' "$*" >&2; exit 2; }
-usage() { sed -n '6,22p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '7,25p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 TARGET="" SCRATCH="" STEPS="pjdfstest,fsx,fio-verify,personalities"
 FSX_OPS=20000 FSX_SEEDS="1,2,3" FSX_VARIANTS="plain,mmap,odirect" FSX_JOBS=2 FSX_CHUNK=50000
@@ -116,8 +119,10 @@ mount_ext4_image() { # IMAGE MOUNTPOINT
 mount_tmpfs() { mount -t tmpfs -o "size=$2" conformance "$1" || die "cannot mount tmpfs on $1"; mounted+=("$1"); }
 
 # numaio mount options: every user may enter (pjdfstest's dummy users) and the kernel checks
-# permissions, as for bindfs.
+# permissions, as for bindfs. pjdfstest runs a second time with the server's own checks.
 NUMAIO_MOUNT_OPTS="${NUMAIO_MOUNT_OPTS:-allow_other,default_permissions}"
+NUMAIO_SERVER_CHECK_OPTS="${NUMAIO_SERVER_CHECK_OPTS:-allow_other,nodefault_permissions}"
+mount_opts="$NUMAIO_MOUNT_OPTS"
 mount_target() {
     case "$TARGET" in
         ext4) mount_ext4_image "$SCRATCH/ext4.img" "$MNT" ;;
@@ -136,8 +141,8 @@ mount_target() {
                 "$NUMAIO" mkfs --size 2G --node-of "$SCRATCH/vol0.img=0" "$SCRATCH/vol0.img" >"$LOGS/mkfs.log" 2>&1 \
                     || die "numaio mkfs --size 2G --node-of $SCRATCH/vol0.img=0 $SCRATCH/vol0.img failed: $(tail -3 "$LOGS/mkfs.log")"
             fi
-            "$NUMAIO" mount -o "$NUMAIO_MOUNT_OPTS" "$SCRATCH/vol0.img" "$MNT" >>"$LOGS/mount.log" 2>&1 \
-                || die "numaio mount $SCRATCH/vol0.img $MNT failed: $(tail -3 "$LOGS/mount.log")"
+            "$NUMAIO" mount -o "$mount_opts" "$SCRATCH/vol0.img" "$MNT" >>"$LOGS/mount.log" 2>&1 \
+                || die "numaio mount -o $mount_opts $SCRATCH/vol0.img $MNT failed: $(tail -3 "$LOGS/mount.log")"
             mountpoint -q "$MNT" || die "numaio mount returned but $MNT is not a mount point"
             mounted+=("$MNT") ;;
     esac
@@ -161,8 +166,8 @@ names=() results=() details=() secs=()
 record() { names+=("$1"); results+=("$2"); details+=("$3"); secs+=("$4"); say "$1: $2 ($3, ${4}s)"; }
 strip_ansi() { sed 's/\x1b\[[0-9;]*m//g'; }
 
-run_pjdfstest() {
-    local t0=$SECONDS cfg="$SCRATCH/pjdfstest.toml" expect="$CONF/pjdfstest-expected-$TARGET.txt"
+run_pjdfstest() { # STEP-NAME
+    local step="$1" t0=$SECONDS cfg="$SCRATCH/pjdfstest.toml" expect="$CONF/pjdfstest-expected-$TARGET.txt"
     # Remount tests (EROFS) remount the test file system read-only with mount(8); -i keeps
     # mount(8) from calling the mount.fuse helper, which cannot remount a FUSE mount.
     printf '#!/bin/sh\nexec /usr/bin/mount -i "$@"\n' > "$SCRATCH/bin/mount"
@@ -180,7 +185,7 @@ run_pjdfstest() {
     # runner; then everything else, where those tests are skipped (allow_remount = false).
     local rc=0 pass log summaries=()
     for pass in erofs all; do
-        log="$LOGS/pjdfstest-$pass.log"
+        log="$LOGS/$step-$pass.log"
         if [ $pass = erofs ]; then
             PATH="$SCRATCH/bin:$PATH" NO_COLOR=1 timeout 600 pjdfstest -c "$cfg.remount" -p "$MNT/p" \
                 -s "$SCRATCH/secondary" erofs > "$log" 2>&1 || rc=1
@@ -195,19 +200,33 @@ run_pjdfstest() {
     done
     # Counts over both passes: the EROFS tests skipped in the second pass ran in the first.
     local summary
-    summary="$(cat "$LOGS/pjdfstest-erofs.log" "$LOGS/pjdfstest-all.log" 2>/dev/null | strip_ansi | awk '
+    summary="$(cat "$LOGS/$step-erofs.log" "$LOGS/$step-all.log" 2>/dev/null | strip_ansi | awk '
         / ok$/ {ok++} / FAILED$/ {f++} /PASSED UNEXPECTEDLY$/ {f++} /failed as expected$/ {xf++}
         /^[a-z_:]+ +skipped$/ {sk[$1]++}
         / ok$/ || / FAILED$/ {ran[$1]=1}
         END {s=0; for (t in sk) if (!(t in ran)) s++;
              printf "%d passed, %d failed, %d expected failures, %d skipped", ok, f, xf, s}')"
-    if [ $rc -eq 0 ]; then record pjdfstest PASS "$summary" $((SECONDS - t0))
+    if [ $rc -eq 0 ]; then record "$step" PASS "$summary" $((SECONDS - t0))
     else
-        cat "$LOGS/pjdfstest-erofs.log" "$LOGS/pjdfstest-all.log" 2>/dev/null | strip_ansi \
+        cat "$LOGS/$step-erofs.log" "$LOGS/$step-all.log" 2>/dev/null | strip_ansi \
             | grep -E 'FAILED$|PASSED UNEXPECTEDLY$' | sed 's/^/    /' >&2
-        record pjdfstest FAIL "$summary" $((SECONDS - t0))
+        record "$step" FAIL "$summary" $((SECONDS - t0))
     fi
     rm -rf "$MNT/p"
+}
+
+# numaio: pjdfstest once more on a mount whose permission checks are the server's own
+# (no default_permissions), then back to the usual options for the other steps.
+run_pjdfstest_server_checks() {
+    mount_opts="$NUMAIO_SERVER_CHECK_OPTS"
+    if ! remount_target; then
+        record pjdfstest-server FAIL "remount with -o $mount_opts failed, see $LOGS/mount.log" 0
+        mount_opts="$NUMAIO_MOUNT_OPTS"; return
+    fi
+    chmod 755 "$MNT"
+    run_pjdfstest pjdfstest-server
+    mount_opts="$NUMAIO_MOUNT_OPTS"
+    remount_target || die "remount of $MNT with -o $mount_opts failed: $(tail -3 "$LOGS/mount.log")"
 }
 
 run_fsx() {
@@ -326,7 +345,9 @@ run_personalities() {
 
 for s in "${step_list[@]}"; do
     case "$s" in
-        pjdfstest) run_pjdfstest ;;
+        pjdfstest)
+            run_pjdfstest pjdfstest
+            [ "$TARGET" = numaio ] && run_pjdfstest_server_checks ;;
         fsx) run_fsx ;;
         fio-verify) run_fio_verify ;;
         personalities) run_personalities ;;

@@ -79,3 +79,65 @@ fn advises_from_an_fio_json_through_python() {
     assert!(r.stderr.contains("no such file"), "{}", r.stderr);
     assert!(!r.stderr.contains("Traceback"), "{}", r.stderr);
 }
+
+/// A `python3` that cannot see the advisor: isolated mode ignores the PYTHONPATH through
+/// which the command offers the checkout's package. None where the host has no python3 or
+/// has the package installed for it.
+fn python_without_advisor(dir: &Path) -> Option<std::path::PathBuf> {
+    let lacks = std::process::Command::new("python3")
+        .args(["-I", "-c", "import numaio_advisor"])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| !s.success());
+    if !lacks {
+        return None;
+    }
+    let py = dir.join("python3");
+    std::fs::write(&py, "#!/bin/sh\nexec python3 -I \"$@\"\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&py, std::fs::Permissions::from_mode(0o755)).unwrap();
+    Some(py)
+}
+
+#[test]
+fn help_prints_without_the_advisor_and_advice_says_it_is_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(py) = python_without_advisor(dir.path()) else {
+        skip!(
+            "python3",
+            "no python3 on PATH, or it has numaio_advisor installed"
+        );
+    };
+    for args in [
+        &["advise", "--help"][..],
+        &["advise", "-h"],
+        &["advise", "collect", "--help"],
+    ] {
+        let mut cmd = numaio(args);
+        cmd.env("NUMAIO_PYTHON", &py);
+        let r = run_limited(cmd, Duration::from_secs(20));
+        assert_eq!(r.code, Some(0), "{args:?}: {r:?}");
+        assert!(r.stderr.is_empty(), "{args:?}: {}", r.stderr);
+        let out = r.out();
+        assert!(out.contains("numaio advise"), "{out}");
+        assert!(out.contains("setup-python.sh"), "{out}");
+    }
+    // Without any Python help prints too.
+    let mut cmd = numaio(&["advise", "--help"]);
+    cmd.env("NUMAIO_PYTHON", "/nonexistent/python3");
+    let r = run_limited(cmd, Duration::from_secs(20));
+    assert_eq!(r.code, Some(0), "{r:?}");
+    assert!(r.out().contains("setup-python.sh"), "{}", r.out());
+    // Asking for advice still reports the missing package, once.
+    let mut cmd = numaio(&["advise", "run.darshan"]);
+    cmd.env("NUMAIO_PYTHON", &py);
+    let r = run_limited(cmd, Duration::from_secs(20));
+    assert_eq!(r.code, Some(1), "{r:?}");
+    assert!(r.stdout.is_empty(), "{}", r.out());
+    assert!(
+        r.stderr.contains("no numaio_advisor package"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
+}

@@ -198,7 +198,7 @@ fn allow_other_lets_other_users_in() {
         return;
     }
     let v = Vol::new();
-    let m = v.mount("");
+    let m = v.mount("noallow_other");
     let f = v.mnt.join("public");
     std::fs::write(&f, b"for everyone\n").unwrap();
     std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
@@ -225,6 +225,334 @@ fn allow_other_lets_other_users_in() {
     let o = cat_as_nobody(&f);
     assert!(!o.status.success(), "nobody read a 0600 file of root's");
     assert!(stderr(&o).contains("Permission denied"), "{}", stderr(&o));
+}
+
+/// Runs `argv` as uid/gid 65534 (nobody) with no supplementary groups.
+fn as_nobody(argv: &[&OsStr]) -> Output {
+    Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .args(argv)
+        .stdin(Stdio::null())
+        .output()
+        .expect("running setpriv (util-linux)")
+}
+
+/// The "options" of `numaio mount --json`'s report.
+fn mount_json_options(o: &Output) -> Vec<String> {
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("mount --json: {e}: {}", String::from_utf8_lossy(&o.stdout)));
+    v["options"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no options in {v}"))
+        .iter()
+        .map(|x| x.as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn a_root_mount_lets_other_users_in_by_default() {
+    if !can_mount() {
+        return;
+    }
+    let v = Vol::new();
+    let o = run(mount_cmd(&v.dev, &v.mnt, &["--json"]));
+    assert!(o.status.success(), "mount: {}", stderr(&o));
+    let m = Mounted(&v.mnt);
+    assert_eq!(
+        mount_json_options(&o),
+        ["rw", "allow_other", "default_permissions"]
+    );
+    std::fs::set_permissions(&v.mnt, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let f = v.mnt.join("public");
+    std::fs::write(&f, b"for everyone\n").unwrap();
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::write(v.mnt.join("private"), b"root's\n").unwrap();
+    std::fs::set_permissions(
+        v.mnt.join("private"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    let ls = as_nobody(&["ls".as_ref(), v.mnt.as_os_str()]);
+    assert!(
+        ls.status.success(),
+        "nobody could not list: {}",
+        stderr(&ls)
+    );
+    assert_eq!(String::from_utf8_lossy(&ls.stdout), "private\npublic\n");
+    let o = cat_as_nobody(&f);
+    assert!(o.status.success(), "nobody could not read: {}", stderr(&o));
+    assert_eq!(o.stdout, b"for everyone\n");
+    // The kernel checks the modes.
+    let o = cat_as_nobody(&v.mnt.join("private"));
+    assert!(!o.status.success(), "nobody read a 0600 file of root's");
+    assert!(stderr(&o).contains("Permission denied"), "{}", stderr(&o));
+    m.umount();
+
+    // -o noallow_other: FUSE's default, only the mounting user (root) gets in.
+    let o = run(mount_cmd(
+        &v.dev,
+        &v.mnt,
+        &["--json", "-o", "noallow_other"],
+    ));
+    assert!(o.status.success(), "mount: {}", stderr(&o));
+    let _m = Mounted(&v.mnt);
+    assert_eq!(mount_json_options(&o), ["rw", "default_permissions"]);
+    let o = cat_as_nobody(&f);
+    assert!(
+        !o.status.success(),
+        "nobody read through a noallow_other mount"
+    );
+    assert!(stderr(&o).contains("Permission denied"), "{}", stderr(&o));
+    assert_eq!(std::fs::read(&f).unwrap(), b"for everyone\n");
+}
+
+/// The FUSE transports a test can mount with here: classic always, io-uring where the kernel
+/// has it (`numaio mount --fuse-mode io-uring` turns it on as root).
+fn fuse_modes() -> Vec<&'static str> {
+    let mut m = vec!["classic"];
+    if Path::new("/sys/module/fuse/parameters/enable_uring").exists() {
+        m.push("io-uring");
+    } else {
+        common::skip(
+            numaio_testkit::needs::IO_URING,
+            "the kernel has no FUSE over io_uring: classic mode only",
+        );
+    }
+    m
+}
+
+#[test]
+fn utimensat_by_a_non_owner_is_checked_by_the_server() {
+    if !can_mount() {
+        return;
+    }
+    let v = Vol::new();
+    for mode in fuse_modes() {
+        // allow_other alone: the kernel leaves permission checks to the server.
+        let o = run(mount_cmd(
+            &v.dev,
+            &v.mnt,
+            &[
+                "--json",
+                "--fuse-mode",
+                mode,
+                "-o",
+                "allow_other,nodefault_permissions",
+            ],
+        ));
+        assert!(o.status.success(), "mount ({mode}): {}", stderr(&o));
+        let m = Mounted(&v.mnt);
+        assert_eq!(mount_json_options(&o), ["rw", "allow_other"], "{mode}");
+        std::fs::set_permissions(&v.mnt, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let shared = v.mnt.join(format!("shared-{mode}"));
+        let ro = v.mnt.join(format!("readonly-{mode}"));
+        for (p, perm) in [(&shared, 0o666), (&ro, 0o644)] {
+            std::fs::write(p, b"x").unwrap();
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(perm)).unwrap();
+        }
+        let touch = |args: &[&str], p: &Path| {
+            let mut a: Vec<&OsStr> = vec!["touch".as_ref()];
+            a.extend(args.iter().map(OsStr::new));
+            a.push(p.as_os_str());
+            as_nobody(&a)
+        };
+        // Both times to now (touch's utimensat(NULL)): write permission is enough.
+        let o = touch(&[], &shared);
+        assert!(
+            o.status.success(),
+            "{mode}: touch with write permission: {}",
+            stderr(&o)
+        );
+        // A chosen time, or only one time set to now, takes ownership (EPERM).
+        for args in [&["-d", "2001-02-03 04:05:06"][..], &["-a"], &["-m"]] {
+            let o = touch(args, &shared);
+            assert!(
+                !o.status.success(),
+                "{mode}: touch {args:?} as non-owner succeeded"
+            );
+            assert!(
+                stderr(&o).contains("Operation not permitted"),
+                "{mode}: touch {args:?}: {}",
+                stderr(&o)
+            );
+        }
+        // Without write permission even "now" is refused (EACCES).
+        let o = touch(&[], &ro);
+        assert!(
+            !o.status.success(),
+            "{mode}: touch without write permission succeeded"
+        );
+        assert!(
+            stderr(&o).contains("Permission denied"),
+            "{mode}: {}",
+            stderr(&o)
+        );
+        // Root may set any time.
+        let o = Command::new("touch")
+            .args(["-d", "2001-02-03 04:05:06"])
+            .arg(&ro)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{mode}: root's touch -d: {}",
+            stderr(&o)
+        );
+        m.umount();
+    }
+}
+
+#[test]
+fn server_checks_search_and_read_permission_on_directories() {
+    if !can_mount() {
+        return;
+    }
+    let v = Vol::new();
+    for mode in fuse_modes() {
+        let o = run(mount_cmd(
+            &v.dev,
+            &v.mnt,
+            &[
+                "--fuse-mode",
+                mode,
+                "-o",
+                "allow_other,nodefault_permissions",
+            ],
+        ));
+        assert!(o.status.success(), "mount ({mode}): {}", stderr(&o));
+        let m = Mounted(&v.mnt);
+        std::fs::set_permissions(&v.mnt, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let d = v.mnt.join(format!("d-{mode}"));
+        std::fs::create_dir(&d).unwrap();
+        let f = d.join("f");
+        std::fs::write(&f, b"inside\n").unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+        // Root just walked to the file, so the kernel knows the names; a 0700 directory must
+        // still stop nobody, as the kernel's own checks would.
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
+        assert_eq!(std::fs::read(&f).unwrap(), b"inside\n");
+        let o = cat_as_nobody(&f);
+        assert!(
+            !o.status.success(),
+            "{mode}: nobody read through a 0700 directory"
+        );
+        assert!(
+            stderr(&o).contains("Permission denied"),
+            "{mode}: {}",
+            stderr(&o)
+        );
+        let o = as_nobody(&["ls".as_ref(), d.as_os_str()]);
+        assert!(
+            !o.status.success(),
+            "{mode}: nobody listed a 0700 directory"
+        );
+        // Search without read: the file is reachable, the listing is not.
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o711)).unwrap();
+        let o = cat_as_nobody(&f);
+        assert!(o.status.success(), "{mode}: {}", stderr(&o));
+        let o = as_nobody(&["ls".as_ref(), d.as_os_str()]);
+        assert!(
+            !o.status.success(),
+            "{mode}: nobody listed a 0711 directory"
+        );
+        assert!(
+            stderr(&o).contains("Permission denied"),
+            "{mode}: {}",
+            stderr(&o)
+        );
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let o = as_nobody(&["ls".as_ref(), d.as_os_str()]);
+        assert!(o.status.success(), "{mode}: {}", stderr(&o));
+        assert_eq!(o.stdout, b"f\n");
+        m.umount();
+    }
+}
+
+fn setxattr(p: &Path, name: &str, v: &[u8]) -> std::io::Result<()> {
+    let p = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+    let n = std::ffi::CString::new(name).unwrap();
+    // SAFETY: NUL-terminated path and name; `v` is a live buffer of v.len() bytes.
+    let r = unsafe { libc::setxattr(p.as_ptr(), n.as_ptr(), v.as_ptr().cast(), v.len(), 0) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+fn getxattr(p: &Path, name: &str) -> std::io::Result<usize> {
+    let p = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+    let n = std::ffi::CString::new(name).unwrap();
+    // SAFETY: NUL-terminated path and name; a size probe writes nothing.
+    let r = unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), std::ptr::null_mut(), 0) };
+    if r < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+#[test]
+fn posix_acls_are_refused_not_stored_and_ignored() {
+    if !can_mount() {
+        return;
+    }
+    let v = Vol::new();
+    for opts in ["", "allow_other,nodefault_permissions"] {
+        let m = v.mount(opts);
+        std::fs::set_permissions(&v.mnt, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let f = v.mnt.join("f");
+        std::fs::write(&f, b"secret?\n").unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+        // user::rw-, user:nobody:---, group::r--, mask::r--, other::r-- (ACL xattr version 2).
+        let mut acl = 2u32.to_le_bytes().to_vec();
+        for (tag, perm, id) in [
+            (1u16, 6u16, u32::MAX),
+            (2, 0, 65534),
+            (4, 4, u32::MAX),
+            (0x10, 4, u32::MAX),
+            (0x20, 4, u32::MAX),
+        ] {
+            acl.extend(tag.to_le_bytes());
+            acl.extend(perm.to_le_bytes());
+            acl.extend(id.to_le_bytes());
+        }
+        assert_eq!(
+            errno_of(setxattr(&f, "system.posix_acl_access", &acl)),
+            libc::EOPNOTSUPP,
+            "-o {opts:?}"
+        );
+        assert_eq!(
+            errno_of(setxattr(&v.mnt, "system.posix_acl_default", &acl)),
+            libc::EOPNOTSUPP
+        );
+        assert_eq!(
+            errno_of(getxattr(&f, "system.posix_acl_access")),
+            libc::ENODATA
+        );
+        if let Ok(o) = Command::new("setfacl")
+            .args(["-m", "u:nobody:---"])
+            .arg(&f)
+            .output()
+        {
+            assert!(!o.status.success(), "setfacl succeeded");
+            assert!(
+                stderr(&o).contains("Operation not supported"),
+                "setfacl: {}",
+                stderr(&o)
+            );
+        }
+        // Nothing stored, so the mode alone decides: nobody reads the 0644 file ...
+        let o = cat_as_nobody(&f);
+        assert!(o.status.success(), "-o {opts:?}: {}", stderr(&o));
+        // ... and not once it is 0600.
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let o = cat_as_nobody(&f);
+        assert!(!o.status.success(), "-o {opts:?}: nobody read a 0600 file");
+        assert!(stderr(&o).contains("Permission denied"), "{}", stderr(&o));
+        std::fs::remove_file(&f).unwrap();
+        m.umount();
+    }
 }
 
 /// Maps `len` bytes of `f` with `prot`, shared.

@@ -37,6 +37,9 @@ pub enum FsError {
     /// The volume is mounted read-only.
     #[error("read-only file system")]
     ReadOnly,
+    /// The file system does not do this (EOPNOTSUPP); says what.
+    #[error("operation not supported: {0}")]
+    NotSupported(String),
     /// Reading or writing a device failed; names the device and the step. The OS error is
     /// part of the message and deliberately not also exposed as `source()`: an error chain
     /// printed whole (`{:#}`) would show it twice.
@@ -70,6 +73,7 @@ impl FsError {
             FsError::TooManyLinks => libc::EMLINK,
             FsError::TooBig => libc::EFBIG,
             FsError::ReadOnly => libc::EROFS,
+            FsError::NotSupported(_) => libc::EOPNOTSUPP,
             FsError::Io { err, .. } => err.raw_os_error().unwrap_or(libc::EIO),
             FsError::Corrupt { .. } => libc::EUCLEAN,
         }

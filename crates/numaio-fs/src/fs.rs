@@ -47,6 +47,10 @@ pub const RENAME_NOREPLACE: u32 = 1;
 pub const FALLOC_KEEP_SIZE: u32 = 1;
 /// `fallocate` mode: deallocate the range (with [`FALLOC_KEEP_SIZE`]).
 pub const FALLOC_PUNCH_HOLE: u32 = 2;
+/// The xattrs that hold POSIX ACLs. They are refused (EOPNOTSUPP, as ext4 mounted `noacl`
+/// answers) rather than stored, since nothing would enforce them; any a volume already holds
+/// are neither shown nor applied.
+pub const POSIX_ACL_XATTRS: [&[u8]; 2] = [b"system.posix_acl_access", b"system.posix_acl_default"];
 /// `setxattr` flag: fail if the attribute exists.
 pub const XATTR_CREATE: u32 = 1;
 /// `setxattr` flag: fail if the attribute does not exist.
@@ -91,6 +95,11 @@ pub struct SetAttr {
     pub size: Option<u64>,
     pub atime: Option<i64>,
     pub mtime: Option<i64>,
+    /// `atime` is the current time the caller asked for (`UTIME_NOW`, `utimes(NULL)`), not a
+    /// time of its choosing: setting both times to now needs only write permission.
+    pub atime_now: bool,
+    /// `mtime` is the current time the caller asked for (see `atime_now`).
+    pub mtime_now: bool,
     /// The size changes through a descriptor open for writing (ftruncate): its open checked
     /// the permission, which the file's mode need not grant any more (a file created with
     /// mode 0 stays writable through the descriptor that created it).
@@ -244,6 +253,15 @@ fn access(a: &Attr, c: &Caller, want: u32) -> Result<(), FsError> {
     } else {
         Err(FsError::Permission)
     }
+}
+
+fn refuse_acl(name: &[u8]) -> Result<(), FsError> {
+    if POSIX_ACL_XATTRS.contains(&name) {
+        return Err(FsError::NotSupported(
+            "POSIX ACLs (numaio-fs checks the mode bits only)".into(),
+        ));
+    }
+    Ok(())
 }
 
 fn to_attr(ino: u64, i: &Inode) -> FileAttr {
@@ -1023,7 +1041,18 @@ impl Fs {
             }
         }
         if (s.atime.is_some() || s.mtime.is_some()) && !owner {
-            access(&a, c, 2)?;
+            // As the VFS rules it: write permission lets anyone set both times to now (a
+            // truncate's mtime comes with its size); any chosen time, or only one time
+            // set to now, takes ownership.
+            let now_only = s.atime.is_none_or(|_| s.atime_now)
+                && s.mtime.is_none_or(|_| s.mtime_now)
+                && ((s.atime.is_some() && s.mtime.is_some()) || s.size.is_some());
+            if !now_only {
+                return Err(FsError::NotPermitted);
+            }
+            if s.size.is_none() {
+                access(&a, c, 2)?;
+            }
         }
         let now = now_ns();
         if let Some(size) = s.size {
@@ -1758,6 +1787,7 @@ impl Fs {
                 "xattr values have at most {MAX_XATTR_VALUE} bytes"
             )));
         }
+        refuse_acl(name)?;
         let mut g = self.lock_rw()?;
         let g = &mut *g;
         let mut a = g.attr(ino)?;
@@ -1801,13 +1831,21 @@ impl Fs {
         if name == PLACEMENT_XATTR {
             return Ok(i.attr.policy.to_string().into_bytes());
         }
+        if POSIX_ACL_XATTRS.contains(&name) {
+            return Err(FsError::NoAttr);
+        }
         i.xattrs.get(name).cloned().ok_or(FsError::NoAttr)
     }
 
     pub fn listxattr(&self, ino: u64) -> Result<Vec<Vec<u8>>, FsError> {
         let g = self.inner.lock();
         let i = g.inode(ino)?;
-        let mut out: Vec<Vec<u8>> = i.xattrs.keys().cloned().collect();
+        let mut out: Vec<Vec<u8>> = i
+            .xattrs
+            .keys()
+            .filter(|n| !POSIX_ACL_XATTRS.contains(&n.as_slice()))
+            .cloned()
+            .collect();
         if i.attr.policy_set {
             out.push(PLACEMENT_XATTR.to_vec());
         }
@@ -1815,6 +1853,7 @@ impl Fs {
     }
 
     pub fn removexattr(&self, ino: u64, name: &[u8], c: &Caller) -> Result<(), FsError> {
+        refuse_acl(name)?;
         let mut g = self.lock_rw()?;
         let g = &mut *g;
         let mut a = g.attr(ino)?;

@@ -1070,3 +1070,127 @@ fn truncate_through_a_writable_descriptor_needs_no_write_permission() {
     };
     assert_eq!(fs.setattr(f.ino, &by_fd, &u).unwrap().size, 2);
 }
+
+#[test]
+fn times_set_to_now_need_write_permission_chosen_times_need_ownership() {
+    let (_, fs) = vol();
+    let f = fs.create(ROOT, b"shared", 0o666, &root()).unwrap();
+    let ro = fs.create(ROOT, b"readonly", 0o644, &root()).unwrap();
+    let now = |atime: bool, mtime: bool| SetAttr {
+        atime: atime.then_some(1),
+        mtime: mtime.then_some(2),
+        atime_now: atime,
+        mtime_now: mtime,
+        ..Default::default()
+    };
+    let u = user(1000);
+    // Both times to now: write permission is enough.
+    fs.setattr(f.ino, &now(true, true), &u).unwrap();
+    // Without it, or for one time only, or for a chosen time, ownership is needed.
+    assert!(matches!(
+        fs.setattr(ro.ino, &now(true, true), &u),
+        Err(FsError::Permission)
+    ));
+    for s in [now(true, false), now(false, true)] {
+        assert!(matches!(
+            fs.setattr(f.ino, &s, &u),
+            Err(FsError::NotPermitted)
+        ));
+    }
+    let chosen = SetAttr {
+        atime: Some(5),
+        mtime: Some(7),
+        ..Default::default()
+    };
+    assert!(matches!(
+        fs.setattr(f.ino, &chosen, &u),
+        Err(FsError::NotPermitted)
+    ));
+    let mixed = SetAttr {
+        atime_now: true,
+        ..chosen.clone()
+    };
+    assert!(matches!(
+        fs.setattr(f.ino, &mixed, &u),
+        Err(FsError::NotPermitted)
+    ));
+    // A truncate's mtime comes with the size its write permission covers.
+    let trunc = SetAttr {
+        size: Some(0),
+        ..now(false, true)
+    };
+    fs.setattr(f.ino, &trunc, &u).unwrap();
+    // The owner and root may set any time.
+    let mine = fs
+        .setattr(
+            f.ino,
+            &SetAttr {
+                uid: Some(1000),
+                ..Default::default()
+            },
+            &root(),
+        )
+        .unwrap();
+    assert_eq!(mine.uid, 1000);
+    let t = fs.setattr(f.ino, &chosen, &u).unwrap();
+    assert_eq!((t.atime, t.mtime), (5, 7));
+    let t = fs.setattr(ro.ino, &chosen, &root()).unwrap();
+    assert_eq!((t.atime, t.mtime), (5, 7));
+}
+
+#[test]
+fn posix_acl_xattrs_are_refused_and_stored_ones_ignored() {
+    use numaio_fs::meta::Record;
+    let (s, fs) = vol();
+    let c = root();
+    let f = fs.create(ROOT, b"f", 0o644, &c).unwrap();
+    // A valid ACL (version 2: user::rw-, user:65534:---, group::r--, mask::r--, other::r--).
+    let mut acl = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in [
+        (1u16, 6u16, u32::MAX),
+        (2, 0, 65534),
+        (4, 4, u32::MAX),
+        (0x10, 4, u32::MAX),
+        (0x20, 4, u32::MAX),
+    ] {
+        acl.extend(tag.to_le_bytes());
+        acl.extend(perm.to_le_bytes());
+        acl.extend(id.to_le_bytes());
+    }
+    for name in POSIX_ACL_XATTRS {
+        let e = fs.setxattr(f.ino, name, &acl, 0, &c).unwrap_err();
+        assert_eq!(e.errno(), libc::EOPNOTSUPP, "{e}");
+        let e = fs.removexattr(f.ino, name, &c).unwrap_err();
+        assert_eq!(e.errno(), libc::EOPNOTSUPP, "{e}");
+        assert!(matches!(fs.getxattr(f.ino, name), Err(FsError::NoAttr)));
+    }
+    fs.setxattr(f.ino, b"user.kept", b"1", 0, &c).unwrap();
+    fs.unmount().unwrap();
+
+    // A volume written before the refusal holds an ACL: it is neither shown nor applied.
+    let header = Fs::check_labels(&*s).unwrap();
+    let mut rec = numaio_fs::journal::recover(&*s, &header).unwrap();
+    rec.meta
+        .apply(&Record::SetXattr {
+            ino: f.ino,
+            name: POSIX_ACL_XATTRS[0].to_vec(),
+            value: acl.clone(),
+        })
+        .unwrap();
+    let seq = rec.checkpoint_seq + rec.replayed + 1;
+    rec.journal.checkpoint(&*s, &rec.meta, seq).unwrap();
+    let fs = Fs::mount(s.clone(), MountOptions::default()).unwrap();
+    assert!(fs
+        .meta_snapshot()
+        .get(f.ino)
+        .unwrap()
+        .xattrs
+        .contains_key(POSIX_ACL_XATTRS[0]));
+    assert!(matches!(
+        fs.getxattr(f.ino, POSIX_ACL_XATTRS[0]),
+        Err(FsError::NoAttr)
+    ));
+    assert_eq!(fs.listxattr(f.ino).unwrap(), vec![b"user.kept".to_vec()]);
+    // The mode alone decides.
+    fs.access(f.ino, 4, &user(65534)).unwrap();
+}

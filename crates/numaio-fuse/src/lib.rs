@@ -117,6 +117,14 @@ impl NumaFs {
         self
     }
 
+    /// Has the server check permissions for other users (a mount with `allow_other` and
+    /// without `default_permissions`): names are then not cached by the kernel, and opening a
+    /// directory takes read permission.
+    pub fn with_server_checks(self, on: bool) -> NumaFs {
+        self.obs.set_server_checks(on);
+        self
+    }
+
     /// Moves requesting threads to their data (`MigrateThread` or `FirstReader`) with the
     /// engine's default hysteresis; `override_user_affinity` also moves threads whose
     /// affinity someone else narrowed.
@@ -240,15 +248,15 @@ fn attr(a: &numaio_fs::FileAttr) -> FileAttr {
     }
 }
 
-fn entry(reply: ReplyEntry, r: Result<numaio_fs::FileAttr, FsError>) {
+fn entry(reply: ReplyEntry, ttl: Duration, r: Result<numaio_fs::FileAttr, FsError>) {
     match r {
-        Ok(a) => reply.entry(&TTL, &attr(&a), Generation(0)),
+        Ok(a) => reply.entry(&ttl, &attr(&a), Generation(0)),
         Err(e) => reply.error(errno(&e)),
     }
 }
 
 /// A lookup's answer, a missing name as a negative entry ([`negative_lookup`]).
-fn lookup_entry(reply: ReplyEntry, r: Result<numaio_fs::FileAttr, FsError>) {
+fn lookup_entry(reply: ReplyEntry, ttl: Duration, r: Result<numaio_fs::FileAttr, FsError>) {
     match negative_lookup(r) {
         Ok(None) => {
             let a = FileAttr {
@@ -268,10 +276,20 @@ fn lookup_entry(reply: ReplyEntry, r: Result<numaio_fs::FileAttr, FsError>) {
                 blksize: numaio_fs::BLOCK_SIZE as u32,
                 flags: 0,
             };
-            reply.entry(&TTL, &a, Generation(0))
+            reply.entry(&ttl, &a, Generation(0))
         }
-        Ok(Some(a)) => reply.entry(&TTL, &attr(&a), Generation(0)),
+        Ok(Some(a)) => reply.entry(&ttl, &attr(&a), Generation(0)),
         Err(e) => reply.error(errno(&e)),
+    }
+}
+
+/// An OPENDIR's check in either transport: where the server checks permissions, listing
+/// takes read permission on the directory (the kernel checks it itself otherwise).
+pub(crate) fn opendir_check(fs: &Fs, obs: &Observer, ino: u64, c: &Caller) -> Result<(), FsError> {
+    if obs.server_checks() {
+        fs.access(ino, libc::R_OK as u32, c)
+    } else {
+        Ok(())
     }
 }
 
@@ -347,6 +365,7 @@ impl Filesystem for NumaFs {
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         lookup_entry(
             reply,
+            self.obs.entry_ttl(),
             self.fs()
                 .lookup(parent.0, name.as_bytes(), &self.caller(req)),
         )
@@ -371,7 +390,7 @@ impl Filesystem for NumaFs {
         let r = self
             .fs()
             .mkdir(parent.0, name.as_bytes(), mode & !umask, &self.caller(req));
-        entry(reply, r)
+        entry(reply, self.obs.entry_ttl(), r)
     }
 
     fn mknod(
@@ -399,7 +418,7 @@ impl Filesystem for NumaFs {
             mode & !umask & 0o7777,
             &self.caller(req),
         );
-        entry(reply, r)
+        entry(reply, self.obs.entry_ttl(), r)
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -434,6 +453,13 @@ impl Filesystem for NumaFs {
         }
     }
 
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match opendir_check(self.fs(), &self.obs, ino.0, &self.caller(req)) {
+            Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
     fn create(
         &self,
         req: &Request,
@@ -449,7 +475,13 @@ impl Filesystem for NumaFs {
             .create(parent.0, name.as_bytes(), mode & !umask, &self.caller(req))
             .and_then(|a| self.fs().open(a.ino).map(|()| a));
         match r {
-            Ok(a) => reply.created(&TTL, &attr(&a), Generation(0), FileHandle(0), OPEN_FLAGS),
+            Ok(a) => reply.created(
+                &self.obs.entry_ttl(),
+                &attr(&a),
+                Generation(0),
+                FileHandle(0),
+                OPEN_FLAGS,
+            ),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -563,6 +595,7 @@ impl Filesystem for NumaFs {
         offset: u64,
         mut reply: fuser::ReplyDirectoryPlus,
     ) {
+        let ttl = self.obs.entry_ttl();
         match readdirplus_batch(self.fs(), ino.0, offset, READDIRPLUS_BATCH) {
             Ok(list) => {
                 for (e, a) in list {
@@ -571,7 +604,7 @@ impl Filesystem for NumaFs {
                         INodeNo(e.ino),
                         e.cookie,
                         name,
-                        &TTL,
+                        &ttl,
                         &attr(&a),
                         Generation(0),
                     ) {
@@ -610,6 +643,8 @@ impl Filesystem for NumaFs {
             size,
             atime: atime.map(nanos),
             mtime: mtime.map(nanos),
+            atime_now: matches!(atime, Some(fuser::TimeOrNow::Now)),
+            mtime_now: matches!(mtime, Some(fuser::TimeOrNow::Now)),
             // The kernel names the file handle only for ftruncate, on a descriptor it opened
             // for writing.
             through_writable_fd: fh.is_some(),
@@ -634,7 +669,7 @@ impl Filesystem for NumaFs {
             target.as_os_str().as_bytes(),
             &self.caller(req),
         );
-        entry(reply, r)
+        entry(reply, self.obs.entry_ttl(), r)
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
@@ -676,7 +711,7 @@ impl Filesystem for NumaFs {
         let r = self
             .fs()
             .link(ino.0, newparent.0, newname.as_bytes(), &self.caller(req));
-        entry(reply, r)
+        entry(reply, self.obs.entry_ttl(), r)
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: fuser::ReplyStatfs) {

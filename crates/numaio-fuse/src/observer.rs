@@ -4,7 +4,9 @@
 
 use crate::{accounting, caller, move_work, stats};
 use numaio_fs::{Caller, Fs};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
+use std::time::Duration;
 
 /// The mount's request observer.
 pub struct Observer {
@@ -12,6 +14,7 @@ pub struct Observer {
     accounting: accounting::Accounting,
     mover: OnceLock<move_work::ThreadMover>,
     mountpoint: OnceLock<String>,
+    server_checks: AtomicBool,
 }
 
 impl Default for Observer {
@@ -27,6 +30,29 @@ impl Observer {
             accounting: accounting::Accounting::new(),
             mover: OnceLock::new(),
             mountpoint: OnceLock::new(),
+            server_checks: AtomicBool::new(false),
+        }
+    }
+
+    /// Says that other users reach the mount and the server, not the kernel, checks their
+    /// permissions (`allow_other` without `default_permissions`); set before serving.
+    pub fn set_server_checks(&self, on: bool) {
+        self.server_checks.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether the server checks permissions ([`Observer::set_server_checks`]).
+    pub fn server_checks(&self) -> bool {
+        self.server_checks.load(Ordering::Relaxed)
+    }
+
+    /// How long the kernel may keep a name (and the attributes that come with it). When the
+    /// server checks permissions it keeps none: a path walk over a cached name asks nobody,
+    /// so search permission on the directories would go unchecked.
+    pub fn entry_ttl(&self) -> Duration {
+        if self.server_checks() {
+            Duration::ZERO
+        } else {
+            crate::TTL
         }
     }
 

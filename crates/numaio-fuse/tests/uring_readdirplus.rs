@@ -46,6 +46,8 @@ fn populate(store: &Arc<MemStore>) {
                     size: Some(u64::from(i) * 97),
                     atime: None,
                     mtime: None,
+                    atime_now: false,
+                    mtime_now: false,
                     through_writable_fd: false,
                 };
                 fs.setattr(a.ino, &s, &c).unwrap();

@@ -6,6 +6,7 @@
 //! with the command that installs them.
 
 use anyhow::Context;
+use clap::CommandFactory;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
@@ -72,6 +73,40 @@ fn command(py: &Path, root: Option<&Path>) -> Command {
     cmd
 }
 
+/// Whether the arguments ask for help rather than advice: `--help` or `-h` anywhere, as
+/// the advisor's argument parser takes them.
+fn asks_for_help(args: &[OsString]) -> bool {
+    args.iter().any(|a| a == "--help" || a == "-h")
+}
+
+/// `numaio advise --help` without the advisor: clap's help of this command, the forms the
+/// advisor takes, and how to install it.
+fn fallback_help(py: &Path, hint: &str) -> String {
+    let about = crate::Cli::command()
+        .find_subcommand("advise")
+        .map(|c| {
+            c.clone()
+                .bin_name("numaio advise")
+                .render_long_help()
+                .to_string()
+        })
+        .unwrap_or_default();
+    format!(
+        "{about}\n\
+         Forms (the advisor's own --help lists every option):\n  \
+         numaio advise FROM [--json] [--top N]   FROM: a Darshan log, a `numaio ps --json` capture,\n  \
+         {:39} a `numaio bench --json` result, fio JSON, or a pid\n  \
+         numaio advise features FROM             the feature table of a source\n  \
+         numaio advise validate                  the validation tables (markdown)\n  \
+         numaio advise collect --out FILE        measure a corpus here (resumable)\n\n\
+         The advisor is the Python package numaio_advisor, not found for {}; install it\n\
+         and its dependencies with: {hint}\n\
+         (docs/advisor.md describes it)\n",
+        "",
+        py.display()
+    )
+}
+
 pub fn run(a: AdviseArgs) -> anyhow::Result<ExitCode> {
     let root = checkout();
     let py = python(root.as_deref());
@@ -103,6 +138,13 @@ pub fn run(a: AdviseArgs) -> anyhow::Result<ExitCode> {
         Ok(_) => None,
     };
     if let Some(msg) = missing {
+        // Help prints whatever is installed: the advisor's own lists every option, this one
+        // says what the command does and how to get the advisor.
+        if asks_for_help(&a.args) {
+            crate::out!("{}", fallback_help(&py, &hint))?;
+            crate::output::flush_out()?;
+            return Ok(ExitCode::SUCCESS);
+        }
         crate::warnln!("{msg}");
         return Ok(ExitCode::from(MISSING_EXIT));
     }

@@ -34,7 +34,11 @@ pub struct MountArgs {
     /// Stay in the foreground (serve until unmounted or SIGTERM/SIGINT).
     #[arg(short = 'f')]
     foreground: bool,
-    /// Mount options, comma-separated: ro, rw, allow_other, default_permissions.
+    /// Mount options, comma-separated: ro, rw, allow_other (users other than the one
+    /// mounting may enter), default_permissions (the kernel checks the mode bits; without it
+    /// the server does), and noallow_other, nodefault_permissions to turn those off. Run as
+    /// root, a mount has allow_other,default_permissions unless turned off (so services such
+    /// as postgres can use it); otherwise neither, FUSE's default (only the mounting user).
     #[arg(short = 'o', value_name = "OPTS")]
     options: Vec<String>,
     /// How the kernel hands requests over: auto (the default: io-uring where the kernel has
@@ -45,8 +49,9 @@ pub struct MountArgs {
     #[arg(long, value_enum, default_value = "auto", value_name = "MODE")]
     fuse_mode: FuseModeArg,
     /// Print JSON: {"schema_version":1,"mountpoint","devices":[...],"pid","read_only",
-    /// "fuse_mode":"classic"|"io_uring"}; "devices" are the paths given, or the zones as
-    /// NODE:BYTES[:PATH].
+    /// "fuse_mode":"classic"|"io_uring","options":[...]}; "devices" are the paths given, or
+    /// the zones as NODE:BYTES[:PATH]; "options" the effective mount options ("ro" or "rw",
+    /// then "allow_other" and "default_permissions" where in effect).
     #[arg(long)]
     json: bool,
     /// Move a requesting thread that keeps touching data on another node to that node's
@@ -99,6 +104,7 @@ struct Mounted<'a> {
     pid: u32,
     read_only: bool,
     fuse_mode: &'a str,
+    options: Vec<&'static str>,
 }
 
 /// The transport to ask the kernel for; errors only where io-uring was asked for explicitly.
@@ -144,10 +150,25 @@ fn resolve_mode(m: FuseModeArg) -> anyhow::Result<FuseMode> {
     }
 }
 
+#[derive(Clone, Copy)]
 struct Opts {
     read_only: bool,
     allow_other: bool,
     default_permissions: bool,
+}
+
+impl Opts {
+    /// The effective options as `-o` would name them.
+    fn names(self) -> Vec<&'static str> {
+        let mut v = vec![if self.read_only { "ro" } else { "rw" }];
+        if self.allow_other {
+            v.push("allow_other");
+        }
+        if self.default_permissions {
+            v.push("default_permissions");
+        }
+        v
+    }
 }
 
 fn parse_move_work(s: &str) -> Result<numaio_engine::move_work::MoveWork, String> {
@@ -161,11 +182,14 @@ fn parse_move_work(s: &str) -> Result<numaio_engine::move_work::MoveWork, String
     }
 }
 
-fn parse_opts(list: &[String]) -> anyhow::Result<Opts> {
+/// The options `list` asks for; `as_root` turns allow_other and default_permissions on
+/// unless the list turns them off: a mount made by root is meant for services running as
+/// other users, and the kernel's own permission checks then apply to them.
+fn parse_opts(list: &[String], as_root: bool) -> anyhow::Result<Opts> {
     let mut o = Opts {
         read_only: false,
-        allow_other: false,
-        default_permissions: false,
+        allow_other: as_root,
+        default_permissions: as_root,
     };
     for opt in list.iter().flat_map(|s| s.split(',')) {
         match opt {
@@ -173,9 +197,12 @@ fn parse_opts(list: &[String]) -> anyhow::Result<Opts> {
             "ro" => o.read_only = true,
             "rw" => o.read_only = false,
             "allow_other" => o.allow_other = true,
+            "noallow_other" => o.allow_other = false,
             "default_permissions" => o.default_permissions = true,
+            "nodefault_permissions" => o.default_permissions = false,
             other => bail!(
-                "unknown mount option {other:?}: use ro, rw, allow_other, default_permissions"
+                "unknown mount option {other:?}: use ro, rw, allow_other, noallow_other, \
+                 default_permissions, nodefault_permissions"
             ),
         }
     }
@@ -299,7 +326,8 @@ fn check_source(a: &MountArgs, devs: &[PathBuf], read_only: bool) -> anyhow::Res
 }
 
 pub fn run(a: MountArgs) -> anyhow::Result<ExitCode> {
-    let opts = parse_opts(&a.options)?;
+    // SAFETY: geteuid has no preconditions.
+    let opts = parse_opts(&a.options, unsafe { libc::geteuid() } == 0)?;
     let (devs, mp) = a.paths.split_at(a.paths.len() - 1);
     let mp = &mp[0];
     check_source(&a, devs, opts.read_only)?;
@@ -317,7 +345,7 @@ pub fn run(a: MountArgs) -> anyhow::Result<ExitCode> {
     let shown = shown(&a.zone, devs);
     if ram && !a.foreground {
         // The zones are the server's memory: only the server maps them.
-        return detach(&a, mp, &names, dev_before, opts.read_only);
+        return detach(&a, mp, &names, dev_before, opts);
     }
     // Opening takes the exclusive lock on every device: a volume mounted elsewhere fails here.
     let vol = if a.zone.is_empty() {
@@ -338,7 +366,7 @@ pub fn run(a: MountArgs) -> anyhow::Result<ExitCode> {
     };
     if !a.foreground {
         drop(vol);
-        return detach(&a, mp, &names, dev_before, opts.read_only);
+        return detach(&a, mp, &names, dev_before, opts);
     }
     if let Opened::Devices(v) = &vol {
         // The kernel's page cache of the mount keeps file data: the devices' page cache
@@ -383,8 +411,9 @@ pub fn run(a: MountArgs) -> anyhow::Result<ExitCode> {
         cfg.acl = numaio_fuse::fuser::SessionACL::All;
     }
     let shown_mp = std::fs::canonicalize(mp).unwrap_or_else(|_| mp.clone());
-    let mut nfs =
-        numaio_fuse::NumaFs::with_mode(fs, want).with_mountpoint(&shown_mp.display().to_string());
+    let mut nfs = numaio_fuse::NumaFs::with_mode(fs, want)
+        .with_mountpoint(&shown_mp.display().to_string())
+        .with_server_checks(opts.allow_other && !opts.default_permissions);
     if let Some(mode) = a.move_work {
         nfs = nfs.with_move_work(mode, a.move_work_override);
     }
@@ -440,12 +469,14 @@ pub fn run(a: MountArgs) -> anyhow::Result<ExitCode> {
             pid,
             read_only: opts.read_only,
             fuse_mode: mode.as_str(),
+            options: opts.names(),
         })?;
     } else {
         crate::outln!(
-            "serving {shown} at {} (fuse mode {}, pid {pid})",
+            "serving {shown} at {} (fuse mode {}, options {}, pid {pid})",
             mp.display(),
-            mode.as_str()
+            mode.as_str(),
+            opts.names().join(",")
         )?;
     }
     crate::output::flush_out()?;
@@ -500,7 +531,7 @@ fn detach(
     mp: &Path,
     names: &[String],
     dev_before: u64,
-    read_only: bool,
+    opts: Opts,
 ) -> anyhow::Result<ExitCode> {
     let exe = std::env::current_exe().context("finding this program to start the server")?;
     let mut cmd = std::process::Command::new(exe);
@@ -592,14 +623,16 @@ fn detach(
             mountpoint: mp,
             devices: names,
             pid,
-            read_only,
+            read_only: opts.read_only,
             fuse_mode: &fuse_mode,
+            options: opts.names(),
         })
     } else {
         crate::outln!(
-            "mounted {} at {} (fuse mode {fuse_mode}, server pid {pid})",
+            "mounted {} at {} (fuse mode {fuse_mode}, options {}, server pid {pid})",
             shown(&a.zone, &a.paths[..a.paths.len() - 1]),
-            mp.display()
+            mp.display(),
+            opts.names().join(",")
         )
     }
     .and_then(|()| crate::output::flush_out());

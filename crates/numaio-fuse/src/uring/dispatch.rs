@@ -36,18 +36,20 @@ pub fn dispatch(
     let c = Observer::caller(&r, h.uid, h.gid);
     let ino = h.nodeid;
     let input = &payload[..in_len.min(payload.len())];
+    // Names stay cached unless the server checks permissions (see Observer::entry_ttl).
+    let ttl = obs.entry_ttl().as_secs();
     match h.opcode {
         op::LOOKUP => {
             // A missing name is answered as a negative entry (inode 0) the kernel keeps for
             // the TTL, as the classic adapter does.
             match crate::negative_lookup(fs.lookup(ino, name(input)?, &c)) {
-                Ok(Some(a)) => entry(payload, Ok(a)),
+                Ok(Some(a)) => entry(payload, ttl, Ok(a)),
                 Ok(None) => {
                     let mut o = Out::new(payload);
                     o.u64(0)
                         .u64(0)
-                        .u64(TTL_SECS)
-                        .u64(TTL_SECS)
+                        .u64(ttl)
+                        .u64(ttl)
                         .u32(0)
                         .u32(0)
                         .zeros(abi::ATTR_SZ);
@@ -69,7 +71,7 @@ pub fn dispatch(
             let (n, rest) = abi::cstr(input).ok_or(libc::EINVAL)?;
             let (target, _) = abi::cstr(rest).ok_or(libc::EINVAL)?;
             let r = fs.symlink(ino, n, target, &c);
-            entry(payload, r)
+            entry(payload, ttl, r)
         }
         op::MKNOD => {
             // fuse_mknod_in: mode, rdev, umask, padding.
@@ -87,12 +89,12 @@ pub fn dispatch(
                 _ => return Err(libc::EINVAL),
             };
             let r = fs.mknod(ino, name(input)?, k, mode & !umask & 0o7777, &c);
-            entry(payload, r)
+            entry(payload, ttl, r)
         }
         op::MKDIR => {
             let (mode, umask) = (abi::u32_at(op_in, 0), abi::u32_at(op_in, 4));
             let r = fs.mkdir(ino, name(input)?, mode & !umask, &c);
-            entry(payload, r)
+            entry(payload, ttl, r)
         }
         op::UNLINK => empty(fs.unlink(ino, name(input)?, &c)),
         op::RMDIR => empty(fs.rmdir(ino, name(input)?, &c)),
@@ -110,7 +112,7 @@ pub fn dispatch(
         op::LINK => {
             let old = abi::u64_at(op_in, 0);
             let r = fs.link(old, ino, name(input)?, &c);
-            entry(payload, r)
+            entry(payload, ttl, r)
         }
         op::OPEN => {
             let mask = match abi::u32_at(op_in, 0) as i32 & libc::O_ACCMODE {
@@ -123,7 +125,10 @@ pub fn dispatch(
                 .map_err(errno)?;
             opened(payload, OPEN_FLAGS)
         }
-        op::OPENDIR => opened(payload, 0),
+        op::OPENDIR => {
+            crate::opendir_check(fs, obs, ino, &c).map_err(errno)?;
+            opened(payload, 0)
+        }
         op::READ => {
             let (offset, size) = (abi::u64_at(op_in, 8), abi::u32_at(op_in, 16) as usize);
             let n = size.min(payload.len());
@@ -202,7 +207,7 @@ pub fn dispatch(
                 .and_then(|a| fs.open(a.ino).map(|()| a))
                 .map_err(errno)?;
             let mut o = Out::new(payload);
-            put_entry(&mut o, &a);
+            put_entry(&mut o, &a, ttl);
             o.u64(0).u32(OPEN_FLAGS).u32(0);
             Ok(o.written())
         }
@@ -237,7 +242,7 @@ pub fn dispatch(
                 if rec > o.room() {
                     break;
                 }
-                put_entry(&mut o, &a);
+                put_entry(&mut o, &a, ttl);
                 o.u64(e.ino)
                     .u64(e.cookie)
                     .u32(e.name.len() as u32)
@@ -324,6 +329,8 @@ fn setattr(op_in: &[u8]) -> SetAttr {
         size: has(fattr::SIZE).then(|| abi::u64_at(op_in, 16)),
         atime: has(fattr::ATIME).then(|| time(fattr::ATIME_NOW, 32, 56)),
         mtime: has(fattr::MTIME).then(|| time(fattr::MTIME_NOW, 40, 60)),
+        atime_now: has(fattr::ATIME) && has(fattr::ATIME_NOW),
+        mtime_now: has(fattr::MTIME) && has(fattr::MTIME_NOW),
         through_writable_fd: has(fattr::FH),
     }
 }
@@ -373,20 +380,16 @@ fn put_attr(o: &mut Out, a: &numaio_fs::FileAttr) {
         .u32(0);
 }
 
-fn put_entry(o: &mut Out, a: &numaio_fs::FileAttr) {
-    o.u64(a.ino)
-        .u64(0)
-        .u64(TTL_SECS)
-        .u64(TTL_SECS)
-        .u32(0)
-        .u32(0);
+/// `fuse_entry_out` of `a`, the name and attributes valid for `ttl` seconds.
+fn put_entry(o: &mut Out, a: &numaio_fs::FileAttr, ttl: u64) {
+    o.u64(a.ino).u64(0).u64(ttl).u64(ttl).u32(0).u32(0);
     put_attr(o, a);
 }
 
-fn entry(payload: &mut [u8], r: Result<numaio_fs::FileAttr, FsError>) -> Answer {
+fn entry(payload: &mut [u8], ttl: u64, r: Result<numaio_fs::FileAttr, FsError>) -> Answer {
     let a = r.map_err(errno)?;
     let mut o = Out::new(payload);
-    put_entry(&mut o, &a);
+    put_entry(&mut o, &a, ttl);
     Ok(o.written())
 }
 
@@ -415,5 +418,18 @@ mod tests {
         assert_eq!(s.size, Some(4096));
         assert_eq!(s.mtime, Some(3_000_000_005));
         assert_eq!((s.uid, s.gid, s.atime), (None, None, None));
+        assert!(!s.mtime_now, "an explicit mtime is not now");
+    }
+
+    #[test]
+    fn setattr_says_which_times_are_now() {
+        let mut b = [0u8; 88];
+        let valid = fattr::ATIME | fattr::ATIME_NOW | fattr::MTIME;
+        b[0..4].copy_from_slice(&valid.to_le_bytes());
+        b[40..48].copy_from_slice(&3u64.to_le_bytes());
+        let s = setattr(&b);
+        assert!(s.atime_now && s.atime.is_some_and(|t| t > 0));
+        assert!(!s.mtime_now);
+        assert_eq!(s.mtime, Some(3_000_000_000));
     }
 }
