@@ -32,7 +32,10 @@ def missing_modules(names=REQUIRED):
 
 
 def main():
-    missing = missing_modules()
+    # Help needs only the standard library (cli imports the rest when it runs): it prints
+    # even where the dependencies are missing.
+    wants_help = any(a in ("-h", "--help") for a in sys.argv[1:])
+    missing = [] if wants_help else missing_modules()
     if missing:
         print(f"numaio advise: missing Python package(s) {', '.join(missing)} for "
               f"{sys.executable}; install them with: {INSTALL}", file=sys.stderr)

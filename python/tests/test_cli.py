@@ -168,6 +168,18 @@ def test_missing_dependency_gives_one_message(env, tmp_path):
     assert p.stdout == ""
 
 
+def test_help_prints_without_the_dependencies(env, tmp_path):
+    fake = tmp_path / "fake" / "sklearn"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('scikit-learn is broken here')\n")
+    e = dict(env, PYTHONPATH=os.pathsep.join([str(tmp_path / "fake"), env["PYTHONPATH"]]))
+    for args in (["--help"], ["-h"], ["collect", "--help"], ["collect-modelled", "--help"]):
+        p = advise(e, *args)
+        assert p.returncode == 0, (args, p.stdout, p.stderr)
+        assert p.stdout.startswith("usage: numaio advise"), (args, p.stdout)
+        assert p.stderr == "", (args, p.stderr)
+
+
 def test_plots(env, tmp_path, request):
     try:
         import matplotlib  # noqa: F401

@@ -122,6 +122,13 @@ fn help_prints_without_the_advisor_and_advice_says_it_is_missing() {
         assert!(out.contains("numaio advise"), "{out}");
         assert!(out.contains("setup-python.sh"), "{out}");
     }
+    // A plain python3 sees the checkout's advisor but maybe not its dependencies (numpy,
+    // pandas, scikit-learn): the advisor's own help prints all the same.
+    let mut cmd = numaio(&["advise", "--help"]);
+    cmd.env("NUMAIO_PYTHON", "python3");
+    let r = run_limited(cmd, Duration::from_secs(60));
+    assert_eq!(r.code, Some(0), "{r:?}");
+    assert!(r.out().starts_with("usage: numaio advise"), "{}", r.out());
     // Without any Python help prints too.
     let mut cmd = numaio(&["advise", "--help"]);
     cmd.env("NUMAIO_PYTHON", "/nonexistent/python3");
