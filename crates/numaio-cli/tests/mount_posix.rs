@@ -468,6 +468,75 @@ fn server_checks_search_and_read_permission_on_directories() {
     }
 }
 
+/// Runs `argv` as uid 65534 with gid 65534 and the supplementary groups `groups`.
+fn as_nobody_in(groups: &str, argv: &[&OsStr]) -> Output {
+    Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534"])
+        .arg(format!("--groups={groups}"))
+        .arg("--")
+        .args(argv)
+        .stdin(Stdio::null())
+        .output()
+        .expect("running setpriv (util-linux)")
+}
+
+#[test]
+fn supplementary_groups_count_in_either_kind_of_check() {
+    if !can_mount() {
+        return;
+    }
+    use std::os::unix::fs::MetadataExt;
+    let v = Vol::new();
+    for opts in ["", "allow_other,nodefault_permissions"] {
+        let m = v.mount(opts);
+        std::fs::set_permissions(&v.mnt, std::fs::Permissions::from_mode(0o777)).unwrap();
+        // root's file, readable by group 4242 only.
+        let g = v.mnt.join("group-file");
+        std::fs::write(&g, b"for the group\n").unwrap();
+        std::os::unix::fs::chown(&g, None, Some(4242)).unwrap();
+        std::fs::set_permissions(&g, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let o = as_nobody_in("4242", &["cat".as_ref(), g.as_os_str()]);
+        assert!(
+            o.status.success(),
+            "-o {opts:?}: a member of 4242: {}",
+            stderr(&o)
+        );
+        assert_eq!(o.stdout, b"for the group\n");
+        let o = as_nobody_in("4343", &["cat".as_ref(), g.as_os_str()]);
+        assert!(
+            !o.status.success(),
+            "-o {opts:?}: a non-member read the file"
+        );
+        // nobody's own file: chgrp to a group it belongs to, not to another.
+        let f = v.mnt.join("own-file");
+        std::fs::write(&f, b"x").unwrap();
+        std::os::unix::fs::chown(&f, Some(65534), Some(65534)).unwrap();
+        let o = as_nobody_in("4242", &["chgrp".as_ref(), "4242".as_ref(), f.as_os_str()]);
+        assert!(o.status.success(), "-o {opts:?}: chgrp: {}", stderr(&o));
+        assert_eq!(std::fs::metadata(&f).unwrap().gid(), 4242);
+        let o = as_nobody_in("4242", &["chgrp".as_ref(), "4343".as_ref(), f.as_os_str()]);
+        assert!(!o.status.success(), "-o {opts:?}: chgrp to a foreign group");
+        // chmod g+s keeps the bit for a member of the file's group, drops it otherwise.
+        let o = as_nobody_in("4242", &["chmod".as_ref(), "2644".as_ref(), f.as_os_str()]);
+        assert!(o.status.success(), "-o {opts:?}: chmod: {}", stderr(&o));
+        assert_eq!(
+            std::fs::metadata(&f).unwrap().mode() & 0o7777,
+            0o2644,
+            "-o {opts:?}"
+        );
+        let o = as_nobody_in("4343", &["chmod".as_ref(), "2640".as_ref(), f.as_os_str()]);
+        assert!(o.status.success(), "-o {opts:?}: chmod: {}", stderr(&o));
+        assert_eq!(
+            std::fs::metadata(&f).unwrap().mode() & 0o7777,
+            0o640,
+            "-o {opts:?}"
+        );
+        std::fs::remove_file(&f).unwrap();
+        std::fs::remove_file(&g).unwrap();
+        m.umount();
+    }
+}
+
 fn setxattr(p: &Path, name: &str, v: &[u8]) -> std::io::Result<()> {
     let p = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
     let n = std::ffi::CString::new(name).unwrap();

@@ -243,7 +243,7 @@ fn access(a: &Attr, c: &Caller, want: u32) -> Result<(), FsError> {
     }
     let bits = if c.uid == a.uid {
         a.mode >> 6
-    } else if c.gid == a.gid {
+    } else if c.in_group(a.gid) {
         a.mode >> 3
     } else {
         a.mode
@@ -1036,7 +1036,7 @@ impl Fs {
             }
         }
         if let Some(gid) = s.gid {
-            if c.uid != 0 && (gid != a.gid && (c.uid != a.uid || gid != c.gid)) {
+            if c.uid != 0 && (gid != a.gid && (c.uid != a.uid || !c.in_group(gid))) {
                 return Err(FsError::NotPermitted);
             }
         }
@@ -1081,6 +1081,10 @@ impl Fs {
         }
         if let Some(m) = s.mode {
             a.mode = m & 0o7777;
+            // As the VFS rules it: set-group-id only for a member of the file's group.
+            if c.uid != 0 && !c.in_group(s.gid.unwrap_or(a.gid)) {
+                a.mode &= !0o2000;
+            }
         }
         if let Some(u) = s.uid {
             a.uid = u;

@@ -51,6 +51,9 @@ pub struct Caller {
     pub gid: u32,
     /// Process id, for per-process accounting (0 when unknown).
     pub pid: u32,
+    /// The calling thread, whose supplementary groups count in permission checks (0: none,
+    /// only `gid`).
+    pub tid: u32,
 }
 
 impl Caller {
@@ -61,6 +64,28 @@ impl Caller {
             uid: 0,
             gid: 0,
             pid: 0,
+            tid: 0,
         }
     }
+
+    /// Whether the caller belongs to group `gid`: its own gid, or one of its thread's
+    /// supplementary groups, which FUSE does not pass on and are read from /proc only here,
+    /// when the own gid did not match.
+    pub fn in_group(&self, gid: u32) -> bool {
+        self.gid == gid || (self.tid != 0 && supplementary_groups(self.tid).contains(&gid))
+    }
+}
+
+/// The supplementary groups of thread `tid` (none when /proc cannot say).
+fn supplementary_groups(tid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{tid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| l.strip_prefix("Groups:")).map(|g| {
+                g.split_whitespace()
+                    .filter_map(|x| x.parse().ok())
+                    .collect()
+            })
+        })
+        .unwrap_or_default()
 }

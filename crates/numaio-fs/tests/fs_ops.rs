@@ -38,6 +38,7 @@ fn user(uid: u32) -> Caller {
         uid,
         gid: uid,
         pid: 1,
+        tid: 0,
     }
 }
 
@@ -1193,4 +1194,30 @@ fn posix_acl_xattrs_are_refused_and_stored_ones_ignored() {
     assert_eq!(fs.listxattr(f.ino).unwrap(), vec![b"user.kept".to_vec()]);
     // The mode alone decides.
     fs.access(f.ino, 4, &user(65534)).unwrap();
+}
+
+#[test]
+fn chmod_keeps_set_group_id_only_for_a_member_of_the_group() {
+    let (_, fs) = vol();
+    let f = fs.create(ROOT, b"f", 0o644, &root()).unwrap();
+    let chown = |uid, gid| SetAttr {
+        uid: Some(uid),
+        gid: Some(gid),
+        ..Default::default()
+    };
+    let chmod = |mode| SetAttr {
+        mode: Some(mode),
+        ..Default::default()
+    };
+    fs.setattr(f.ino, &chown(1000, 1000), &root()).unwrap();
+    let a = fs.setattr(f.ino, &chmod(0o2755), &user(1000)).unwrap();
+    assert_eq!(a.mode, 0o2755);
+    fs.setattr(f.ino, &chown(1000, 2000), &root()).unwrap();
+    let a = fs.setattr(f.ino, &chmod(0o2755), &user(1000)).unwrap();
+    assert_eq!(
+        a.mode, 0o755,
+        "set-group-id kept for a group the caller is not in"
+    );
+    let a = fs.setattr(f.ino, &chmod(0o2755), &root()).unwrap();
+    assert_eq!(a.mode, 0o2755);
 }

@@ -99,6 +99,7 @@ impl Observer {
             uid,
             gid,
             pid: r.pid,
+            tid: r.tid,
         }
     }
 

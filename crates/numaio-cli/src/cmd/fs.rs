@@ -165,6 +165,7 @@ fn caller() -> Caller {
         uid: 0,
         gid: 0,
         pid: std::process::id(),
+        tid: 0,
     }
 }
 
