@@ -468,6 +468,65 @@ fn server_checks_search_and_read_permission_on_directories() {
     }
 }
 
+#[test]
+fn server_checks_execute_permission_and_set_group_id_directories() {
+    if !can_mount() {
+        return;
+    }
+    use std::os::unix::fs::MetadataExt;
+    let v = Vol::new();
+    for mode in fuse_modes() {
+        let o = run(mount_cmd(
+            &v.dev,
+            &v.mnt,
+            &[
+                "--fuse-mode",
+                mode,
+                "-o",
+                "allow_other,nodefault_permissions",
+            ],
+        ));
+        assert!(o.status.success(), "mount ({mode}): {}", stderr(&o));
+        let m = Mounted(&v.mnt);
+        std::fs::set_permissions(&v.mnt, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // execve opens for execution: execute permission decides, not read permission.
+        let exe = |name: &str, perm: u32| {
+            let p = v.mnt.join(format!("{name}-{mode}"));
+            std::fs::copy("/bin/true", &p).unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(perm)).unwrap();
+            p
+        };
+        let x_only = exe("x-only", 0o711);
+        let o = as_nobody(&[x_only.as_os_str()]);
+        assert!(
+            o.status.success(),
+            "{mode}: nobody could not run a 0711 program: {o:?}"
+        );
+        let r_only = exe("r-only", 0o704);
+        let o = as_nobody(&[r_only.as_os_str()]);
+        assert!(!o.status.success(), "{mode}: nobody ran a 0704 program");
+        // Root may execute only what someone may.
+        let plain = v.mnt.join(format!("plain-{mode}"));
+        std::fs::write(&plain, b"x").unwrap();
+        std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let c = std::ffi::CString::new(plain.as_os_str().as_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_ne!(unsafe { libc::access(c.as_ptr(), libc::X_OK) }, 0, "{mode}");
+        // A set-group-id directory passes its group, and the bit to subdirectories.
+        let sg = v.mnt.join(format!("sg-{mode}"));
+        std::fs::create_dir(&sg).unwrap();
+        std::os::unix::fs::chown(&sg, None, Some(4242)).unwrap();
+        std::fs::set_permissions(&sg, std::fs::Permissions::from_mode(0o2775)).unwrap();
+        std::fs::create_dir(sg.join("sub")).unwrap();
+        std::fs::write(sg.join("file"), b"").unwrap();
+        let sub = std::fs::metadata(sg.join("sub")).unwrap();
+        assert_eq!((sub.mode() & 0o7777, sub.gid()), (0o2755, 4242), "{mode}");
+        let file = std::fs::metadata(sg.join("file")).unwrap();
+        assert_eq!((file.mode() & 0o2000, file.gid()), (0, 4242), "{mode}");
+        m.umount();
+    }
+}
+
 /// Runs `argv` as uid 65534 with gid 65534 and the supplementary groups `groups`.
 fn as_nobody_in(groups: &str, argv: &[&OsStr]) -> Output {
     Command::new("setpriv")

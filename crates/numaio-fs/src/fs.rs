@@ -236,9 +236,14 @@ fn check_old_name(name: &[u8]) -> Result<(), FsError> {
     Ok(())
 }
 
-/// Permission bits `want` (4 read, 2 write, 1 search/execute) on `a` for `c`; root passes.
+/// Permission bits `want` (4 read, 2 write, 1 search/execute) on `a` for `c`; root passes all
+/// but executing a file nobody may execute.
 fn access(a: &Attr, c: &Caller, want: u32) -> Result<(), FsError> {
     if c.uid == 0 {
+        // Root too executes only what someone may execute (a directory it may always search).
+        if want & 1 != 0 && a.kind != Kind::Dir && a.mode & 0o111 == 0 {
+            return Err(FsError::Permission);
+        }
         return Ok(());
     }
     let bits = if c.uid == a.uid {
@@ -1177,7 +1182,13 @@ impl Fs {
         };
         let attr = Attr {
             kind,
-            mode: mode & 0o7777,
+            // A set-group-id directory gives its group to what is made in it, and the bit
+            // to its subdirectories.
+            mode: if kind == Kind::Dir && pa.mode & 0o2000 != 0 {
+                mode & 0o7777 | 0o2000
+            } else {
+                mode & 0o7777
+            },
             uid: c.uid,
             gid: if pa.mode & 0o2000 != 0 { pa.gid } else { c.gid },
             nlink: if kind == Kind::Dir { 2 } else { 1 },

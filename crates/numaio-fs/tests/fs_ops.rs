@@ -1221,3 +1221,32 @@ fn chmod_keeps_set_group_id_only_for_a_member_of_the_group() {
     let a = fs.setattr(f.ino, &chmod(0o2755), &root()).unwrap();
     assert_eq!(a.mode, 0o2755);
 }
+
+#[test]
+fn root_executes_only_what_someone_may_and_setgid_directories_pass_on() {
+    let (_, fs) = vol();
+    let f = fs.create(ROOT, b"f", 0o644, &root()).unwrap();
+    assert!(matches!(
+        fs.access(f.ino, 1, &root()),
+        Err(FsError::Permission)
+    ));
+    let x = fs.create(ROOT, b"x", 0o100, &root()).unwrap();
+    fs.access(x.ino, 1, &root()).unwrap();
+    let d = fs.mkdir(ROOT, b"d", 0o700, &root()).unwrap();
+    fs.access(d.ino, 1, &root()).unwrap();
+    let sg = fs.mkdir(ROOT, b"sg", 0o777, &root()).unwrap();
+    fs.setattr(
+        sg.ino,
+        &SetAttr {
+            gid: Some(4242),
+            mode: Some(0o2777),
+            ..Default::default()
+        },
+        &root(),
+    )
+    .unwrap();
+    let sub = fs.mkdir(sg.ino, b"sub", 0o755, &user(1000)).unwrap();
+    assert_eq!((sub.mode, sub.gid), (0o2755, 4242));
+    let file = fs.create(sg.ino, b"file", 0o644, &user(1000)).unwrap();
+    assert_eq!((file.mode, file.gid), (0o644, 4242));
+}

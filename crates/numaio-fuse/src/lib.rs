@@ -283,6 +283,20 @@ fn lookup_entry(reply: ReplyEntry, ttl: Duration, r: Result<numaio_fs::FileAttr,
     }
 }
 
+/// The permission an OPEN with `flags` takes, in either transport: execve's open (flagged
+/// `__FMODE_EXEC`) takes execute permission, not read; others their access mode.
+pub(crate) fn open_mask(flags: i32) -> u32 {
+    const FMODE_EXEC: i32 = 0x20;
+    if flags & FMODE_EXEC != 0 {
+        return libc::X_OK as u32;
+    }
+    (match flags & libc::O_ACCMODE {
+        libc::O_RDONLY => libc::R_OK,
+        libc::O_WRONLY => libc::W_OK,
+        _ => libc::R_OK | libc::W_OK,
+    }) as u32
+}
+
 /// An OPENDIR's check in either transport: where the server checks permissions, listing
 /// takes read permission on the directory (the kernel checks it itself otherwise).
 pub(crate) fn opendir_check(fs: &Fs, obs: &Observer, ino: u64, c: &Caller) -> Result<(), FsError> {
@@ -438,11 +452,7 @@ impl Filesystem for NumaFs {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let mask = match flags.0 & libc::O_ACCMODE {
-            libc::O_RDONLY => libc::R_OK,
-            libc::O_WRONLY => libc::W_OK,
-            _ => libc::R_OK | libc::W_OK,
-        } as u32;
+        let mask = open_mask(flags.0);
         let r = self
             .fs()
             .access(ino.0, mask, &self.caller(req))

@@ -115,11 +115,7 @@ pub fn dispatch(
             entry(payload, ttl, r)
         }
         op::OPEN => {
-            let mask = match abi::u32_at(op_in, 0) as i32 & libc::O_ACCMODE {
-                libc::O_RDONLY => libc::R_OK,
-                libc::O_WRONLY => libc::W_OK,
-                _ => libc::R_OK | libc::W_OK,
-            } as u32;
+            let mask = crate::open_mask(abi::u32_at(op_in, 0) as i32);
             fs.access(ino, mask, &c)
                 .and_then(|()| fs.open(ino))
                 .map_err(errno)?;
