@@ -527,6 +527,124 @@ fn server_checks_execute_permission_and_set_group_id_directories() {
     }
 }
 
+/// Runs `f` in a child process as uid/gid 65534 without supplementary groups; returns the
+/// errno `f` returns (0: it succeeded).
+fn errno_as_nobody(f: impl Fn() -> i32) -> i32 {
+    // SAFETY: the child makes only system calls (no allocation, no locks) and then _exits.
+    unsafe {
+        let pid = libc::fork();
+        assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+        if pid == 0 {
+            let ok = libc::setgroups(0, std::ptr::null()) == 0
+                && libc::setresgid(65534, 65534, 65534) == 0
+                && libc::setresuid(65534, 65534, 65534) == 0;
+            libc::_exit(if ok { f() } else { 255 });
+        }
+        let mut st = 0;
+        assert_eq!(libc::waitpid(pid, &mut st, 0), pid);
+        assert!(libc::WIFEXITED(st), "child status {st:#x}");
+        libc::WEXITSTATUS(st)
+    }
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(255)
+}
+
+#[test]
+fn server_checks_directory_moves_and_user_xattrs() {
+    if !can_mount() {
+        return;
+    }
+    let v = Vol::new();
+    for mode in fuse_modes() {
+        let o = run(mount_cmd(
+            &v.dev,
+            &v.mnt,
+            &[
+                "--fuse-mode",
+                mode,
+                "-o",
+                "allow_other,nodefault_permissions",
+            ],
+        ));
+        assert!(o.status.success(), "mount ({mode}): {}", stderr(&o));
+        let m = Mounted(&v.mnt);
+        std::fs::set_permissions(&v.mnt, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let top = v.mnt.join(format!("pub-{mode}"));
+        for d in ["", "a", "b"] {
+            std::fs::create_dir(top.join(d)).unwrap();
+            std::fs::set_permissions(top.join(d), std::fs::Permissions::from_mode(0o777)).unwrap();
+        }
+        let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+        // Moving root's directory to another parent rewrites its `..`: EACCES for nobody,
+        // although both parents are writable; within one parent it may be renamed.
+        std::fs::create_dir(top.join("a/roots")).unwrap();
+        let (from, to, beside) = (
+            c(&top.join("a/roots")),
+            c(&top.join("b/roots")),
+            c(&top.join("a/renamed")),
+        );
+        // SAFETY: NUL-terminated paths.
+        let e = errno_as_nobody(|| unsafe {
+            if libc::rename(from.as_ptr(), to.as_ptr()) == 0 {
+                0
+            } else {
+                errno()
+            }
+        });
+        assert_eq!(e, libc::EACCES, "{mode}: moved root's directory");
+        // SAFETY: NUL-terminated paths.
+        let e = errno_as_nobody(|| unsafe {
+            if libc::rename(from.as_ptr(), beside.as_ptr()) == 0 {
+                0
+            } else {
+                errno()
+            }
+        });
+        assert_eq!(e, 0, "{mode}: renaming within the parent");
+        // user. attributes: reading takes read permission, writing write permission, the
+        // owner's included.
+        let secret = top.join("secret");
+        std::fs::write(&secret, b"").unwrap();
+        setxattr(&secret, "user.k", b"v").unwrap();
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let (sp, name) = (c(&secret), std::ffi::CString::new("user.k").unwrap());
+        // SAFETY: NUL-terminated path and name; a size probe writes nothing.
+        let e = errno_as_nobody(|| unsafe {
+            if libc::getxattr(sp.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0) >= 0 {
+                0
+            } else {
+                errno()
+            }
+        });
+        assert_eq!(
+            e,
+            libc::EACCES,
+            "{mode}: nobody read a user. xattr of a 0600 file"
+        );
+        let mine = top.join("mine");
+        std::fs::write(&mine, b"").unwrap();
+        std::os::unix::fs::chown(&mine, Some(65534), Some(65534)).unwrap();
+        std::fs::set_permissions(&mine, std::fs::Permissions::from_mode(0o444)).unwrap();
+        let mp = c(&mine);
+        // SAFETY: NUL-terminated path and name; `b"v"` lives through the call.
+        let set = || unsafe {
+            if libc::setxattr(mp.as_ptr(), name.as_ptr(), b"v".as_ptr().cast(), 1, 0) == 0 {
+                0
+            } else {
+                errno()
+            }
+        };
+        assert_eq!(errno_as_nobody(set), libc::EACCES, "{mode}: owner, 0444");
+        std::fs::set_permissions(&mine, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(errno_as_nobody(set), 0, "{mode}: owner, 0644");
+        m.umount();
+    }
+}
+
 /// Runs `argv` as uid 65534 with gid 65534 and the supplementary groups `groups`.
 fn as_nobody_in(groups: &str, argv: &[&OsStr]) -> Output {
     Command::new("setpriv")

@@ -1370,6 +1370,11 @@ impl Fs {
         let src = g.entry_to_remove(parent, name, c)?;
         let npa = g.dir_attr(newparent)?;
         access(&npa, c, 3)?;
+        if src.kind == Kind::Dir && parent != newparent {
+            // Its `..` changes: a directory moves to another parent only with write
+            // permission on it.
+            access(&g.attr(src.ino)?, c, 2)?;
+        }
         let tgt = match g.entry(newparent, newname) {
             Ok(t) => Some(t),
             Err(FsError::NotFound) => None,
@@ -1806,7 +1811,8 @@ impl Fs {
         let mut g = self.lock_rw()?;
         let g = &mut *g;
         let mut a = g.attr(ino)?;
-        if c.uid != 0 && c.uid != a.uid {
+        // `user.` attributes take write permission, the owner's too (as the VFS rules).
+        if name.starts_with(b"user.") || (c.uid != 0 && c.uid != a.uid) {
             access(&a, c, 2)?;
         }
         let now = now_ns();
@@ -1872,7 +1878,8 @@ impl Fs {
         let mut g = self.lock_rw()?;
         let g = &mut *g;
         let mut a = g.attr(ino)?;
-        if c.uid != 0 && c.uid != a.uid {
+        // `user.` attributes take write permission, the owner's too (as the VFS rules).
+        if name.starts_with(b"user.") || (c.uid != 0 && c.uid != a.uid) {
             access(&a, c, 2)?;
         }
         if name == PLACEMENT_XATTR {

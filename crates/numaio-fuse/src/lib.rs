@@ -297,6 +297,22 @@ pub(crate) fn open_mask(flags: i32) -> u32 {
     }) as u32
 }
 
+/// A GETXATTR's check in either transport: where the server checks permissions, reading a
+/// `user.` attribute takes read permission (the kernel checks it itself otherwise).
+pub(crate) fn getxattr_check(
+    fs: &Fs,
+    obs: &Observer,
+    ino: u64,
+    name: &[u8],
+    c: &Caller,
+) -> Result<(), FsError> {
+    if obs.server_checks() && name.starts_with(b"user.") {
+        fs.access(ino, libc::R_OK as u32, c)
+    } else {
+        Ok(())
+    }
+}
+
 /// An OPENDIR's check in either transport: where the server checks permissions, listing
 /// takes read permission on the directory (the kernel checks it itself otherwise).
 pub(crate) fn opendir_check(fs: &Fs, obs: &Observer, ino: u64, c: &Caller) -> Result<(), FsError> {
@@ -763,7 +779,7 @@ impl Filesystem for NumaFs {
 
     fn getxattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         name: &OsStr,
         size: u32,
@@ -772,7 +788,10 @@ impl Filesystem for NumaFs {
         if Self::is_stats_xattr(ino, name) {
             return xattr_reply(reply, size, &self.stats_json());
         }
-        match self.fs().getxattr(ino.0, name.as_bytes()) {
+        let (fs, c) = (self.fs(), self.caller(req));
+        match getxattr_check(fs, &self.obs, ino.0, name.as_bytes(), &c)
+            .and_then(|()| fs.getxattr(ino.0, name.as_bytes()))
+        {
             Ok(v) => xattr_reply(reply, size, &v),
             Err(e) => reply.error(errno(&e)),
         }

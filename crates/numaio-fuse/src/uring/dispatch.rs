@@ -176,6 +176,7 @@ pub fn dispatch(
             if Observer::is_stats_xattr(ino, n) {
                 return xattr(payload, size, &obs.stats_json(fs, "io_uring"));
             }
+            crate::getxattr_check(fs, obs, ino, n, &c).map_err(errno)?;
             let v = fs.getxattr(ino, n).map_err(errno)?;
             xattr(payload, size, &v)
         }
