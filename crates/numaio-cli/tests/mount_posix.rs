@@ -554,7 +554,7 @@ fn errno() -> i32 {
 }
 
 #[test]
-fn server_checks_directory_moves_and_user_xattrs() {
+fn server_checks_directory_moves_sticky_directories_and_user_xattrs() {
     if !can_mount() {
         return;
     }
@@ -605,6 +605,47 @@ fn server_checks_directory_moves_and_user_xattrs() {
             }
         });
         assert_eq!(e, 0, "{mode}: renaming within the parent");
+        // In a sticky directory nobody may remove only its own entries.
+        let st = top.join("sticky");
+        std::fs::create_dir(&st).unwrap();
+        std::fs::set_permissions(&st, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        std::fs::write(st.join("roots"), b"").unwrap();
+        std::fs::set_permissions(st.join("roots"), std::fs::Permissions::from_mode(0o666)).unwrap();
+        let (roots, own) = (c(&st.join("roots")), c(&st.join("own")));
+        // SAFETY: NUL-terminated paths.
+        let e = errno_as_nobody(|| unsafe {
+            if libc::unlink(roots.as_ptr()) == 0 {
+                0
+            } else {
+                errno()
+            }
+        });
+        assert_eq!(
+            e,
+            libc::EPERM,
+            "{mode}: nobody removed root's file from a sticky directory"
+        );
+        // SAFETY: NUL-terminated paths; the descriptor is closed right away.
+        let e = errno_as_nobody(|| unsafe {
+            let fd = libc::open(own.as_ptr(), libc::O_CREAT | libc::O_WRONLY, 0o644);
+            if fd < 0 {
+                return errno();
+            }
+            libc::close(fd);
+            if libc::rename(own.as_ptr(), roots.as_ptr()) == 0 {
+                return 0;
+            }
+            let e = errno();
+            if e == libc::EPERM && libc::unlink(own.as_ptr()) == 0 {
+                return e;
+            }
+            255
+        });
+        assert_eq!(
+            e,
+            libc::EPERM,
+            "{mode}: nobody replaced root's file in a sticky directory"
+        );
         // user. attributes: reading takes read permission, writing write permission, the
         // owner's included.
         let secret = top.join("secret");

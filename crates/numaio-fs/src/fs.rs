@@ -330,11 +330,23 @@ impl Inner {
     }
 
     /// The entry `name` of directory `dir` when `c` may remove it (write and search
-    /// permission on the directory).
+    /// permission on the directory; in a sticky one, owning the directory or the entry).
     fn entry_to_remove(&self, dir: u64, name: &[u8], c: &Caller) -> Result<Entry, FsError> {
         let a = self.dir_attr(dir)?;
         access(&a, c, 3)?;
-        self.entry(dir, name)
+        let e = self.entry(dir, name)?;
+        self.check_sticky(&a, e.ino, c)?;
+        Ok(e)
+    }
+
+    /// In a sticky directory `d` only root and the owners of `d` or of `ino` may remove or
+    /// replace the entry of `ino`.
+    fn check_sticky(&self, d: &Attr, ino: u64, c: &Caller) -> Result<(), FsError> {
+        if d.mode & 0o1000 == 0 || c.uid == 0 || c.uid == d.uid || c.uid == self.attr(ino)?.uid {
+            Ok(())
+        } else {
+            Err(FsError::NotPermitted)
+        }
     }
 
     /// Removes the entry `name` → `e` from `dir` and drops the link it held (a directory's
@@ -1387,6 +1399,7 @@ impl Fs {
             if t.ino == src.ino {
                 return Ok(());
             }
+            g.check_sticky(&npa, t.ino, c)?;
             match (src.kind == Kind::Dir, t.kind == Kind::Dir) {
                 (true, false) => return Err(FsError::NotDir),
                 (false, true) => return Err(FsError::IsDir),

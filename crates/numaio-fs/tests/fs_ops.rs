@@ -1250,3 +1250,39 @@ fn root_executes_only_what_someone_may_and_setgid_directories_pass_on() {
     let file = fs.create(sg.ino, b"file", 0o644, &user(1000)).unwrap();
     assert_eq!((file.mode, file.gid), (0o644, 4242));
 }
+
+#[test]
+fn a_sticky_directory_keeps_others_entries() {
+    let (_, fs) = vol();
+    let st = fs.mkdir(ROOT, b"tmp", 0o777, &root()).unwrap();
+    fs.setattr(
+        st.ino,
+        &SetAttr {
+            mode: Some(0o1777),
+            ..Default::default()
+        },
+        &root(),
+    )
+    .unwrap();
+    fs.create(st.ino, b"roots", 0o666, &root()).unwrap();
+    fs.create(st.ino, b"mine", 0o644, &user(1000)).unwrap();
+    let u = user(2000);
+    assert!(matches!(
+        fs.unlink(st.ino, b"roots", &u),
+        Err(FsError::NotPermitted)
+    ));
+    assert!(matches!(
+        fs.rename(st.ino, b"mine", st.ino, b"moved", 0, &u),
+        Err(FsError::NotPermitted)
+    ));
+    fs.create(st.ino, b"theirs", 0o644, &u).unwrap();
+    assert!(matches!(
+        fs.rename(st.ino, b"theirs", st.ino, b"roots", 0, &u),
+        Err(FsError::NotPermitted)
+    ));
+    fs.rename(st.ino, b"theirs", st.ino, b"renamed", 0, &u)
+        .unwrap();
+    fs.unlink(st.ino, b"renamed", &u).unwrap();
+    fs.unlink(st.ino, b"mine", &user(1000)).unwrap();
+    fs.unlink(st.ino, b"roots", &root()).unwrap();
+}
