@@ -554,7 +554,7 @@ fn errno() -> i32 {
 }
 
 #[test]
-fn server_checks_directory_moves_sticky_directories_and_user_xattrs() {
+fn server_checks_moves_sticky_directories_hard_links_and_user_xattrs() {
     if !can_mount() {
         return;
     }
@@ -646,6 +646,31 @@ fn server_checks_directory_moves_sticky_directories_and_user_xattrs() {
             libc::EPERM,
             "{mode}: nobody replaced root's file in a sticky directory"
         );
+        // fs.protected_hardlinks: nobody may not link root's 0600 file, may link a 0666 one.
+        if std::fs::read_to_string("/proc/sys/fs/protected_hardlinks")
+            .is_ok_and(|v| v.trim() == "1")
+        {
+            let target = top.join("roots-file");
+            std::fs::write(&target, b"").unwrap();
+            std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600)).unwrap();
+            let (t, l) = (c(&target), c(&top.join("link")));
+            // SAFETY: NUL-terminated paths.
+            let ln = || unsafe {
+                if libc::link(t.as_ptr(), l.as_ptr()) == 0 {
+                    libc::unlink(l.as_ptr());
+                    0
+                } else {
+                    errno()
+                }
+            };
+            assert_eq!(
+                errno_as_nobody(ln),
+                libc::EPERM,
+                "{mode}: linked root's 0600 file"
+            );
+            std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o666)).unwrap();
+            assert_eq!(errno_as_nobody(ln), 0, "{mode}: linking root's 0666 file");
+        }
         // user. attributes: reading takes read permission, writing write permission, the
         // owner's included.
         let secret = top.join("secret");

@@ -313,6 +313,31 @@ pub(crate) fn getxattr_check(
     }
 }
 
+/// A LINK's check in either transport where the server checks permissions: the kernel's
+/// `fs.protected_hardlinks` rule, whose permission test FUSE answers with "allowed" there.
+/// Someone else's file may be linked only when it is a regular file, neither set-user-id
+/// nor executable set-group-id, and readable and writable by the caller.
+pub(crate) fn link_check(fs: &Fs, obs: &Observer, ino: u64, c: &Caller) -> Result<(), FsError> {
+    if !obs.server_checks() || c.uid == 0 {
+        return Ok(());
+    }
+    let protected = std::fs::read_to_string("/proc/sys/fs/protected_hardlinks")
+        .map_or(true, |v| v.trim() != "0");
+    let a = fs.getattr(ino)?;
+    if !protected || a.uid == c.uid {
+        return Ok(());
+    }
+    let safe = a.kind == Kind::File
+        && a.mode & 0o4000 == 0
+        && a.mode & 0o2010 != 0o2010
+        && fs.access(ino, (libc::R_OK | libc::W_OK) as u32, c).is_ok();
+    if safe {
+        Ok(())
+    } else {
+        Err(FsError::NotPermitted)
+    }
+}
+
 /// An OPENDIR's check in either transport: where the server checks permissions, listing
 /// takes read permission on the directory (the kernel checks it itself otherwise).
 pub(crate) fn opendir_check(fs: &Fs, obs: &Observer, ino: u64, c: &Caller) -> Result<(), FsError> {
@@ -734,9 +759,9 @@ impl Filesystem for NumaFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        let r = self
-            .fs()
-            .link(ino.0, newparent.0, newname.as_bytes(), &self.caller(req));
+        let (fs, c) = (self.fs(), self.caller(req));
+        let r = link_check(fs, &self.obs, ino.0, &c)
+            .and_then(|()| fs.link(ino.0, newparent.0, newname.as_bytes(), &c));
         entry(reply, self.obs.entry_ttl(), r)
     }
 

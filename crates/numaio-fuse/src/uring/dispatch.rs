@@ -111,7 +111,8 @@ pub fn dispatch(
         }
         op::LINK => {
             let old = abi::u64_at(op_in, 0);
-            let r = fs.link(old, ino, name(input)?, &c);
+            let n = name(input)?;
+            let r = crate::link_check(fs, obs, old, &c).and_then(|()| fs.link(old, ino, n, &c));
             entry(payload, ttl, r)
         }
         op::OPEN => {
