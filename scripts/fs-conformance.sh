@@ -358,7 +358,7 @@ echo
 echo "== conformance summary: target $TARGET$([ "$TARGET" = bindfs ] && echo " over $BACKING") ($(uname -r))"
 status=0
 for i in "${!names[@]}"; do
-    printf '%-14s %-5s %5ss  %s\n' "${names[$i]}" "${results[$i]}" "${secs[$i]}" "${details[$i]}"
+    printf '%-16s %-5s %5ss  %s\n' "${names[$i]}" "${results[$i]}" "${secs[$i]}" "${details[$i]}"
     [ "${results[$i]}" = PASS ] || status=1
 done
 if [ -n "$JSON" ]; then
