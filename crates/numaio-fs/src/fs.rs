@@ -248,10 +248,16 @@ fn access(a: &Attr, c: &Caller, want: u32) -> Result<(), FsError> {
     }
     let bits = if c.uid == a.uid {
         a.mode >> 6
-    } else if c.in_group(a.gid) {
-        a.mode >> 3
     } else {
-        a.mode
+        let (group, other) = ((a.mode >> 3) & 7, a.mode & 7);
+        // Supplementary groups are looked up only where the group's bits and the others'
+        // answer differently.
+        let differ = (group & want == want) != (other & want == want);
+        if c.gid == a.gid || (differ && c.in_group(a.gid)) {
+            group
+        } else {
+            other
+        }
     } & 7;
     if bits & want == want {
         Ok(())
@@ -1099,7 +1105,7 @@ impl Fs {
         if let Some(m) = s.mode {
             a.mode = m & 0o7777;
             // As the VFS rules it: set-group-id only for a member of the file's group.
-            if c.uid != 0 && !c.in_group(s.gid.unwrap_or(a.gid)) {
+            if a.mode & 0o2000 != 0 && c.uid != 0 && !c.in_group(s.gid.unwrap_or(a.gid)) {
                 a.mode &= !0o2000;
             }
         }
