@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
 # External conformance suites against one file system: pjdfstest (on numaio twice: with the
-# kernel's permission checks and with the server's own), fsx (plain, mmap and
-# O_DIRECT variants, several seeds), fio verify=crc32c across a remount, and the three
-# Filebench-like personalities (bench/fio/). Results: docs/fs-conformance.md.
+# kernel's permission checks and with the server's own), fsx (plain, mmap and O_DIRECT
+# variants, several seeds), fio verify=crc32c across a remount, the three Filebench-like
+# personalities (bench/fio/), and stress-ng's file-system stressors (each for a fixed time,
+# none may fail). Results: docs/fs-conformance.md.
 #
 # usage: scripts/fs-conformance.sh --target numaio|bindfs|ext4|tmpfs [options]
 #   --scratch DIR        work directory (created; default: a new one under /var/tmp)
-#   --steps LIST         comma list of pjdfstest,fsx,fio-verify,personalities (default: all)
+#   --steps LIST         comma list of pjdfstest,fsx,fio-verify,personalities,stress-ng
+#                        (default: all)
 #   --fsx-ops N          operations per fsx run (default 20000; the documented run: 1000000)
 #   --fsx-seeds LIST     comma list of seeds (default 1,2,3)
 #   --fsx-variants LIST  comma list of plain,mmap,odirect,falloc (default plain,mmap,odirect)
 #   --fsx-jobs N         fsx runs at once (default 2)
 #   --fsx-chunk N        most ops per fsx process for variants with mmap reads (default 50000)
 #   --verify-size SIZE   fio verify size per job (default 64m)
+#   --stress-secs N      seconds per stress-ng stressor (default 10)
+#   --stressors LIST     comma list of stress-ng stressors (default: the file-system set in STRESSORS)
 #   --backing ext4|tmpfs the file system under bindfs (default tmpfs)
 #   --numaio PATH        the numaio binary (default target/release/numaio)
 #   --json FILE          also write the summary as JSON (schema in docs/fs-conformance.md)
@@ -30,9 +34,12 @@ CONF="$ROOT/scripts/conformance"
 
 say() { printf '[conformance] %s\n' "$*"; }
 die() { printf '[conformance] ERROR: %s\n' "$*" >&2; exit 2; }
-usage() { sed -n '7,25p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '8,29p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
-TARGET="" SCRATCH="" STEPS="pjdfstest,fsx,fio-verify,personalities"
+TARGET="" SCRATCH="" STEPS="pjdfstest,fsx,fio-verify,personalities,stress-ng"
+# stress-ng's stressors that exercise a file system's metadata, data, locking and sync paths.
+STRESSORS="hdd,dir,dentry,rename,link,symlink,lockf,flock,fcntl,fallocate,mmap,sync-file,seek,xattr,io,chown,utime,iomix"
+STRESS_SECS=10
 FSX_OPS=20000 FSX_SEEDS="1,2,3" FSX_VARIANTS="plain,mmap,odirect" FSX_JOBS=2 FSX_CHUNK=50000
 VERIFY_SIZE=64m BACKING=tmpfs NUMAIO="$ROOT/target/release/numaio" JSON="" KEEP=0
 while [ $# -gt 0 ]; do
@@ -46,6 +53,8 @@ while [ $# -gt 0 ]; do
         --fsx-jobs) FSX_JOBS="${2:-}"; shift 2 ;;
         --fsx-chunk) FSX_CHUNK="${2:-}"; shift 2 ;;
         --verify-size) VERIFY_SIZE="${2:-}"; shift 2 ;;
+        --stress-secs) STRESS_SECS="${2:-}"; shift 2 ;;
+        --stressors) STRESSORS="${2:-}"; shift 2 ;;
         --backing) BACKING="${2:-}"; shift 2 ;;
         --numaio) NUMAIO="${2:-}"; shift 2 ;;
         --json) JSON="${2:-}"; shift 2 ;;
@@ -60,10 +69,12 @@ case "$BACKING" in ext4|tmpfs) ;; *) die "--backing must be ext4 or tmpfs (got '
 [[ "$FSX_CHUNK" =~ ^[1-9][0-9]*$ ]] || die "--fsx-chunk must be a positive integer (got '$FSX_CHUNK')"
 [[ "$FSX_JOBS" =~ ^[1-9][0-9]*$ ]] || die "--fsx-jobs must be a positive integer (got '$FSX_JOBS')"
 [[ "$FSX_SEEDS" =~ ^[0-9]+(,[0-9]+)*$ ]] || die "--fsx-seeds must be a comma list of integers (got '$FSX_SEEDS')"
+[[ "$STRESS_SECS" =~ ^[1-9][0-9]*$ ]] || die "--stress-secs must be a positive integer (got '$STRESS_SECS')"
+[[ "$STRESSORS" =~ ^[a-z0-9-]+(,[a-z0-9-]+)*$ ]] || die "--stressors must be a comma list of stress-ng stressor names (got '$STRESSORS')"
 [[ "$VERIFY_SIZE" =~ ^[1-9][0-9]*[kmgKMG]?$ ]] || die "--verify-size must be a size like 64m (got '$VERIFY_SIZE')"
 IFS=, read -r -a step_list <<< "$STEPS"
 for s in "${step_list[@]}"; do
-    case "$s" in pjdfstest|fsx|fio-verify|personalities) ;; *) die "unknown step '$s' in --steps (pjdfstest,fsx,fio-verify,personalities)" ;; esac
+    case "$s" in pjdfstest|fsx|fio-verify|personalities|stress-ng) ;; *) die "unknown step '$s' in --steps (pjdfstest,fsx,fio-verify,personalities,stress-ng)" ;; esac
 done
 IFS=, read -r -a variant_list <<< "$FSX_VARIANTS"
 for v in "${variant_list[@]}"; do
@@ -76,6 +87,7 @@ need fio "apt-get install fio"
 need pjdfstest "cargo install pjdfstest --locked"
 need fsx "cargo install fsx --locked"
 need cc "apt-get install gcc"
+case ",$STEPS," in *,stress-ng,*) need stress-ng "apt-get install stress-ng" ;; esac
 case "$TARGET" in
     bindfs) need bindfs "apt-get install bindfs"; need fusermount "apt-get install fuse" ;;
     numaio) [ -x "$NUMAIO" ] || die "$NUMAIO is not an executable: cargo build --release -p numaio-cli, or pass --numaio PATH" ;;
@@ -343,8 +355,36 @@ run_personalities() {
     else record personalities FAIL "${done_list# }" $((SECONDS - t0)); fi
 }
 
+# Each stressor alone for STRESS_SECS seconds, one instance, in its own directory on the
+# target; a stressor passes when stress-ng exits 0 (exit 2: a stressor failed, 3: out of
+# resources, 4: not implemented — all count as failures here, since ext4 runs every one).
+# The detail lists each stressor's bogo ops/s, the figure stress-ng reports for comparisons.
+run_stressng() {
+    local t0=$SECONDS st fail=0 out=() list
+    IFS=, read -r -a list <<< "$STRESSORS"
+    mkdir -p "$LOGS/stress-ng"
+    for st in "${list[@]}"; do
+        local dir="$MNT/stress-$st" log="$LOGS/stress-ng/$st.log" yaml="$LOGS/stress-ng/$st.yaml"
+        mkdir -p "$dir"
+        timeout $((STRESS_SECS * 6 + 60)) stress-ng --"$st" 1 --timeout "${STRESS_SECS}s" --temp-path "$dir" \
+            --metrics-brief --yaml "$yaml" > "$log" 2>&1
+        local rc=$? rate
+        rate="$(awk -v n="$st" '$1 == "-" && $2 == "stressor:" {cur = $3} cur == n && $1 == "bogo-ops-per-second-real-time:" {printf "%.1f", $2; exit}' "$yaml" 2>/dev/null)"
+        if [ $rc -eq 0 ]; then out+=("$st:${rate:-?}")
+        else
+            fail=$((fail + 1)); out+=("$st:FAIL(exit $rc)")
+            grep -E 'fail|error|FAIL' "$log" | head -5 | sed "s/^/    $st: /" >&2
+        fi
+        rm -rf "$dir"
+    done
+    local detail="${#list[@]} stressors x ${STRESS_SECS}s (bogo ops/s): ${out[*]}"
+    if [ $fail -eq 0 ]; then record stress-ng PASS "$detail" $((SECONDS - t0))
+    else record stress-ng FAIL "$detail" $((SECONDS - t0)); fi
+}
+
 for s in "${step_list[@]}"; do
     case "$s" in
+        stress-ng) run_stressng ;;
         pjdfstest)
             run_pjdfstest pjdfstest
             [ "$TARGET" = numaio ] && run_pjdfstest_server_checks ;;
