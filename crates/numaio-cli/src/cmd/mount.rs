@@ -667,3 +667,45 @@ fn node_count() -> usize {
         .unwrap_or(1)
         .max(1)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(list: &[&str], as_root: bool) -> Vec<&'static str> {
+        let list: Vec<String> = list.iter().map(|s| s.to_string()).collect();
+        parse_opts(&list, as_root).unwrap().names()
+    }
+
+    #[test]
+    fn root_mounts_default_to_allow_other_and_default_permissions() {
+        assert_eq!(
+            names(&[], true),
+            ["rw", "allow_other", "default_permissions"]
+        );
+        assert_eq!(names(&[], false), ["rw"]);
+        assert_eq!(
+            names(&["noallow_other"], true),
+            ["rw", "default_permissions"]
+        );
+        assert_eq!(
+            names(&["nodefault_permissions"], true),
+            ["rw", "allow_other"]
+        );
+        assert_eq!(
+            names(&["ro,allow_other", "nodefault_permissions"], true),
+            ["ro", "allow_other"]
+        );
+        assert_eq!(
+            names(&["allow_other,default_permissions"], false),
+            ["rw", "allow_other", "default_permissions"]
+        );
+        // The last word wins.
+        assert_eq!(
+            names(&["noallow_other,allow_other"], false),
+            ["rw", "allow_other"]
+        );
+        let e = parse_opts(&["acl".to_string()], true).err().unwrap();
+        assert!(e.to_string().contains("nodefault_permissions"), "{e}");
+    }
+}
