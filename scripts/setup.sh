@@ -19,8 +19,9 @@ export DEBIAN_FRONTEND=noninteractive
 # e2fsprogs: mkfs.ext4 -d for lab disks; dmsetup: ext4 over dm-linear baseline in the lab; cpio; fio/vmtouch: comparison peers;
 # util-linux: fincore, setpriv; binutils: strip (smaller initramfs); apt/dpkg: kernel fetch;
 # xz-utils: the 7.3 kernel's .ko.xz modules; bindfs: the pass-through FUSE peer of scripts/fs-conformance.sh and fs-bench.sh; gcc: builds
-# the conformance suite's O_DIRECT shim for fsx.
-PKGS=(qemu-system-x86 busybox-static numactl e2fsprogs dmsetup cpio fio vmtouch util-linux binutils libc-bin ca-certificates bindfs gcc xz-utils)
+# the conformance suite's O_DIRECT shim for fsx; sqlite3: the mount durability test's
+# rollback-journal database.
+PKGS=(qemu-system-x86 busybox-static numactl e2fsprogs dmsetup cpio fio vmtouch util-linux binutils libc-bin ca-certificates bindfs gcc xz-utils sqlite3)
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -324,7 +324,10 @@ pub fn run(a: FsArgs) -> anyhow::Result<ExitCode> {
     };
     let v = Volume::open(&vol.devices, !writes)?;
     let fs = v
-        .mount(MountOptions { read_only: !writes })
+        .mount(MountOptions {
+            read_only: !writes,
+            ..Default::default()
+        })
         .context("mounting the volume (run `numaio fsck` on its devices)")?;
     let json = vol.json;
     let res = match a.cmd {

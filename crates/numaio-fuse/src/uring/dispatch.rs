@@ -144,22 +144,24 @@ pub fn dispatch(
             Ok(o.written())
         }
         op::STATFS => {
-            let s = fs.statfs();
+            let s = crate::Statfs::of(fs);
             let mut o = Out::new(payload);
-            o.u64(s.total_blocks)
-                .u64(s.free_blocks)
-                .u64(s.free_blocks)
+            o.u64(s.blocks)
+                .u64(s.bfree)
+                .u64(s.bavail)
                 .u64(s.files)
-                .u64(u64::from(u32::MAX))
-                .u32(s.block_size as u32)
-                .u32(255)
-                .u32(s.block_size as u32)
+                .u64(s.ffree)
+                .u32(s.bsize)
+                .u32(s.namelen)
+                .u32(s.frsize)
                 .zeros(4 + 6 * 4);
             Ok(o.written())
         }
         op::RELEASE => empty(fs.release(ino)),
         op::RELEASEDIR | op::FLUSH | op::DESTROY => Ok(0),
         op::FSYNC => empty(fs.fsync(ino, abi::u32_at(op_in, 8) & 1 != 0)),
+        op::FSYNCDIR => empty(fs.fsync_dir(ino)),
+        op::SYNCFS => empty(fs.sync()),
         op::SETXATTR => {
             let (size, flags) = (abi::u32_at(op_in, 0) as usize, abi::u32_at(op_in, 4));
             let (n, value) = abi::cstr(input).ok_or(libc::EINVAL)?;
