@@ -492,7 +492,7 @@ fn sqlite_cycles() {
         }
         if write {
             s.push_str(
-                "numaio mkfs $DEVS >/dev/null || exit 12\n\
+                "numaio mkfs --force $DEVS >/dev/null || exit 12\n\
                  numaio mount -o commit=3600 $DEVS /v >/dev/null || exit 13\n\
                  sqlite3 /v/t.db 'CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);' || exit 14\n\
                  i=1; while [ $i -le 100000 ]; do \
