@@ -167,6 +167,9 @@ struct Inner {
     pending: Vec<Record>,
     /// Per node, a bound on the framed size of its checkpoint shard.
     meta_bytes: BTreeMap<u32, u64>,
+    /// What the records since `meta_bytes` was last measured added to it: the bound only
+    /// grows (a removal subtracts nothing), so `statfs` measures again after much of it.
+    meta_growth: u64,
     data_dirty: BTreeSet<u16>,
     open: HashMap<u64, u32>,
     commits: u64,
@@ -475,6 +478,7 @@ impl Inner {
             _ => None,
         };
         let g = growth(&r);
+        self.meta_growth += g;
         match node {
             Some(n) => *self.meta_bytes.entry(n).or_default() += g,
             None => self.meta_bytes.values_mut().for_each(|b| *b += g),
@@ -539,11 +543,16 @@ impl Inner {
         if self.meta_bytes.get(&node).copied().unwrap_or(0) + extra <= cap {
             return true;
         }
-        // The bound is loose: measure every shard again.
+        self.measure_meta();
+        self.meta_bytes.get(&node).copied().unwrap_or(0) + extra <= cap
+    }
+
+    /// Replaces the loose bound on every shard's size by its measured size.
+    fn measure_meta(&mut self) {
         self.meta_bytes = journal::shard_sizes(&self.journal.header, &self.meta)
             .into_iter()
             .collect();
-        self.meta_bytes.get(&node).copied().unwrap_or(0) + extra <= cap
+        self.meta_growth = 0;
     }
 
     /// Refuses an operation that would grow the checkpoint shard of a node of `inos`
@@ -895,6 +904,7 @@ impl Fs {
             journal: rec.journal,
             pending: Vec::new(),
             meta_bytes,
+            meta_growth: 0,
             data_dirty: BTreeSet::new(),
             open: HashMap::new(),
             commits: 0,
@@ -2053,9 +2063,14 @@ impl Fs {
     }
 
     pub fn statfs(&self) -> StatFs {
-        let g = self.inner.lock();
+        let mut g = self.inner.lock();
         let nodes = g.alloc.usage();
         let cap = g.journal.slot_capacity();
+        // Measuring costs an encode of the whole metadata: only once the bound may have
+        // drifted by a sixteenth of a slot (thousands of files made and removed).
+        if g.meta_growth > cap / 16 {
+            g.measure_meta();
+        }
         let files_free = g
             .meta_bytes
             .values()

@@ -333,3 +333,29 @@ fn statfs_counts_inodes_in_use_and_an_estimate_of_those_that_still_fit() {
             .unwrap_or_else(|e| panic!("file {i} of the {more} statfs promised: {e}"));
     }
 }
+
+#[test]
+fn statfs_free_inodes_come_back_after_files_are_removed() {
+    let s = Arc::new(MemStore::new(&[(0, 2 * MIB)]));
+    Fs::mkfs(&*s, &opts()).unwrap();
+    let fs = Fs::mount(s, MountOptions::default()).unwrap();
+    let free0 = fs.statfs().files_free;
+    // Churn: files made and removed, many times what the bound lets drift.
+    for round in 0..20 {
+        for i in 0..50 {
+            fs.create(ROOT, format!("r{round}-{i}").as_bytes(), 0o644, &c())
+                .unwrap();
+        }
+        for i in 0..50 {
+            fs.unlink(ROOT, format!("r{round}-{i}").as_bytes(), &c())
+                .unwrap();
+        }
+    }
+    let st = fs.statfs();
+    assert_eq!(st.files, 1);
+    assert!(
+        st.files_free * 10 >= free0 * 9,
+        "{} free inodes after the churn, {free0} before",
+        st.files_free
+    );
+}
