@@ -418,4 +418,75 @@ mod tests {
         assert_eq!(s.mtime, Some(3_000_000_005));
         assert_eq!((s.uid, s.gid, s.atime), (None, None, None));
     }
+
+    fn volume() -> Fs {
+        use numaio_fs::store::MemStore;
+        let s = std::sync::Arc::new(MemStore::new(&[(0, 4 << 20)]));
+        let o = numaio_fs::MkfsOptions {
+            policy: numaio_fs::PlacementPolicy::WriterLocal,
+            group_blocks: 64,
+            journal_blocks: 32,
+            checkpoint_blocks: 64,
+        };
+        Fs::mkfs(&*s, &o).unwrap();
+        Fs::mount(s, numaio_fs::MountOptions::default()).unwrap()
+    }
+
+    fn call(fs: &Fs, opcode: u32, nodeid: u64, payload: &mut [u8]) -> Answer {
+        let h = abi::InHeader {
+            opcode,
+            unique: 1,
+            nodeid,
+            uid: 0,
+            gid: 0,
+            pid: std::process::id(),
+        };
+        dispatch(fs, &Observer::new(), 0, &h, &[0u8; 16], payload, 0)
+    }
+
+    #[test]
+    fn fsyncdir_and_syncfs_commit() {
+        let fs = volume();
+        let c = numaio_fs::Caller::root_on(0);
+        let mut payload = vec![0u8; 4096];
+        fs.mkdir(1, b"d", 0o755, &c).unwrap();
+        let before = fs.sync_stats();
+        assert_eq!(call(&fs, op::FSYNCDIR, 1, &mut payload), Ok(0));
+        let st = fs.sync_stats();
+        assert_eq!(st.requests, before.requests + 1);
+        assert_eq!(st.commits, before.commits + 1);
+        fs.mkdir(1, b"e", 0o755, &c).unwrap();
+        assert_eq!(call(&fs, op::SYNCFS, 1, &mut payload), Ok(0));
+        assert_eq!(fs.sync_stats().commits, st.commits + 1);
+        // A directory fsync of something else than a directory is refused.
+        let f = fs.create(1, b"f", 0o644, &c).unwrap();
+        assert_eq!(
+            call(&fs, op::FSYNCDIR, f.ino, &mut payload),
+            Err(libc::ENOTDIR)
+        );
+    }
+
+    #[test]
+    fn statfs_reply_is_the_shared_one() {
+        let fs = volume();
+        let mut payload = vec![0u8; 4096];
+        let n = call(&fs, op::STATFS, 1, &mut payload).unwrap();
+        // fuse_kstatfs: 5 u64, then bsize, namelen, frsize, padding, 6 spare u32.
+        assert_eq!(n, 80);
+        let s = crate::Statfs::of(&fs);
+        let u = |i: usize| abi::u64_at(&payload, i * 8);
+        assert_eq!(
+            (u(0), u(1), u(2), u(3), u(4)),
+            (s.blocks, s.bfree, s.bavail, s.files, s.ffree)
+        );
+        assert!(
+            s.ffree > 0 && s.ffree < s.files,
+            "{} of {}",
+            s.ffree,
+            s.files
+        );
+        assert_eq!(s.files - s.ffree, 1);
+        assert_eq!(abi::u32_at(&payload, 40), 4096);
+        assert_eq!(abi::u32_at(&payload, 44), 255);
+    }
 }
