@@ -136,6 +136,16 @@ fn durable_across_kill9(mode: &str) {
         assert_eq!(std::fs::read(m.join("old")).unwrap(), b"new\n");
         assert!(!m.join("new.tmp").exists(), "new.tmp is back");
         assert!(m.join("newdir").is_dir(), "newdir is gone");
+        // `numaio fs sync` commits at once.
+        std::fs::write(m.join("f_fs_sync"), b"F\n").unwrap();
+        let o = numaio_out([
+            "fs".as_ref(),
+            "sync".as_ref(),
+            "--json".as_ref(),
+            m.as_os_str(),
+        ]);
+        let j: serde_json::Value = serde_json::from_str(&ok(&o, "fs sync")).unwrap();
+        assert_eq!(j["mountpoint"], m.display().to_string(), "{j}");
         // No fsync at all: `sync` cannot reach the server, the commit interval covers it.
         std::fs::write(m.join("f_sync"), b"S\n").unwrap();
         std::fs::create_dir(m.join("d_sync")).unwrap();
@@ -151,6 +161,36 @@ fn durable_across_kill9(mode: &str) {
     assert!(m.join("newdir").is_dir());
     assert_eq!(std::fs::read(m.join("f_sync")).unwrap(), b"S\n");
     assert!(m.join("d_sync").is_dir());
+    assert_eq!(std::fs::read(m.join("f_fs_sync")).unwrap(), b"F\n");
+}
+
+#[test]
+fn fs_sync_commits_at_once_and_refuses_what_is_not_a_mount() {
+    if !can_mount() {
+        skip!(numaio_testkit::needs::ROOT, "and /dev/fuse");
+    }
+    let v = Vol::new("64M");
+    let m = &v.mnt;
+    let o = numaio_out(["fs".as_ref(), "sync".as_ref(), m.as_os_str()]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("not the root of a running numaio mount"),
+        "{err}"
+    );
+    let pid = v.mount("classic", "commit=3600");
+    {
+        let _g = Unmount(m);
+        std::fs::write(m.join("a"), b"A").unwrap();
+        std::fs::create_dir(m.join("b")).unwrap();
+        let o = numaio_out(["fs".as_ref(), "sync".as_ref(), m.as_os_str()]);
+        assert!(ok(&o, "fs sync").contains("synced"));
+        v.crash(pid);
+    }
+    v.mount("classic", "commit=5");
+    let _g = Unmount(m);
+    assert_eq!(std::fs::read(m.join("a")).unwrap(), b"A");
+    assert!(m.join("b").is_dir());
 }
 
 #[test]

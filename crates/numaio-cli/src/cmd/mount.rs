@@ -38,10 +38,10 @@ pub struct MountArgs {
     /// commit=SECS. commit=SECS commits everything every SECS seconds (default 5, 0 means
     /// the default, at most 86400; ext4's commit=), so a crash of the server or the machine
     /// loses at most the last SECS seconds of changes nobody synced. fsync of a file or a
-    /// directory commits everything at once (`sync MOUNTPOINT` does that). A plain `sync` or
-    /// syncfs(2) cannot: Linux sends FUSE's SYNCFS only to virtiofs, never to a /dev/fuse
-    /// server, so after `sync` everything older than SECS is durable, not more (docs/fs.md,
-    /// Durability).
+    /// directory commits everything at once (`numaio fs sync MOUNTPOINT` or `sync MOUNTPOINT`
+    /// do that). A plain `sync` or syncfs(2) cannot: Linux sends FUSE's SYNCFS only to
+    /// virtiofs, never to a /dev/fuse server, so after `sync` everything older than SECS is
+    /// durable, not more (docs/fs.md, Durability).
     #[arg(short = 'o', value_name = "OPTS")]
     options: Vec<String>,
     /// How the kernel hands requests over: auto (the default: io-uring where the kernel has
