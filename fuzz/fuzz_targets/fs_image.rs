@@ -66,7 +66,7 @@ fuzz_target!(|data: &[u8]| {
     s.write_at(0, 0, &data[..n]).unwrap();
     let s = Arc::new(s);
     let _ = fsck(&*s, &FsckOptions { repair: false });
-    if let Ok(fs) = Fs::mount(s, MountOptions { read_only: true }) {
+    if let Ok(fs) = Fs::mount(s, MountOptions { read_only: true, ..Default::default() }) {
         let _ = fs.statfs();
         let _ = fs.readdir(ROOT_INO, 0);
     }

@@ -11,6 +11,15 @@
 //! or another file's data). Each boot checks the previous run and then starts the next one,
 //! so N cuts take N + 1 boots.
 //!
+//! A third test cuts the power during the atomic-replace pattern (`numaio-fs-writer
+//! replace`: write `r.tmp`, fsync, rename it over `r`, mkdir, fsync the directory, print
+//! `REPLACED <i>`): the volume must come back at a round's directory fsync from the last
+//! acknowledged one on (or at the next round's `r.tmp` fsync), never with an older `r`.
+//!
+//! A fourth runs SQLite (rollback journal, `synchronous=EXTRA`) through `numaio mount` in
+//! the guest, one transaction per row, and checks after each cut that the database is
+//! intact with every acknowledged row.
+//!
 //! Seeded: the seed is printed; `NUMAIO_FS_CRASH_SEED=S` repeats a sequence of cuts,
 //! `NUMAIO_FS_CRASH_CUTS=N` sets the number of cuts per variant (default 3).
 //!
@@ -327,4 +336,267 @@ fn fs_on_node_disks_recovers_acknowledged_files_after_power_cuts() {
 #[ignore = "lab: needs QEMU and the lab kernel; run by scripts/test.sh"]
 fn fs_on_pmem_zone_recovers_acknowledged_files_after_power_cuts() {
     crash_cycles(Variant::PmemZone);
+}
+
+/// The atomic-replace pattern across power cuts: round `i` writes `r.tmp`, fsyncs it,
+/// renames it over `r`, makes `d<i>` and fsyncs the directory, then prints `REPLACED <i>`.
+/// After each cut the volume must be at a round's directory fsync from the last
+/// acknowledged round on (or at the next round's `r.tmp` fsync), never back at an earlier
+/// `r` with `r.tmp` beside it.
+fn replace_cycles(v: Variant) {
+    let seed = numaio_testkit::env_u64("NUMAIO_FS_CRASH_SEED", {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1)
+    });
+    let cuts = numaio_testkit::env_u64("NUMAIO_FS_CRASH_CUTS", 3).max(1);
+    eprintln!(
+        "fs replace test ({v:?}): seed {seed} (NUMAIO_FS_CRASH_SEED={seed} repeats it), {cuts} cuts"
+    );
+    let mut rng = Rng(seed);
+    let dir = tempfile::tempdir().expect("temp dir");
+    v.images(dir.path());
+    let script = |check: Option<u64>, write: bool| {
+        let mut s = v.volume().to_string();
+        if let Some(acked) = check {
+            s.push_str(&format!(
+                "numaio fsck -y $DEVS; echo \"NUMAIO-FSCK-EXIT $?\"\n\
+                 numaio-fs-writer check-replace $VOL --acked {acked}\necho \"CHECK-EXIT $?\"\n"
+            ));
+        }
+        if write {
+            s.push_str(
+                "numaio-fs-writer mkfs $VOL || exit 12\n\
+                 numaio-fs-writer replace $VOL\necho \"WRITER-EXIT $?\"\n",
+            );
+        }
+        s
+    };
+    let check = |out: &str, acked: u64, ctx: &str| {
+        assert!(
+            matches!(number_after(out, "NUMAIO-FSCK-EXIT "), Some(0 | 1)),
+            "{ctx}: numaio fsck -y failed:\n{out}"
+        );
+        assert!(
+            out.contains("CHECK-EXIT 0"),
+            "{ctx}: the check failed:\n{out}"
+        );
+        for when in ["before-mount", "after-unmount"] {
+            assert!(
+                out.contains(&format!("FSCK {when} clean")),
+                "{ctx}: fsck {when} not clean:\n{out}"
+            );
+        }
+        let at = number_after(out, "REPLACE-AT ")
+            .unwrap_or_else(|| panic!("{ctx}: no REPLACE-AT line:\n{out}"));
+        assert!(
+            at >= acked,
+            "{ctx}: at round {at}, acknowledged {acked}:\n{out}"
+        );
+        at
+    };
+    let mut prev: Option<u64> = None;
+    for cut in 0..cuts {
+        let after = 1 + rng.below(MAX_ACK_LINES) as usize;
+        let wait = Duration::from_millis(if rng.below(2) == 0 {
+            0
+        } else {
+            rng.below(MAX_WAIT_MS)
+        });
+        let ctx = format!(
+            "seed {seed}: {v:?} replace cut {cut} (after {after} REPLACED lines + {} ms)",
+            wait.as_millis()
+        );
+        let out: CutOutcome = v
+            .scenario(dir.path(), script(prev, true))
+            .run_with_cut(&PowerCut::after_lines("REPLACED ", after).then_wait(wait))
+            .unwrap_or_else(|e| panic!("{ctx}: the lab run failed: {e}"));
+        if let Some(acked) = prev {
+            let at = check(
+                &out.output,
+                acked,
+                &format!("{ctx}: check of the previous run"),
+            );
+            eprintln!("{ctx}: previous run acknowledged round {acked}, recovered at round {at}");
+        }
+        assert!(
+            out.cut_at.is_some(),
+            "{ctx}: the writer ended before the power cut:\n{}",
+            out.report()
+        );
+        let complete = match out.output.rfind('\n') {
+            Some(i) => &out.output[..i],
+            None => "",
+        };
+        let acked = complete
+            .lines()
+            .filter_map(|l| {
+                l.trim()
+                    .strip_prefix("REPLACED ")?
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+            })
+            .max()
+            .unwrap_or_else(|| panic!("{ctx}: no REPLACED line seen:\n{}", out.report()));
+        prev = Some(acked);
+    }
+    let acked = prev.expect("at least one cut");
+    let out: Outcome = v
+        .scenario(dir.path(), script(Some(acked), false))
+        .must_run();
+    let ctx = format!("seed {seed}: {v:?} replace final check");
+    assert_eq!(out.exit_code, 0, "{ctx}:\n{}", out.report());
+    let at = check(&out.output, acked, &ctx);
+    eprintln!("{ctx}: acknowledged round {acked}, recovered at round {at}");
+}
+
+#[test]
+#[ignore = "lab: needs QEMU and the lab kernel; run by scripts/test.sh"]
+fn fs_rename_over_with_directory_fsync_survives_power_cuts() {
+    replace_cycles(Variant::NodeDisks);
+}
+
+/// SQLite in rollback-journal mode on `numaio mount` across power cuts: the guest mounts
+/// the volume (`-o commit=3600`, so only fsyncs make anything durable), inserts rows one
+/// transaction each with `synchronous=EXTRA` (SQLite fsyncs the directory after deleting
+/// its journal) and prints `COMMITTED <i>` after each; after the cut the next boot runs
+/// `numaio fsck -y`, mounts, and the database must pass `PRAGMA integrity_check` with rows
+/// 1..n, n ≥ the last acknowledged row (a transaction the cut interrupted may leave a hot
+/// journal, which SQLite rolls back when it opens the database).
+fn sqlite_cycles() {
+    let v = Variant::NodeDisks;
+    let seed = numaio_testkit::env_u64("NUMAIO_FS_CRASH_SEED", {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1)
+    });
+    let cuts = numaio_testkit::env_u64("NUMAIO_FS_CRASH_CUTS", 3).max(1);
+    eprintln!("fs sqlite test: seed {seed} (NUMAIO_FS_CRASH_SEED={seed} repeats it), {cuts} cuts");
+    let mut rng = Rng(seed);
+    let dir = tempfile::tempdir().expect("temp dir");
+    v.images(dir.path());
+    let script = |check: bool, write: bool| {
+        let mut s = v.volume().to_string();
+        s.push_str("mkdir -p /v\n");
+        if check {
+            s.push_str(
+                "numaio fsck -y $DEVS; echo \"NUMAIO-FSCK-EXIT $?\"\n\
+                 numaio mount $DEVS /v >/dev/null || exit 13\n\
+                 echo \"INTEGRITY $(sqlite3 /v/t.db 'PRAGMA integrity_check;')\"\n\
+                 echo \"ROWS $(sqlite3 /v/t.db 'SELECT count(*), coalesce(min(id), 0), coalesce(max(id), 0) FROM t;' | tr '|' ' ')\"\n\
+                 numaio umount /v; echo \"UMOUNT-EXIT $?\"\n",
+            );
+        }
+        if write {
+            s.push_str(
+                "numaio mkfs --force $DEVS >/dev/null || exit 12\n\
+                 numaio mount -o commit=3600 $DEVS /v >/dev/null || exit 13\n\
+                 sqlite3 /v/t.db 'CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);' || exit 14\n\
+                 i=1; while [ $i -le 100000 ]; do \
+                 sqlite3 /v/t.db \"PRAGMA journal_mode=DELETE; PRAGMA synchronous=EXTRA; INSERT INTO t VALUES($i, 'row $i');\" >/dev/null || break; \
+                 echo \"COMMITTED $i\"; i=$((i+1)); done\n\
+                 echo \"WRITER-EXIT $?\"\n",
+            );
+        }
+        s
+    };
+    let scenario = |s: String| {
+        v.scenario(dir.path(), s)
+            .fuse()
+            .host_binary("/usr/bin/sqlite3")
+    };
+    let check = |out: &str, acked: u64, ctx: &str| {
+        assert!(
+            matches!(number_after(out, "NUMAIO-FSCK-EXIT "), Some(0 | 1)),
+            "{ctx}: numaio fsck -y failed:\n{out}"
+        );
+        assert!(
+            out.contains("INTEGRITY ok"),
+            "{ctx}: integrity_check:\n{out}"
+        );
+        assert!(
+            out.contains("UMOUNT-EXIT 0"),
+            "{ctx}: umount failed:\n{out}"
+        );
+        let rows: Vec<u64> = out
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("ROWS "))
+            .unwrap_or_else(|| panic!("{ctx}: no ROWS line:\n{out}"))
+            .split_whitespace()
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        let (count, min, max) = match rows[..] {
+            [c, lo, hi] => (c, lo, hi),
+            _ => panic!("{ctx}: bad ROWS line:\n{out}"),
+        };
+        assert!(
+            count == max && (count == 0 || min == 1),
+            "{ctx}: rows {count} from {min} to {max}, not 1..n:\n{out}"
+        );
+        assert!(
+            max >= acked,
+            "{ctx}: {max} rows, {acked} acknowledged:\n{out}"
+        );
+        max
+    };
+    let mut prev: Option<u64> = None;
+    for cut in 0..cuts {
+        let after = 1 + rng.below(MAX_ACK_LINES) as usize;
+        let wait = Duration::from_millis(if rng.below(2) == 0 {
+            0
+        } else {
+            rng.below(MAX_WAIT_MS)
+        });
+        let ctx = format!(
+            "seed {seed}: sqlite cut {cut} (after {after} COMMITTED lines + {} ms)",
+            wait.as_millis()
+        );
+        let out: CutOutcome = scenario(script(prev.is_some(), true))
+            .run_with_cut(&PowerCut::after_lines("COMMITTED ", after).then_wait(wait))
+            .unwrap_or_else(|e| panic!("{ctx}: the lab run failed: {e}"));
+        if let Some(acked) = prev {
+            let n = check(
+                &out.output,
+                acked,
+                &format!("{ctx}: check of the previous run"),
+            );
+            eprintln!("{ctx}: previous run acknowledged row {acked}, {n} rows recovered");
+        }
+        assert!(
+            out.cut_at.is_some(),
+            "{ctx}: the writer ended before the power cut:\n{}",
+            out.report()
+        );
+        let complete = match out.output.rfind('\n') {
+            Some(i) => &out.output[..i],
+            None => "",
+        };
+        let acked = complete
+            .lines()
+            .filter_map(|l| {
+                l.trim()
+                    .strip_prefix("COMMITTED ")?
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+            })
+            .max()
+            .unwrap_or_else(|| panic!("{ctx}: no COMMITTED line seen:\n{}", out.report()));
+        prev = Some(acked);
+    }
+    let acked = prev.expect("at least one cut");
+    let out: Outcome = scenario(script(true, false)).must_run();
+    let ctx = format!("seed {seed}: sqlite final check");
+    assert_eq!(out.exit_code, 0, "{ctx}:\n{}", out.report());
+    let n = check(&out.output, acked, &ctx);
+    eprintln!("{ctx}: acknowledged row {acked}, {n} rows recovered");
+}
+
+#[test]
+#[ignore = "lab: needs QEMU, the lab kernel and sqlite3 on the host; run by scripts/test.sh"]
+fn fs_sqlite_rollback_journal_through_the_mount_survives_power_cuts() {
+    sqlite_cycles();
 }

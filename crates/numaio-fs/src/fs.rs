@@ -6,8 +6,9 @@
 //! it (see below), so operations go on while a commit is in flight.
 //!
 //! Durability (see [`crate::journal`]): metadata changes become durable at the next commit;
-//! `fsync` and `sync` of anything commit everything pending (as ext4's journal does), which
-//! is at least what POSIX asks. Commits are grouped: one is written at a time, and syncs
+//! `fsync` and `sync` of anything, a directory included, commit everything pending (as
+//! ext4's journal does), which is at least what POSIX asks; a mount with a commit interval
+//! also commits from a thread of its own every interval. Commits are grouped: one is written at a time, and syncs
 //! that arrive meanwhile are all covered by the next one. `fdatasync` of a file whose size
 //! and block map are durable only syncs its devices. Ordered mode: a commit that maps new
 //! blocks or grows a file first syncs every device that got data writes since the previous
@@ -24,10 +25,11 @@ use crate::meta::{Attr, Entry, Inode, Kind, Meta, Record, FIRST_COOKIE, ROOT_INO
 use crate::mkfs::{now_ns, MkfsOptions};
 use crate::store::BlockStore;
 use crate::{Caller, FsError, PlacementPolicy, BLOCK_SIZE};
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Longest name of a directory entry, in bytes.
 pub const MAX_NAME: usize = 255;
@@ -58,11 +60,38 @@ pub const XATTR_REPLACE: u32 = 2;
 /// Entries returned by one `readdir` call at most.
 pub const READDIR_BATCH: usize = 1024;
 
+/// The commit interval `numaio mount` uses unless told otherwise, in seconds (ext4's
+/// `commit=` default).
+pub const DEFAULT_COMMIT_SECS: u64 = 5;
+/// The longest commit interval accepted, in seconds (one day).
+pub const MAX_COMMIT_SECS: u64 = 86_400;
+
 /// How to mount.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MountOptions {
     /// Replay the journal in memory only and refuse every change: nothing is written.
     pub read_only: bool,
+    /// Commit everything queued this often, from a thread the `Fs` owns (stopped at
+    /// unmount and drop), so a crash loses at most about this much of work nobody synced.
+    /// `None`: only `fsync`, `sync` and unmount commit. Set it with
+    /// [`MountOptions::with_commit_secs`]; ignored on a read-only mount.
+    pub commit_interval: Option<Duration>,
+}
+
+impl MountOptions {
+    /// Commits every `secs` seconds, with ext4's `commit=` semantics: 0 means the default,
+    /// [`DEFAULT_COMMIT_SECS`]; at most [`MAX_COMMIT_SECS`].
+    pub fn with_commit_secs(mut self, secs: u64) -> Result<MountOptions, FsError> {
+        if secs > MAX_COMMIT_SECS {
+            return Err(FsError::Invalid(format!(
+                "commit={secs}: the commit interval is at most {MAX_COMMIT_SECS} seconds; \
+                 give a smaller one (0 means the default, {DEFAULT_COMMIT_SECS})"
+            )));
+        }
+        let secs = if secs == 0 { DEFAULT_COMMIT_SECS } else { secs };
+        self.commit_interval = Some(Duration::from_secs(secs));
+        Ok(self)
+    }
 }
 
 /// Attributes of an inode as `getattr` reports them.
@@ -120,9 +149,14 @@ pub struct DirEntry {
 pub struct StatFs {
     pub block_size: u64,
     pub total_blocks: u64,
+    /// Blocks allocatable now. Blocks freed by a change not yet committed are not among
+    /// them until that commit is durable (at the latest the next periodic commit).
     pub free_blocks: u64,
     /// Inodes in use.
     pub files: u64,
+    /// How many more inodes fit, an estimate on the low side: what limits inodes is each
+    /// node's checkpoint slot ([`FREE_INODE_BYTES`] per inode).
+    pub files_free: u64,
     pub nodes: Vec<NodeUsage>,
 }
 
@@ -142,6 +176,9 @@ struct Inner {
     pending: Vec<Record>,
     /// Per node, a bound on the framed size of its checkpoint shard.
     meta_bytes: BTreeMap<u32, u64>,
+    /// What the records since `meta_bytes` was last measured added to it: the bound only
+    /// grows (a removal subtracts nothing), so `statfs` measures again after much of it.
+    meta_growth: u64,
     data_dirty: BTreeSet<u16>,
     open: HashMap<u64, u32>,
     commits: u64,
@@ -160,31 +197,126 @@ struct Inner {
     last_setattr: HashMap<u64, usize>,
 }
 
+/// Checkpoint bytes counted per inode when [`StatFs::files_free`] is estimated: an empty
+/// file with a name of about 60 bytes and its directory entry.
+pub const FREE_INODE_BYTES: u64 = 160;
+
 /// A mounted volume.
 pub struct Fs {
-    store: Arc<dyn BlockStore>,
-    read_only: bool,
-    info: MountInfo,
-    header: Header,
-    inner: Mutex<Inner>,
-    /// Held while a commit is written: syncs arriving meanwhile wait here and are covered
-    /// by the next single commit (group commit). Taken before `inner`, never after.
-    commit_lock: Mutex<()>,
-    /// `Inner::gen` as of the newest durable commit.
-    durable_gen: AtomicU64,
-    sync_requests: AtomicU64,
-    data_only_syncs: AtomicU64,
+    core: Arc<shared::FsCore>,
+    /// The periodic commit thread ([`MountOptions::commit_interval`]).
+    committer: Option<Committer>,
+}
+
+mod shared {
+    use super::*;
+
+    /// The state of a mounted volume, shared by [`Fs`] and its periodic commit thread.
+    pub struct FsCore {
+        pub(super) store: Arc<dyn BlockStore>,
+        pub(super) read_only: bool,
+        pub(super) info: MountInfo,
+        pub(super) header: Header,
+        pub(super) inner: Mutex<Inner>,
+        /// Held while a commit is written: syncs arriving meanwhile wait here and are
+        /// covered by the next single commit (group commit). Taken before `inner`, never
+        /// after.
+        pub(super) commit_lock: Mutex<()>,
+        /// `Inner::gen` as of the newest durable commit.
+        pub(super) durable_gen: AtomicU64,
+        pub(super) sync_requests: AtomicU64,
+        pub(super) data_only_syncs: AtomicU64,
+        pub(super) periodic_commits: AtomicU64,
+        pub(super) space_commits: AtomicU64,
+    }
+}
+
+impl std::ops::Deref for Fs {
+    type Target = shared::FsCore;
+
+    fn deref(&self) -> &shared::FsCore {
+        &self.core
+    }
+}
+
+/// The thread that commits every interval; stopped and joined on drop.
+struct Committer {
+    every: Duration,
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Committer {
+    fn start(core: Arc<shared::FsCore>, every: Duration) -> Result<Committer, FsError> {
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let s = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("numaio-fs-commit".into())
+            .spawn(move || {
+                let mut failing = false;
+                loop {
+                    {
+                        let mut stopped = s.0.lock();
+                        if !*stopped {
+                            s.1.wait_for(&mut stopped, every);
+                        }
+                        if *stopped {
+                            return;
+                        }
+                    }
+                    match core.commit_all() {
+                        Ok(_) => failing = false,
+                        // Nobody waits on this commit: say so once, and try again at the
+                        // next interval (the next fsync reports the error to its caller).
+                        Err(e) if !failing => {
+                            failing = true;
+                            eprintln!(
+                                "numaio-fs: the periodic commit failed: {e}; retrying every {} s",
+                                every.as_secs_f64()
+                            );
+                        }
+                        Err(_) => {}
+                    }
+                }
+            })
+            .map_err(|e| {
+                FsError::Invalid(format!(
+                    "starting the periodic commit thread failed ({e}): mount without a \
+                     commit interval or free some threads"
+                ))
+            })?;
+        Ok(Committer {
+            every,
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Committer {
+    fn drop(&mut self) {
+        *self.stop.0.lock() = true;
+        self.stop.1.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 /// How `fsync`, `fdatasync` and `sync` were served since mount.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SyncStats {
-    /// Calls of [`Fs::fsync`] and [`Fs::sync`].
+    /// Calls of [`Fs::fsync`], [`Fs::fsync_dir`] and [`Fs::sync`].
     pub requests: u64,
     /// Journal commits written (fewer than requests when concurrent syncs shared one).
     pub commits: u64,
     /// `fdatasync` calls served by syncing the file's data devices, without a commit.
     pub data_only: u64,
+    /// Commits the periodic commit thread wrote.
+    pub periodic: u64,
+    /// Commits forced by an allocation that found no space while freed blocks waited for
+    /// a commit.
+    pub for_space: u64,
 }
 
 fn bug(e: String) -> FsError {
@@ -387,6 +519,7 @@ impl Inner {
             _ => None,
         };
         let g = growth(&r);
+        self.meta_growth += g;
         match node {
             Some(n) => *self.meta_bytes.entry(n).or_default() += g,
             None => self.meta_bytes.values_mut().for_each(|b| *b += g),
@@ -451,11 +584,16 @@ impl Inner {
         if self.meta_bytes.get(&node).copied().unwrap_or(0) + extra <= cap {
             return true;
         }
-        // The bound is loose: measure every shard again.
+        self.measure_meta();
+        self.meta_bytes.get(&node).copied().unwrap_or(0) + extra <= cap
+    }
+
+    /// Replaces the loose bound on every shard's size by its measured size.
+    fn measure_meta(&mut self) {
         self.meta_bytes = journal::shard_sizes(&self.journal.header, &self.meta)
             .into_iter()
             .collect();
-        self.meta_bytes.get(&node).copied().unwrap_or(0) + extra <= cap
+        self.meta_growth = 0;
     }
 
     /// Refuses an operation that would grow the checkpoint shard of a node of `inos`
@@ -785,6 +923,12 @@ impl Fs {
     /// Mounts the volume on `store`: checks the labels, loads the newest checkpoint, replays
     /// the journal, rebuilds the allocator and frees orphans (unless read-only).
     pub fn mount(store: Arc<dyn BlockStore>, opts: MountOptions) -> Result<Fs, FsError> {
+        if opts.commit_interval.is_some_and(|d| d.is_zero()) {
+            return Err(FsError::Invalid(
+                "a commit interval of 0: give at least 1 second (MountOptions::with_commit_secs)"
+                    .into(),
+            ));
+        }
         let (header, rec, alloc) = Fs::load(&*store)?;
         let nodes = alloc.nodes();
         let info = MountInfo {
@@ -801,6 +945,7 @@ impl Fs {
             journal: rec.journal,
             pending: Vec::new(),
             meta_bytes,
+            meta_growth: 0,
             data_dirty: BTreeSet::new(),
             open: HashMap::new(),
             commits: 0,
@@ -825,7 +970,7 @@ impl Fs {
             }
             info.orphans_freed = orphans.len() as u64;
         }
-        let fs = Fs {
+        let core = Arc::new(shared::FsCore {
             store,
             read_only: opts.read_only,
             info,
@@ -835,11 +980,22 @@ impl Fs {
             durable_gen: AtomicU64::new(0),
             sync_requests: AtomicU64::new(0),
             data_only_syncs: AtomicU64::new(0),
-        };
+            periodic_commits: AtomicU64::new(0),
+            space_commits: AtomicU64::new(0),
+        });
         if info.orphans_freed > 0 {
-            fs.commit_locked(&mut fs.inner.lock())?;
+            core.commit_locked(&mut core.inner.lock())?;
         }
-        Ok(fs)
+        let committer = match opts.commit_interval {
+            Some(every) if !opts.read_only => Some(Committer::start(core.clone(), every)?),
+            _ => None,
+        };
+        Ok(Fs { core, committer })
+    }
+
+    /// How often everything queued is committed without being asked, if at all.
+    pub fn commit_interval(&self) -> Option<Duration> {
+        self.committer.as_ref().map(|c| c.every)
     }
 
     /// The volume header (devices, geometry, default policy).
@@ -852,16 +1008,18 @@ impl Fs {
         self.info
     }
 
-    /// Commits, writes a checkpoint and gives the volume back.
+    /// Stops the periodic commits, commits, writes a checkpoint and gives the volume back.
     pub fn unmount(self) -> Result<(), FsError> {
-        if self.read_only {
+        let Fs { core, committer } = self;
+        drop(committer);
+        if core.read_only {
             return Ok(());
         }
-        let mut g = self.inner.lock();
-        self.commit_locked(&mut g)?;
+        let mut g = core.inner.lock();
+        core.commit_locked(&mut g)?;
         let inner = &mut *g;
         let seq = inner.journal.seq;
-        inner.journal.checkpoint(&*self.store, &inner.meta, seq)
+        inner.journal.checkpoint(&*core.store, &inner.meta, seq)
     }
 
     /// Bytes of the journal in use since the last checkpoint, and its size. A checkpoint
@@ -882,7 +1040,44 @@ impl Fs {
             requests: self.sync_requests.load(Ordering::Relaxed),
             commits: self.commits(),
             data_only: self.data_only_syncs.load(Ordering::Relaxed),
+            periodic: self.periodic_commits.load(Ordering::Relaxed),
+            for_space: self.space_commits.load(Ordering::Relaxed),
         }
+    }
+
+    /// Runs `op` (an operation that allocates blocks); when it fails for want of space
+    /// while blocks freed by uncommitted changes wait for a commit, commits (with the
+    /// volume lock released: group commit) and runs it once more.
+    fn retry_for_space<T>(&self, op: impl Fn() -> Result<T, FsError>) -> Result<T, FsError> {
+        match op() {
+            Err(FsError::NoSpace) => {
+                let (waiting, ticket) = {
+                    let g = self.inner.lock();
+                    (g.alloc.frees_waiting(), g.gen)
+                };
+                if !waiting {
+                    return Err(FsError::NoSpace);
+                }
+                self.space_commits.fetch_add(1, Ordering::Relaxed);
+                self.commit_upto(ticket)?;
+                op()
+            }
+            r => r,
+        }
+    }
+}
+
+impl shared::FsCore {
+    /// Commits everything queued unless it is durable already (the periodic commit);
+    /// whether a commit was needed.
+    fn commit_all(&self) -> Result<bool, FsError> {
+        let ticket = self.inner.lock().gen;
+        if self.durable_gen.load(Ordering::Acquire) >= ticket {
+            return Ok(false);
+        }
+        self.periodic_commits.fetch_add(1, Ordering::Relaxed);
+        self.commit_upto(ticket)?;
+        Ok(true)
     }
 
     /// Commits everything queued with `g` held throughout: at mount and unmount, and for a
@@ -1009,7 +1204,9 @@ impl Fs {
         }
         Ok(())
     }
+}
 
+impl Fs {
     fn lock_rw(&self) -> Result<parking_lot::MutexGuard<'_, Inner>, FsError> {
         if self.read_only {
             return Err(FsError::ReadOnly);
@@ -1597,8 +1794,13 @@ impl Fs {
     }
 
     /// Writes `data` at `offset`; new blocks come from the allocator under the file's
-    /// policy for `c`'s node. Returns the bytes written (all of them).
+    /// policy for `c`'s node. Returns the bytes written (all of them). Out of space while
+    /// freed blocks wait for a commit, it commits and tries once more.
     pub fn write(&self, ino: u64, offset: u64, data: &[u8], c: &Caller) -> Result<usize, FsError> {
+        self.retry_for_space(|| self.write_once(ino, offset, data, c))
+    }
+
+    fn write_once(&self, ino: u64, offset: u64, data: &[u8], c: &Caller) -> Result<usize, FsError> {
         let mut g = self.lock_rw()?;
         let g = &mut *g;
         let a = g.attr(ino)?;
@@ -1662,8 +1864,20 @@ impl Fs {
     }
 
     /// Allocates (`mode` 0 or [`FALLOC_KEEP_SIZE`]) or deallocates
-    /// ([`FALLOC_PUNCH_HOLE`]`|`[`FALLOC_KEEP_SIZE`]) `len` bytes at `offset`.
+    /// ([`FALLOC_PUNCH_HOLE`]`|`[`FALLOC_KEEP_SIZE`]) `len` bytes at `offset`. Out of space
+    /// while freed blocks wait for a commit, it commits and tries once more.
     pub fn fallocate(
+        &self,
+        ino: u64,
+        offset: u64,
+        len: u64,
+        mode: u32,
+        c: &Caller,
+    ) -> Result<(), FsError> {
+        self.retry_for_space(|| self.fallocate_once(ino, offset, len, mode, c))
+    }
+
+    fn fallocate_once(
         &self,
         ino: u64,
         offset: u64,
@@ -1774,6 +1988,16 @@ impl Fs {
         let ticket = g.gen;
         drop(g);
         self.commit_upto(ticket)
+    }
+
+    /// Makes the entries of directory `ino` durable (created, removed and renamed names):
+    /// a global commit like [`Fs::fsync`]. The entries are the directory's data, so there
+    /// is no data-only shortcut.
+    pub fn fsync_dir(&self, ino: u64) -> Result<(), FsError> {
+        if self.getattr(ino)?.kind != Kind::Dir {
+            return Err(FsError::NotDir);
+        }
+        self.fsync(ino, false)
     }
 
     /// Makes everything done so far durable.
@@ -1919,13 +2143,25 @@ impl Fs {
     }
 
     pub fn statfs(&self) -> StatFs {
-        let g = self.inner.lock();
+        let mut g = self.inner.lock();
         let nodes = g.alloc.usage();
+        let cap = g.journal.slot_capacity();
+        // Measuring costs an encode of the whole metadata: only once the bound may have
+        // drifted by a sixteenth of a slot (thousands of files made and removed).
+        if g.meta_growth > cap / 16 {
+            g.measure_meta();
+        }
+        let files_free = g
+            .meta_bytes
+            .values()
+            .map(|&b| cap.saturating_sub(b) / FREE_INODE_BYTES)
+            .sum();
         StatFs {
             block_size: BLOCK_SIZE,
             total_blocks: nodes.iter().map(|u| u.total_blocks).sum(),
             free_blocks: nodes.iter().map(|u| u.free_blocks).sum(),
             files: g.meta.inodes.len() as u64,
+            files_free,
             nodes,
         }
     }

@@ -821,7 +821,14 @@ fn read_only_mounts_write_nothing() {
     fs.sync().unwrap();
     let c = Arc::new(s.crash(CrashMode::DropUnsynced));
     let before = c.crash(CrashMode::KeepAll);
-    let ro = Fs::mount(c.clone(), MountOptions { read_only: true }).unwrap();
+    let ro = Fs::mount(
+        c.clone(),
+        MountOptions {
+            read_only: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert_eq!(read_all(&ro, f.ino), b"abc");
     assert!(matches!(
         ro.create(ROOT, b"g", 0o644, &root()),

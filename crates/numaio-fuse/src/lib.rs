@@ -80,6 +80,35 @@ pub(crate) fn negative_lookup(
     }
 }
 
+/// A STATFS reply, the same in both transports.
+pub(crate) struct Statfs {
+    pub blocks: u64,
+    pub bfree: u64,
+    pub bavail: u64,
+    /// Inodes in total: those in use and those that still fit.
+    pub files: u64,
+    pub ffree: u64,
+    pub bsize: u32,
+    pub namelen: u32,
+    pub frsize: u32,
+}
+
+impl Statfs {
+    pub(crate) fn of(fs: &Fs) -> Statfs {
+        let s = fs.statfs();
+        Statfs {
+            blocks: s.total_blocks,
+            bfree: s.free_blocks,
+            bavail: s.free_blocks,
+            files: s.files.saturating_add(s.files_free),
+            ffree: s.files_free,
+            bsize: s.block_size as u32,
+            namelen: numaio_fs::MAX_NAME as u32,
+            frsize: s.block_size as u32,
+        }
+    }
+}
+
 thread_local! {
     /// The classic read handler's reply buffer, kept per serving thread.
     static READ_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
@@ -612,6 +641,17 @@ impl Filesystem for NumaFs {
         empty(reply, self.fs().fsync(ino.0, datasync))
     }
 
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        empty(reply, self.fs().fsync_dir(ino.0))
+    }
+
     fn readdir(
         &self,
         _req: &Request,
@@ -766,16 +806,9 @@ impl Filesystem for NumaFs {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: fuser::ReplyStatfs) {
-        let s = self.fs().statfs();
+        let s = Statfs::of(self.fs());
         reply.statfs(
-            s.total_blocks,
-            s.free_blocks,
-            s.free_blocks,
-            s.files,
-            u64::from(u32::MAX),
-            s.block_size as u32,
-            255,
-            s.block_size as u32,
+            s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
         )
     }
 

@@ -14,6 +14,14 @@
 //!   later commit's state), `sector-mix` (some sectors from overwrites after the commit);
 //!   `NO-COMMIT` and `MISMATCH` when no commit fits.
 //!
+//! * `replace DEV... --rounds N`: the atomic-replace pattern, round `i` = 1, 2, …: write
+//!   `r.tmp` with round `i`'s content and fsync it, rename it over `r`, `mkdir d<i>`, fsync
+//!   the root directory, then print `REPLACED <i>`.
+//! * `check-replace DEV... --acked N`: after a crash, the volume must be at the directory
+//!   fsync of a round `v` ≥ N (`r` round `v`'s content, `d1..d<v>`, no `r.tmp`) or at the
+//!   fsync of round `v + 1`'s `r.tmp` (that file with round `v + 1`'s content besides):
+//!   `REPLACE-AT <v>`, or `REPLACE-MISMATCH` with what does not fit.
+//!
 //! Zone volumes: `--zone NODE:SIZE:PATH` (repeatable) instead of devices.
 
 use clap::{Args, Parser, Subcommand};
@@ -74,6 +82,21 @@ enum Cmd {
         vol: Volume,
         #[command(flatten)]
         w: Workload,
+    },
+    /// Mounts and runs the atomic-replace rounds, printing REPLACED lines.
+    Replace {
+        #[command(flatten)]
+        vol: Volume,
+        #[arg(long, default_value_t = 100_000)]
+        rounds: u64,
+    },
+    /// Mounts (recovery) and checks the replace rounds against the acknowledged one.
+    CheckReplace {
+        #[command(flatten)]
+        vol: Volume,
+        /// The last REPLACED round the host saw (0: none).
+        #[arg(long)]
+        acked: u64,
     },
     /// Mounts (recovery), prints the files and fsck's verdict.
     Check {
@@ -256,6 +279,102 @@ fn write(vol: &Volume, w: Workload) -> Result<(), FsError> {
     }
     out(format_args!("WRITER-DONE {acks}"));
     fs.unmount()
+}
+
+/// Round `i`'s content for `r`: 1 to 20,000 bytes, a pure function of `i`.
+fn replace_content(i: u64) -> Vec<u8> {
+    let mut rng = fastrand::Rng::with_seed(i);
+    let mut v = vec![0u8; 1 + (i.wrapping_mul(7919) % 20_000) as usize];
+    rng.fill(&mut v);
+    v
+}
+
+fn replace(vol: &Volume, rounds: u64) -> Result<(), FsError> {
+    let store = open_store(vol)?;
+    let fs = Fs::mount(store, MountOptions::default())?;
+    let c = caller();
+    for i in 1..=rounds {
+        let tmp = fs.create(ROOT, b"r.tmp", 0o644, &c)?.ino;
+        write_all(&fs, tmp, 0, &replace_content(i), &c)?;
+        fs.fsync(tmp, false)?;
+        fs.rename(ROOT, b"r.tmp", ROOT, b"r", 0, &c)?;
+        fs.mkdir(ROOT, format!("d{i}").as_bytes(), 0o755, &c)?;
+        fs.fsync_dir(ROOT)?;
+        out(format_args!("REPLACED {i}"));
+    }
+    out(format_args!("REPLACE-DONE {rounds}"));
+    fs.unmount()
+}
+
+/// Whether the volume is at a commit of the replace rounds from `acked` on (see the
+/// module docs).
+fn check_replace(vol: &Volume, acked: u64) -> Result<bool, FsError> {
+    let store = open_store(vol)?;
+    let mut ok = print_fsck("before-mount", &*store)?;
+    let fs = Fs::mount(store.clone(), MountOptions::default())?;
+    let c = Caller::root_on(0);
+    let file = |name: &[u8]| -> Result<Option<Vec<u8>>, FsError> {
+        match fs.lookup(ROOT, name, &c) {
+            Ok(a) => read_file(&fs, a.ino).map(Some),
+            Err(FsError::NotFound) => Ok(None),
+            Err(e) => Err(e),
+        }
+    };
+    let r = file(b"r")?;
+    let tmp = file(b"r.tmp")?;
+    let mut dirs = 0u64;
+    while fs
+        .lookup(ROOT, format!("d{}", dirs + 1).as_bytes(), &c)
+        .is_ok()
+    {
+        dirs += 1;
+    }
+    // `r` holds round `dirs`'s content: the rounds' directories and renames commit together.
+    let v = dirs;
+    let mut why = Vec::new();
+    let want_r = (v > 0).then(|| replace_content(v));
+    if r != want_r {
+        why.push(format!(
+            "r holds {:?} bytes, not round {v}'s {:?}",
+            r.as_ref().map(Vec::len),
+            want_r.as_ref().map(Vec::len)
+        ));
+    }
+    if let Some(t) = &tmp {
+        if *t != replace_content(v + 1) {
+            why.push(format!(
+                "r.tmp holds {} bytes, not round {}'s content",
+                t.len(),
+                v + 1
+            ));
+        }
+    }
+    if fs
+        .lookup(ROOT, format!("d{}", v + 2).as_bytes(), &c)
+        .is_ok()
+    {
+        why.push(format!("d{} exists without d{}", v + 2, v + 1));
+    }
+    if v < acked {
+        why.push(format!(
+            "at round {v}, before the acknowledged round {acked}"
+        ));
+    }
+    if why.is_empty() {
+        out(format_args!(
+            "REPLACE-AT {v} acked={acked} tmp={}",
+            tmp.is_some()
+        ));
+    } else {
+        ok = false;
+        out(format_args!(
+            "REPLACE-MISMATCH acked={acked}: {}",
+            why.join("; ")
+        ));
+    }
+    fs.unmount()?;
+    ok &= print_fsck("after-unmount", &*store)?;
+    Ok(ok)
 }
 
 fn write_all(fs: &Fs, ino: u64, off: u64, data: &[u8], c: &Caller) -> Result<(), FsError> {
@@ -555,6 +674,8 @@ fn main() -> ExitCode {
             Ok(true)
         }),
         Cmd::Write { vol, w } => write(&vol, w).map(|_| true),
+        Cmd::Replace { vol, rounds } => replace(&vol, rounds).map(|_| true),
+        Cmd::CheckReplace { vol, acked } => check_replace(&vol, acked),
         Cmd::Check {
             vol,
             seed,

@@ -36,9 +36,16 @@ pub struct MountArgs {
     foreground: bool,
     /// Mount options, comma-separated: ro, rw, allow_other (users other than the one
     /// mounting may enter), default_permissions (the kernel checks the mode bits; without it
-    /// the server does), and noallow_other, nodefault_permissions to turn those off. Run as
-    /// root, a mount has allow_other,default_permissions unless turned off (so services such
-    /// as postgres can use it); otherwise neither, FUSE's default (only the mounting user).
+    /// the server does), noallow_other and nodefault_permissions to turn those off, and
+    /// commit=SECS. Run as root, a mount has allow_other,default_permissions unless turned
+    /// off (so services such as postgres can use it); otherwise neither, FUSE's default (only
+    /// the mounting user). commit=SECS commits everything every SECS seconds (default 5, 0
+    /// means the default, at most 86400; ext4's commit=), so a crash of the server or the
+    /// machine loses at most the last SECS seconds of changes nobody synced. fsync of a file
+    /// or a directory commits everything at once (`numaio fs sync MOUNTPOINT` or `sync
+    /// MOUNTPOINT` do that). A plain `sync` or syncfs(2) cannot: Linux sends FUSE's SYNCFS
+    /// only to virtiofs, never to a /dev/fuse server, so after `sync` everything older than
+    /// SECS is durable, not more (docs/fs.md, Durability).
     #[arg(short = 'o', value_name = "OPTS")]
     options: Vec<String>,
     /// How the kernel hands requests over: auto (the default: io-uring where the kernel has
@@ -155,6 +162,8 @@ struct Opts {
     read_only: bool,
     allow_other: bool,
     default_permissions: bool,
+    /// The volume's mount options, the commit interval validated.
+    mount: MountOptions,
 }
 
 impl Opts {
@@ -190,7 +199,9 @@ fn parse_opts(list: &[String], as_root: bool) -> anyhow::Result<Opts> {
         read_only: false,
         allow_other: as_root,
         default_permissions: as_root,
+        mount: MountOptions::default(),
     };
+    let mut commit = numaio_fs::DEFAULT_COMMIT_SECS;
     for opt in list.iter().flat_map(|s| s.split(',')) {
         match opt {
             "" => {}
@@ -200,12 +211,30 @@ fn parse_opts(list: &[String], as_root: bool) -> anyhow::Result<Opts> {
             "noallow_other" => o.allow_other = false,
             "default_permissions" => o.default_permissions = true,
             "nodefault_permissions" => o.default_permissions = false,
+            _ if opt.starts_with("commit=") => {
+                let v = &opt["commit=".len()..];
+                commit = v.parse().map_err(|_| {
+                    anyhow::anyhow!(
+                        "mount option {opt:?}: give the commit interval in whole seconds, \
+                         e.g. commit=5"
+                    )
+                })?;
+            }
             other => bail!(
                 "unknown mount option {other:?}: use ro, rw, allow_other, noallow_other, \
-                 default_permissions, nodefault_permissions"
+                 default_permissions, nodefault_permissions, commit=SECS"
             ),
         }
     }
+    o.mount = MountOptions {
+        read_only: o.read_only,
+        ..Default::default()
+    }
+    .with_commit_secs(commit)
+    .map_err(|e| match e {
+        numaio_fs::FsError::Invalid(m) => anyhow::anyhow!("-o {m}"),
+        e => e.into(),
+    })?;
     Ok(o)
 }
 
@@ -376,9 +405,7 @@ pub fn run(a: MountArgs) -> anyhow::Result<ExitCode> {
             .context("setting up the devices' page cache")?;
     }
     let fs = vol
-        .mount(MountOptions {
-            read_only: opts.read_only,
-        })
+        .mount(opts.mount)
         .context("mounting the volume (run `numaio fsck` on its devices)")?;
     let fs_name = match (&vol, devs.first()) {
         // `numaio umount` waits for this process to exit when the source names no device.

@@ -643,6 +643,12 @@ impl Allocator {
         Ok(())
     }
 
+    /// Whether freed blocks wait for a commit (recorded or in flight) before they can be
+    /// allocated again.
+    pub fn frees_waiting(&self) -> bool {
+        !self.pending.is_empty() || !self.sealed.is_empty()
+    }
+
     /// Extents [`Allocator::free`] ignored because they were not in use.
     pub fn rejected_frees(&self) -> u64 {
         self.rejected_frees

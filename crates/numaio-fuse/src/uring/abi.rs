@@ -43,12 +43,15 @@ pub mod op {
     pub const OPENDIR: u32 = 27;
     pub const READDIR: u32 = 28;
     pub const RELEASEDIR: u32 = 29;
+    pub const FSYNCDIR: u32 = 30;
     pub const ACCESS: u32 = 34;
     pub const CREATE: u32 = 35;
     pub const DESTROY: u32 = 38;
     pub const FALLOCATE: u32 = 43;
     pub const READDIRPLUS: u32 = 44;
     pub const RENAME2: u32 = 45;
+    /// Sent by the kernel to virtiofs only (never over /dev/fuse); answered anyway.
+    pub const SYNCFS: u32 = 50;
 }
 
 /// `fuse_setattr_in.valid` bits.

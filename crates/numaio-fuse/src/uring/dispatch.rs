@@ -146,22 +146,24 @@ pub fn dispatch(
             Ok(o.written())
         }
         op::STATFS => {
-            let s = fs.statfs();
+            let s = crate::Statfs::of(fs);
             let mut o = Out::new(payload);
-            o.u64(s.total_blocks)
-                .u64(s.free_blocks)
-                .u64(s.free_blocks)
+            o.u64(s.blocks)
+                .u64(s.bfree)
+                .u64(s.bavail)
                 .u64(s.files)
-                .u64(u64::from(u32::MAX))
-                .u32(s.block_size as u32)
-                .u32(255)
-                .u32(s.block_size as u32)
+                .u64(s.ffree)
+                .u32(s.bsize)
+                .u32(s.namelen)
+                .u32(s.frsize)
                 .zeros(4 + 6 * 4);
             Ok(o.written())
         }
         op::RELEASE => empty(fs.release(ino)),
         op::RELEASEDIR | op::FLUSH | op::DESTROY => Ok(0),
         op::FSYNC => empty(fs.fsync(ino, abi::u32_at(op_in, 8) & 1 != 0)),
+        op::FSYNCDIR => empty(fs.fsync_dir(ino)),
+        op::SYNCFS => empty(fs.sync()),
         op::SETXATTR => {
             let (size, flags) = (abi::u32_at(op_in, 0) as usize, abi::u32_at(op_in, 4));
             let (n, value) = abi::cstr(input).ok_or(libc::EINVAL)?;
@@ -429,5 +431,76 @@ mod tests {
         assert!(s.atime_now && s.atime.is_some_and(|t| t > 0));
         assert!(!s.mtime_now);
         assert_eq!(s.mtime, Some(3_000_000_000));
+    }
+
+    fn volume() -> Fs {
+        use numaio_fs::store::MemStore;
+        let s = std::sync::Arc::new(MemStore::new(&[(0, 4 << 20)]));
+        let o = numaio_fs::MkfsOptions {
+            policy: numaio_fs::PlacementPolicy::WriterLocal,
+            group_blocks: 64,
+            journal_blocks: 32,
+            checkpoint_blocks: 64,
+        };
+        Fs::mkfs(&*s, &o).unwrap();
+        Fs::mount(s, numaio_fs::MountOptions::default()).unwrap()
+    }
+
+    fn call(fs: &Fs, opcode: u32, nodeid: u64, payload: &mut [u8]) -> Answer {
+        let h = abi::InHeader {
+            opcode,
+            unique: 1,
+            nodeid,
+            uid: 0,
+            gid: 0,
+            pid: std::process::id(),
+        };
+        dispatch(fs, &Observer::new(), 0, &h, &[0u8; 16], payload, 0)
+    }
+
+    #[test]
+    fn fsyncdir_and_syncfs_commit() {
+        let fs = volume();
+        let c = numaio_fs::Caller::root_on(0);
+        let mut payload = vec![0u8; 4096];
+        fs.mkdir(1, b"d", 0o755, &c).unwrap();
+        let before = fs.sync_stats();
+        assert_eq!(call(&fs, op::FSYNCDIR, 1, &mut payload), Ok(0));
+        let st = fs.sync_stats();
+        assert_eq!(st.requests, before.requests + 1);
+        assert_eq!(st.commits, before.commits + 1);
+        fs.mkdir(1, b"e", 0o755, &c).unwrap();
+        assert_eq!(call(&fs, op::SYNCFS, 1, &mut payload), Ok(0));
+        assert_eq!(fs.sync_stats().commits, st.commits + 1);
+        // A directory fsync of something else than a directory is refused.
+        let f = fs.create(1, b"f", 0o644, &c).unwrap();
+        assert_eq!(
+            call(&fs, op::FSYNCDIR, f.ino, &mut payload),
+            Err(libc::ENOTDIR)
+        );
+    }
+
+    #[test]
+    fn statfs_reply_is_the_shared_one() {
+        let fs = volume();
+        let mut payload = vec![0u8; 4096];
+        let n = call(&fs, op::STATFS, 1, &mut payload).unwrap();
+        // fuse_kstatfs: 5 u64, then bsize, namelen, frsize, padding, 6 spare u32.
+        assert_eq!(n, 80);
+        let s = crate::Statfs::of(&fs);
+        let u = |i: usize| abi::u64_at(&payload, i * 8);
+        assert_eq!(
+            (u(0), u(1), u(2), u(3), u(4)),
+            (s.blocks, s.bfree, s.bavail, s.files, s.ffree)
+        );
+        assert!(
+            s.ffree > 0 && s.ffree < s.files,
+            "{} of {}",
+            s.ffree,
+            s.files
+        );
+        assert_eq!(s.files - s.ffree, 1);
+        assert_eq!(abi::u32_at(&payload, 40), 4096);
+        assert_eq!(abi::u32_at(&payload, 44), 255);
     }
 }
