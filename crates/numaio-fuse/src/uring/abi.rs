@@ -49,6 +49,7 @@ pub mod op {
     pub const FALLOCATE: u32 = 43;
     pub const READDIRPLUS: u32 = 44;
     pub const RENAME2: u32 = 45;
+    pub const LSEEK: u32 = 46;
 }
 
 /// `fuse_setattr_in.valid` bits.
