@@ -270,5 +270,11 @@ fn seek_zero_range_and_sparse_copy_io_uring() {
         );
         return;
     }
+    // `--fuse-mode io-uring` turns the kernel's switch on; put back what this host had.
+    let switch = "/sys/module/fuse/parameters/enable_uring";
+    let was = std::fs::read_to_string(switch).unwrap_or_default();
     seek_zero_range_and_sparse_copy("io-uring");
+    if was.trim() == "N" {
+        let _ = std::fs::write(switch, "N");
+    }
 }

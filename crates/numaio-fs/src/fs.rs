@@ -1674,10 +1674,10 @@ impl Fs {
             }
             // At most two partly covered blocks, read (or zeroed) and merged.
             let mut partial = Vec::with_capacity(2);
-            if lo % BLOCK_SIZE != 0 || wa >= wb {
+            if !lo.is_multiple_of(BLOCK_SIZE) || wa >= wb {
                 partial.push(lo / BLOCK_SIZE);
             }
-            if hi % BLOCK_SIZE != 0 && (hi - 1) / BLOCK_SIZE != lo / BLOCK_SIZE {
+            if !hi.is_multiple_of(BLOCK_SIZE) && (hi - 1) / BLOCK_SIZE != lo / BLOCK_SIZE {
                 partial.push((hi - 1) / BLOCK_SIZE);
             }
             for b in partial {
