@@ -552,6 +552,9 @@ fn map(i: &mut Inode, ino: u64, lblock: u64, ext: &Extent) -> Result<(), String>
 
 /// The logical runs `(from, to)` of `from..to` that `map` maps.
 fn mapped_runs(map: &BTreeMap<u64, Extent>, from: u64, to: u64) -> Vec<(u64, u64)> {
+    if from >= to {
+        return Vec::new();
+    }
     let start = map
         .range(..from)
         .next_back()
@@ -654,6 +657,96 @@ fn unmap(map: &mut BTreeMap<u64, Extent>, from: u64, to: u64) -> Vec<Extent> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unwritten_runs_merge_split_and_guide_seeks() {
+        let mut r = BTreeMap::new();
+        mark(&mut r, 10, 20);
+        mark(&mut r, 20, 25);
+        mark(&mut r, 5, 8);
+        assert_eq!(r, BTreeMap::from([(5, 3), (10, 15)]));
+        clear(&mut r, 12, 14);
+        assert_eq!(r, BTreeMap::from([(5, 3), (10, 2), (14, 11)]));
+        mark(&mut r, 6, 30);
+        assert_eq!(r, BTreeMap::from([(5, 25)]));
+        clear(&mut r, 0, 100);
+        assert!(r.is_empty());
+        let mut m = Meta::new(Attr::root_owned_dir(
+            0o755,
+            PlacementPolicy::WriterLocal,
+            ROOT_INO,
+            0,
+            0,
+        ));
+        let ext = |start, len| Extent { dev: 0, start, len };
+        let mut file = m.inodes[&ROOT_INO].attr.clone();
+        file.kind = Kind::File;
+        m.apply(&Record::NewInode {
+            ino: 2,
+            attr: file,
+            target: None,
+        })
+        .unwrap();
+        // Blocks 0..4 data, 4..8 unwritten (one extent 0..8), 8..10 a hole, 10..12 data.
+        m.apply(&Record::Map {
+            ino: 2,
+            lblock: 0,
+            ext: ext(100, 4),
+        })
+        .unwrap();
+        m.apply(&Record::MapUnwritten {
+            ino: 2,
+            lblock: 4,
+            ext: ext(104, 4),
+        })
+        .unwrap();
+        m.apply(&Record::Map {
+            ino: 2,
+            lblock: 10,
+            ext: ext(200, 2),
+        })
+        .unwrap();
+        // A range over a hole marks only mapped blocks; an empty or reversed one nothing.
+        m.apply(&Record::MarkUnwritten {
+            ino: 2,
+            from: 9,
+            to: 11,
+        })
+        .unwrap();
+        m.apply(&Record::MarkUnwritten {
+            ino: 2,
+            from: 11,
+            to: 3,
+        })
+        .unwrap();
+        m.validate().unwrap();
+        let i = &m.inodes[&2];
+        assert_eq!(i.extents.len(), 2, "the contiguous extents merged");
+        assert_eq!(i.unwritten, BTreeMap::from([(4, 4), (10, 1)]));
+        assert_eq!(
+            (i.next_data(0), i.next_data(4), i.next_data(8)),
+            (Some(0), Some(11), Some(11))
+        );
+        assert_eq!(i.next_data(12), None);
+        assert_eq!(
+            (i.next_hole(0), i.next_hole(5), i.next_hole(11)),
+            (4, 5, 12)
+        );
+        assert_eq!((i.data_block(3), i.data_block(4)), (Some((0, 103)), None));
+        m.apply(&Record::MarkWritten {
+            ino: 2,
+            from: 5,
+            to: 6,
+        })
+        .unwrap();
+        m.apply(&Record::Unmap {
+            ino: 2,
+            from: 7,
+            to: 20,
+        })
+        .unwrap();
+        assert_eq!(m.inodes[&2].unwritten, BTreeMap::from([(4, 1), (6, 1)]));
+    }
 
     #[test]
     fn unmap_splits_extents_at_the_edges() {
