@@ -1601,6 +1601,32 @@ impl Fs {
     /// Writes `data` at `offset`; new blocks come from the allocator under the file's
     /// policy for `c`'s node. Returns the bytes written (all of them).
     pub fn write(&self, ino: u64, offset: u64, data: &[u8], c: &Caller) -> Result<usize, FsError> {
+        match self.write_once(ino, offset, data, c) {
+            Err(FsError::NoSpace) if self.commit_for_space()? => {
+                self.write_once(ino, offset, data, c)
+            }
+            r => r,
+        }
+    }
+
+    /// Commits when a queued change frees blocks, which become allocatable only once that
+    /// commit is durable (as ext4 forces a journal commit before it reports ENOSPC); returns
+    /// whether it did, so the caller tries again.
+    fn commit_for_space(&self) -> Result<bool, FsError> {
+        let g = self.inner.lock();
+        let frees = g
+            .pending
+            .iter()
+            .any(|r| matches!(r, Record::Unmap { .. } | Record::DelInode { .. }));
+        let ticket = g.gen;
+        drop(g);
+        if frees {
+            self.commit_upto(ticket)?;
+        }
+        Ok(frees)
+    }
+
+    fn write_once(&self, ino: u64, offset: u64, data: &[u8], c: &Caller) -> Result<usize, FsError> {
         let mut g = self.lock_rw()?;
         let g = &mut *g;
         let a = g.attr(ino)?;
@@ -1721,6 +1747,22 @@ impl Fs {
     /// unwritten, partly covered ones are zeroed in place) `len` bytes at `offset`. Other
     /// modes (collapse, insert, unshare) are [`FsError::Unsupported`] (EOPNOTSUPP).
     pub fn fallocate(
+        &self,
+        ino: u64,
+        offset: u64,
+        len: u64,
+        mode: u32,
+        c: &Caller,
+    ) -> Result<(), FsError> {
+        match self.fallocate_once(ino, offset, len, mode, c) {
+            Err(FsError::NoSpace) if self.commit_for_space()? => {
+                self.fallocate_once(ino, offset, len, mode, c)
+            }
+            r => r,
+        }
+    }
+
+    fn fallocate_once(
         &self,
         ino: u64,
         offset: u64,

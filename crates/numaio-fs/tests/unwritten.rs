@@ -437,3 +437,26 @@ fn version_3_volumes_are_upgraded_and_others_refused_by_name() {
         );
     }
 }
+
+#[test]
+fn space_freed_by_an_uncommitted_unlink_is_used_after_a_commit() {
+    let (_, fs) = vol();
+    let free = fs.statfs().free_blocks;
+    let big = free * 7 / 10 * BS;
+    let a = fs.create(ROOT, b"a", 0o644, &root()).unwrap().ino;
+    fs.fallocate(a, 0, big, 0, &root()).unwrap();
+    fs.unlink(ROOT, b"a", &root()).unwrap();
+    // The freed blocks are allocatable only once the unlink is durable: fallocate commits.
+    let commits = fs.commits();
+    let b = fs.create(ROOT, b"b", 0o644, &root()).unwrap().ino;
+    fs.fallocate(b, 0, big, 0, &root()).unwrap();
+    assert_eq!(fs.commits(), commits + 1);
+    fs.unlink(ROOT, b"b", &root()).unwrap();
+    let c = fs.create(ROOT, b"c", 0o644, &root()).unwrap().ino;
+    let d = pattern(big as usize, 8);
+    fs.write(c, 0, &d, &root()).unwrap();
+    assert!(read_all(&fs, c) == d);
+    // Really full: ENOSPC, nothing to commit.
+    let e = fs.fallocate(c, big, big, 0, &root()).unwrap_err();
+    assert!(matches!(e, FsError::NoSpace), "{e}");
+}
