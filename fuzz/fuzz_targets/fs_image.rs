@@ -7,7 +7,7 @@ use numaio_fs::format::{self, Header, Label};
 use numaio_fs::fsck::{fsck, FsckOptions};
 use numaio_fs::meta::{Attr, Kind, Meta, Record, ROOT_INO};
 use numaio_fs::store::{BlockStore, MemStore};
-use numaio_fs::{Fs, MountOptions, PlacementPolicy};
+use numaio_fs::{Fs, MountOptions, PlacementPolicy, SEEK_DATA, SEEK_HOLE};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -69,5 +69,15 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(fs) = Fs::mount(s, MountOptions { read_only: true, ..Default::default() }) {
         let _ = fs.statfs();
         let _ = fs.readdir(ROOT_INO, 0);
+        // Reads and seeks walk the extent maps and unwritten runs as decoded.
+        let inos: Vec<u64> = fs.meta_snapshot().inodes.keys().copied().take(16).collect();
+        let mut buf = [0u8; 8192];
+        for ino in inos {
+            let _ = fs.read(ino, 4000, &mut buf);
+            for off in [0, 4096, 1 << 30] {
+                let _ = fs.seek(ino, off, SEEK_DATA);
+                let _ = fs.seek(ino, off, SEEK_HOLE);
+            }
+        }
     }
 });

@@ -53,6 +53,13 @@ pub enum FsError {
     /// mounted and nothing is written to it.
     #[error("{}: {what}", device.display())]
     Corrupt { device: PathBuf, what: String },
+    /// An operation or mode this file system does not implement (fallocate's collapse and
+    /// insert range): callers such as `posix_fallocate` fall back on EOPNOTSUPP.
+    #[error("operation not supported: {0}")]
+    Unsupported(String),
+    /// `SEEK_DATA` or `SEEK_HOLE` at or past the end of the file, or no data after it.
+    #[error("no data or hole at or after the offset (past the end of the file)")]
+    NoSuchOffset,
 }
 
 impl FsError {
@@ -76,6 +83,8 @@ impl FsError {
             FsError::NotSupported(_) => libc::EOPNOTSUPP,
             FsError::Io { err, .. } => err.raw_os_error().unwrap_or(libc::EIO),
             FsError::Corrupt { .. } => libc::EUCLEAN,
+            FsError::Unsupported(_) => libc::EOPNOTSUPP,
+            FsError::NoSuchOffset => libc::ENXIO,
         }
     }
 

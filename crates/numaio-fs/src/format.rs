@@ -18,12 +18,19 @@
 //! | rest of every device | `group_blocks` each | allocation groups; a tail shorter than a group is unused |
 
 use crate::alloc::GroupInfo;
+use crate::store::BlockStore;
 use crate::{FsError, PlacementPolicy, BLOCK_SIZE};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
-/// Version of the on-device format written by this code.
-pub const FORMAT_VERSION: u32 = 3;
+/// Version of the on-device format written by this code. Version 4 added unwritten
+/// (preallocated) extents: an inode's `unwritten` runs in checkpoints and three journal
+/// records.
+pub const FORMAT_VERSION: u32 = 4;
+/// Oldest format version this code reads. A volume of version 3 is upgraded in place by
+/// its first read-write mount or by `numaio fsck --repair` (its checkpoint is rewritten in
+/// the current layout, then its labels and header): nothing else changed in between.
+pub const OLDEST_VERSION: u32 = 3;
 /// Magic of a device label.
 pub const LABEL_MAGIC: &[u8; 8] = b"NUMAIOFS";
 /// Magic of the volume header.
@@ -213,9 +220,20 @@ pub fn crc(uuid: &[u8; 16], seq: u64, payload: &[u8]) -> u32 {
 
 /// Frames `payload` as a label, header or checkpoint: `magic, version, seq, len, crc`.
 pub fn frame(magic: &[u8; 8], uuid: &[u8; 16], seq: u64, payload: &[u8]) -> Vec<u8> {
+    frame_as(FORMAT_VERSION, magic, uuid, seq, payload)
+}
+
+/// [`frame`] with another format version in the frame (tests forge older volumes with it).
+pub fn frame_as(
+    version: u32,
+    magic: &[u8; 8],
+    uuid: &[u8; 16],
+    seq: u64,
+    payload: &[u8],
+) -> Vec<u8> {
     let mut out = Vec::with_capacity(FRAME_HEADER + payload.len());
     out.extend_from_slice(magic);
-    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    out.extend_from_slice(&version.to_le_bytes());
     out.extend_from_slice(&seq.to_le_bytes());
     out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
     out.extend_from_slice(&crc(uuid, seq, payload).to_le_bytes());
@@ -241,16 +259,39 @@ pub fn frame_header(
         ));
     }
     let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
-    if version != FORMAT_VERSION {
+    if version > FORMAT_VERSION {
         return Err(corrupt(
             device,
-            format!("{what}: format version {version}, this numaio reads {FORMAT_VERSION}"),
+            format!(
+                "{what}: numaio-fs format version {version}, newer than this numaio reads \
+                 (versions {OLDEST_VERSION} to {FORMAT_VERSION}): use the newer numaio that \
+                 wrote it"
+            ),
+        ));
+    }
+    if version < OLDEST_VERSION {
+        return Err(corrupt(
+            device,
+            format!(
+                "{what}: numaio-fs format version {version}, older than this numaio reads \
+                 (versions {OLDEST_VERSION} to {FORMAT_VERSION}): copy the files off with the \
+                 numaio that made the volume, then run `numaio mkfs` again"
+            ),
         ));
     }
     let seq = u64::from_le_bytes(bytes[12..20].try_into().expect("8 bytes"));
     let len = u64::from_le_bytes(bytes[20..28].try_into().expect("8 bytes"));
     let crc = u32::from_le_bytes(bytes[28..32].try_into().expect("4 bytes"));
     Ok((seq, len, crc))
+}
+
+/// The format version in the frame at the start of `bytes` (a label, header or
+/// checkpoint), if it has `magic`.
+pub fn frame_version(magic: &[u8; 8], bytes: &[u8]) -> Option<u32> {
+    if bytes.len() < FRAME_HEADER || &bytes[..8] != magic {
+        return None;
+    }
+    Some(u32::from_le_bytes(bytes[8..12].try_into().ok()?))
 }
 
 /// Decodes a framed structure whose payload is all in `bytes`. For labels the UUID is only
@@ -334,6 +375,45 @@ impl Header {
         h.check(device)?;
         Ok(h)
     }
+}
+
+/// The oldest format version among the labels and the volume header on `store` (all
+/// readable, as [`crate::Fs::check_labels`] found): below [`FORMAT_VERSION`] when the
+/// volume is to be upgraded.
+pub fn volume_version(store: &dyn BlockStore) -> Result<u32, FsError> {
+    let bs = BLOCK_SIZE as usize;
+    let mut b = vec![0u8; bs];
+    store.read_at(0, BLOCK_SIZE, &mut b)?;
+    let mut v = frame_version(HEADER_MAGIC, &b).unwrap_or(FORMAT_VERSION);
+    for dev in 0..store.devices().len() {
+        store.read_at(dev as u16, 0, &mut b)?;
+        v = v.min(frame_version(LABEL_MAGIC, &b).unwrap_or(FORMAT_VERSION));
+    }
+    Ok(v)
+}
+
+/// Rewrites every device's label and the volume header in the current format version and
+/// syncs them. The caller has written the metadata as a checkpoint in the current layout
+/// first, so a crash in between leaves a volume this code still reads (and upgrades again).
+pub fn rewrite_labels(store: &dyn BlockStore, header: &Header) -> Result<(), FsError> {
+    let devs = store.devices();
+    let blocks = header.to_blocks().ok_or_else(|| {
+        corrupt(
+            &devs.first().map(|d| d.path.clone()).unwrap_or_default(),
+            "volume header: too large to rewrite".into(),
+        )
+    })?;
+    store.write_at(0, BLOCK_SIZE, &blocks)?;
+    let mut b = vec![0u8; BLOCK_SIZE as usize];
+    for (i, d) in devs.iter().enumerate() {
+        store.read_at(i as u16, 0, &mut b)?;
+        let l = Label::decode(&b, &d.path)?;
+        store.write_at(i as u16, 0, &l.to_block())?;
+    }
+    for i in 0..devs.len() {
+        store.sync(i as u16)?;
+    }
+    Ok(())
 }
 
 /// A journal record: `[magic u32][len u32][seq u64][crc32c u32][payload]`.

@@ -53,6 +53,19 @@ pub const FALLOC_PUNCH_HOLE: u32 = 2;
 /// answers) rather than stored, since nothing would enforce them; any a volume already holds
 /// are neither shown nor applied.
 pub const POSIX_ACL_XATTRS: [&[u8]; 2] = [b"system.posix_acl_access", b"system.posix_acl_default"];
+/// `fallocate` mode: remove the range, shifting what follows (not supported).
+pub const FALLOC_COLLAPSE_RANGE: u32 = 8;
+/// `fallocate` mode: zero the range, allocating it (with or without [`FALLOC_KEEP_SIZE`]).
+pub const FALLOC_ZERO_RANGE: u32 = 0x10;
+/// `fallocate` mode: insert a hole, shifting what follows (not supported).
+pub const FALLOC_INSERT_RANGE: u32 = 0x20;
+/// `lseek` whence: the next offset holding data.
+pub const SEEK_DATA: u32 = 3;
+/// `lseek` whence: the next offset in a hole (the end of the file counts as one).
+pub const SEEK_HOLE: u32 = 4;
+/// Blocks allocated per step of a large allocation: the metadata bound is reserved per
+/// step, as a bound for all of a huge fallocate at once could exceed a checkpoint slot.
+const FILL_STEP: u64 = 4096;
 /// `setxattr` flag: fail if the attribute exists.
 pub const XATTR_CREATE: u32 = 1;
 /// `setxattr` flag: fail if the attribute does not exist.
@@ -167,6 +180,8 @@ pub struct MountInfo {
     pub replayed: u64,
     /// Unlinked inodes still open at the crash, freed at mount.
     pub orphans_freed: u64,
+    /// The format version the volume had when this mount upgraded it to the current one.
+    pub upgraded_from: Option<u32>,
 }
 
 struct Inner {
@@ -329,7 +344,11 @@ fn growth(r: &Record) -> u64 {
         Record::NewInode { target, .. } => 160 + target.as_ref().map_or(0, |t| t.len() as u64),
         Record::DirAdd { name, .. } => 40 + name.len() as u64,
         Record::SetXattr { name, value, .. } => 20 + (name.len() + value.len()) as u64,
-        Record::Map { .. } | Record::Unmap { .. } => 32,
+        Record::Map { .. }
+        | Record::Unmap { .. }
+        | Record::MapUnwritten { .. }
+        | Record::MarkUnwritten { .. }
+        | Record::MarkWritten { .. } => 32,
         Record::DirHome { .. } => 8,
         _ => 0,
     }
@@ -513,6 +532,9 @@ impl Inner {
             Record::DirAdd { dir: ino, .. }
             | Record::Map { ino, .. }
             | Record::Unmap { ino, .. }
+            | Record::MapUnwritten { ino, .. }
+            | Record::MarkUnwritten { ino, .. }
+            | Record::MarkWritten { ino, .. }
             | Record::SetXattr { ino, .. } => Some(self.node_of(*ino)),
             // What grows no inode: `DirHome` grows the volume-wide fields, which every
             // shard carries (the other records here do not grow the metadata).
@@ -527,8 +549,15 @@ impl Inner {
         self.gen += 1;
         let gen = self.gen;
         match &r {
-            Record::Map { ino, .. } | Record::Unmap { ino, .. } => {
+            // Blocks that show data (newly mapped or converted) need it durable first.
+            Record::Map { ino, .. }
+            | Record::Unmap { ino, .. }
+            | Record::MarkWritten { ino, .. } => {
                 self.ordered = true;
+                self.datasync_gen.insert(*ino, gen);
+            }
+            // Unwritten blocks read as zeros whatever the device holds: nothing to order.
+            Record::MapUnwritten { ino, .. } | Record::MarkUnwritten { ino, .. } => {
                 self.datasync_gen.insert(*ino, gen);
             }
             Record::SetAttr { ino, attr } => {
@@ -655,8 +684,16 @@ impl Inner {
         self.set_attr(dir, a)
     }
 
-    /// Allocates and maps logical blocks `lb..lb + n` of `ino` (all unmapped).
-    fn allocate(&mut self, ino: u64, lb: u64, n: u64, c: &Caller) -> Result<(), FsError> {
+    /// Allocates and maps logical blocks `lb..lb + n` of `ino` (all unmapped), as unwritten
+    /// blocks when `unwritten`.
+    fn allocate(
+        &mut self,
+        ino: u64,
+        lb: u64,
+        n: u64,
+        c: &Caller,
+        unwritten: bool,
+    ) -> Result<(), FsError> {
         let i = self.inode(ino)?;
         let policy = i.attr.policy.clone();
         let home = i.attr.home;
@@ -676,10 +713,11 @@ impl Inner {
         let got = self.alloc.alloc(&req)?;
         let mut l = lb;
         for a in got {
-            self.rec(Record::Map {
-                ino,
-                lblock: l,
-                ext: a.extent,
+            let (lblock, ext) = (l, a.extent);
+            self.rec(if unwritten {
+                Record::MapUnwritten { ino, lblock, ext }
+            } else {
+                Record::Map { ino, lblock, ext }
             })?;
             l += a.extent.len;
         }
@@ -720,22 +758,30 @@ impl Inner {
         self.alloc.usage().iter().map(|u| u.free_blocks).sum()
     }
 
-    /// Allocates every hole of `from..to`; returns the runs allocated.
+    /// Allocates every hole of `from..to` (as unwritten blocks when `unwritten`); returns
+    /// the runs allocated.
     fn fill_holes(
         &mut self,
         ino: u64,
         from: u64,
         to: u64,
         c: &Caller,
+        unwritten: bool,
     ) -> Result<Vec<(u64, u64)>, FsError> {
         let holes = self.holes(ino, from, to)?;
         let need: u64 = holes.iter().map(|h| h.1).sum();
         if need > self.free_blocks() {
             return Err(FsError::NoSpace);
         }
-        self.reserve(need * 48 + 200, &[ino])?;
+        self.reserve(200, &[ino])?;
         for &(l, n) in &holes {
-            self.allocate(ino, l, n, c)?;
+            let mut done = 0;
+            while done < n {
+                let k = (n - done).min(FILL_STEP);
+                self.reserve(k * 48 + 200, &[ino])?;
+                self.allocate(ino, l + done, k, c, unwritten)?;
+                done += k;
+            }
         }
         Ok(holes)
     }
@@ -935,6 +981,7 @@ impl Fs {
             checkpoint_seq: rec.checkpoint_seq,
             replayed: rec.replayed,
             orphans_freed: 0,
+            upgraded_from: None,
         };
         let meta_bytes = journal::shard_sizes(&rec.journal.header, &rec.meta)
             .into_iter()
@@ -970,7 +1017,7 @@ impl Fs {
             }
             info.orphans_freed = orphans.len() as u64;
         }
-        let core = Arc::new(shared::FsCore {
+        let mut core = shared::FsCore {
             store,
             read_only: opts.read_only,
             info,
@@ -982,10 +1029,14 @@ impl Fs {
             data_only_syncs: AtomicU64::new(0),
             periodic_commits: AtomicU64::new(0),
             space_commits: AtomicU64::new(0),
-        });
+        };
         if info.orphans_freed > 0 {
             core.commit_locked(&mut core.inner.lock())?;
         }
+        if !opts.read_only {
+            core.info.upgraded_from = core.upgrade_format()?;
+        }
+        let core = Arc::new(core);
         let committer = match opts.commit_interval {
             Some(every) if !opts.read_only => Some(Committer::start(core.clone(), every)?),
             _ => None,
@@ -1068,6 +1119,24 @@ impl Fs {
 }
 
 impl shared::FsCore {
+    /// Upgrades a volume of an older format version in place: the metadata is written as a
+    /// checkpoint in the current layout, then the labels and header. Returns the version it
+    /// had, `None` when it was current.
+    fn upgrade_format(&self) -> Result<Option<u32>, FsError> {
+        let v = crate::format::volume_version(&*self.store)?;
+        if v >= crate::format::FORMAT_VERSION {
+            return Ok(None);
+        }
+        let mut g = self.inner.lock();
+        self.commit_locked(&mut g)?;
+        // A newer sequence number than the old checkpoint's, so recovery prefers this one.
+        let inner = &mut *g;
+        let seq = inner.journal.seq + 1;
+        inner.journal.checkpoint(&*self.store, &inner.meta, seq)?;
+        crate::format::rewrite_labels(&*self.store, &self.header)?;
+        Ok(Some(v))
+    }
+
     /// Commits everything queued unless it is durable already (the periodic commit);
     /// whether a commit was needed.
     fn commit_all(&self) -> Result<bool, FsError> {
@@ -1332,7 +1401,8 @@ impl Fs {
         if tail == 0 {
             return Ok(());
         }
-        if let Some((dev, b)) = g.inode(ino)?.lookup_block(size / BLOCK_SIZE) {
+        // An unwritten block reads as zeros whatever it holds.
+        if let Some((dev, b)) = g.inode(ino)?.data_block(size / BLOCK_SIZE) {
             let mut buf = vec![0u8; BLOCK_SIZE as usize];
             self.store.read_at(dev, b * BLOCK_SIZE, &mut buf)?;
             if buf[tail..].iter().any(|&x| x != 0) {
@@ -1357,7 +1427,7 @@ impl Fs {
         }
         let tail = (size % BLOCK_SIZE) as usize;
         if tail != 0 && size < g.attr(ino)?.size {
-            if let Some((dev, b)) = g.inode(ino)?.lookup_block(size / BLOCK_SIZE) {
+            if let Some((dev, b)) = g.inode(ino)?.data_block(size / BLOCK_SIZE) {
                 let mut buf = vec![0u8; BLOCK_SIZE as usize];
                 self.store.read_at(dev, b * BLOCK_SIZE, &mut buf)?;
                 buf[tail..].fill(0);
@@ -1733,11 +1803,12 @@ impl Fs {
         let mut lb = offset / BLOCK_SIZE;
         while lb * BLOCK_SIZE < end {
             // A run of logical blocks mapped contiguously (or a hole run).
+            // Unwritten blocks read as zeros, like holes.
             let start = lb;
-            let phys = i.lookup_block(lb);
+            let phys = i.data_block(lb);
             let mut count = 1;
             while (lb + count) * BLOCK_SIZE < end {
-                let p = i.lookup_block(lb + count);
+                let p = i.data_block(lb + count);
                 let contiguous = match (phys, p) {
                     (Some((d, b)), Some((d2, b2))) => d == d2 && b2 == b + count,
                     (None, None) => true,
@@ -1824,32 +1895,84 @@ impl Fs {
         if offset > a.size {
             self.zero_tail(g, ino, a.size)?;
         }
-        let fresh = g.fill_holes(ino, first, last, c)?;
-        let is_fresh = |lb: u64| fresh.iter().any(|&(l, n)| lb >= l && lb < l + n);
-        let bs = BLOCK_SIZE as usize;
-        let mut blocks = Vec::with_capacity((last - first) as usize);
+        let fresh = g.fill_holes(ino, first, last, c, false)?;
         let i = g.inode(ino)?;
-        for lb in first..last {
-            let (dev, pb) = i
-                .lookup_block(lb)
-                .ok_or_else(|| bug(format!("inode {ino} block {lb} unmapped after allocation")))?;
-            let boff = lb * BLOCK_SIZE;
-            let lo = offset.max(boff);
-            let hi = end.min(boff + BLOCK_SIZE);
-            let src = &data[(lo - offset) as usize..(hi - offset) as usize];
-            let buf = if src.len() == bs {
-                src.to_vec()
-            } else {
-                let mut buf = vec![0u8; bs];
-                if !is_fresh(lb) {
-                    self.store.read_at(dev, pb * BLOCK_SIZE, &mut buf)?;
-                }
-                buf[(lo - boff) as usize..(hi - boff) as usize].copy_from_slice(src);
-                buf
-            };
-            blocks.push((dev, pb, buf));
+        // Blocks first written now (new or unwritten) are written whole: zeros around the
+        // data, since they must read as zeros where the write does not reach.
+        let unwritten: Vec<(u64, u64)> = i
+            .unwritten
+            .iter()
+            .filter(|(&l, &n)| l < last && l + n > first)
+            .map(|(&l, &n)| (l, n))
+            .collect();
+        if !unwritten.is_empty() {
+            g.reserve(200, &[ino])?;
         }
-        write_blocks(&*self.store, &mut g.data_dirty, blocks)?;
+        let blank = |lb: u64| {
+            fresh
+                .iter()
+                .chain(&unwritten)
+                .any(|&(l, n)| lb >= l && lb < l + n)
+        };
+        let i = g.inode(ino)?;
+        // Physically contiguous runs of the range: `(first logical block, count, dev,
+        // first physical block)`.
+        let mut runs = Vec::new();
+        let mut lb = first;
+        while lb < last {
+            let (l, e) = i
+                .extents
+                .range(..=lb)
+                .next_back()
+                .filter(|(&l, e)| lb < l + e.len)
+                .map(|(&l, e)| (l, *e))
+                .ok_or_else(|| bug(format!("inode {ino} block {lb} unmapped after allocation")))?;
+            let n = (l + e.len).min(last) - lb;
+            runs.push((lb, n, e.dev, e.start + (lb - l)));
+            lb += n;
+        }
+        let bs = BLOCK_SIZE as usize;
+        let mut edge = vec![0u8; bs];
+        for (l, n, dev, pb) in runs {
+            let lo = offset.max(l * BLOCK_SIZE);
+            let hi = end.min((l + n) * BLOCK_SIZE);
+            // Blocks the write covers whole go straight from the caller's buffer.
+            let (wa, wb) = (lo.div_ceil(BLOCK_SIZE), hi / BLOCK_SIZE);
+            if wa < wb {
+                let src =
+                    &data[(wa * BLOCK_SIZE - offset) as usize..(wb * BLOCK_SIZE - offset) as usize];
+                self.store.write_at(dev, (pb + wa - l) * BLOCK_SIZE, src)?;
+            }
+            // At most two partly covered blocks, read (or zeroed) and merged.
+            let mut partial = Vec::with_capacity(2);
+            if !lo.is_multiple_of(BLOCK_SIZE) || wa >= wb {
+                partial.push(lo / BLOCK_SIZE);
+            }
+            if !hi.is_multiple_of(BLOCK_SIZE) && (hi - 1) / BLOCK_SIZE != lo / BLOCK_SIZE {
+                partial.push((hi - 1) / BLOCK_SIZE);
+            }
+            for b in partial {
+                let boff = b * BLOCK_SIZE;
+                let (blo, bhi) = (lo.max(boff), hi.min(boff + BLOCK_SIZE));
+                let at = (pb + b - l) * BLOCK_SIZE;
+                if blank(b) {
+                    edge.fill(0);
+                } else {
+                    self.store.read_at(dev, at, &mut edge)?;
+                }
+                edge[(blo - boff) as usize..(bhi - boff) as usize]
+                    .copy_from_slice(&data[(blo - offset) as usize..(bhi - offset) as usize]);
+                self.store.write_at(dev, at, &edge)?;
+            }
+            g.data_dirty.insert(dev);
+        }
+        if !unwritten.is_empty() {
+            g.rec(Record::MarkWritten {
+                ino,
+                from: first,
+                to: last,
+            })?;
+        }
         let mut a = g.attr(ino)?;
         let now = now_ns();
         a.size = a.size.max(end);
@@ -1863,9 +1986,12 @@ impl Fs {
         Ok(data.len())
     }
 
-    /// Allocates (`mode` 0 or [`FALLOC_KEEP_SIZE`]) or deallocates
-    /// ([`FALLOC_PUNCH_HOLE`]`|`[`FALLOC_KEEP_SIZE`]) `len` bytes at `offset`. Out of space
-    /// while freed blocks wait for a commit, it commits and tries once more.
+    /// Allocates (`mode` 0 or [`FALLOC_KEEP_SIZE`]: unwritten blocks, nothing is written),
+    /// deallocates ([`FALLOC_PUNCH_HOLE`]`|`[`FALLOC_KEEP_SIZE`]) or zeroes
+    /// ([`FALLOC_ZERO_RANGE`], with or without [`FALLOC_KEEP_SIZE`]: whole blocks become
+    /// unwritten, partly covered ones are zeroed in place) `len` bytes at `offset`. Other
+    /// modes (collapse, insert, unshare) are [`FsError::Unsupported`] (EOPNOTSUPP). Out of
+    /// space while freed blocks wait for a commit, it commits and tries once more.
     pub fn fallocate(
         &self,
         ino: u64,
@@ -1898,71 +2024,107 @@ impl Fs {
         if len == 0 {
             return Err(FsError::Invalid("fallocate of 0 bytes".into()));
         }
+        let known = FALLOC_KEEP_SIZE | FALLOC_PUNCH_HOLE | FALLOC_ZERO_RANGE;
+        if mode & !known != 0 || mode & FALLOC_PUNCH_HOLE != 0 && mode & FALLOC_ZERO_RANGE != 0 {
+            return Err(FsError::Unsupported(format!(
+                "fallocate mode {mode:#x} (supported: 0, KEEP_SIZE, PUNCH_HOLE|KEEP_SIZE, \
+                 ZERO_RANGE, ZERO_RANGE|KEEP_SIZE)"
+            )));
+        }
         let end = offset
             .checked_add(len)
             .filter(|&e| e <= MAX_FILE_SIZE)
             .ok_or(FsError::TooBig)?;
         let now = now_ns();
-        match mode {
-            0 | FALLOC_KEEP_SIZE => {
-                if mode == 0 && end > a.size {
-                    self.zero_tail(g, ino, a.size)?;
-                }
-                let fresh = g.fill_holes(ino, offset / BLOCK_SIZE, end.div_ceil(BLOCK_SIZE), c)?;
-                let i = g.inode(ino)?;
-                let mut blocks = Vec::new();
-                for (l, n) in fresh {
-                    for lb in l..l + n {
-                        let (d, b) = i.lookup_block(lb).ok_or_else(|| bug("unmapped".into()))?;
-                        blocks.push((d, b, vec![0u8; BLOCK_SIZE as usize]));
-                    }
-                }
-                write_blocks(&*self.store, &mut g.data_dirty, blocks)?;
-                a = g.attr(ino)?;
-                if mode == 0 && end > a.size {
-                    a.size = end;
-                    a.mtime = now;
-                }
+        let keep = mode & FALLOC_KEEP_SIZE != 0;
+        let (first, last) = (offset / BLOCK_SIZE, end.div_ceil(BLOCK_SIZE));
+        // Blocks the range covers whole, and the partly covered ones at its edges.
+        let (whole_a, whole_b) = (offset.div_ceil(BLOCK_SIZE), end / BLOCK_SIZE);
+        let mut edges = vec![first];
+        if end % BLOCK_SIZE != 0 {
+            edges.push(end / BLOCK_SIZE);
+        }
+        edges.dedup();
+        edges.retain(|&lb| lb < whole_a || lb >= whole_b);
+        if mode & FALLOC_PUNCH_HOLE == 0 {
+            if !keep && end > a.size {
+                self.zero_tail(g, ino, a.size)?;
             }
-            m if m == FALLOC_PUNCH_HOLE | FALLOC_KEEP_SIZE || m == FALLOC_PUNCH_HOLE => {
-                g.reserve(400, &[ino])?;
-                let from = offset.div_ceil(BLOCK_SIZE);
-                let to = end / BLOCK_SIZE;
-                if from < to {
-                    g.rec(Record::Unmap { ino, from, to })?;
-                }
-                // Zero the partial blocks at the edges in place.
-                let mut edges = vec![offset / BLOCK_SIZE];
-                if end % BLOCK_SIZE != 0 {
-                    edges.push(end / BLOCK_SIZE);
-                }
-                edges.dedup();
-                for lb in edges {
-                    let boff = lb * BLOCK_SIZE;
-                    let lo = offset.max(boff) - boff;
-                    let hi = end.min(boff + BLOCK_SIZE) - boff;
-                    if lo == 0 && hi == BLOCK_SIZE {
-                        continue;
-                    }
-                    if let Some((d, b)) = g.inode(ino)?.lookup_block(lb) {
-                        let mut buf = vec![0u8; BLOCK_SIZE as usize];
-                        self.store.read_at(d, b * BLOCK_SIZE, &mut buf)?;
-                        buf[lo as usize..hi as usize].fill(0);
-                        write_blocks(&*self.store, &mut g.data_dirty, vec![(d, b, buf)])?;
-                    }
-                }
-                a = g.attr(ino)?;
+            // Unwritten: allocated, nothing written, read as zeros until written.
+            g.fill_holes(ino, first, last, c, true)?;
+            if mode & FALLOC_ZERO_RANGE != 0 && whole_a < whole_b {
+                g.reserve(200, &[ino])?;
+                g.rec(Record::MarkUnwritten {
+                    ino,
+                    from: whole_a,
+                    to: whole_b,
+                })?;
+            }
+            a = g.attr(ino)?;
+            if !keep && end > a.size {
+                a.size = end;
                 a.mtime = now;
             }
-            m => {
-                return Err(FsError::Invalid(format!(
-                    "unsupported fallocate mode {m:#x} (supported: 0, KEEP_SIZE, \
-                     PUNCH_HOLE|KEEP_SIZE)"
-                )))
+        } else {
+            g.reserve(400, &[ino])?;
+            if whole_a < whole_b {
+                g.rec(Record::Unmap {
+                    ino,
+                    from: whole_a,
+                    to: whole_b,
+                })?;
             }
+            a = g.attr(ino)?;
+        }
+        if mode & (FALLOC_PUNCH_HOLE | FALLOC_ZERO_RANGE) != 0 {
+            // Zero the partly covered blocks at the edges in place (holes and unwritten
+            // blocks read as zeros already).
+            for lb in edges {
+                let boff = lb * BLOCK_SIZE;
+                let lo = offset.max(boff) - boff;
+                let hi = end.min(boff + BLOCK_SIZE) - boff;
+                if let Some((d, b)) = g.inode(ino)?.data_block(lb) {
+                    let mut buf = vec![0u8; BLOCK_SIZE as usize];
+                    self.store.read_at(d, b * BLOCK_SIZE, &mut buf)?;
+                    buf[lo as usize..hi as usize].fill(0);
+                    write_blocks(&*self.store, &mut g.data_dirty, vec![(d, b, buf)])?;
+                }
+            }
+            a.mtime = now;
         }
         a.ctime = now;
         g.set_attr(ino, a)
+    }
+
+    /// `lseek` with [`SEEK_DATA`] or [`SEEK_HOLE`] from `offset`: the first offset at or
+    /// after it holding data, or in a hole (the end of the file is one). Unwritten blocks
+    /// are holes. [`FsError::NoSuchOffset`] (ENXIO) at or past the end, or when no data
+    /// follows.
+    pub fn seek(&self, ino: u64, offset: u64, whence: u32) -> Result<u64, FsError> {
+        let g = self.inner.lock();
+        let i = g.inode(ino)?;
+        match i.attr.kind {
+            Kind::Dir => return Err(FsError::IsDir),
+            Kind::File => {}
+            _ => return Err(FsError::Invalid("seek in a symlink or special file".into())),
+        }
+        let size = i.attr.size;
+        if offset >= size {
+            return Err(FsError::NoSuchOffset);
+        }
+        let lb = offset / BLOCK_SIZE;
+        match whence {
+            SEEK_DATA => match i.next_data(lb) {
+                Some(d) if d.saturating_mul(BLOCK_SIZE) < size => Ok(offset.max(d * BLOCK_SIZE)),
+                _ => Err(FsError::NoSuchOffset),
+            },
+            SEEK_HOLE => Ok(offset
+                .max(i.next_hole(lb).saturating_mul(BLOCK_SIZE))
+                .min(size)),
+            w => Err(FsError::Invalid(format!(
+                "seek whence {w} (the kernel serves SEEK_SET, SEEK_CUR and SEEK_END itself)"
+            ))),
+        }
     }
 
     /// Makes everything done so far durable (a global commit, shared with concurrent

@@ -133,6 +133,14 @@ pub fn fsck(store: &dyn BlockStore, o: &FsckOptions) -> Result<FsckReport, FsErr
     let mut j = rec.journal;
     let seq = j.seq + 1;
     j.checkpoint(store, &meta, seq)?;
+    let version = crate::format::volume_version(store)?;
+    if version < crate::format::FORMAT_VERSION {
+        crate::format::rewrite_labels(store, &header)?;
+        found.push(format!(
+            "format version {version} (upgraded to {})",
+            crate::format::FORMAT_VERSION
+        ));
+    }
     r.repaired.extend(found);
     r.errors = again;
     r.errors
@@ -199,6 +207,31 @@ fn check(header: &Header, meta: &Meta, found: &mut Vec<String>, fixes: &mut Vec<
                 continue;
             }
             owned.insert((e.dev, e.start), (e.len, ino));
+        }
+        // Unwritten runs must lie on mapped blocks; the part over a hole is dropped (it
+        // reads as zeros either way).
+        for (&u, &n) in &i.unwritten {
+            let mut b = u;
+            let end = u.saturating_add(n);
+            while b < end {
+                let (l, e) = match i.extents.range(..=b).next_back() {
+                    Some((&l, e)) if b < l + e.len => (l, e),
+                    _ => {
+                        let next = i.extents.range(b..end).next().map_or(end, |(&l, _)| l);
+                        found.push(format!(
+                            "inode {ino}: blocks {b}..{next} marked unwritten but not mapped"
+                        ));
+                        fixes.push(Record::MarkWritten {
+                            ino,
+                            from: b,
+                            to: next,
+                        });
+                        b = next;
+                        continue;
+                    }
+                };
+                b = l + e.len;
+            }
         }
         if i.attr.kind == Kind::Symlink {
             let len = i.target.as_ref().map_or(0, |t| t.len() as u64);

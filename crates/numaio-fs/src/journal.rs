@@ -243,7 +243,12 @@ fn read_shard(
     store.read_at(dev, off, &mut all)?;
     let (seq, payload) =
         format::unframe(CHECKPOINT_MAGIC, Some(&header.uuid), &all, &device, what)?;
-    let sh: Shard = format::decode_payload(payload, &device, what)?;
+    // Version 3 shards lack the inodes' unwritten runs: read in their own layout.
+    let sh: Shard = if format::frame_version(CHECKPOINT_MAGIC, &first) == Some(3) {
+        format::decode_payload::<shard::ShardV3>(payload, &device, what)?.into()
+    } else {
+        format::decode_payload(payload, &device, what)?
+    };
     Ok((seq, sh, FRAME_HEADER as u64 + len))
 }
 

@@ -202,3 +202,34 @@ fn home_nodes_the_volume_lacks_are_found_and_fixed() {
     assert_eq!(m.inodes[&d].attr.home, None);
     assert_eq!(m.inodes[&d].attr.meta_node, 0);
 }
+
+#[test]
+fn unwritten_runs_over_holes_are_found_and_dropped() {
+    let (s, _, f, _) = volume();
+    damage(&s, |m| {
+        let i = m.inodes.get_mut(&f).unwrap();
+        // Block 1 is mapped: a sound unwritten block. Blocks 40..48 are a hole.
+        i.unwritten.insert(1, 1);
+        i.unwritten.insert(40, 8);
+    });
+    let r = check(&s);
+    assert_eq!(r.errors.len(), 1, "{:?}", r.errors);
+    assert!(
+        r.errors[0].contains("blocks 40..48 marked unwritten but not mapped"),
+        "{:?}",
+        r.errors
+    );
+    repair_and_recheck(&s);
+    let (_, m) = Fs::load_meta(&*s).unwrap();
+    assert_eq!(
+        m.inodes[&f].unwritten,
+        std::collections::BTreeMap::from([(1, 1)])
+    );
+    // The unwritten block reads as zeros, the others keep their data.
+    let fs = Fs::mount(s.clone(), MountOptions::default()).unwrap();
+    let mut buf = vec![0u8; 10000];
+    assert_eq!(fs.read(f, 0, &mut buf).unwrap(), 10000);
+    assert!(buf[..4096].iter().all(|&b| b == 1));
+    assert!(buf[4096..8192].iter().all(|&b| b == 0));
+    assert!(buf[8192..].iter().all(|&b| b == 1));
+}

@@ -203,6 +203,7 @@ fn check(fs: &Fs, m: &Model, skip_data: &BTreeSet<u64>, ctx: &str) {
                 assert_eq!(a.size, mi.data.len() as u64, "{ctx}: inode {ino} size");
                 if !skip_data.contains(&ino) {
                     assert!(read_all(fs, ino) == mi.data, "{ctx}: inode {ino} content");
+                    check_seek(fs, ino, &mi.data, &format!("{ctx}: inode {ino}"));
                 }
             }
             Kind::Dir => {
@@ -234,6 +235,39 @@ fn check(fs: &Fs, m: &Model, skip_data: &BTreeSet<u64>, ctx: &str) {
             // The model makes no special files.
             k => panic!("{ctx}: inode {ino} is a {k:?}, which the model never made"),
         }
+    }
+}
+
+/// SEEK_DATA and SEEK_HOLE from a few offsets agree with the content `data`: only zeros
+/// are skipped on the way to data, a hole found reads as zeros to its block's end, and
+/// both fail with ENXIO at the end.
+fn check_seek(fs: &Fs, ino: u64, data: &[u8], ctx: &str) {
+    let size = data.len() as u64;
+    let zeros = |a: u64, b: u64| data[a as usize..b as usize].iter().all(|&x| x == 0);
+    for off in [0, size / 3, size / 2, size.saturating_sub(1), size] {
+        if off >= size {
+            for w in [SEEK_DATA, SEEK_HOLE] {
+                let e = fs.seek(ino, off, w).unwrap_err();
+                assert_eq!(e.errno(), libc::ENXIO, "{ctx}: seek {w} at the end");
+            }
+            continue;
+        }
+        match fs.seek(ino, off, SEEK_DATA) {
+            Ok(d) => assert!(
+                d >= off && d < size && zeros(off, d),
+                "{ctx}: SEEK_DATA({off}) = {d}"
+            ),
+            Err(e) => assert!(
+                e.errno() == libc::ENXIO && zeros(off, size),
+                "{ctx}: SEEK_DATA({off}): {e}"
+            ),
+        }
+        let h = fs.seek(ino, off, SEEK_HOLE).unwrap();
+        let block_end = (h / BLOCK_SIZE + 1) * BLOCK_SIZE;
+        assert!(
+            h >= off && h <= size && zeros(h, block_end.min(size)),
+            "{ctx}: SEEK_HOLE({off}) = {h}"
+        );
     }
 }
 
@@ -476,19 +510,26 @@ impl Run {
                 let off = self.rng.below(40_000);
                 let len = 1 + self.rng.below(20_000);
                 let size = self.model.inodes[&f].data.len() as u64;
-                if self.rng.below(2) == 0 {
-                    self.fs
-                        .fallocate(f, off, len, FALLOC_PUNCH_HOLE | FALLOC_KEEP_SIZE, &c)
-                        .unwrap();
-                    let m = &mut self.model.inodes.get_mut(&f).unwrap().data;
-                    let end = ((off + len).min(size)) as usize;
-                    if (off as usize) < end {
-                        m[off as usize..end].fill(0);
+                let mode = [
+                    FALLOC_PUNCH_HOLE | FALLOC_KEEP_SIZE,
+                    FALLOC_KEEP_SIZE,
+                    0,
+                    FALLOC_ZERO_RANGE,
+                    FALLOC_ZERO_RANGE | FALLOC_KEEP_SIZE,
+                ][self.rng.below(5) as usize];
+                self.fs
+                    .fallocate(f, off, len, mode, &c)
+                    .unwrap_or_else(|e| panic!("{ctx}: fallocate {mode:#x}: {e}"));
+                let m = &mut self.model.inodes.get_mut(&f).unwrap().data;
+                let end = off + len;
+                if mode & FALLOC_KEEP_SIZE == 0 && end > size {
+                    m.resize(end as usize, 0);
+                }
+                if mode & (FALLOC_PUNCH_HOLE | FALLOC_ZERO_RANGE) != 0 {
+                    let e = (end as usize).min(m.len());
+                    if (off as usize) < e {
+                        m[off as usize..e].fill(0);
                     }
-                } else {
-                    self.fs
-                        .fallocate(f, off, len, FALLOC_KEEP_SIZE, &c)
-                        .unwrap();
                 }
                 self.touched.insert(f);
             }

@@ -22,8 +22,8 @@ pub use uring::{FuseMode, RequestCounts, Transport};
 
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, OpenFlags,
-    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen,
-    ReplyWrite, Request,
+    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLseek,
+    ReplyOpen, ReplyWrite, Request,
 };
 use numaio_fs::meta::Kind;
 use numaio_fs::{Caller, Fs, FsError, SetAttr};
@@ -393,6 +393,14 @@ pub(crate) fn read_for(
     } else {
         fs.read_kept(ino, offset, buf)
     }
+}
+
+/// FUSE_LSEEK for both transports: the kernel sends only `SEEK_DATA` and `SEEK_HOLE`
+/// (it serves the other whences itself); the answer is the new offset or an errno.
+pub(crate) fn lseek_for(fs: &Fs, ino: u64, offset: i64, whence: u32) -> Result<u64, i32> {
+    // A negative offset is past no data, as on ext4.
+    let offset = u64::try_from(offset).map_err(|_| libc::ENXIO)?;
+    fs.seek(ino, offset, whence).map_err(|e| e.errno())
 }
 
 fn empty(reply: ReplyEmpty, r: Result<(), FsError>) {
@@ -902,6 +910,21 @@ impl Filesystem for NumaFs {
             .fs()
             .fallocate(ino.0, offset, length, mode as u32, &self.caller(req));
         empty(reply, r)
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        match lseek_for(self.fs(), ino.0, offset, whence as u32) {
+            Ok(o) => reply.offset(o as i64),
+            Err(e) => reply.error(Errno::from_i32(e)),
+        }
     }
 
     fn flush(

@@ -144,6 +144,10 @@ pub struct Inode {
     pub xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
     pub target: Option<Vec<u8>>,
     pub dir: Option<Dir>,
+    /// Logical runs `start → length` of mapped blocks that are allocated but never written
+    /// (fallocate, zero range): they read as zeros and are holes to SEEK_DATA/SEEK_HOLE.
+    /// Disjoint, never adjacent, and always inside `extents`.
+    pub unwritten: BTreeMap<u64, u64>,
 }
 
 impl Inode {
@@ -151,6 +155,63 @@ impl Inode {
     pub fn lookup_block(&self, lb: u64) -> Option<(u16, u64)> {
         let (&l, e) = self.extents.range(..=lb).next_back()?;
         (lb < l + e.len).then(|| (e.dev, e.start + (lb - l)))
+    }
+
+    /// Whether logical block `lb` is mapped but unwritten.
+    pub fn is_unwritten(&self, lb: u64) -> bool {
+        self.unwritten
+            .range(..=lb)
+            .next_back()
+            .is_some_and(|(&l, &n)| lb < l + n)
+    }
+
+    /// The physical block holding data of logical block `lb`: `None` for a hole or an
+    /// unwritten block (both read as zeros).
+    pub fn data_block(&self, lb: u64) -> Option<(u16, u64)> {
+        self.lookup_block(lb).filter(|_| !self.is_unwritten(lb))
+    }
+
+    /// The first logical block at or after `lb` holding data (mapped and written).
+    pub fn next_data(&self, mut lb: u64) -> Option<u64> {
+        loop {
+            let (&l, e) = self
+                .extents
+                .range(..=lb)
+                .next_back()
+                .filter(|(&l, e)| lb < l + e.len)
+                .or_else(|| self.extents.range(lb..).next())?;
+            lb = lb.max(l);
+            let end = l + e.len;
+            // Skip the unwritten runs inside this extent.
+            while lb < end {
+                match self.unwritten.range(..=lb).next_back() {
+                    Some((&u, &n)) if lb < u + n => lb = u + n,
+                    _ => return Some(lb),
+                }
+            }
+        }
+    }
+
+    /// The first logical block at or after `lb` holding no data (a hole or unwritten).
+    pub fn next_hole(&self, mut lb: u64) -> u64 {
+        loop {
+            match self.extents.range(..=lb).next_back() {
+                Some((&l, e)) if lb < l + e.len => {
+                    if let Some((&u, &n)) = self.unwritten.range(..=lb).next_back() {
+                        if lb < u + n {
+                            return lb;
+                        }
+                    }
+                    // Data up to the next unwritten run or the extent's end.
+                    let end = l + e.len;
+                    match self.unwritten.range(lb..end).next() {
+                        Some((&u, _)) => return u,
+                        None => lb = end,
+                    }
+                }
+                _ => return lb,
+            }
+        }
     }
 }
 
@@ -218,6 +279,26 @@ pub enum Record {
     DirHome {
         node: u32,
     },
+    // Unwritten extents (format version 4): appended, so version 3 journals decode
+    // unchanged.
+    /// [`Record::Map`] of blocks that are allocated but unwritten (they read as zeros).
+    MapUnwritten {
+        ino: u64,
+        lblock: u64,
+        ext: Extent,
+    },
+    /// Marks the mapped blocks of `from..to` unwritten (their data is dropped: zeros).
+    MarkUnwritten {
+        ino: u64,
+        from: u64,
+        to: u64,
+    },
+    /// Marks the blocks of `from..to` written: their data, written before, shows.
+    MarkWritten {
+        ino: u64,
+        from: u64,
+        to: u64,
+    },
 }
 
 impl Meta {
@@ -235,6 +316,7 @@ impl Meta {
                     next_cookie: FIRST_COOKIE,
                     ..Dir::default()
                 }),
+                unwritten: BTreeMap::new(),
             },
         );
         Meta {
@@ -282,6 +364,15 @@ impl Meta {
                 }
                 end = l + e.len;
             }
+            let mut end = 0u64;
+            for (&l, &n) in &i.unwritten {
+                if n == 0 || l.checked_add(n).is_none() || l < end {
+                    return Err(format!(
+                        "inode {ino}: bad unwritten run at block {l} (+{n})"
+                    ));
+                }
+                end = l + n;
+            }
         }
         Ok(())
     }
@@ -323,6 +414,7 @@ impl Meta {
                         xattrs: BTreeMap::new(),
                         target: target.clone(),
                         dir,
+                        unwritten: BTreeMap::new(),
                     },
                 );
                 self.next_ino = self.next_ino.max(ino + 1);
@@ -337,34 +429,32 @@ impl Meta {
                 Ok(Vec::new())
             }
             Record::Map { ino, lblock, ext } => {
+                map(self.inode_mut(*ino)?, *ino, *lblock, ext)?;
+                Ok(Vec::new())
+            }
+            Record::MapUnwritten { ino, lblock, ext } => {
                 let i = self.inode_mut(*ino)?;
-                if ext.len == 0
-                    || lblock.checked_add(ext.len).is_none()
-                    || ext.start.checked_add(ext.len).is_none()
-                {
-                    return Err(format!("inode {ino}: empty or overflowing extent"));
+                map(i, *ino, *lblock, ext)?;
+                mark(&mut i.unwritten, *lblock, lblock + ext.len);
+                Ok(Vec::new())
+            }
+            Record::MarkUnwritten { ino, from, to } => {
+                let i = self.inode_mut(*ino)?;
+                // Only mapped blocks can be unwritten: a hole reads as zeros already.
+                let runs: Vec<(u64, u64)> = mapped_runs(&i.extents, *from, *to);
+                for (a, b) in runs {
+                    mark(&mut i.unwritten, a, b);
                 }
-                if let Some((&l, e)) = i.extents.range(..lblock + ext.len).next_back() {
-                    if l + e.len > *lblock {
-                        return Err(format!("inode {ino}: block {lblock} mapped twice"));
-                    }
-                }
-                // Merge with the previous extent when physically contiguous.
-                if let Some((&l, e)) = i.extents.range(..*lblock).next_back() {
-                    if l + e.len == *lblock && e.dev == ext.dev && e.start + e.len == ext.start {
-                        let merged = Extent {
-                            len: e.len + ext.len,
-                            ..*e
-                        };
-                        i.extents.insert(l, merged);
-                        return Ok(Vec::new());
-                    }
-                }
-                i.extents.insert(*lblock, *ext);
+                Ok(Vec::new())
+            }
+            Record::MarkWritten { ino, from, to } => {
+                let i = self.inode_mut(*ino)?;
+                clear(&mut i.unwritten, *from, *to);
                 Ok(Vec::new())
             }
             Record::Unmap { ino, from, to } => {
                 let i = self.inode_mut(*ino)?;
+                clear(&mut i.unwritten, *from, *to);
                 Ok(unmap(&mut i.extents, *from, *to))
             }
             Record::DelInode { ino } => {
@@ -432,6 +522,91 @@ impl Meta {
     }
 }
 
+/// Maps `lblock..lblock + ext.len` of `i` (unmapped before) to `ext`.
+fn map(i: &mut Inode, ino: u64, lblock: u64, ext: &Extent) -> Result<(), String> {
+    if ext.len == 0
+        || lblock.checked_add(ext.len).is_none()
+        || ext.start.checked_add(ext.len).is_none()
+    {
+        return Err(format!("inode {ino}: empty or overflowing extent"));
+    }
+    if let Some((&l, e)) = i.extents.range(..lblock + ext.len).next_back() {
+        if l + e.len > lblock {
+            return Err(format!("inode {ino}: block {lblock} mapped twice"));
+        }
+    }
+    // Merge with the previous extent when physically contiguous.
+    if let Some((&l, e)) = i.extents.range(..lblock).next_back() {
+        if l + e.len == lblock && e.dev == ext.dev && e.start + e.len == ext.start {
+            let merged = Extent {
+                len: e.len + ext.len,
+                ..*e
+            };
+            i.extents.insert(l, merged);
+            return Ok(());
+        }
+    }
+    i.extents.insert(lblock, *ext);
+    Ok(())
+}
+
+/// The logical runs `(from, to)` of `from..to` that `map` maps.
+fn mapped_runs(map: &BTreeMap<u64, Extent>, from: u64, to: u64) -> Vec<(u64, u64)> {
+    if from >= to {
+        return Vec::new();
+    }
+    let start = map
+        .range(..from)
+        .next_back()
+        .filter(|(&l, e)| l + e.len > from)
+        .map_or(from, |(&l, _)| l);
+    map.range(start..to)
+        .map(|(&l, e)| (l.max(from), (l + e.len).min(to)))
+        .filter(|(a, b)| a < b)
+        .collect()
+}
+
+/// Adds `from..to` to the run set `runs`, merging with overlapping and adjacent runs.
+pub(crate) fn mark(runs: &mut BTreeMap<u64, u64>, mut from: u64, mut to: u64) {
+    if from >= to {
+        return;
+    }
+    if let Some((&l, &n)) = runs.range(..=from).next_back() {
+        if l + n >= from {
+            from = l;
+            to = to.max(l + n);
+        }
+    }
+    let inside: Vec<u64> = runs.range(from..=to).map(|(&l, _)| l).collect();
+    for l in inside {
+        let n = runs.remove(&l).expect("key just listed");
+        to = to.max(l + n);
+    }
+    runs.insert(from, to - from);
+}
+
+/// Removes `from..to` from the run set `runs`, splitting runs at the edges.
+pub(crate) fn clear(runs: &mut BTreeMap<u64, u64>, from: u64, to: u64) {
+    if from >= to {
+        return;
+    }
+    let first = runs
+        .range(..from)
+        .next_back()
+        .filter(|(&l, &n)| l + n > from)
+        .map_or(from, |(&l, _)| l);
+    let keys: Vec<u64> = runs.range(first..to).map(|(&l, _)| l).collect();
+    for l in keys {
+        let n = runs.remove(&l).expect("key just listed");
+        if l < from {
+            runs.insert(l, from - l);
+        }
+        if l + n > to {
+            runs.insert(to, l + n - to);
+        }
+    }
+}
+
 /// Removes logical blocks `from..to` from `map`, splitting extents at the edges; returns the
 /// physical runs removed.
 fn unmap(map: &mut BTreeMap<u64, Extent>, from: u64, to: u64) -> Vec<Extent> {
@@ -482,6 +657,96 @@ fn unmap(map: &mut BTreeMap<u64, Extent>, from: u64, to: u64) -> Vec<Extent> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unwritten_runs_merge_split_and_guide_seeks() {
+        let mut r = BTreeMap::new();
+        mark(&mut r, 10, 20);
+        mark(&mut r, 20, 25);
+        mark(&mut r, 5, 8);
+        assert_eq!(r, BTreeMap::from([(5, 3), (10, 15)]));
+        clear(&mut r, 12, 14);
+        assert_eq!(r, BTreeMap::from([(5, 3), (10, 2), (14, 11)]));
+        mark(&mut r, 6, 30);
+        assert_eq!(r, BTreeMap::from([(5, 25)]));
+        clear(&mut r, 0, 100);
+        assert!(r.is_empty());
+        let mut m = Meta::new(Attr::root_owned_dir(
+            0o755,
+            PlacementPolicy::WriterLocal,
+            ROOT_INO,
+            0,
+            0,
+        ));
+        let ext = |start, len| Extent { dev: 0, start, len };
+        let mut file = m.inodes[&ROOT_INO].attr.clone();
+        file.kind = Kind::File;
+        m.apply(&Record::NewInode {
+            ino: 2,
+            attr: file,
+            target: None,
+        })
+        .unwrap();
+        // Blocks 0..4 data, 4..8 unwritten (one extent 0..8), 8..10 a hole, 10..12 data.
+        m.apply(&Record::Map {
+            ino: 2,
+            lblock: 0,
+            ext: ext(100, 4),
+        })
+        .unwrap();
+        m.apply(&Record::MapUnwritten {
+            ino: 2,
+            lblock: 4,
+            ext: ext(104, 4),
+        })
+        .unwrap();
+        m.apply(&Record::Map {
+            ino: 2,
+            lblock: 10,
+            ext: ext(200, 2),
+        })
+        .unwrap();
+        // A range over a hole marks only mapped blocks; an empty or reversed one nothing.
+        m.apply(&Record::MarkUnwritten {
+            ino: 2,
+            from: 9,
+            to: 11,
+        })
+        .unwrap();
+        m.apply(&Record::MarkUnwritten {
+            ino: 2,
+            from: 11,
+            to: 3,
+        })
+        .unwrap();
+        m.validate().unwrap();
+        let i = &m.inodes[&2];
+        assert_eq!(i.extents.len(), 2, "the contiguous extents merged");
+        assert_eq!(i.unwritten, BTreeMap::from([(4, 4), (10, 1)]));
+        assert_eq!(
+            (i.next_data(0), i.next_data(4), i.next_data(8)),
+            (Some(0), Some(11), Some(11))
+        );
+        assert_eq!(i.next_data(12), None);
+        assert_eq!(
+            (i.next_hole(0), i.next_hole(5), i.next_hole(11)),
+            (4, 5, 12)
+        );
+        assert_eq!((i.data_block(3), i.data_block(4)), (Some((0, 103)), None));
+        m.apply(&Record::MarkWritten {
+            ino: 2,
+            from: 5,
+            to: 6,
+        })
+        .unwrap();
+        m.apply(&Record::Unmap {
+            ino: 2,
+            from: 7,
+            to: 20,
+        })
+        .unwrap();
+        assert_eq!(m.inodes[&2].unwritten, BTreeMap::from([(4, 1), (6, 1)]));
+    }
 
     #[test]
     fn unmap_splits_extents_at_the_edges() {

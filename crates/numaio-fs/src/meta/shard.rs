@@ -6,7 +6,8 @@
 //! of shards, so that recovery can tell a complete set from a torn one without a separate
 //! descriptor.
 
-use super::{Inode, Meta};
+use super::{Attr, Dir, Inode, Meta};
+use crate::alloc::Extent;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -28,6 +29,53 @@ pub struct Shard {
     pub next_ino: u64,
     pub last_home: Option<u32>,
     pub inodes: BTreeMap<u64, Inode>,
+}
+
+/// An inode as format version 3 stored it: without unwritten runs.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct InodeV3 {
+    pub attr: Attr,
+    pub extents: BTreeMap<u64, Extent>,
+    pub xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
+    pub target: Option<Vec<u8>>,
+    pub dir: Option<Dir>,
+}
+
+/// One node's part of a format version 3 checkpoint (read when upgrading a volume).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ShardV3 {
+    pub node: u32,
+    pub shards: u32,
+    pub next_ino: u64,
+    pub last_home: Option<u32>,
+    pub inodes: BTreeMap<u64, InodeV3>,
+}
+
+impl From<ShardV3> for Shard {
+    fn from(s: ShardV3) -> Shard {
+        let inodes = s
+            .inodes
+            .into_iter()
+            .map(|(ino, i)| {
+                let i = Inode {
+                    attr: i.attr,
+                    extents: i.extents,
+                    xattrs: i.xattrs,
+                    target: i.target,
+                    dir: i.dir,
+                    unwritten: BTreeMap::new(),
+                };
+                (ino, i)
+            })
+            .collect();
+        Shard {
+            node: s.node,
+            shards: s.shards,
+            next_ino: s.next_ino,
+            last_home: s.last_home,
+            inodes,
+        }
+    }
 }
 
 /// Cuts `meta` into one shard per node of `nodes` (ascending). An inode whose metadata node

@@ -50,6 +50,7 @@ pub mod op {
     pub const FALLOCATE: u32 = 43;
     pub const READDIRPLUS: u32 = 44;
     pub const RENAME2: u32 = 45;
+    pub const LSEEK: u32 = 46;
     /// Sent by the kernel to virtiofs only (never over /dev/fuse); answered anyway.
     pub const SYNCFS: u32 = 50;
 }

@@ -260,6 +260,14 @@ pub fn dispatch(
             );
             empty(fs.fallocate(ino, offset, length, mode, &c))
         }
+        op::LSEEK => {
+            // fuse_lseek_in: fh, offset, whence, padding; fuse_lseek_out: offset.
+            let (offset, whence) = (abi::u64_at(op_in, 8) as i64, abi::u32_at(op_in, 16));
+            let o = crate::lseek_for(fs, ino, offset, whence)?;
+            let mut out = Out::new(payload);
+            out.u64(o);
+            Ok(out.written())
+        }
         // Everything else is what the classic adapter leaves to fuser's defaults: ENOSYS.
         _ => Err(libc::ENOSYS),
     }
