@@ -119,6 +119,7 @@ impl Inner {
                 let c = slice.counters();
                 match r {
                     Ok(_) => {
+                        slice.clear_writeback_failure();
                         SliceCounters::add(&c.write_ios, 1);
                         SliceCounters::add(&c.write_bytes, (n * self.bs) as u64);
                         SliceCounters::add(&c.written_back, n as u64);
@@ -165,9 +166,16 @@ impl Inner {
                         }
                     }
                     for (k, slot) in in_flight {
-                        slice.wait_writeback(slot);
+                        let waited = slice.wait_writeback(slot);
                         slice.unpin(slot);
-                        again.push(k);
+                        match waited {
+                            Ok(()) => again.push(k),
+                            Err(e) => {
+                                if first_err.is_ok() {
+                                    first_err = Err(e);
+                                }
+                            }
+                        }
                     }
                 }
                 keys = again;
@@ -265,5 +273,6 @@ pub(crate) fn evictor(inner: &Inner, si: usize) {
                 break;
             }
         }
+        slice.end_evictor_round();
     }
 }

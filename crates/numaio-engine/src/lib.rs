@@ -30,7 +30,7 @@
 //! f.pwrite(b"hello", 0)?;
 //! let pinned = f.get(0, 5)?; // zero copy
 //! assert_eq!(pinned.to_vec(), b"hello");
-//! pinned.put(false);
+//! pinned.put();
 //! f.fsync()?;
 //! # Ok::<(), numaio_engine::EngineError>(())
 //! ```
@@ -45,6 +45,7 @@ mod error;
 mod ext;
 mod file;
 mod flush;
+mod gate;
 mod handle;
 mod hugemem;
 pub mod hysteresis;
@@ -69,11 +70,11 @@ mod types;
 
 pub use aio::{GetFuture, ReadFuture, ReadIntoFuture, WriteFuture};
 pub use arena::PlacementCheck;
-pub use engine::{Engine, EngineBuilder, EngineConfig};
+pub use engine::{Engine, EngineBuilder, EngineConfig, DEFAULT_MAX_FILE_BYTES};
 pub use error::{os_error, EngineError};
 pub use ext::{AccessCtx, AccessHook, BlockIntegrity, IntegrityFailure, Placement, Router};
 pub use file::OpenOptions;
-pub use handle::{FileHandle, Pinned, PinnedBatch};
+pub use handle::{FileHandle, Pinned, PinnedBatch, PinnedMut};
 pub use index::IndexKind;
 pub use io::power_loss;
 pub use io::uring::UringBackend;

@@ -27,7 +27,7 @@ fn write_read_evict_fsync_roundtrip_each_policy() {
             // zero copy view of an unaligned range
             let p = f.get(5000, 3000).unwrap();
             assert_eq!(p.to_vec(), &data[5000..8000]);
-            p.put(false);
+            p.put();
             engine.close().unwrap();
         }
     }

@@ -288,7 +288,8 @@ fn one_cut(seed: u64, dir: &Path, tally: &mut Tally) -> Result<(), String> {
                     s.copy_from_slice(&data[at..at + s.len()]);
                     at += s.len();
                 }
-                pin.put(true);
+                pin.commit()
+                    .map_err(|e| format!("{}: {e}", ctx(i, "commit")))?;
                 if trace {
                     eprintln!("op {i}: get_mut file {which} [{off}, {})", off + len as u64);
                 }

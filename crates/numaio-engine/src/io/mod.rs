@@ -189,8 +189,8 @@ impl Pending {
 }
 
 impl IoPath {
-    fn stopped(slice: usize) -> io::Error {
-        io::Error::other(format!("I/O worker of slice {slice} has stopped"))
+    fn stopped(_: usize) -> io::Error {
+        crate::error::EngineError::Closed.into()
     }
 
     /// Queues a request a caller will wait for, or gives it back when the queue is full;
@@ -209,7 +209,7 @@ impl IoPath {
         match self {
             IoPath::Workers { tx, slice } => {
                 let c = Completion::new();
-                tx.send(Msg::Io(req, Done::Wait(c.clone())))
+                tx.send(Msg::Io(req, Done::wait(c.clone())))
                     .map_err(|_| Self::stopped(*slice))?;
                 Ok(Pending::Worker(c))
             }
@@ -228,7 +228,7 @@ impl IoPath {
     ) -> bool {
         match self {
             IoPath::Workers { tx, slice } => {
-                let msg = Msg::Io(req, Done::Call(done));
+                let msg = Msg::Io(req, Done::call(done));
                 let err = if block {
                     match tx.send(msg) {
                         Ok(()) => return true,
