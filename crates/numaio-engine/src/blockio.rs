@@ -657,7 +657,12 @@ pub(crate) fn complete_load(
             // SAFETY: the slot is LOADING: nobody else reads or writes its buffer until
             // `finish_load` below publishes it.
             let data = unsafe { std::slice::from_raw_parts(slice.buf_ptr(slot), bs) };
-            if let Err(source) = ig.verify(f.id, block, data) {
+            // A panicking check fails the block like a mismatch: the load must end either way.
+            let verified = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                ig.verify(f.id, block, data)
+            }))
+            .unwrap_or_else(|_| Err("the integrity check panicked".into()));
+            if let Err(source) = verified {
                 // A corrupted block is an error, never data.
                 slice.finish_load(slot, false);
                 first_err.get_or_insert_with(|| {

@@ -109,6 +109,37 @@ impl Default for EngineConfig {
     }
 }
 
+impl std::fmt::Debug for EngineConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The add-ons are trait objects: shown by name where they have one.
+        f.debug_struct("EngineConfig")
+            .field("block_size", &self.block_size)
+            .field("cache_bytes", &self.cache_bytes)
+            .field("slices", &self.slices)
+            .field("slice_nodes", &self.slice_nodes)
+            .field("policy", &self.policy)
+            .field("index", &self.index)
+            .field("placement", &self.placement.as_ref().map(|p| p.name()))
+            .field("range_blocks", &self.range_blocks)
+            .field("hooks", &self.hooks.len())
+            .field("backend", &self.backend.as_ref().map(|b| b.name()))
+            .field("direct_io", &self.direct_io)
+            .field("io_workers_per_slice", &self.io_workers_per_slice)
+            .field("queue_depth", &self.queue_depth)
+            .field("bind_memory", &self.bind_memory)
+            .field("pin_threads", &self.pin_threads)
+            .field("max_io_blocks", &self.max_io_blocks)
+            .field("hit_gating", &self.hit_gating)
+            .field("readahead", &self.readahead)
+            .field("topology", &self.topology.as_ref().map(|t| t.node_ids()))
+            .field("router", &self.router.as_ref().map(|r| r.name()))
+            .field("integrity", &self.integrity.as_ref().map(|i| i.name()))
+            .field("stall_timeout", &self.stall_timeout)
+            .field("max_file_bytes", &self.max_file_bytes)
+            .finish()
+    }
+}
+
 /// The node of each slice: `slice_nodes` if given, else `slices` slices over the nodes with
 /// memory round robin, else one slice per node with memory (all nodes if none reports
 /// memory). The one rule for every caller that needs to know the slices before start-up.
@@ -240,7 +271,7 @@ impl EngineConfig {
 
 /// Builds an [`Engine`]: `Engine::builder().with_cache_bytes(1 << 30).build()`. Every
 /// setting has the default of [`EngineConfig::default`]; `build` checks them all at once.
-#[derive(Clone, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct EngineBuilder {
     cfg: EngineConfig,
 }
@@ -615,6 +646,18 @@ impl Engine {
         for f in self.inner.files.all() {
             f.unlock();
         }
+    }
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("slice_nodes", &self.slice_nodes())
+            .field("block_size", &self.inner.bs)
+            .field("backend", &self.inner.backend.name())
+            .field("policy", &self.inner.cfg.policy)
+            .field("files", &self.inner.files.all().len())
+            .finish()
     }
 }
 

@@ -182,6 +182,9 @@ fn lock(fd: RawFd, kind: i32, path: &Path) -> Result<(), EngineError> {
         Some(libc::EAGAIN) | Some(libc::EACCES) => Err(EngineError::Locked {
             path: path.to_path_buf(),
         }),
+        // File systems (or kernels) without OFD locks: the file is used unlocked, as any
+        // program would use it there.
+        Some(libc::ENOLCK) | Some(libc::EOPNOTSUPP) | Some(libc::EINVAL) => Ok(()),
         _ => Err(EngineError::os("cannot lock (F_OFD_SETLK)", path, e)),
     }
 }

@@ -160,7 +160,7 @@ fn absurd_cache_sizes_are_errors_naming_the_size() {
             slices: Some(slices),
             ..Default::default()
         });
-        let e = r.err().expect("no machine has this much memory");
+        let e = r.expect_err("no machine has this much memory");
         assert_eq!(e.kind(), std::io::ErrorKind::OutOfMemory, "{e}");
         assert!(e.to_string().contains(&cache_bytes.to_string()), "{e}");
     }
