@@ -612,9 +612,9 @@ impl Inner {
 /// source.
 #[derive(Debug, thiserror::Error)]
 #[error("read of {} failed: {source}", path.display())]
-struct ReadFailed {
-    path: std::path::PathBuf,
-    source: io::Error,
+pub(crate) struct ReadFailed {
+    pub path: std::path::PathBuf,
+    pub source: io::Error,
 }
 
 /// Ends the loads of one run read from the device (demand loads and readahead alike):

@@ -1,5 +1,6 @@
 //! The engine's error type.
 
+use crate::blockio::ReadFailed;
 use crate::ext::IntegrityFailure;
 use crate::slice::WriteBackError;
 use std::io;
@@ -139,6 +140,15 @@ impl From<io::Error> for EngineError {
             if let Some(inner) = e.into_inner() {
                 if let Ok(t) = inner.downcast::<EngineError>() {
                     return *t;
+                }
+            }
+            unreachable!("checked above");
+        }
+        if e.get_ref().is_some_and(|i| i.is::<ReadFailed>()) {
+            if let Some(inner) = e.into_inner() {
+                if let Ok(r) = inner.downcast::<ReadFailed>() {
+                    let ReadFailed { path, source } = *r;
+                    return EngineError::os("read of", &path, source);
                 }
             }
             unreachable!("checked above");

@@ -175,6 +175,18 @@ fn a_mutable_view_held_across_close_cannot_commit() {
             );
             assert!(matches!(f.pwrite(b"NEW", 0), Err(EngineError::Closed)));
             assert!(matches!(f.get_mut(0, 3), Err(EngineError::Closed)));
+            assert!(matches!(
+                futures_block_on(f.read_async(0, 3)),
+                Err(EngineError::Closed)
+            ));
+            assert!(matches!(
+                futures_block_on(f.get_async(0, 3)),
+                Err(EngineError::Closed)
+            ));
+            assert!(matches!(
+                futures_block_on(f.write_async(b"NEW", 0)),
+                Err(EngineError::Closed)
+            ));
             assert_eq!(std::fs::read(&path).unwrap(), b"old bytes", "{name}");
         }
     });
@@ -451,6 +463,34 @@ fn open_errors_keep_errno_and_path() {
             .pread_batch(&mut [(BS as u64 - 2, &mut [0u8; 4][..])])
             .unwrap_err();
         assert!(matches!(e, EngineError::InvalidRange { .. }), "{e:?}");
+        drop(engine);
+        // Device errors carry the file and the errno as fields too.
+        let (b, faults) = faulty(16);
+        let engine = b.build().unwrap();
+        let f = engine.open(&path, OpenOptions::create_rw()).unwrap();
+        faults.fail_reads.store(true, Ordering::SeqCst);
+        let e = f.pread(&mut [0u8; 8], 0).unwrap_err();
+        assert!(
+            matches!(&e, EngineError::Os { path: p, errno: Some(libc::EIO), .. } if p == &path),
+            "{e:?}"
+        );
+        faults.fail_reads.store(false, Ordering::SeqCst);
+        faults.fail_sync.store(true, Ordering::SeqCst);
+        let e = f.fsync().unwrap_err();
+        assert!(
+            matches!(&e, EngineError::Os { path: p, errno: Some(libc::EIO), .. } if p == &path),
+            "{e:?}"
+        );
+        faults.fail_sync.store(false, Ordering::SeqCst);
+        faults.fail_writes.store(true, Ordering::SeqCst);
+        f.pwrite(b"x", 0).unwrap();
+        let e = f.fsync().unwrap_err();
+        assert!(
+            matches!(&e, EngineError::WriteBack(w) if w.errno == Some(libc::EIO) && w.path.as_deref() == Some(path.as_path())),
+            "{e:?}"
+        );
+        faults.fail_writes.store(false, Ordering::SeqCst);
+        engine.close().unwrap();
     });
 }
 

@@ -18,6 +18,7 @@ use crate::slot::{WritebackClaim, WRITEBACK};
 use parking_lot::Mutex;
 use std::fmt;
 use std::io;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -108,6 +109,8 @@ impl Slice {
 pub struct WriteBackError {
     /// What failed, naming the file.
     pub what: String,
+    /// The file whose data could not be written back, where known.
+    pub path: Option<PathBuf>,
     /// The device's errno, if the failure came from a system call.
     pub errno: Option<i32>,
     pub(crate) kind: io::ErrorKind,
@@ -120,9 +123,10 @@ impl WriteBackError {
         self.kind
     }
 
-    pub(crate) fn new(what: String, e: &io::Error) -> Self {
+    pub(crate) fn new(what: String, path: Option<&Path>, e: &io::Error) -> Self {
         WriteBackError {
             what,
+            path: path.map(Path::to_path_buf),
             errno: crate::error::os_error(e),
             kind: e.kind(),
             cause: e.to_string(),
