@@ -80,9 +80,12 @@ pub use ext::{AccessCtx, AccessHook, BlockIntegrity, IntegrityFailure, Placement
 pub use file::OpenOptions;
 pub use handle::{FileHandle, Pinned, PinnedBatch, PinnedMut};
 pub use index::IndexKind;
+#[cfg(feature = "test-backends")]
 pub use io::power_loss;
 pub use io::uring::UringBackend;
-pub use io::{Backend, FaultBackend, FaultState, IoKind, IoQueue, IoRequest, PsyncBackend};
+pub use io::{Backend, IoKind, IoQueue, IoRequest, PsyncBackend};
+#[cfg(feature = "test-backends")]
+pub use io::{FaultBackend, FaultState};
 pub use key::{BlockKey, FileId, SlotId};
 pub use placement::RangePlacement;
 pub use policy::{PolicyKind, ReplacementPolicy};
