@@ -53,8 +53,14 @@ mod gate;
 mod handle;
 mod hugemem;
 pub mod hysteresis;
+// The index and the slot word are public only for the loom models and the index benchmark
+// (feature `internals`): they are no API. Some of their parts serve only those.
+#[cfg(any(feature = "internals", numaio_loom))]
 #[doc(hidden)]
 pub mod index;
+#[cfg(not(any(feature = "internals", numaio_loom)))]
+#[allow(dead_code)]
+mod index;
 pub mod integrity;
 mod io;
 mod key;
@@ -65,8 +71,12 @@ pub mod placement;
 pub mod policy;
 mod run_lookup;
 mod slice;
+#[cfg(any(feature = "internals", numaio_loom))]
 #[doc(hidden)]
 pub mod slot;
+#[cfg(not(any(feature = "internals", numaio_loom)))]
+#[allow(dead_code)]
+mod slot;
 mod stats;
 pub mod sumfile;
 mod sync;
