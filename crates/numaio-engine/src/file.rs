@@ -200,7 +200,8 @@ impl FileTable {
 
     /// Opens `path` (or returns the entry of the same file already open, opening it for
     /// writing first if `opts` asks for that and it was opened read-only), telling the
-    /// placement and `opened` about a new file before it is used. `max_len` limits the size
+    /// placement and `opened` about a new file before it is used (and `opened` again about
+    /// a file reopened for writing). `max_len` limits the size
     /// writes may give a regular file (a block device is limited by its size).
     pub fn open(
         &self,
@@ -230,6 +231,11 @@ impl FileTable {
                 if let Err(e) = lock(fds.buffered.as_raw_fd(), libc::F_WRLCK, path) {
                     let _ = lock(ro, libc::F_RDLCK, path);
                     return Err(e);
+                }
+                // Told again, now writable (a checksum store reopens its sums for writing).
+                if let Err(e) = opened(entry.id, &entry.path) {
+                    let _ = lock(ro, libc::F_RDLCK, path);
+                    return Err(e.into());
                 }
                 if fds.direct.is_none() && entry.ro.direct.is_some() {
                     entry.fall_back_to_buffered();

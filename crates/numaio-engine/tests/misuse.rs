@@ -638,3 +638,45 @@ fn two_engines_on_one_file_are_refused() {
         assert_eq!(std::fs::read(&path).unwrap(), b"A");
     });
 }
+
+#[test]
+fn reopening_for_writing_reopens_the_checksums_for_writing_too() {
+    use numaio_engine::integrity::{IntegrityConfig, IntegrityStage};
+    watchdog("upgrade with checksums", Duration::from_secs(60), || {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let build = |ig: &Arc<IntegrityStage>| {
+            small(16)
+                .with_integrity(ig.clone())
+                .with_backend(Arc::new(PsyncBackend) as Arc<dyn Backend>)
+                .build()
+                .unwrap()
+        };
+        let ig = Arc::new(IntegrityStage::new(IntegrityConfig::default()));
+        let engine = build(&ig);
+        let f = engine.open(&path, OpenOptions::create_rw()).unwrap();
+        f.pwrite(&pattern(1, 8 * BS), 0).unwrap();
+        engine.close().unwrap();
+        // Read-only first (the sums open read-only), then for writing.
+        let ig = Arc::new(IntegrityStage::new(IntegrityConfig::default()));
+        let engine = build(&ig);
+        let ro = engine.open(&path, OpenOptions::read_only()).unwrap();
+        let mut buf = vec![0u8; BS];
+        ro.pread(&mut buf, 0).unwrap();
+        let rw = engine.open(&path, OpenOptions::create_rw()).unwrap();
+        rw.pwrite(&block(9), 2 * BS as u64).unwrap();
+        rw.fsync().unwrap();
+        engine.close().unwrap();
+        // A fresh engine verifies every block, the rewritten one included.
+        let ig = Arc::new(IntegrityStage::new(IntegrityConfig::default()));
+        let engine = build(&ig);
+        let f = engine.open(&path, OpenOptions::read_only()).unwrap();
+        let mut all = vec![0u8; 8 * BS];
+        assert_eq!(f.pread(&mut all, 0).unwrap(), 8 * BS);
+        let mut want = pattern(1, 8 * BS);
+        want[2 * BS..3 * BS].copy_from_slice(&block(9));
+        assert!(all == want);
+        assert_eq!(ig.stats().mismatches, 0, "{:?}", ig.stats());
+        assert!(ig.stats().verified >= 8, "{:?}", ig.stats());
+    });
+}
