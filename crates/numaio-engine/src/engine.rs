@@ -410,10 +410,22 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
-    /// Admits one handle operation, or fails with [`EngineError::Closed`].
+    /// Admits one operation that changes a file (or makes its changes durable), or fails
+    /// with [`EngineError::Closed`]; `close` waits for it before its final write-back.
     #[inline]
     pub(crate) fn enter(&self) -> Result<Pass<'_>, EngineError> {
         self.gate.enter().ok_or(EngineError::Closed)
+    }
+
+    /// Admits a read, or fails with [`EngineError::Closed`]. Reads are not waited for: one
+    /// that races `close` ends on its own (its loads fail once the I/O stops), so the hit
+    /// path pays a load of the flag only.
+    #[inline]
+    pub(crate) fn check_open(&self) -> Result<(), EngineError> {
+        if self.gate.is_closed() {
+            return Err(EngineError::Closed);
+        }
+        Ok(())
     }
 }
 

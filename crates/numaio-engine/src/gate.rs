@@ -1,5 +1,6 @@
-//! The shutdown gate: every handle operation passes it, so `close` can refuse new
-//! operations and wait for the ones under way before its final write-back.
+//! The shutdown gate: every handle operation that changes a file (or syncs it) passes it, so
+//! `close` can refuse new operations and wait for the ones under way before its final
+//! write-back; reads only look at the closed flag.
 //!
 //! An operation adds one to its thread's stripe, then reads the closed flag; `close` sets the
 //! flag, then sums the stripes. Both sides use sequentially consistent operations, so either

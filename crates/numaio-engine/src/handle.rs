@@ -431,7 +431,7 @@ impl FileHandle {
 
     /// Copies up to `buf.len()` bytes at `off` (fewer at end of file).
     pub fn pread(&self, buf: &mut [u8], off: u64) -> Result<usize, EngineError> {
-        let _pass = self.inner.enter()?;
+        self.inner.check_open()?;
         if let Some(router) = &self.inner.cfg.router {
             return self
                 .inner
@@ -446,7 +446,7 @@ impl FileHandle {
     /// thread gets the queue depth of the batch. Returns the bytes read per range (fewer at
     /// end of file).
     pub fn pread_batch(&self, reqs: &mut [(u64, &mut [u8])]) -> Result<Vec<usize>, EngineError> {
-        let _pass = self.inner.enter()?;
+        self.inner.check_open()?;
         let inner = &self.inner;
         let bs = inner.bs as u64;
         let size = self.file.len();
@@ -534,7 +534,7 @@ impl FileHandle {
     /// the file's end) and returns views of the cache buffers. At most
     /// [`max_get_bytes`](Self::max_get_bytes) may be pinned at once.
     pub fn get(&self, off: u64, len: usize) -> Result<Pinned<'_>, EngineError> {
-        let _pass = self.inner.enter()?;
+        self.inner.check_open()?;
         let len = (len as u64).min(self.len().saturating_sub(off)) as usize;
         let segs = if len == 0 {
             Segs::new()
@@ -588,7 +588,7 @@ impl FileHandle {
     /// paying them one after another), then pinned; missing blocks are read concurrently.
     /// Ranges past the end of the file come back empty, ranges reaching past it are clipped.
     pub fn get_batch(&self, reqs: &[(u64, usize)]) -> Result<PinnedBatch<'_>, EngineError> {
-        let _pass = self.inner.enter()?;
+        self.inner.check_open()?;
         let inner = &self.inner;
         let bs = inner.bs as u64;
         let size = self.file.len();
