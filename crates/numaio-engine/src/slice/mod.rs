@@ -476,7 +476,7 @@ impl Slice {
             // A round that began after this request started has finished (or the evictor
             // makes no rounds at all): it could not free a buffer in time.
             let evictor_tried = self.evictor_rounds.load(Ordering::Acquire) >= rounds_before + 2
-                || waited >= self.stall_timeout + MIN_IO_WAIT;
+                || waited >= self.stall_timeout.saturating_add(MIN_IO_WAIT);
             if waited >= self.stall_timeout && evictor_tried {
                 return Err(EngineError::Stalled {
                     slice: self.id,
