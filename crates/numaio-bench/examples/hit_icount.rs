@@ -77,7 +77,7 @@ fn run_ops(f: &FileHandle, size: u64, bs: usize, ops: u64, get: bool, buf: &mut 
         if get {
             let p = f.get(off, bs).expect("get failed");
             sink ^= p.segments().next().map_or(0, |s| s[0]);
-            p.put(false);
+            p.put();
         } else {
             f.pread(buf, off).expect("pread failed");
             sink ^= buf[0];

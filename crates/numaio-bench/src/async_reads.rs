@@ -81,7 +81,7 @@ pub(crate) fn run(
                 buf[at..at + seg.len()].copy_from_slice(seg);
                 at += seg.len();
             }
-            p.put(false);
+            p.put();
             n += 1;
             if Instant::now() >= deadline {
                 *slot = None;

@@ -601,7 +601,7 @@ fn run_engine(a: &BenchArgs) -> anyhow::Result<BenchResult> {
                         if a.touch {
                             sink ^= p.segments().next().map_or(0, |s| s[0]);
                         }
-                        p.put(false);
+                        p.put();
                     }),
                 };
                 if let Err(e) = r {

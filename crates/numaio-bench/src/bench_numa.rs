@@ -266,7 +266,7 @@ fn buffer_nodes(f: &FileHandle, blocks: &[u64], bs: usize) -> Vec<Option<u32>> {
                             _ => None,
                         },
                     );
-                p.put(false);
+                p.put();
                 n
             }
             Err(_) => None,

@@ -1,5 +1,5 @@
 //! A tour of the engine API: open a file through NUMA-bound cache slices, write with pwrite
-//! and with zero-copy get_mut/put, read with pread and zero-copy get, fsync, and print where
+//! and with zero-copy get_mut/commit, read with pread and zero-copy get, fsync, and print where
 //! the slices' buffers are and what the cache did.
 //!
 //! Run: `cargo run --release -p numaio-engine --example engine_basics -- /tmp/numaio-demo`
@@ -45,19 +45,19 @@ fn main() -> std::io::Result<()> {
     f.pread(&mut buf, 500 * record.len() as u64)?;
     assert_eq!(&buf, record);
 
-    // Zero-copy write: pin the blocks, modify them in place, put(dirty).
+    // Zero-copy write: pin the blocks, modify them in place, commit.
     {
         let mut p = f.get_mut(0, 6)?;
         for seg in p.segments_mut() {
             seg.copy_from_slice(b"NUMAIO");
         }
-        p.put(true);
+        p.commit()?;
     }
     // Zero-copy read: views of the cache buffers, released by put (or drop).
     let p = f.get(0, 64)?;
     let first: Vec<u8> = p.segments().flat_map(|s| s.iter().copied()).collect();
     println!("first bytes: {:?}", String::from_utf8_lossy(&first[..32]));
-    p.put(false);
+    p.put();
 
     f.fsync()?;
     let st = engine.stats();

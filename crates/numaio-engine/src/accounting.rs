@@ -434,7 +434,9 @@ impl Snapshot {
         serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
     }
 
-    /// Prometheus text exposition (OpenMetrics) via prometheus-client.
+    /// Prometheus text exposition (OpenMetrics) via prometheus-client (feature
+    /// `prometheus`, on by default).
+    #[cfg(feature = "prometheus")]
     pub fn to_prometheus(&self) -> String {
         use prometheus_client::encoding::text::encode;
         use prometheus_client::metrics::counter::Counter;
@@ -695,17 +697,20 @@ mod tests {
         assert_eq!(v["process"]["read_bytes"][1], 8192);
         assert_eq!(v["local_fraction"], 0.5);
         assert_eq!(v["threads"][0]["migrations"], 1);
-        let p = s.to_prometheus();
-        assert!(
-            p.contains(r#"numaio_engine_bytes_total{node="1",op="read"} 8192"#),
-            "{p}"
-        );
-        assert!(p.contains(r#"numaio_engine_buffer_accesses_total{locality="remote"} 1"#));
-        assert!(
-            p.contains(r#"numaio_engine_slice_requests_total{slice="1",node="1",result="hit"} 1"#)
-        );
-        assert!(p.contains("numaio_engine_local_access_ratio 0.5"));
-        assert!(p.trim_end().ends_with("# EOF"));
+        #[cfg(feature = "prometheus")]
+        {
+            let p = s.to_prometheus();
+            assert!(
+                p.contains(r#"numaio_engine_bytes_total{node="1",op="read"} 8192"#),
+                "{p}"
+            );
+            assert!(p.contains(r#"numaio_engine_buffer_accesses_total{locality="remote"} 1"#));
+            assert!(p.contains(
+                r#"numaio_engine_slice_requests_total{slice="1",node="1",result="hit"} 1"#
+            ));
+            assert!(p.contains("numaio_engine_local_access_ratio 0.5"));
+            assert!(p.trim_end().ends_with("# EOF"));
+        }
     }
 
     #[test]

@@ -342,6 +342,13 @@ impl Future for ReadIntoFuture<'_> {
         let inner = &*this.h.inner;
         let f = &this.h.file;
         let bs = inner.bs as u64;
+        if inner.gate.is_closed() {
+            if let Some(op) = &mut this.op {
+                op.drop_with(inner);
+            }
+            this.op = None;
+            return Poll::Ready(Err(EngineError::Closed));
+        }
         loop {
             if this.done >= this.len {
                 return Poll::Ready(Ok(this.done));
@@ -355,7 +362,7 @@ impl Future for ReadIntoFuture<'_> {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Err(e)) => {
                     this.op = None;
-                    return Poll::Ready(Err(EngineError::Io(e)));
+                    return Poll::Ready(Err(EngineError::from(e)));
                 }
                 Poll::Ready(Ok(())) => {}
             }
@@ -452,15 +459,22 @@ impl<'a> Future for GetFuture<'a> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         let h: &'a FileHandle = this.h;
+        if h.inner.gate.is_closed() {
+            if let Some(op) = &mut this.op {
+                op.drop_with(&h.inner);
+            }
+            this.op = None;
+            return Poll::Ready(Err(EngineError::Closed));
+        }
         if this.len == 0 {
-            return Poll::Ready(Ok(Pinned::from_segs(h, Segs::new(), this.off, 0, false)));
+            return Poll::Ready(Ok(Pinned::from_segs(h, Segs::new(), this.off, 0)));
         }
         let op = match &mut this.op {
             Some(op) => op,
             None => {
                 let (fb, n) = blocks_of(&h.inner, this.off, this.len);
                 if n > h.inner.chunk_blocks {
-                    return Poll::Ready(Err(h.too_many_blocks(this.len, n)));
+                    return Poll::Ready(Err(h.too_many_blocks(this.off, this.len, n)));
                 }
                 this.op.insert(Acquire::new(fb, n))
             }
@@ -469,12 +483,12 @@ impl<'a> Future for GetFuture<'a> {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Err(e)) => {
                 this.op = None;
-                Poll::Ready(Err(EngineError::Io(e)))
+                Poll::Ready(Err(EngineError::from(e)))
             }
             Poll::Ready(Ok(())) => {
                 let segs = op.take();
                 this.op = None;
-                Poll::Ready(Ok(Pinned::from_segs(h, segs, this.off, this.len, false)))
+                Poll::Ready(Ok(Pinned::from_segs(h, segs, this.off, this.len)))
             }
         }
     }
@@ -506,6 +520,15 @@ impl Future for WriteFuture<'_> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         let inner = &*this.h.inner;
+        if inner.gate.is_closed() {
+            if let Some(op) = &mut this.op {
+                op.drop_with(inner);
+            }
+            this.op = None;
+            release(inner, &this.pinned);
+            this.pinned.clear();
+            return Poll::Ready(Err(EngineError::Closed));
+        }
         while let Some(&b) = this.edges.first() {
             let op = this.op.get_or_insert_with(|| Acquire::new(b, 1));
             match op.poll(inner, &this.h.file, cx) {
@@ -514,7 +537,7 @@ impl Future for WriteFuture<'_> {
                     this.op = None;
                     release(inner, &this.pinned);
                     this.pinned.clear();
-                    return Poll::Ready(Err(EngineError::Io(e)));
+                    return Poll::Ready(Err(EngineError::from(e)));
                 }
                 Poll::Ready(Ok(())) => {}
             }
@@ -587,8 +610,8 @@ impl FileHandle {
     pub fn write_async<'a>(&'a self, buf: &'a [u8], off: u64) -> WriteFuture<'a> {
         let bs = self.inner.bs as u64;
         let mut edges = SmallVec::new();
-        if !buf.is_empty() {
-            let end = off + buf.len() as u64;
+        // A range past the file's limit reads nothing first: the copy refuses it.
+        if let (false, Some(end)) = (buf.is_empty(), off.checked_add(buf.len() as u64)) {
             let (fb, lb) = (off / bs, (end - 1) / bs);
             let partial = |b: u64| !(off <= b * bs && (b + 1) * bs <= end);
             if partial(fb) {

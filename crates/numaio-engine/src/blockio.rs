@@ -37,6 +37,38 @@ pub(crate) struct Seg {
 
 pub(crate) type Segs = SmallVec<[Seg; 4]>;
 
+/// What a request holds while it pins blocks: its pins and the loads it has not sent yet.
+/// Unless kept, dropping it fails those loads and releases the pins, so no way out of the
+/// request (an error, a panic in a hook) can leave a block pinned or loading for good.
+struct Held<'a, A: smallvec::Array<Item = Seg>> {
+    inner: &'a Inner,
+    segs: &'a mut SmallVec<A>,
+    loads: SmallVec<[Transfer; 4]>,
+    keep: bool,
+}
+
+impl<A: smallvec::Array<Item = Seg>> Drop for Held<'_, A> {
+    fn drop(&mut self) {
+        if !self.keep {
+            self.inner.abort(self.segs, &self.loads);
+            self.segs.clear();
+        }
+    }
+}
+
+/// One pin, dropped unless forgotten.
+struct UnpinOnDrop<'a> {
+    slice: &'a Slice,
+    slot: SlotId,
+    pin: EntryPin,
+}
+
+impl Drop for UnpinOnDrop<'_> {
+    fn drop(&mut self) {
+        self.slice.unpin_hit(self.slot, self.pin);
+    }
+}
+
 /// A block to move between the device and a slot: (slice, block number, slot).
 pub(crate) type Transfer = (usize, u64, SlotId);
 
@@ -177,6 +209,14 @@ impl Inner {
             return false;
         }
         slice.counters().hits.add(1);
+        if !self.cfg.hooks.is_empty() {
+            // A panicking hook must not leave the block pinned.
+            let unpin = UnpinOnDrop { slice, slot, pin };
+            for h in &self.cfg.hooks {
+                h.on_run(f.id, block, 1, si, true, &ctx);
+            }
+            std::mem::forget(unpin);
+        }
         segs.clear();
         segs.push(Seg {
             slice: si as u16,
@@ -184,9 +224,6 @@ impl Inner {
             slot,
             pin,
         });
-        for h in &self.cfg.hooks {
-            h.on_run(f.id, block, 1, si, true, &ctx);
-        }
         true
     }
 
@@ -214,7 +251,14 @@ impl Inner {
         segs.reserve(n);
         let mut plan = Plan::new();
         self.locate_blocks(f, blocks, n, &ctx, &mut plan);
-        let mut loads: SmallVec<[Transfer; 4]> = SmallVec::new();
+        // Pins and unsent loads are given back by this guard on every way out that does not
+        // hand them to the caller, a panicking hook included.
+        let mut held = Held {
+            inner: self,
+            segs,
+            loads: SmallVec::new(),
+            keep: false,
+        };
         let mut err: Option<(io::Error, bool)> = None;
         // Hits of the current slice not yet added to its counter.
         let mut hits: (usize, u64) = (0, 0);
@@ -237,12 +281,12 @@ impl Inner {
                         Some(s) => s,
                         None => {
                             // About to stall: let our pending reads go first.
-                            if let Err(e) = self.load(f, &loads) {
-                                loads.clear();
+                            if let Err(e) = self.load(f, &held.loads) {
+                                held.loads.clear();
                                 err = Some((e, false));
                                 break;
                             }
-                            loads.clear();
+                            held.loads.clear();
                             match slice.alloc() {
                                 Ok(s) => s,
                                 Err(e) => {
@@ -259,9 +303,9 @@ impl Inner {
                                 off <= b * bs && (b + 1) * bs <= off + len
                             });
                             if !full {
-                                loads.push((si, b, slot));
+                                held.loads.push((si, b, slot));
                             }
-                            segs.push(Seg {
+                            held.segs.push(Seg {
                                 slice: si as u16,
                                 fill: full,
                                 slot,
@@ -282,7 +326,7 @@ impl Inner {
                 hits.1 = 0;
             }
             hits = (si, hits.1 + 1);
-            segs.push(Seg {
+            held.segs.push(Seg {
                 slice: si as u16,
                 fill: false,
                 slot,
@@ -291,21 +335,28 @@ impl Inner {
             hook_runs.note(b, si, true);
             if word & LOADING != 0 {
                 SliceCounters::add(&slice.counters().clashed, 1);
-                if let Err(e) = self.load(f, &loads) {
-                    loads.clear();
+                if let Err(e) = self.load(f, &held.loads) {
+                    held.loads.clear();
                     err = Some((e, false));
                     break;
                 }
-                loads.clear();
-                if !slice.wait_loaded(slot) {
-                    err = Some((
-                        io::Error::other(format!(
-                            "read of {} failed (in another request)",
-                            f.path.display()
-                        )),
-                        true,
-                    ));
-                    break;
+                held.loads.clear();
+                match slice.wait_loaded(slot) {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        err = Some((
+                            io::Error::other(format!(
+                                "read of {} failed (in another request)",
+                                f.path.display()
+                            )),
+                            true,
+                        ));
+                        break;
+                    }
+                    Err(e) => {
+                        err = Some((e, false));
+                        break;
+                    }
                 }
             }
         }
@@ -313,21 +364,21 @@ impl Inner {
             self.slices[hits.0].counters().hits.add(hits.1);
         }
         hook_runs.flush();
-        if err.is_none() && !loads.is_empty() {
-            if let Err(e) = self.load(f, &loads) {
+        if err.is_none() && !held.loads.is_empty() {
+            if let Err(e) = self.load(f, &held.loads) {
                 err = Some((e, false));
             }
-            loads.clear();
+            held.loads.clear();
         }
         if let Some(e) = err {
-            // Reads never issued and fill slots never exposed with data: fail them.
-            self.abort(segs, &loads);
-            segs.clear();
+            // Reads never issued and fill slots never exposed with data: `held` fails them.
             return Err(e);
         }
+        held.keep = true;
         Ok(())
     }
 
+    /// Fails the loads never sent and the fill slots never exposed with data, and unpins.
     fn abort(&self, segs: &[Seg], loads: &[Transfer]) {
         for &(si, _, slot) in loads {
             self.slices[si].finish_load(slot, false);
@@ -412,10 +463,18 @@ impl Inner {
             for (j, p) in pending {
                 results[j] = Some(p.wait());
             }
-            queued?;
+            // Runs that never reached the queue fail with its error, so that every caller ends
+            // every load it owns (a LOADING slot left behind would stall its readers).
             let results: Vec<io::Result<usize>> = results
                 .into_iter()
-                .map(|r| r.unwrap_or_else(|| Err(io::Error::other("request not submitted"))))
+                .map(|r| {
+                    r.unwrap_or_else(|| {
+                        Err(match &queued {
+                            Err(e) => crate::error::clone_io(e),
+                            Ok(()) => io::Error::other("request not submitted"),
+                        })
+                    })
+                })
                 .collect();
             let einval = results
                 .iter()
@@ -553,9 +612,9 @@ impl Inner {
 /// source.
 #[derive(Debug, thiserror::Error)]
 #[error("read of {} failed: {source}", path.display())]
-struct ReadFailed {
-    path: std::path::PathBuf,
-    source: io::Error,
+pub(crate) struct ReadFailed {
+    pub path: std::path::PathBuf,
+    pub source: io::Error,
 }
 
 /// Ends the loads of one run read from the device (demand loads and readahead alike):
@@ -598,7 +657,12 @@ pub(crate) fn complete_load(
             // SAFETY: the slot is LOADING: nobody else reads or writes its buffer until
             // `finish_load` below publishes it.
             let data = unsafe { std::slice::from_raw_parts(slice.buf_ptr(slot), bs) };
-            if let Err(source) = ig.verify(f.id, block, data) {
+            // A panicking check fails the block like a mismatch: the load must end either way.
+            let verified = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                ig.verify(f.id, block, data)
+            }))
+            .unwrap_or_else(|_| Err("the integrity check panicked".into()));
+            if let Err(source) = verified {
                 // A corrupted block is an error, never data.
                 slice.finish_load(slot, false);
                 first_err.get_or_insert_with(|| {

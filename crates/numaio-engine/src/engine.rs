@@ -5,6 +5,7 @@ use crate::arena::PlacementCheck;
 use crate::error::EngineError;
 use crate::ext::{AccessHook, BlockIntegrity, Placement, Router};
 use crate::file::{FileTable, OpenOptions};
+use crate::gate::{Gate, Pass};
 use crate::handle::FileHandle;
 use crate::index::IndexKind;
 use crate::io::ring::Ring;
@@ -21,6 +22,7 @@ use std::io;
 use std::path::Path;
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 /// How to build an engine. `EngineConfig::default()` gives one slice per node, ARC, 4 KiB
 /// blocks, a 256 MiB cache, O_DIRECT through io_uring.
@@ -66,7 +68,16 @@ pub struct EngineConfig {
     pub router: Option<Arc<dyn Router>>,
     /// Per-block checksums computed in write-back and verified on every load.
     pub integrity: Option<Arc<dyn BlockIntegrity>>,
+    /// Longest wait for a free cache buffer (or for another request's load or write-back)
+    /// before a request fails with [`EngineError::Stalled`]; zero fails at once.
+    pub stall_timeout: Duration,
+    /// Largest file size writes may reach (a block device is limited by its size too).
+    pub max_file_bytes: u64,
 }
+
+/// The default [`EngineConfig::max_file_bytes`]: 16 TiB, the largest file of ext4 with 4 KiB
+/// blocks; writes past what the file system allows would fail only at write-back.
+pub const DEFAULT_MAX_FILE_BYTES: u64 = 1 << 44;
 
 impl Default for EngineConfig {
     fn default() -> Self {
@@ -92,7 +103,40 @@ impl Default for EngineConfig {
             topology: None,
             router: None,
             integrity: None,
+            stall_timeout: Duration::from_secs(60),
+            max_file_bytes: DEFAULT_MAX_FILE_BYTES,
         }
+    }
+}
+
+impl std::fmt::Debug for EngineConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The add-ons are trait objects: shown by name where they have one.
+        f.debug_struct("EngineConfig")
+            .field("block_size", &self.block_size)
+            .field("cache_bytes", &self.cache_bytes)
+            .field("slices", &self.slices)
+            .field("slice_nodes", &self.slice_nodes)
+            .field("policy", &self.policy)
+            .field("index", &self.index)
+            .field("placement", &self.placement.as_ref().map(|p| p.name()))
+            .field("range_blocks", &self.range_blocks)
+            .field("hooks", &self.hooks.len())
+            .field("backend", &self.backend.as_ref().map(|b| b.name()))
+            .field("direct_io", &self.direct_io)
+            .field("io_workers_per_slice", &self.io_workers_per_slice)
+            .field("queue_depth", &self.queue_depth)
+            .field("bind_memory", &self.bind_memory)
+            .field("pin_threads", &self.pin_threads)
+            .field("max_io_blocks", &self.max_io_blocks)
+            .field("hit_gating", &self.hit_gating)
+            .field("readahead", &self.readahead)
+            .field("topology", &self.topology.as_ref().map(|t| t.node_ids()))
+            .field("router", &self.router.as_ref().map(|r| r.name()))
+            .field("integrity", &self.integrity.as_ref().map(|i| i.name()))
+            .field("stall_timeout", &self.stall_timeout)
+            .field("max_file_bytes", &self.max_file_bytes)
+            .finish()
     }
 }
 
@@ -156,12 +200,40 @@ impl EngineConfig {
                 "block size {bs} must be a power of two of at least 512 bytes"
             )));
         }
-        if self.max_io_blocks == 0 {
-            return Err(EngineError::Config(
-                "max_io_blocks must be at least 1".into(),
-            ));
+        for (name, v) in [
+            ("max_io_blocks", self.max_io_blocks as u64),
+            ("io_workers_per_slice", self.io_workers_per_slice as u64),
+            ("queue_depth", u64::from(self.queue_depth)),
+            ("range_blocks", self.range_blocks),
+        ] {
+            if v == 0 {
+                return Err(EngineError::Config(format!("{name} must be at least 1")));
+            }
+        }
+        if self.slices == Some(0) {
+            return Err(EngineError::Config("slices must be at least 1".into()));
+        }
+        if self.max_file_bytes < bs as u64 || self.max_file_bytes > i64::MAX as u64 {
+            return Err(EngineError::Config(format!(
+                "max_file_bytes {} must lie between the block size ({bs}) and {}",
+                self.max_file_bytes,
+                i64::MAX
+            )));
         }
         let topo = self.topology_or_detect()?;
+        if let Some(v) = &self.slice_nodes {
+            if v.is_empty() {
+                return Err(EngineError::Config(
+                    "slice_nodes lists no node (leave it unset for one slice per node)".into(),
+                ));
+            }
+            let known = topo.node_ids();
+            if let Some(n) = v.iter().find(|n| !known.contains(n)) {
+                return Err(EngineError::Config(format!(
+                    "slice node {n} does not exist on this machine (nodes: {known:?})"
+                )));
+            }
+        }
         let nodes = slice_nodes(&topo, self.slice_nodes.as_deref(), self.slices);
         let nslices = nodes.len();
         if nslices > u16::MAX as usize {
@@ -199,7 +271,7 @@ impl EngineConfig {
 
 /// Builds an [`Engine`]: `Engine::builder().with_cache_bytes(1 << 30).build()`. Every
 /// setting has the default of [`EngineConfig::default`]; `build` checks them all at once.
-#[derive(Clone, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct EngineBuilder {
     cfg: EngineConfig,
 }
@@ -298,6 +370,19 @@ impl EngineBuilder {
         self.cfg.topology = Some(topo);
         self
     }
+    /// Longest wait for a free buffer, or for another request's load or write-back, before a
+    /// request fails with [`EngineError::Stalled`] (default 60 s). `Duration::ZERO` makes
+    /// a request that finds the cache full of pinned or dirty buffers fail at once.
+    pub fn with_stall_timeout(mut self, t: Duration) -> Self {
+        self.cfg.stall_timeout = t;
+        self
+    }
+    /// Largest size a write may make a file (default [`DEFAULT_MAX_FILE_BYTES`]); writes
+    /// past it fail with [`EngineError::TooLarge`] before touching the cache.
+    pub fn with_max_file_bytes(mut self, bytes: u64) -> Self {
+        self.cfg.max_file_bytes = bytes;
+        self
+    }
     /// The configuration so far (plain data).
     pub fn config(&self) -> &EngineConfig {
         &self.cfg
@@ -320,10 +405,34 @@ pub(crate) struct Inner {
     pub files: FileTable,
     /// Most blocks one request may pin at once (keeps a tiny cache from deadlocking).
     pub chunk_blocks: usize,
+    /// Refuses handle operations once the engine is closing.
+    pub gate: Gate,
 }
 
-/// The engine. Dropping it writes back all dirty data (errors are lost; call
-/// [`Engine::close`] to see them) and stops its threads.
+impl Inner {
+    /// Admits one operation that changes a file (or makes its changes durable), or fails
+    /// with [`EngineError::Closed`]; `close` waits for it before its final write-back.
+    #[inline]
+    pub(crate) fn enter(&self) -> Result<Pass<'_>, EngineError> {
+        self.gate.enter().ok_or(EngineError::Closed)
+    }
+
+    /// Admits a read, or fails with [`EngineError::Closed`]. Reads are not waited for: one
+    /// that races `close` ends on its own (its loads fail once the I/O stops), so the hit
+    /// path pays a load of the flag only.
+    #[inline]
+    pub(crate) fn check_open(&self) -> Result<(), EngineError> {
+        if self.gate.is_closed() {
+            return Err(EngineError::Closed);
+        }
+        Ok(())
+    }
+}
+
+/// The engine. Dropping it is [`Engine::close`] with the errors lost.
+///
+/// Handles ([`FileHandle`]) may outlive the engine: once it is closed every operation on
+/// them fails with [`EngineError::Closed`] and nothing more is written.
 pub struct Engine {
     inner: Arc<Inner>,
     threads: Vec<JoinHandle<()>>,
@@ -367,7 +476,7 @@ impl Engine {
         let depth = cfg.queue_depth.max(1) as usize * cfg.io_workers_per_slice.max(1);
         for (i, &node) in r.nodes.iter().enumerate() {
             let (io, path) = if direct {
-                let ring = Ring::new(i, depth).map_err(|e| {
+                let ring = Ring::new(depth).map_err(|e| {
                     io::Error::new(
                         e.kind(),
                         format!("cannot set up the io_uring of slice {i}: {e}"),
@@ -391,6 +500,7 @@ impl Engine {
                 cfg.bind_memory,
                 cfg.hit_gating,
                 io,
+                cfg.stall_timeout,
             )?));
             paths.push(path);
         }
@@ -402,6 +512,7 @@ impl Engine {
             backend,
             files: FileTable::default(),
             chunk_blocks,
+            gate: Gate::default(),
             cfg,
         });
         let workers = if direct {
@@ -431,7 +542,14 @@ impl Engine {
         })
     }
 
-    /// Opens (or re-opens: same path, same cache entries) a file.
+    /// Opens a file, or re-opens one already open (by any path to it: the handles share its
+    /// cache entries). Opening for writing a file first opened read-only reopens it
+    /// read-write; a handle opened read-only refuses writes with [`EngineError::ReadOnly`].
+    ///
+    /// The engine holds an advisory lock on every file it has open (shared for reading,
+    /// exclusive for writing): opening a file another engine, in this process or another,
+    /// has open for writing (or opening for writing one it has open) fails with
+    /// [`EngineError::Locked`].
     pub fn open(
         &self,
         path: impl AsRef<Path>,
@@ -439,20 +557,21 @@ impl Engine {
     ) -> Result<FileHandle, EngineError> {
         let inner = &self.inner;
         let direct = inner.cfg.direct_io && inner.bs.is_multiple_of(4096);
-        let file =
-            inner.files.open(
-                path.as_ref(),
-                opts,
-                direct,
-                &*inner.placement,
-                |id, p| match &inner.cfg.integrity {
-                    Some(ig) => ig.file_opened(id, p, opts.write, inner.bs, &inner.backend),
-                    None => Ok(()),
-                },
-            )?;
+        let file = inner.files.open(
+            path.as_ref(),
+            opts,
+            direct,
+            inner.cfg.max_file_bytes,
+            &*inner.placement,
+            |id, p| match &inner.cfg.integrity {
+                Some(ig) => ig.file_opened(id, p, opts.write, inner.bs, &inner.backend),
+                None => Ok(()),
+            },
+        )?;
         Ok(FileHandle {
             inner: inner.clone(),
             file,
+            write: opts.write,
         })
     }
 
@@ -487,11 +606,34 @@ impl Engine {
         EngineStats::from_slices(self.inner.slices.iter().map(|s| s.stats()).collect())
     }
 
-    /// Writes back every dirty block of every file (fsync each) and stops the threads.
+    /// Shuts the engine down: refuses new handle operations (they fail with
+    /// [`EngineError::Closed`]), waits for those under way, writes back every dirty block of
+    /// every file (fsync each) and stops the threads. Every write acknowledged before is on
+    /// the device when this returns `Ok`.
     pub fn close(mut self) -> Result<(), EngineError> {
+        let r = self.shut_down();
+        Ok(r?)
+    }
+
+    fn shut_down(&mut self) -> io::Result<()> {
+        // Operations under way end within the stall timeout (every wait they make is bounded
+        // by it); one that does not (a hook that blocks) is not waited for forever.
+        let limit = self
+            .inner
+            .cfg
+            .stall_timeout
+            .saturating_add(Duration::from_secs(5));
+        let drained = self.inner.gate.close(limit);
         let r = self.flush_all();
         self.stop();
-        Ok(r?)
+        if !drained {
+            r?;
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("engine closed while handle operations were still running after {limit:?}"),
+            ));
+        }
+        r
     }
 
     fn flush_all(&self) -> io::Result<()> {
@@ -513,14 +655,28 @@ impl Engine {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+        for f in self.inner.files.all() {
+            f.unlock();
+        }
+    }
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("slice_nodes", &self.slice_nodes())
+            .field("block_size", &self.inner.bs)
+            .field("backend", &self.inner.backend.name())
+            .field("policy", &self.inner.cfg.policy)
+            .field("files", &self.inner.files.all().len())
+            .finish()
     }
 }
 
 impl Drop for Engine {
     fn drop(&mut self) {
         if !self.threads.is_empty() {
-            let _ = self.flush_all();
-            self.stop();
+            let _ = self.shut_down();
         }
     }
 }

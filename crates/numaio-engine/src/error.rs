@@ -1,9 +1,11 @@
 //! The engine's error type.
 
+use crate::blockio::ReadFailed;
 use crate::ext::IntegrityFailure;
 use crate::slice::WriteBackError;
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// What went wrong in an engine call. Every variant names the file or setting involved;
 /// [`EngineError::kind`] and [`os_error`] give the `io::ErrorKind` and errno for callers that
@@ -31,9 +33,66 @@ pub enum EngineError {
         #[source]
         source: IntegrityFailure,
     },
+    /// A system call on a file failed: `op` says which step, `errno` is what the kernel
+    /// returned (also in `source`).
+    #[error("{op} {}: {source}", path.display())]
+    Os {
+        op: &'static str,
+        path: PathBuf,
+        errno: Option<i32>,
+        #[source]
+        source: io::Error,
+    },
+    /// The engine was closed or dropped: nothing was read or written.
+    #[error("the numaio engine is closed")]
+    Closed,
+    /// A write through a handle opened read-only.
+    #[error("{} was opened read-only", path.display())]
+    ReadOnly { path: PathBuf },
+    /// The request reaches past the largest offset this file may have
+    /// ([`EngineBuilder::with_max_file_bytes`](crate::EngineBuilder::with_max_file_bytes), or a
+    /// block device's size); nothing was written.
+    #[error("{} bytes at offset {offset} of {} reach past its limit of {max} bytes", len, path.display())]
+    TooLarge {
+        path: PathBuf,
+        offset: u64,
+        len: u64,
+        max: u64,
+    },
+    /// The range is not one the call accepts (it spans more blocks than may be pinned at
+    /// once, or crosses a block where one block is required).
+    #[error("invalid range of {} (offset {offset}, {len} bytes): {reason}", path.display())]
+    InvalidRange {
+        path: PathBuf,
+        offset: u64,
+        len: u64,
+        reason: String,
+    },
+    /// No cache buffer became free within the stall timeout
+    /// ([`EngineBuilder::with_stall_timeout`](crate::EngineBuilder::with_stall_timeout)):
+    /// every buffer of the slice is pinned, loading or dirty and not yet written back.
+    #[error(
+        "slice {slice} had no free buffer for {waited:?}: every buffer is pinned or dirty; \
+         release pinned buffers, check fsync errors, or use a larger cache"
+    )]
+    Stalled { slice: usize, waited: Duration },
+    /// Another engine (in this or another process) has the file open: two caches over one
+    /// file would overwrite each other's blocks.
+    #[error("{} is in use by another numaio engine (advisory lock held)", path.display())]
+    Locked { path: PathBuf },
 }
 
 impl EngineError {
+    /// A failed system call on `path`, keeping its errno.
+    pub(crate) fn os(op: &'static str, path: &Path, source: io::Error) -> Self {
+        EngineError::Os {
+            op,
+            path: path.to_path_buf(),
+            errno: os_error(&source),
+            source,
+        }
+    }
+
     /// The `io::ErrorKind` this error maps to.
     pub fn kind(&self) -> io::ErrorKind {
         match self {
@@ -42,15 +101,33 @@ impl EngineError {
             EngineError::Io(e) => e.kind(),
             EngineError::WriteBack(w) => w.kind,
             EngineError::Checksum { .. } => io::ErrorKind::InvalidData,
+            EngineError::Os { source, .. } => source.kind(),
+            EngineError::Closed => io::ErrorKind::NotConnected,
+            EngineError::ReadOnly { .. } => io::ErrorKind::PermissionDenied,
+            EngineError::TooLarge { .. } | EngineError::InvalidRange { .. } => {
+                io::ErrorKind::InvalidInput
+            }
+            EngineError::Stalled { .. } => io::ErrorKind::TimedOut,
+            EngineError::Locked { .. } => io::ErrorKind::WouldBlock,
         }
     }
 
-    /// The errno behind the error, if a system call or the device reported one.
+    /// The errno behind the error, if a system call or the device reported one (or the
+    /// errno a kernel interface would use for it: `EFBIG`, `EBADF`, `EINVAL`, `EWOULDBLOCK`).
     pub fn raw_os_error(&self) -> Option<i32> {
+        self.errno()
+    }
+
+    fn errno(&self) -> Option<i32> {
         match self {
             EngineError::Io(e) => os_error(e),
             EngineError::WriteBack(w) => w.errno,
             EngineError::Checksum { .. } => Some(libc::EIO),
+            EngineError::Os { errno, .. } => *errno,
+            EngineError::ReadOnly { .. } => Some(libc::EBADF),
+            EngineError::TooLarge { .. } => Some(libc::EFBIG),
+            EngineError::InvalidRange { .. } => Some(libc::EINVAL),
+            EngineError::Locked { .. } => Some(libc::EWOULDBLOCK),
             _ => None,
         }
     }
@@ -63,6 +140,15 @@ impl From<io::Error> for EngineError {
             if let Some(inner) = e.into_inner() {
                 if let Ok(t) = inner.downcast::<EngineError>() {
                     return *t;
+                }
+            }
+            unreachable!("checked above");
+        }
+        if e.get_ref().is_some_and(|i| i.is::<ReadFailed>()) {
+            if let Some(inner) = e.into_inner() {
+                if let Ok(r) = inner.downcast::<ReadFailed>() {
+                    let ReadFailed { path, source } = *r;
+                    return EngineError::os("read of", &path, source);
                 }
             }
             unreachable!("checked above");
@@ -124,4 +210,19 @@ pub fn os_error(e: &(dyn std::error::Error + 'static)) -> Option<i32> {
         cur = e.source();
     }
     None
+}
+
+/// A copy of an error that has to be reported to several requests: the errno, or the
+/// shutdown, survive; other errors keep their kind and message.
+pub(crate) fn clone_io(e: &io::Error) -> io::Error {
+    if let Some(n) = e.raw_os_error() {
+        return io::Error::from_raw_os_error(n);
+    }
+    if matches!(
+        e.get_ref().and_then(|i| i.downcast_ref::<EngineError>()),
+        Some(EngineError::Closed)
+    ) {
+        return EngineError::Closed.into();
+    }
+    io::Error::new(e.kind(), e.to_string())
 }

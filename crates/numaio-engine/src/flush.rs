@@ -3,6 +3,7 @@
 
 use crate::blockio::{runs, Transfer};
 use crate::engine::Inner;
+use crate::error::EngineError;
 use crate::file::FileEntry;
 use crate::io::IoKind;
 use crate::key::{BlockKey, SlotId};
@@ -53,7 +54,7 @@ impl Inner {
                 Ok(r) => r,
                 Err(e) => runs
                     .iter()
-                    .map(|_| Err(io::Error::new(e.kind(), e.to_string())))
+                    .map(|_| Err(crate::error::clone_io(&e)))
                     .collect(),
             };
             // Checksums are computed while the write is in flight and recorded only for runs
@@ -70,7 +71,7 @@ impl Inner {
                 (_, Err(e)) => (
                     None,
                     runs.iter()
-                        .map(|_| Err(io::Error::new(e.kind(), e.to_string())))
+                        .map(|_| Err(crate::error::clone_io(&e)))
                         .collect::<Vec<_>>(),
                 ),
                 (Some(ig), Ok(())) => {
@@ -119,6 +120,7 @@ impl Inner {
                 let c = slice.counters();
                 match r {
                     Ok(_) => {
+                        slice.clear_writeback_failure();
                         SliceCounters::add(&c.write_ios, 1);
                         SliceCounters::add(&c.write_bytes, (n * self.bs) as u64);
                         SliceCounters::add(&c.written_back, n as u64);
@@ -127,6 +129,7 @@ impl Inner {
                         SliceCounters::add(&c.write_errors, 1);
                         let w = WriteBackError::new(
                             format!("write-back to {} failed", f.path.display()),
+                            Some(&f.path),
                             &e,
                         );
                         f.record_error(&w);
@@ -165,9 +168,16 @@ impl Inner {
                         }
                     }
                     for (k, slot) in in_flight {
-                        slice.wait_writeback(slot);
+                        let waited = slice.wait_writeback(slot);
                         slice.unpin(slot);
-                        again.push(k);
+                        match waited {
+                            Ok(()) => again.push(k),
+                            Err(e) => {
+                                if first_err.is_ok() {
+                                    first_err = Err(e);
+                                }
+                            }
+                        }
                     }
                 }
                 keys = again;
@@ -189,33 +199,25 @@ impl Inner {
         // SAFETY: fstat on our own descriptor into a live stat.
         if unsafe { libc::fstat(fd, &mut st) } != 0 {
             let e = io::Error::last_os_error();
-            return Err(io::Error::new(
-                e.kind(),
-                format!("fsync of {}: fstat failed: {e}", f.path.display()),
-            ));
+            return Err(EngineError::os("fsync: fstat of", &f.path, e).into());
         }
         if st.st_size as u64 > size {
             // SAFETY: ftruncate on our own descriptor.
             if unsafe { libc::ftruncate(fd, size as libc::off_t) } != 0 {
                 let e = io::Error::last_os_error();
-                return Err(io::Error::new(
-                    e.kind(),
-                    format!(
-                        "fsync of {}: cannot trim the file from {} to its length of {size} bytes \
-                         after whole-block writes (ftruncate: {e})",
-                        f.path.display(),
-                        st.st_size
-                    ),
-                ));
+                // The file keeps up to a block past its length until this succeeds.
+                return Err(EngineError::os(
+                    "fsync: cannot trim to its length after whole-block writes (ftruncate)",
+                    &f.path,
+                    e,
+                )
+                .into());
             }
         }
         let mut data_sync = || {
-            self.backend.datasync(fd).map_err(|e| {
-                io::Error::new(
-                    e.kind(),
-                    format!("fdatasync of {} failed: {e}", f.path.display()),
-                )
-            })
+            self.backend
+                .datasync(fd)
+                .map_err(|e| EngineError::os("fdatasync of", &f.path, e).into())
         };
         match &self.cfg.integrity {
             Some(ig) => ig.sync(f.id, &mut data_sync),
@@ -256,7 +258,9 @@ pub(crate) fn evictor(inner: &Inner, si: usize) {
                         .get_ref()
                         .and_then(|x| x.downcast_ref::<WriteBackError>())
                         .cloned()
-                        .unwrap_or_else(|| WriteBackError::new("write-back failed".into(), &e));
+                        .unwrap_or_else(|| {
+                            WriteBackError::new("write-back failed".into(), None, &e)
+                        });
                     slice.report_writeback_failure(w);
                     backoff = true;
                     break;
@@ -265,5 +269,6 @@ pub(crate) fn evictor(inner: &Inner, si: usize) {
                 break;
             }
         }
+        slice.end_evictor_round();
     }
 }

@@ -30,10 +30,14 @@
 //! f.pwrite(b"hello", 0)?;
 //! let pinned = f.get(0, 5)?; // zero copy
 //! assert_eq!(pinned.to_vec(), b"hello");
-//! pinned.put(false);
+//! pinned.put();
 //! f.fsync()?;
 //! # Ok::<(), numaio_engine::EngineError>(())
 //! ```
+
+#[cfg(test)]
+#[macro_use]
+mod test_skip;
 
 pub mod accounting;
 mod aio;
@@ -45,11 +49,18 @@ mod error;
 mod ext;
 mod file;
 mod flush;
+mod gate;
 mod handle;
 mod hugemem;
 pub mod hysteresis;
+// The index and the slot word are public only for the loom models and the index benchmark
+// (feature `internals`): they are no API. Some of their parts serve only those.
+#[cfg(any(feature = "internals", numaio_loom))]
 #[doc(hidden)]
 pub mod index;
+#[cfg(not(any(feature = "internals", numaio_loom)))]
+#[allow(dead_code)]
+mod index;
 pub mod integrity;
 mod io;
 mod key;
@@ -60,8 +71,12 @@ pub mod placement;
 pub mod policy;
 mod run_lookup;
 mod slice;
+#[cfg(any(feature = "internals", numaio_loom))]
 #[doc(hidden)]
 pub mod slot;
+#[cfg(not(any(feature = "internals", numaio_loom)))]
+#[allow(dead_code)]
+mod slot;
 mod stats;
 pub mod sumfile;
 mod sync;
@@ -69,15 +84,18 @@ mod types;
 
 pub use aio::{GetFuture, ReadFuture, ReadIntoFuture, WriteFuture};
 pub use arena::PlacementCheck;
-pub use engine::{Engine, EngineBuilder, EngineConfig};
+pub use engine::{Engine, EngineBuilder, EngineConfig, DEFAULT_MAX_FILE_BYTES};
 pub use error::{os_error, EngineError};
 pub use ext::{AccessCtx, AccessHook, BlockIntegrity, IntegrityFailure, Placement, Router};
 pub use file::OpenOptions;
-pub use handle::{FileHandle, Pinned, PinnedBatch};
+pub use handle::{FileHandle, Pinned, PinnedBatch, PinnedMut};
 pub use index::IndexKind;
+#[cfg(feature = "test-backends")]
 pub use io::power_loss;
 pub use io::uring::UringBackend;
-pub use io::{Backend, FaultBackend, FaultState, IoKind, IoQueue, IoRequest, PsyncBackend};
+pub use io::{Backend, IoKind, IoQueue, IoRequest, PsyncBackend};
+#[cfg(feature = "test-backends")]
+pub use io::{FaultBackend, FaultState};
 pub use key::{BlockKey, FileId, SlotId};
 pub use placement::RangePlacement;
 pub use policy::{PolicyKind, ReplacementPolicy};

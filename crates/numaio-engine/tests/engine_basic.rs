@@ -27,7 +27,7 @@ fn write_read_evict_fsync_roundtrip_each_policy() {
             // zero copy view of an unaligned range
             let p = f.get(5000, 3000).unwrap();
             assert_eq!(p.to_vec(), &data[5000..8000]);
-            p.put(false);
+            p.put();
             engine.close().unwrap();
         }
     }
@@ -160,7 +160,7 @@ fn absurd_cache_sizes_are_errors_naming_the_size() {
             slices: Some(slices),
             ..Default::default()
         });
-        let e = r.err().expect("no machine has this much memory");
+        let e = r.expect_err("no machine has this much memory");
         assert_eq!(e.kind(), std::io::ErrorKind::OutOfMemory, "{e}");
         assert!(e.to_string().contains(&cache_bytes.to_string()), "{e}");
     }

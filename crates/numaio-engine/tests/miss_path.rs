@@ -103,7 +103,7 @@ fn dropping_1000_in_flight_futures_leaves_the_engine_working() {
     for b in [0usize, 1, 777, blocks - 1] {
         let p = rt.block_on(f.get_async((b * BS) as u64, BS)).unwrap();
         assert!(p.to_vec() == data[b * BS..(b + 1) * BS]);
-        p.put(false);
+        p.put();
     }
     drop(f);
     engine.close().unwrap();

@@ -78,7 +78,7 @@ fn run(policy: PolicyKind, slices: usize, ops: &[Op]) -> Result<(), TestCaseErro
                     &[]
                 };
                 prop_assert!(p.to_vec() == want, "op {} {:?}: get differs", i, op);
-                p.put(false);
+                p.put();
             }
             Op::GetMutPut { off, len, seed } => {
                 let len = (*len).min(f.max_get_bytes() - (*off % 4096) as usize);
@@ -90,7 +90,7 @@ fn run(policy: PolicyKind, slices: usize, ops: &[Op]) -> Result<(), TestCaseErro
                     at += s.len();
                 }
                 prop_assert_eq!(at, len);
-                p.put(true);
+                p.commit().unwrap();
                 let end = *off as usize + len;
                 if model.len() < end {
                     model.resize(end, 0);

@@ -291,7 +291,7 @@ fn forward_runs_remote_reads_on_the_data_node() {
     assert_eq!(parts.slice_nodes, vec![0, 1]);
     let e = Engine::new(cfg).unwrap();
     let nc = NodeCpus::from_topology(&topo);
-    let f = e.open(&p, OpenOptions::default()).unwrap();
+    let f = e.open(&p, OpenOptions::create_rw()).unwrap();
     std::thread::scope(|s| {
         s.spawn(|| {
             migrate_current_thread(&nc, 0, false).unwrap();

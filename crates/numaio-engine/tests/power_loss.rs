@@ -288,7 +288,8 @@ fn one_cut(seed: u64, dir: &Path, tally: &mut Tally) -> Result<(), String> {
                     s.copy_from_slice(&data[at..at + s.len()]);
                     at += s.len();
                 }
-                pin.put(true);
+                pin.commit()
+                    .map_err(|e| format!("{}: {e}", ctx(i, "commit")))?;
                 if trace {
                     eprintln!("op {i}: get_mut file {which} [{off}, {})", off + len as u64);
                 }
@@ -317,6 +318,10 @@ fn one_cut(seed: u64, dir: &Path, tally: &mut Tally) -> Result<(), String> {
     if files[0].fsync().is_ok() {
         return Err(format!("{p:?}: fsync succeeded after the power cut"));
     }
+    // The dead engine lets go of the files (a crashed process's locks go with it), so the
+    // fresh one may open them.
+    drop(files);
+    drop(e);
     if let Err(bad) = verify(&p, &paths, &models, &power) {
         // The engine's write-back race (a write-back that reaches the device after fsync
         // returned) shows as writes the backend saw overlap or outlive a sync, or as a file
@@ -334,8 +339,6 @@ fn one_cut(seed: u64, dir: &Path, tally: &mut Tally) -> Result<(), String> {
             return Err(e);
         }
     }
-    drop(files);
-    drop(e);
     Ok(())
 }
 

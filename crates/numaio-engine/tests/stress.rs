@@ -306,7 +306,7 @@ impl Run<'_> {
                                 s.copy_from_slice(&data[at..at + s.len()]);
                                 at += s.len();
                             }
-                            p.put(true);
+                            p.commit()?;
                             Ok(None)
                         } else {
                             let p = f.get(off, len)?;

@@ -7,7 +7,13 @@
 //! complete every request fully (resubmitting after short transfers) and may stop short
 //! only at end of file on a read. [`IoPath`] is the one entry point for both.
 
+#[cfg(feature = "test-backends")]
+mod fault;
+#[cfg(feature = "test-backends")]
 pub mod power_loss;
+
+#[cfg(feature = "test-backends")]
+pub use fault::{FaultBackend, FaultState};
 pub(crate) mod ring;
 pub(crate) mod uring;
 pub(crate) mod worker;
@@ -16,7 +22,6 @@ use worker::{Completion, Done, Msg};
 
 use std::io;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -189,8 +194,8 @@ impl Pending {
 }
 
 impl IoPath {
-    fn stopped(slice: usize) -> io::Error {
-        io::Error::other(format!("I/O worker of slice {slice} has stopped"))
+    fn stopped(_: usize) -> io::Error {
+        crate::error::EngineError::Closed.into()
     }
 
     /// Queues a request a caller will wait for, or gives it back when the queue is full;
@@ -209,7 +214,7 @@ impl IoPath {
         match self {
             IoPath::Workers { tx, slice } => {
                 let c = Completion::new();
-                tx.send(Msg::Io(req, Done::Wait(c.clone())))
+                tx.send(Msg::Io(req, Done::wait(c.clone())))
                     .map_err(|_| Self::stopped(*slice))?;
                 Ok(Pending::Worker(c))
             }
@@ -228,7 +233,7 @@ impl IoPath {
     ) -> bool {
         match self {
             IoPath::Workers { tx, slice } => {
-                let msg = Msg::Io(req, Done::Call(done));
+                let msg = Msg::Io(req, Done::call(done));
                 let err = if block {
                     match tx.send(msg) {
                         Ok(()) => return true,
@@ -368,96 +373,6 @@ impl Backend for PsyncBackend {
             return Err(io::Error::last_os_error());
         }
         Ok(())
-    }
-}
-
-/// Wraps a backend and fails requests on command: for tests of error propagation.
-pub struct FaultBackend {
-    inner: Arc<dyn Backend>,
-    state: Arc<FaultState>,
-}
-
-/// The switches of a [`FaultBackend`], shared with the test.
-#[derive(Default, Debug)]
-pub struct FaultState {
-    pub fail_writes: AtomicBool,
-    pub fail_reads: AtomicBool,
-    pub fail_sync: AtomicBool,
-    /// The errno of injected failures; 0 means EIO.
-    pub errno: AtomicI32,
-    pub failed: AtomicU64,
-}
-
-impl FaultState {
-    fn error(&self) -> io::Error {
-        match self.errno.load(Ordering::SeqCst) {
-            0 => io::Error::from_raw_os_error(libc::EIO),
-            e => io::Error::from_raw_os_error(e),
-        }
-    }
-}
-
-impl FaultBackend {
-    pub fn new(inner: Arc<dyn Backend>) -> (Self, Arc<FaultState>) {
-        let state = Arc::new(FaultState::default());
-        (
-            FaultBackend {
-                inner,
-                state: state.clone(),
-            },
-            state,
-        )
-    }
-}
-
-struct FaultQueue {
-    inner: Box<dyn IoQueue>,
-    state: Arc<FaultState>,
-}
-
-// SAFETY: failed requests are reported without touching their buffers; the rest go to the
-// inner queue, which keeps the contract for them.
-unsafe impl IoQueue for FaultQueue {
-    fn run(&mut self, reqs: &mut [IoRequest], done: &mut dyn FnMut(usize, io::Result<usize>)) {
-        let mut pass = Vec::new();
-        let mut pass_idx = Vec::new();
-        for (i, r) in reqs.iter_mut().enumerate() {
-            let fail = match r.kind {
-                IoKind::Read => self.state.fail_reads.load(Ordering::SeqCst),
-                IoKind::Write => self.state.fail_writes.load(Ordering::SeqCst),
-            };
-            if fail {
-                self.state.failed.fetch_add(1, Ordering::SeqCst);
-                done(i, Err(self.state.error()));
-            } else {
-                pass_idx.push(i);
-                pass.push(r.take());
-            }
-        }
-        self.inner.run(&mut pass, &mut |j, r| {
-            if let Some(&i) = pass_idx.get(j) {
-                done(i, r)
-            }
-        });
-    }
-}
-
-impl Backend for FaultBackend {
-    fn name(&self) -> String {
-        format!("fault({})", self.inner.name())
-    }
-    fn queue(&self, depth: u32) -> io::Result<Box<dyn IoQueue>> {
-        Ok(Box::new(FaultQueue {
-            inner: self.inner.queue(depth)?,
-            state: self.state.clone(),
-        }))
-    }
-    fn datasync(&self, fd: RawFd) -> io::Result<()> {
-        if self.state.fail_sync.load(Ordering::SeqCst) {
-            self.state.failed.fetch_add(1, Ordering::SeqCst);
-            return Err(self.state.error());
-        }
-        self.inner.datasync(fd)
     }
 }
 

@@ -74,7 +74,6 @@ pub(crate) struct Ring {
     /// Requests the kernel owns (pushed and not yet finally completed).
     inflight: AtomicUsize,
     stopping: AtomicBool,
-    slice: usize,
 }
 
 /// A blocking caller's claim on one request: [`wait`](Ticket::wait) for the result. Dropping
@@ -102,7 +101,7 @@ impl Drop for Ticket {
 
 impl Ring {
     /// A ring with `depth` request slots (at most that many requests in flight).
-    pub fn new(slice: usize, depth: usize) -> io::Result<Arc<Ring>> {
+    pub fn new(depth: usize) -> io::Result<Arc<Ring>> {
         let depth = depth.clamp(1, 4096);
         // One spare entry for the stop no-op; the completion queue (twice the size) never
         // overflows because at most `depth` requests and one no-op are ever in flight.
@@ -129,15 +128,11 @@ impl Ring {
             free_cv: Condvar::new(),
             inflight: AtomicUsize::new(0),
             stopping: AtomicBool::new(false),
-            slice,
         }))
     }
 
     fn stopped(&self) -> io::Error {
-        io::Error::other(format!(
-            "the I/O ring of slice {} has stopped (engine shutting down)",
-            self.slice
-        ))
+        crate::error::EngineError::Closed.into()
     }
 
     /// A free request slot; with `block`, waits for one (submitting what is queued first,

@@ -33,20 +33,42 @@ impl Completion {
     }
 }
 
-/// How a request's result is delivered.
-pub enum Done {
+/// How a request's result is delivered. Dropped without a result (a worker that panicked
+/// in its backend), it delivers an error, so no caller waits forever and no load stays
+/// LOADING.
+pub struct Done(Option<Deliver>);
+
+enum Deliver {
     /// A caller is blocked on the completion.
     Wait(Arc<Completion>),
-    /// Nobody waits (readahead): the worker runs the callback.
+    /// Nobody waits (readahead, async requests): the worker runs the callback.
     Call(Box<dyn FnOnce(io::Result<usize>) + Send>),
 }
 
 impl Done {
-    pub fn finish(self, r: io::Result<usize>) {
-        match self {
-            Done::Wait(c) => c.complete(r),
-            Done::Call(f) => f(r),
+    pub fn wait(c: Arc<Completion>) -> Self {
+        Done(Some(Deliver::Wait(c)))
+    }
+    pub fn call(f: Box<dyn FnOnce(io::Result<usize>) + Send>) -> Self {
+        Done(Some(Deliver::Call(f)))
+    }
+    pub fn finish(mut self, r: io::Result<usize>) {
+        self.deliver(r);
+    }
+    fn deliver(&mut self, r: io::Result<usize>) {
+        match self.0.take() {
+            Some(Deliver::Wait(c)) => c.complete(r),
+            Some(Deliver::Call(f)) => f(r),
+            None => {}
         }
+    }
+}
+
+impl Drop for Done {
+    fn drop(&mut self) {
+        self.deliver(Err(io::Error::other(
+            "I/O request abandoned by its I/O worker (the backend panicked)",
+        )));
     }
 }
 

@@ -18,6 +18,7 @@ pub(crate) use writeback::Claimed;
 pub use writeback::WriteBackError;
 
 use crate::arena::{Arena, PlacementCheck};
+use crate::error::EngineError;
 use crate::hugemem::HugeArray;
 use crate::index::{self, EntryPin, Hit, Index, IndexKind};
 use crate::io::{IoPath, IoRequest, Pending};
@@ -35,6 +36,14 @@ use std::time::{Duration, Instant};
 use writeback::FailureLatch;
 
 const WAIT_STRIPES: usize = 64;
+
+/// How long the evictor gets to free clean buffers before a standing write-back failure
+/// fails a stalled request.
+const EVICTOR_ROUND: Duration = Duration::from_millis(50);
+
+/// Waits for another request's device I/O last at least this long, even with a zero stall
+/// timeout (which is about free buffers, not about the device's latency).
+const MIN_IO_WAIT: Duration = Duration::from_secs(1);
 
 /// 32 bytes, aligned: a slot's state, key and hit stamp share one cache line.
 #[repr(align(32))]
@@ -94,6 +103,11 @@ pub(crate) struct Slice {
     shutdown: AtomicBool,
     /// The evictor's failed write-backs, for requests stalled for a free buffer.
     wb_failure: FailureLatch,
+    /// Longest wait for a free buffer, a load or a write-back of another request.
+    stall_timeout: Duration,
+    /// Eviction rounds the evictor has finished: a stalled request gives up only after the
+    /// evictor has had a whole round to free a buffer for it.
+    evictor_rounds: AtomicU64,
 }
 
 impl Slice {
@@ -108,6 +122,7 @@ impl Slice {
         bind: bool,
         hit_gating: bool,
         io: IoPath,
+        stall_timeout: Duration,
     ) -> io::Result<Slice> {
         let nslots = nslots.max(1);
         let arena_bytes = nslots.checked_mul(block_size).ok_or_else(|| {
@@ -176,6 +191,8 @@ impl Slice {
             counters: SliceCounters::default(),
             shutdown: AtomicBool::new(false),
             wb_failure: FailureLatch::default(),
+            stall_timeout,
+            evictor_rounds: AtomicU64::new(0),
         })
     }
 
@@ -263,6 +280,21 @@ impl Slice {
     pub fn report_writeback_failure(&self, e: WriteBackError) {
         self.wb_failure.report(e);
         self.wake_free_waiters();
+    }
+
+    /// The evictor finished a round (freed what it could, or found nothing to free): wakes
+    /// stalled requests to look again.
+    pub fn end_evictor_round(&self) {
+        self.evictor_rounds.fetch_add(1, Ordering::AcqRel);
+        let g = self.free.lock();
+        self.free_cv.notify_all();
+        drop(g);
+    }
+
+    /// A write-back of this slice succeeded: an earlier failure no longer fails stalled
+    /// requests at once.
+    pub fn clear_writeback_failure(&self) {
+        self.wb_failure.clear();
     }
 
     /// Stops this slice's I/O (its `workers` I/O workers, or its ring's reaper) once what
@@ -402,12 +434,15 @@ impl Slice {
         s
     }
 
-    /// Takes a free slot, waiting for the evictor if there is none ("stalled"). Fails at
-    /// once, with the device's errno, if the evictor's write-back fails while we wait.
+    /// Takes a free slot, waiting for the evictor if there is none ("stalled"). Fails with
+    /// the device's errno if the evictor cannot write dirty buffers back (a failure while we
+    /// wait, or one still standing after an eviction round), with [`EngineError::Stalled`]
+    /// after the stall timeout, and with [`EngineError::Closed`] once the engine stops.
     pub fn alloc(&self) -> io::Result<SlotId> {
         let mut free = self.free.lock();
         let mut stalled_since: Option<Instant> = None;
         let failures_before = self.wb_failure.seq();
+        let rounds_before = self.evictor_rounds.load(Ordering::Acquire);
         loop {
             if let Some(s) = free.pop() {
                 self.free_count.store(free.len(), Ordering::Relaxed);
@@ -419,9 +454,16 @@ impl Slice {
                 return Ok(s);
             }
             if self.shutdown.load(Ordering::Acquire) {
-                return Err(io::Error::other("numaio engine is shutting down"));
+                return Err(EngineError::Closed.into());
             }
-            if let Some(w) = self.wb_failure.since(failures_before) {
+            let since = *stalled_since.get_or_insert_with(|| {
+                SliceCounters::add(&self.counters.stalled, 1);
+                Instant::now()
+            });
+            // A failure from before we began counts once the evictor had a round to free
+            // clean buffers: with the device full, waiting would only run into the timeout.
+            let standing = since.elapsed() >= EVICTOR_ROUND;
+            if let Some(w) = self.wb_failure.failure(failures_before, standing) {
                 return Err(w
                     .context(format_args!(
                         "no free buffer in slice {}: the dirty buffers cannot be written back \
@@ -430,24 +472,26 @@ impl Slice {
                     ))
                     .to_io());
             }
-            let since = *stalled_since.get_or_insert_with(|| {
-                SliceCounters::add(&self.counters.stalled, 1);
-                Instant::now()
-            });
-            if since.elapsed() > Duration::from_secs(60) {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!(
-                        "slice {} stalled for 60 s: every buffer is pinned or dirty and cannot be written back; \
-                         release pinned buffers, check fsync errors, or use a larger cache",
-                        self.id
-                    ),
-                ));
+            let waited = since.elapsed();
+            // A round that began after this request started has finished (or the evictor
+            // makes no rounds at all): it could not free a buffer in time.
+            let evictor_tried = self.evictor_rounds.load(Ordering::Acquire) >= rounds_before + 2
+                || waited >= self.stall_timeout.saturating_add(MIN_IO_WAIT);
+            if waited >= self.stall_timeout && evictor_tried {
+                return Err(EngineError::Stalled {
+                    slice: self.id,
+                    waited,
+                }
+                .into());
             }
             // The evictor frees slots and notifies; the timeout only re-kicks it after a
             // round that could not make progress (all pinned).
             self.wake_evictor_locked_free();
-            self.free_cv.wait_for(&mut free, Duration::from_millis(20));
+            let nap = self
+                .stall_timeout
+                .saturating_sub(waited)
+                .clamp(Duration::from_millis(1), Duration::from_millis(20));
+            self.free_cv.wait_for(&mut free, nap);
         }
     }
 
@@ -514,9 +558,9 @@ impl Slice {
             return Poll::Ready(Ok(s));
         }
         if self.shutdown.load(Ordering::Acquire) {
-            return Poll::Ready(Err(io::Error::other("numaio engine is shutting down")));
+            return Poll::Ready(Err(EngineError::Closed.into()));
         }
-        if let Some(w) = self.wb_failure.since(failures_before) {
+        if let Some(w) = self.wb_failure.failure(failures_before, false) {
             return Poll::Ready(Err(w
                 .context(format_args!(
                     "no free buffer in slice {}: the dirty buffers cannot be written back \
@@ -643,17 +687,28 @@ impl Slice {
         &self.waits[slot as usize % WAIT_STRIPES]
     }
 
-    /// Waits while `slot` is LOADING ("clashed"). Returns false if the load failed.
-    pub fn wait_loaded(&self, slot: SlotId) -> bool {
+    /// Waits while `slot` is LOADING ("clashed"). Returns false if the load failed; fails
+    /// with [`EngineError::Stalled`] if it is still loading after the stall timeout (the
+    /// caller unpins it; the load ends on its own).
+    pub fn wait_loaded(&self, slot: SlotId) -> io::Result<bool> {
         let st = &self.slots[slot as usize].state;
         if st.load() & LOADING != 0 {
+            let start = Instant::now();
             let (m, cv) = &self.waits[slot as usize % WAIT_STRIPES].0;
             let mut g = m.lock();
             while st.load() & LOADING != 0 {
-                cv.wait(&mut g);
+                let waited = start.elapsed();
+                if waited >= self.stall_timeout.max(MIN_IO_WAIT) {
+                    return Err(EngineError::Stalled {
+                        slice: self.id,
+                        waited,
+                    }
+                    .into());
+                }
+                cv.wait_for(&mut g, Duration::from_millis(100));
             }
         }
-        st.load() & ERROR == 0
+        Ok(st.load() & ERROR == 0)
     }
 
     pub fn unpin(&self, slot: SlotId) {

@@ -12,12 +12,15 @@
 //!   waiting for a timeout.
 
 use super::Slice;
+use crate::error::EngineError;
 use crate::key::{BlockKey, SlotId};
 use crate::slot::{WritebackClaim, WRITEBACK};
 use parking_lot::Mutex;
 use std::fmt;
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 /// Dirty blocks of one slice claimed for writing, and the ones another writer has in flight.
 /// Every listed slot is pinned by the caller.
@@ -75,17 +78,28 @@ impl Slice {
         clean
     }
 
-    /// Waits until no write-back of `slot` is in flight (the caller holds a pin on it).
-    pub(crate) fn wait_writeback(&self, slot: SlotId) {
+    /// Waits until no write-back of `slot` is in flight (the caller holds a pin on it), or
+    /// fails with [`EngineError::Stalled`] after the stall timeout.
+    pub(crate) fn wait_writeback(&self, slot: SlotId) -> io::Result<()> {
         let st = &self.slots[slot as usize].state;
         if st.load() & WRITEBACK == 0 {
-            return;
+            return Ok(());
         }
+        let start = Instant::now();
         let (m, cv) = &self.wait_stripe(slot).0;
         let mut g = m.lock();
         while st.load() & WRITEBACK != 0 {
-            cv.wait(&mut g);
+            let waited = start.elapsed();
+            if waited >= self.stall_timeout.max(super::MIN_IO_WAIT) {
+                return Err(EngineError::Stalled {
+                    slice: self.id,
+                    waited,
+                }
+                .into());
+            }
+            cv.wait_for(&mut g, Duration::from_millis(100));
         }
+        Ok(())
     }
 }
 
@@ -95,6 +109,8 @@ impl Slice {
 pub struct WriteBackError {
     /// What failed, naming the file.
     pub what: String,
+    /// The file whose data could not be written back, where known.
+    pub path: Option<PathBuf>,
     /// The device's errno, if the failure came from a system call.
     pub errno: Option<i32>,
     pub(crate) kind: io::ErrorKind,
@@ -107,9 +123,10 @@ impl WriteBackError {
         self.kind
     }
 
-    pub(crate) fn new(what: String, e: &io::Error) -> Self {
+    pub(crate) fn new(what: String, path: Option<&Path>, e: &io::Error) -> Self {
         WriteBackError {
             what,
+            path: path.map(Path::to_path_buf),
             errno: crate::error::os_error(e),
             kind: e.kind(),
             cause: e.to_string(),
@@ -136,12 +153,14 @@ impl fmt::Display for WriteBackError {
 
 impl std::error::Error for WriteBackError {}
 
-/// The evictor's last failed write-back, with a sequence number so a stalled request only
-/// reacts to failures that happened while it waited.
+/// The evictor's last failed write-back, with a sequence number so a stalled request can
+/// tell failures that happened while it waited, and whether it still stands (no write-back
+/// of the evictor succeeded since).
 #[derive(Default)]
 pub(crate) struct FailureLatch {
     seq: AtomicU64,
     last: Mutex<Option<WriteBackError>>,
+    standing: AtomicBool,
 }
 
 impl FailureLatch {
@@ -150,11 +169,19 @@ impl FailureLatch {
     }
     pub fn report(&self, e: WriteBackError) {
         *self.last.lock() = Some(e);
+        self.standing.store(true, Ordering::Release);
         self.seq.fetch_add(1, Ordering::AcqRel);
     }
-    /// The failure, if one was reported after sequence number `since`.
-    pub fn since(&self, since: u64) -> Option<WriteBackError> {
-        if self.seq() == since {
+    /// A write-back of the evictor succeeded: earlier failures no longer stand.
+    pub fn clear(&self) {
+        if self.standing.load(Ordering::Relaxed) {
+            self.standing.store(false, Ordering::Release);
+        }
+    }
+    /// The failure, if one was reported after sequence number `since`, or (with
+    /// `or_standing`) one reported before that still stands.
+    pub fn failure(&self, since: u64, or_standing: bool) -> Option<WriteBackError> {
+        if self.seq() == since && !(or_standing && self.standing.load(Ordering::Acquire)) {
             return None;
         }
         self.last.lock().clone()
