@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The engine as an embedder gets it: packages numaio-sys and numaio-engine (`cargo package`,
+# which builds each packaged crate, its tests included, against the other's package), then
+# builds and runs a small program in a new crate outside the workspace that depends on the
+# unpacked packages only: opens a file, writes, reads back, closes, and checks the bytes.
+# Exit 0 when all of that worked.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
+say() { printf '[package-check] %s\n' "$*"; }
+
+target="${CARGO_TARGET_DIR:-$PWD/target}"
+say "cargo package -p numaio-sys -p numaio-engine"
+cargo package --quiet --allow-dirty -p numaio-sys -p numaio-engine
+version="$(cargo pkgid -p numaio-engine | sed 's/.*[#@]//')"
+sys_version="$(cargo pkgid -p numaio-sys | sed 's/.*[#@]//')"
+pkg="$target/package"
+for c in "numaio-engine-$version" "numaio-sys-$sys_version"; do
+    [ -f "$pkg/$c.crate" ] || { echo "[package-check] ERROR: $pkg/$c.crate was not made" >&2; exit 1; }
+done
+
+work="$(mktemp -d /var/tmp/numaio-embed.XXXXXX)"
+trap 'rm -rf "$work"' EXIT
+# Unpack the .crate files themselves, so nothing of the workspace can leak in.
+tar -xzf "$pkg/numaio-engine-$version.crate" -C "$work"
+tar -xzf "$pkg/numaio-sys-$sys_version.crate" -C "$work"
+mkdir -p "$work/user/src"
+cat > "$work/user/Cargo.toml" <<TOML
+[package]
+name = "engine-user"
+version = "0.0.0"
+edition = "2021"
+publish = false
+
+[dependencies]
+numaio-engine = { path = "../numaio-engine-$version", default-features = false }
+
+[patch.crates-io]
+numaio-sys = { path = "../numaio-sys-$sys_version" }
+
+[workspace]
+TOML
+cat > "$work/user/src/main.rs" <<'RS'
+use numaio_engine::{Engine, OpenOptions};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let dir = std::env::args().nth(1).expect("a scratch directory");
+    let path = std::path::Path::new(&dir).join("data");
+    let engine = Engine::builder().with_cache_bytes(8 << 20).build()?;
+    let f = engine.open(&path, OpenOptions::create_rw())?;
+    let data: Vec<u8> = (0..3 * 4096 + 17).map(|i| (i % 251) as u8).collect();
+    f.pwrite(&data, 4096)?;
+    f.fsync()?;
+    let mut back = vec![0u8; data.len()];
+    f.pread(&mut back, 4096)?;
+    assert_eq!(back, data, "read back through the engine");
+    drop(f);
+    engine.close()?;
+    let on_disk = std::fs::read(&path)?;
+    assert_eq!(&on_disk[4096..], &data[..], "on disk after close");
+    println!("engine-user: {} bytes written, read back and on disk", data.len());
+    Ok(())
+}
+RS
+say "building and running a crate that depends on the packages only"
+CARGO_TARGET_DIR="$work/target" cargo run --quiet --manifest-path "$work/user/Cargo.toml" -- "$work"
+say "ok"
