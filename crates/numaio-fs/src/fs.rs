@@ -39,6 +39,13 @@ pub const MAX_FILE_SIZE: u64 = 1 << 50;
 pub const MAX_LINKS: u32 = 65000;
 /// Largest extended attribute value.
 pub const MAX_XATTR_VALUE: usize = 65536;
+/// Bytes of extended attributes one inode holds at most, counted as ext4 counts its xattr
+/// block: a 4 KiB block less its 32-byte header, each entry 16 bytes plus its name (without
+/// the namespace prefix) and value, each padded to 4 bytes ([`xattr_entry_bytes`]). The
+/// placement policy is an attribute of the inode, not counted. A set that would pass it fails
+/// with `NoSpace` (ENOSPC), as on ext4, so the set per file, and with it the work of listing
+/// or checkpointing it, stays small.
+pub const XATTR_SPACE: usize = 4096 - 32;
 /// The xattr that reads and sets an inode's placement policy.
 pub const PLACEMENT_XATTR: &[u8] = b"user.numaio.placement";
 /// `rename` flag: fail with [`FsError::Exists`] instead of replacing the target.
@@ -194,6 +201,15 @@ fn growth(r: &Record) -> u64 {
     }
 }
 
+/// What an xattr of `name` with a value of `value_len` bytes takes of [`XATTR_SPACE`].
+pub fn xattr_entry_bytes(name: &[u8], value_len: usize) -> usize {
+    let short = [&b"user."[..], b"trusted.", b"security.", b"system."]
+        .iter()
+        .find_map(|p| name.strip_prefix(*p))
+        .unwrap_or(name);
+    16 + short.len().next_multiple_of(4) + value_len.next_multiple_of(4)
+}
+
 fn check_name(name: &[u8]) -> Result<(), FsError> {
     if name.len() > MAX_NAME {
         return Err(FsError::NameTooLong);
@@ -331,6 +347,16 @@ impl Inner {
             Record::SetAttr { ino, .. } => self.meta.get(*ino).map(|i| i.attr.size),
             _ => None,
         };
+        // The encoded bytes of the xattr a SetXattr replaces or a RemoveXattr drops (at least
+        // its name and value), so the shard bound follows the set down as well as up.
+        let old_xattr = match &r {
+            Record::SetXattr { ino, name, .. } | Record::RemoveXattr { ino, name } => self
+                .meta
+                .get(*ino)
+                .and_then(|i| i.xattrs.get(name))
+                .map(|v| (name.len() + v.len()) as u64),
+            _ => None,
+        };
         let freed = self.meta.apply(&r).map_err(bug)?;
         for e in freed {
             self.alloc.free(e);
@@ -345,10 +371,21 @@ impl Inner {
             // shard carries (the other records here do not grow the metadata).
             _ => None,
         };
-        let g = growth(&r);
+        let g = match (&r, old_xattr) {
+            // A replaced value grows the shard by what it adds, if anything.
+            (Record::SetXattr { name, value, .. }, Some(old)) => {
+                // (what the value's length prefix may grow by)
+                (value.len() as u64).saturating_sub(old - name.len() as u64) + 4
+            }
+            _ => growth(&r),
+        };
         match node {
             Some(n) => *self.meta_bytes.entry(n).or_default() += g,
             None => self.meta_bytes.values_mut().for_each(|b| *b += g),
+        }
+        if let (Record::RemoveXattr { ino, .. }, Some(old)) = (&r, old_xattr) {
+            let b = self.meta_bytes.entry(self.node_of(*ino)).or_default();
+            *b = b.saturating_sub(old);
         }
         self.gen += 1;
         let gen = self.gen;
@@ -1785,6 +1822,16 @@ impl Fs {
         }
         if flags & XATTR_REPLACE != 0 && !exists {
             return Err(FsError::NoAttr);
+        }
+        let set = &g.inode(ino)?.xattrs;
+        let used: usize = set.iter().map(|(n, v)| xattr_entry_bytes(n, v.len())).sum();
+        let old = set
+            .get(name)
+            .map_or(0, |v| xattr_entry_bytes(name, v.len()));
+        let after = used - old + xattr_entry_bytes(name, value.len());
+        // A set already past the bound (made before it existed) may still shrink.
+        if after > XATTR_SPACE && after > used {
+            return Err(FsError::NoSpace);
         }
         g.rec(Record::SetXattr {
             ino,

@@ -99,6 +99,10 @@ pub fn probe_ring() -> io::Result<()> {
 pub struct RequestCounts {
     pub classic: u64,
     pub io_uring: u64,
+    /// Of those, READDIR and READDIRPLUS requests (either transport).
+    pub listings: u64,
+    /// The largest reply buffer a listing request asked for (io_uring only; 0 classic).
+    pub listing_size: u64,
 }
 
 /// The transport state a mount shares between the fuser adapter and the ring workers.
@@ -189,6 +193,8 @@ impl Transport {
                 .iter()
                 .map(|c| c.0.load(Ordering::Relaxed))
                 .sum(),
+            listings: self.0.obs.listings().0,
+            listing_size: self.0.obs.listings().1,
         }
     }
 
