@@ -46,6 +46,13 @@ pub(crate) const TTL: Duration = Duration::from_secs(60);
 pub(crate) const OPEN_FLAGS: FopenFlags =
     FopenFlags::FOPEN_KEEP_CACHE.union(FopenFlags::FOPEN_NOFLUSH);
 
+/// Directories are opened with the kernel's readdir cache on and kept across opens: every
+/// change to a directory passes through this mount, whose kernel then drops the cached
+/// listing, so a listing repeated while nothing changed is answered by the kernel (no
+/// request, getdents filled as on a local file system).
+pub(crate) const DIR_OPEN_FLAGS: FopenFlags =
+    FopenFlags::FOPEN_CACHE_DIR.union(FopenFlags::FOPEN_KEEP_CACHE);
+
 /// Entries with attributes fetched from `Fs` at a time for a classic readdirplus reply:
 /// fuser does not tell the handler the kernel's buffer size, so batches are fetched until
 /// the reply is full (a page holds about 25 entries with attributes; only the last batch's
@@ -610,6 +617,10 @@ impl Filesystem for NumaFs {
         reply: ReplyEmpty,
     ) {
         empty(reply, self.fs().fsync(ino.0, datasync))
+    }
+
+    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        reply.opened(FileHandle(0), DIR_OPEN_FLAGS)
     }
 
     fn readdir(

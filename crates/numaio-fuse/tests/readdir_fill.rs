@@ -1,7 +1,8 @@
 //! Large listings through a mount: every READDIR(PLUS) reply but the last is filled, so a
 //! listing costs no more requests than its bytes over the reply size suggest, and every
 //! entry is listed exactly once. Counted with the mount's request counters
-//! (`Transport::requests().listings`). Needs root and /dev/fuse (the io_uring part: a kernel
+//! (`Transport::requests().listings`). A repeated listing is answered from the kernel's
+//! readdir cache, which a change drops. Needs root and /dev/fuse (the io_uring part: a kernel
 //! with FUSE over io_uring, which it turns on); skips visibly otherwise.
 
 // Not every helper of the shared module is used here.
@@ -102,6 +103,29 @@ fn list(
     let before = t.requests();
     let got = getdents(&big, buf);
     let after = t.requests();
+    // Listed again unchanged: the kernel's readdir cache answers, no request.
+    let again = getdents(&big, buf);
+    assert_eq!(
+        t.requests().listings,
+        after.listings,
+        "{mode:?}: a repeated listing reached the server"
+    );
+    assert!(again == got, "{mode:?}: the cached listing differs");
+    // A change through the mount drops the cached listing.
+    let new = big.join("new-entry");
+    std::fs::File::create(&new).unwrap();
+    let with_new = getdents(&big, buf);
+    assert_eq!(
+        with_new.len(),
+        got.len() + 1,
+        "{mode:?}: listing after a create"
+    );
+    assert!(with_new.iter().any(|(n, _)| n.as_slice() == b"new-entry"));
+    std::fs::remove_file(&new).unwrap();
+    assert!(
+        getdents(&big, buf) == got,
+        "{mode:?}: listing after the unlink"
+    );
     bg.umount_and_join().expect("umount");
 
     let mut seen: BTreeMap<Vec<u8>, u64> = BTreeMap::new();

@@ -123,7 +123,7 @@ pub fn dispatch(
                 .map_err(errno)?;
             opened(payload, OPEN_FLAGS)
         }
-        op::OPENDIR => opened(payload, 0),
+        op::OPENDIR => opened(payload, crate::DIR_OPEN_FLAGS.bits()),
         op::READ => {
             let (offset, size) = (abi::u64_at(op_in, 8), abi::u32_at(op_in, 16) as usize);
             let n = size.min(payload.len());
