@@ -61,6 +61,11 @@ pub const XATTR_REPLACE: u32 = 2;
 /// Entries returned by one `readdir` call at most.
 pub const READDIR_BATCH: usize = 1024;
 
+/// Estimated bytes of queued records past which a change first commits what is queued, so
+/// the records waiting for an fsync that may never come (a `tar` of many files) and the
+/// memory they hold stay bounded, as ext4 commits a transaction that grew large.
+const PENDING_COMMIT_BYTES: u64 = 8 << 20;
+
 /// How to mount.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MountOptions {
@@ -156,6 +161,8 @@ struct Inner {
     /// Index in `pending` of each inode's queued `SetAttr`: a later one replaces it, since
     /// no other record reads or writes attributes.
     last_setattr: HashMap<u64, usize>,
+    /// An estimate of what `pending` holds, in bytes (see [`PENDING_COMMIT_BYTES`]).
+    pending_bytes: u64,
 }
 
 /// A mounted volume.
@@ -415,6 +422,7 @@ impl Inner {
                         }
                     }
                 }
+                self.queued(160);
                 self.last_setattr.insert(ino, self.pending.len());
                 self.pending.push(Record::SetAttr { ino, attr });
             }
@@ -422,10 +430,31 @@ impl Inner {
                 if let Record::NewInode { ino, .. } | Record::DelInode { ino } = &r {
                     self.last_setattr.remove(ino);
                 }
+                self.queued(
+                    64 + match &r {
+                        Record::NewInode { target, .. } => {
+                            96 + target.as_ref().map_or(0, |t| t.len() as u64)
+                        }
+                        Record::DirAdd { name, .. }
+                        | Record::DirRemove { name, .. }
+                        | Record::RemoveXattr { name, .. } => name.len() as u64,
+                        Record::SetXattr { name, value, .. } => (name.len() + value.len()) as u64,
+                        _ => 0,
+                    },
+                );
                 self.pending.push(r);
             }
         }
         Ok(())
+    }
+
+    /// Counts a record of about `bytes` about to be queued in [`Inner::pending_bytes`].
+    fn queued(&mut self, bytes: u64) {
+        if self.pending.is_empty() {
+            // Everything queued before was committed.
+            self.pending_bytes = 0;
+        }
+        self.pending_bytes += bytes;
     }
 
     fn set_attr(&mut self, ino: u64, attr: Attr) -> Result<(), FsError> {
@@ -805,6 +834,7 @@ impl Fs {
             ordered: false,
             datasync_gen: HashMap::new(),
             last_setattr: HashMap::new(),
+            pending_bytes: 0,
         };
         let mut info = info;
         if !opts.read_only {
@@ -1010,6 +1040,13 @@ impl Fs {
         if self.read_only {
             return Err(FsError::ReadOnly);
         }
+        let g = self.inner.lock();
+        if g.pending_bytes < PENDING_COMMIT_BYTES || g.pending.is_empty() {
+            return Ok(g);
+        }
+        let gen = g.gen;
+        drop(g);
+        self.commit_upto(gen)?;
         Ok(self.inner.lock())
     }
 

@@ -7,6 +7,7 @@
 
 pub mod accounting;
 pub mod caller;
+pub mod memory;
 pub mod move_work;
 pub mod observer;
 pub mod readahead;

@@ -143,7 +143,9 @@ pub struct Inode {
     pub extents: BTreeMap<u64, Extent>,
     pub xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
     pub target: Option<Vec<u8>>,
-    pub dir: Option<Dir>,
+    /// Boxed: most inodes are not directories, and an unboxed table would make every inode
+    /// 72 bytes larger (encoded the same).
+    pub dir: Option<Box<Dir>>,
 }
 
 impl Inode {
@@ -231,10 +233,10 @@ impl Meta {
                 extents: BTreeMap::new(),
                 xattrs: BTreeMap::new(),
                 target: None,
-                dir: Some(Dir {
+                dir: Some(Box::new(Dir {
                     next_cookie: FIRST_COOKIE,
                     ..Dir::default()
-                }),
+                })),
             },
         );
         Meta {
@@ -299,7 +301,7 @@ impl Meta {
     fn dir_mut(&mut self, ino: u64) -> Result<&mut Dir, String> {
         self.inode_mut(ino)?
             .dir
-            .as_mut()
+            .as_deref_mut()
             .ok_or_else(|| format!("inode {ino} is not a directory"))
     }
 
@@ -311,9 +313,11 @@ impl Meta {
                 if self.inodes.contains_key(ino) || *ino == 0 || *ino == u64::MAX {
                     return Err(format!("inode {ino} created twice"));
                 }
-                let dir = (attr.kind == Kind::Dir).then(|| Dir {
-                    next_cookie: FIRST_COOKIE,
-                    ..Dir::default()
+                let dir = (attr.kind == Kind::Dir).then(|| {
+                    Box::new(Dir {
+                        next_cookie: FIRST_COOKIE,
+                        ..Dir::default()
+                    })
                 });
                 self.inodes.insert(
                     *ino,
@@ -409,6 +413,12 @@ impl Meta {
                     .remove(name)
                     .ok_or_else(|| format!("directory {dir}: missing entry removed"))?;
                 d.by_cookie.remove(&e.cookie);
+                // A hash table never shrinks by itself: a directory emptied of many entries
+                // would keep their table. Halving it once it is a quarter full keeps the
+                // work amortised.
+                if d.entries.capacity() > 64 && d.entries.len() < d.entries.capacity() / 4 {
+                    d.entries.shrink_to(d.entries.len() * 2);
+                }
                 Ok(Vec::new())
             }
             Record::SetXattr { ino, name, value } => {

@@ -130,7 +130,7 @@ struct Running {
 impl Transport {
     pub(crate) fn new(fs: Arc<Fs>, obs: Arc<Observer>, want_uring: bool) -> Transport {
         let queues = possible_cpus().len();
-        Transport(Arc::new(Shared {
+        let t = Transport(Arc::new(Shared {
             want_uring,
             negotiated: AtomicBool::new(false),
             payload_sz: AtomicU64::new(0),
@@ -141,7 +141,15 @@ impl Transport {
             fs: Mutex::new(Some(fs)),
             obs,
             running: Mutex::new(None),
-        }))
+        }));
+        let shared = Arc::downgrade(&t.0);
+        crate::memory::spawn_trimmer(move || {
+            shared.upgrade().map(|s| {
+                let r = Transport(s).requests();
+                r.classic + r.io_uring
+            })
+        });
+        t
     }
 
     /// Sets the ring entries per queue (clamped to 1..=64) for rings started after this.
