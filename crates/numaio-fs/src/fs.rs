@@ -630,7 +630,7 @@ impl Inner {
 
 /// Writes blocks `(dev, block, data)` merging physically contiguous ones into one write.
 /// The entries of directory `ino` after `cookie` (see [`Fs::readdir`]).
-fn readdir_in(g: &Inner, ino: u64, cookie: u64) -> Result<Vec<DirEntry>, FsError> {
+fn readdir_in(g: &Inner, ino: u64, cookie: u64, limit: usize) -> Result<Vec<DirEntry>, FsError> {
     let i = g.inode(ino)?;
     let d = i.dir.as_ref().ok_or(FsError::NotDir)?;
     let mut out = Vec::new();
@@ -651,7 +651,7 @@ fn readdir_in(g: &Inner, ino: u64, cookie: u64) -> Result<Vec<DirEntry>, FsError
         });
     }
     for (&ck, name) in d.by_cookie.range(cookie.max(FIRST_COOKIE - 1) + 1..) {
-        if out.len() >= READDIR_BATCH {
+        if out.len() >= limit {
             break;
         }
         let e = d.entries[name];
@@ -1792,7 +1792,7 @@ impl Fs {
     /// Entries of directory `ino` after `cookie` (0: from the start, with `.` and `..`), at
     /// most [`READDIR_BATCH`]; empty at the end.
     pub fn readdir(&self, ino: u64, cookie: u64) -> Result<Vec<DirEntry>, FsError> {
-        readdir_in(&self.inner.lock(), ino, cookie)
+        readdir_in(&self.inner.lock(), ino, cookie, READDIR_BATCH)
     }
 
     /// [`Fs::readdir`] with every entry's attributes, read under the same lock (for FUSE's
@@ -1805,9 +1805,10 @@ impl Fs {
         limit: usize,
     ) -> Result<Vec<(DirEntry, FileAttr)>, FsError> {
         let g = self.inner.lock();
-        readdir_in(&g, ino, cookie)?
+        // Only the entries asked for: a reply holds few, and each listed entry costs a copy
+        // of its name.
+        readdir_in(&g, ino, cookie, limit.min(READDIR_BATCH))?
             .into_iter()
-            .take(limit)
             .map(|e| {
                 let a = to_attr(e.ino, g.inode(e.ino)?);
                 Ok((e, a))
