@@ -650,15 +650,14 @@ fn readdir_in(g: &Inner, ino: u64, cookie: u64, limit: usize) -> Result<Vec<DirE
             cookie: 2,
         });
     }
-    for (&ck, name) in d.by_cookie.range(cookie.max(FIRST_COOKIE - 1) + 1..) {
+    for (&ck, (name, ino, kind)) in d.by_cookie.range(cookie.max(FIRST_COOKIE - 1) + 1..) {
         if out.len() >= limit {
             break;
         }
-        let e = d.entries[name];
         out.push(DirEntry {
             name: name.clone(),
-            ino: e.ino,
-            kind: e.kind,
+            ino: *ino,
+            kind: *kind,
             cookie: ck,
         });
     }

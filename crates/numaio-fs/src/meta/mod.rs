@@ -121,8 +121,10 @@ pub struct Entry {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Dir {
     pub entries: HashMap<Vec<u8>, Entry>,
+    /// cookie → (name, inode, kind): a listing reads this alone, without hashing every
+    /// name to find its entry.
     #[serde(skip)]
-    pub by_cookie: BTreeMap<u64, Vec<u8>>,
+    pub by_cookie: BTreeMap<u64, (Vec<u8>, u64, Kind)>,
     pub next_cookie: u64,
 }
 
@@ -253,7 +255,7 @@ impl Meta {
                 d.by_cookie = d
                     .entries
                     .iter()
-                    .map(|(n, e)| (e.cookie, n.clone()))
+                    .map(|(n, e)| (e.cookie, (n.clone(), e.ino, e.kind)))
                     .collect();
             }
         }
@@ -403,7 +405,7 @@ impl Meta {
                         cookie,
                     },
                 );
-                d.by_cookie.insert(cookie, name.clone());
+                d.by_cookie.insert(cookie, (name.clone(), *ino, *kind));
                 Ok(Vec::new())
             }
             Record::DirRemove { dir, name } => {
