@@ -4,7 +4,8 @@
 //! choice per test is in lab/README.md.
 //!
 //! - Writers pinned with `numactl --cpunodebind=N` put ≥ 99 % of their blocks on node N
-//!   (the volume's map after umount), node N's disk gets the writes (its write counter),
+//!   (the volume's map after umount) and their file's metadata on node N (`meta_node` in
+//!   `numaio fs ls --json`), node N's disk gets the writes (its write counter),
 //!   and the mount's per-process accounting (`numaio fs stat MOUNTPOINT --json`:
 //!   `processes[].nodes[] {node, read_bytes, write_bytes}`) shows the bytes on node N.
 //! - With `--move-work migrate-thread`, an unpinned reader of a file on node 1 ends on node
@@ -100,8 +101,8 @@ fn local_reads(out: &Outcome, section: &str, pid: u64) -> u64 {
 }
 
 /// Writers pinned to each of `nodes` write a 4 MiB file with `dd conv=fsync` through the
-/// mount; each file is ≥ 99 % on its writer's node, the writer's disk got the writes, and
-/// the accounting shows the writer's bytes on its node.
+/// mount; each file is ≥ 99 % on its writer's node with its metadata there too, the
+/// writer's disk got the writes, and the accounting shows the writer's bytes on its node.
 fn pinned_writers(k: GuestKernel, topo: LabTopology, nodes: &[u32]) {
     let list: Vec<String> = nodes.iter().map(u32::to_string).collect();
     let script = format!(
@@ -152,6 +153,14 @@ echo "@@begin acct"; numaio fs stat /v --json
             .and_then(|e| e.iter().find(|e| e["name"] == name.as_str()))
             .unwrap_or_else(|| panic!("/{name} missing from fs ls\n{}", out.report()));
         assert_eq!(entry["size"].as_u64(), Some(4 * MIB), "{entry}");
+        // The inode's metadata goes on its creator's node: the pinned dd's, not the node of
+        // the thread that served its CREATE.
+        assert_eq!(
+            entry["meta_node"].as_u64(),
+            Some(u64::from(n)),
+            "/{name}: metadata node of a file created by a node-{n} dd: {entry}\n{}",
+            out.report()
+        );
         let (per, _) = map
             .get(&format!("/{name}"))
             .unwrap_or_else(|| panic!("/{name} missing from the map\n{}", out.report()));

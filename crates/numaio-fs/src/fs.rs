@@ -41,6 +41,13 @@ pub const MAX_FILE_SIZE: u64 = 1 << 50;
 pub const MAX_LINKS: u32 = 65000;
 /// Largest extended attribute value.
 pub const MAX_XATTR_VALUE: usize = 65536;
+/// Bytes of extended attributes one inode holds at most, counted as ext4 counts its xattr
+/// block: a 4 KiB block less its 32-byte header, each entry 16 bytes plus its name (without
+/// the namespace prefix) and value, each padded to 4 bytes ([`xattr_entry_bytes`]). The
+/// placement policy is an attribute of the inode, not counted. A set that would pass it fails
+/// with `NoSpace` (ENOSPC), as on ext4, so the set per file, and with it the work of listing
+/// or checkpointing it, stays small.
+pub const XATTR_SPACE: usize = 4096 - 32;
 /// The xattr that reads and sets an inode's placement policy.
 pub const PLACEMENT_XATTR: &[u8] = b"user.numaio.placement";
 /// `rename` flag: fail with [`FsError::Exists`] instead of replacing the target.
@@ -78,6 +85,10 @@ pub const READDIR_BATCH: usize = 1024;
 pub const DEFAULT_COMMIT_SECS: u64 = 5;
 /// The longest commit interval accepted, in seconds (one day).
 pub const MAX_COMMIT_SECS: u64 = 86_400;
+/// Estimated bytes of queued records past which a change first commits what is queued, so
+/// the records waiting for an fsync that may never come (a `tar` of many files) and the
+/// memory they hold stay bounded, as ext4 commits a transaction that grew large.
+const PENDING_COMMIT_BYTES: u64 = 8 << 20;
 
 /// How to mount.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -210,6 +221,8 @@ struct Inner {
     /// Index in `pending` of each inode's queued `SetAttr`: a later one replaces it, since
     /// no other record reads or writes attributes.
     last_setattr: HashMap<u64, usize>,
+    /// An estimate of what `pending` holds, in bytes (see [`PENDING_COMMIT_BYTES`]).
+    pending_bytes: u64,
 }
 
 /// Checkpoint bytes counted per inode when [`StatFs::files_free`] is estimated: an empty
@@ -352,6 +365,15 @@ fn growth(r: &Record) -> u64 {
         Record::DirHome { .. } => 8,
         _ => 0,
     }
+}
+
+/// What an xattr of `name` with a value of `value_len` bytes takes of [`XATTR_SPACE`].
+pub fn xattr_entry_bytes(name: &[u8], value_len: usize) -> usize {
+    let short = [&b"user."[..], b"trusted.", b"security.", b"system."]
+        .iter()
+        .find_map(|p| name.strip_prefix(*p))
+        .unwrap_or(name);
+    16 + short.len().next_multiple_of(4) + value_len.next_multiple_of(4)
 }
 
 fn check_name(name: &[u8]) -> Result<(), FsError> {
@@ -523,6 +545,16 @@ impl Inner {
             Record::SetAttr { ino, .. } => self.meta.get(*ino).map(|i| i.attr.size),
             _ => None,
         };
+        // The encoded bytes of the xattr a SetXattr replaces or a RemoveXattr drops (at least
+        // its name and value), so the shard bound follows the set down as well as up.
+        let old_xattr = match &r {
+            Record::SetXattr { ino, name, .. } | Record::RemoveXattr { ino, name } => self
+                .meta
+                .get(*ino)
+                .and_then(|i| i.xattrs.get(name))
+                .map(|v| (name.len() + v.len()) as u64),
+            _ => None,
+        };
         let freed = self.meta.apply(&r).map_err(bug)?;
         for e in freed {
             self.alloc.free(e);
@@ -540,11 +572,22 @@ impl Inner {
             // shard carries (the other records here do not grow the metadata).
             _ => None,
         };
-        let g = growth(&r);
+        let g = match (&r, old_xattr) {
+            // A replaced value grows the shard by what it adds, if anything.
+            (Record::SetXattr { name, value, .. }, Some(old)) => {
+                // (what the value's length prefix may grow by)
+                (value.len() as u64).saturating_sub(old - name.len() as u64) + 4
+            }
+            _ => growth(&r),
+        };
         self.meta_growth += g;
         match node {
             Some(n) => *self.meta_bytes.entry(n).or_default() += g,
             None => self.meta_bytes.values_mut().for_each(|b| *b += g),
+        }
+        if let (Record::RemoveXattr { ino, .. }, Some(old)) = (&r, old_xattr) {
+            let b = self.meta_bytes.entry(self.node_of(*ino)).or_default();
+            *b = b.saturating_sub(old);
         }
         self.gen += 1;
         let gen = self.gen;
@@ -581,6 +624,7 @@ impl Inner {
                         }
                     }
                 }
+                self.queued(160);
                 self.last_setattr.insert(ino, self.pending.len());
                 self.pending.push(Record::SetAttr { ino, attr });
             }
@@ -588,10 +632,31 @@ impl Inner {
                 if let Record::NewInode { ino, .. } | Record::DelInode { ino } = &r {
                     self.last_setattr.remove(ino);
                 }
+                self.queued(
+                    64 + match &r {
+                        Record::NewInode { target, .. } => {
+                            96 + target.as_ref().map_or(0, |t| t.len() as u64)
+                        }
+                        Record::DirAdd { name, .. }
+                        | Record::DirRemove { name, .. }
+                        | Record::RemoveXattr { name, .. } => name.len() as u64,
+                        Record::SetXattr { name, value, .. } => (name.len() + value.len()) as u64,
+                        _ => 0,
+                    },
+                );
                 self.pending.push(r);
             }
         }
         Ok(())
+    }
+
+    /// Counts a record of about `bytes` about to be queued in [`Inner::pending_bytes`].
+    fn queued(&mut self, bytes: u64) {
+        if self.pending.is_empty() {
+            // Everything queued before was committed.
+            self.pending_bytes = 0;
+        }
+        self.pending_bytes += bytes;
     }
 
     fn set_attr(&mut self, ino: u64, attr: Attr) -> Result<(), FsError> {
@@ -789,7 +854,7 @@ impl Inner {
 
 /// Writes blocks `(dev, block, data)` merging physically contiguous ones into one write.
 /// The entries of directory `ino` after `cookie` (see [`Fs::readdir`]).
-fn readdir_in(g: &Inner, ino: u64, cookie: u64) -> Result<Vec<DirEntry>, FsError> {
+fn readdir_in(g: &Inner, ino: u64, cookie: u64, limit: usize) -> Result<Vec<DirEntry>, FsError> {
     let i = g.inode(ino)?;
     let d = i.dir.as_ref().ok_or(FsError::NotDir)?;
     let mut out = Vec::new();
@@ -809,15 +874,14 @@ fn readdir_in(g: &Inner, ino: u64, cookie: u64) -> Result<Vec<DirEntry>, FsError
             cookie: 2,
         });
     }
-    for (&ck, name) in d.by_cookie.range(cookie.max(FIRST_COOKIE - 1) + 1..) {
-        if out.len() >= READDIR_BATCH {
+    for (&ck, (name, ino, kind)) in d.by_cookie.range(cookie.max(FIRST_COOKIE - 1) + 1..) {
+        if out.len() >= limit {
             break;
         }
-        let e = d.entries[name];
         out.push(DirEntry {
             name: name.clone(),
-            ino: e.ino,
-            kind: e.kind,
+            ino: *ino,
+            kind: *kind,
             cookie: ck,
         });
     }
@@ -1001,6 +1065,7 @@ impl Fs {
             ordered: false,
             datasync_gen: HashMap::new(),
             last_setattr: HashMap::new(),
+            pending_bytes: 0,
         };
         let mut info = info;
         if !opts.read_only {
@@ -1280,6 +1345,13 @@ impl Fs {
         if self.read_only {
             return Err(FsError::ReadOnly);
         }
+        let g = self.inner.lock();
+        if g.pending_bytes < PENDING_COMMIT_BYTES || g.pending.is_empty() {
+            return Ok(g);
+        }
+        let gen = g.gen;
+        drop(g);
+        self.commit_upto(gen)?;
         Ok(self.inner.lock())
     }
 
@@ -2172,7 +2244,7 @@ impl Fs {
     /// Entries of directory `ino` after `cookie` (0: from the start, with `.` and `..`), at
     /// most [`READDIR_BATCH`]; empty at the end.
     pub fn readdir(&self, ino: u64, cookie: u64) -> Result<Vec<DirEntry>, FsError> {
-        readdir_in(&self.inner.lock(), ino, cookie)
+        readdir_in(&self.inner.lock(), ino, cookie, READDIR_BATCH)
     }
 
     /// [`Fs::readdir`] with every entry's attributes, read under the same lock (for FUSE's
@@ -2185,9 +2257,10 @@ impl Fs {
         limit: usize,
     ) -> Result<Vec<(DirEntry, FileAttr)>, FsError> {
         let g = self.inner.lock();
-        readdir_in(&g, ino, cookie)?
+        // Only the entries asked for: a reply holds few, and each listed entry costs a copy
+        // of its name.
+        readdir_in(&g, ino, cookie, limit.min(READDIR_BATCH))?
             .into_iter()
-            .take(limit)
             .map(|e| {
                 let a = to_attr(e.ino, g.inode(e.ino)?);
                 Ok((e, a))
@@ -2241,6 +2314,16 @@ impl Fs {
         }
         if flags & XATTR_REPLACE != 0 && !exists {
             return Err(FsError::NoAttr);
+        }
+        let set = &g.inode(ino)?.xattrs;
+        let used: usize = set.iter().map(|(n, v)| xattr_entry_bytes(n, v.len())).sum();
+        let old = set
+            .get(name)
+            .map_or(0, |v| xattr_entry_bytes(name, v.len()));
+        let after = used - old + xattr_entry_bytes(name, value.len());
+        // A set already past the bound (made before it existed) may still shrink.
+        if after > XATTR_SPACE && after > used {
+            return Err(FsError::NoSpace);
         }
         g.rec(Record::SetXattr {
             ino,

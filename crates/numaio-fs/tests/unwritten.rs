@@ -348,7 +348,7 @@ fn make_v3(s: &MemStore) {
                     extents: i.extents.clone(),
                     xattrs: i.xattrs.clone(),
                     target: i.target.clone(),
-                    dir: i.dir.clone(),
+                    dir: i.dir.as_deref().cloned(),
                 };
                 (n, i)
             })

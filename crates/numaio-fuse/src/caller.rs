@@ -195,6 +195,12 @@ impl Cache {
 /// How long a serving thread waits for a thread it has not seen before to be looked up;
 /// past that it serves with the fallback (the thread id as process, the serving CPU's node).
 pub const RESOLVE_WAIT: Duration = Duration::from_millis(20);
+/// How long a request that places something (a new inode's metadata, new blocks) waits for
+/// a thread it has not seen before: the resolver's reads give up after
+/// [`PROC_READ_LIMIT`], so this waits for their answer instead of placing by the serving
+/// thread's node, which need not be the requester's. Such requests never come from a
+/// process stuck in exit (the case [`RESOLVE_WAIT`] is short for).
+pub const PLACE_WAIT: Duration = Duration::from_millis(250);
 /// Lookups queued for the resolver at most; more are dropped (served with the fallback).
 const RESOLVE_QUEUE: usize = 1024;
 /// How long the resolver waits for one `/proc/TID` file. A thread whose file does not
@@ -249,7 +255,13 @@ impl CallerNodes {
 
     /// The requester behind thread `tid` (0: unknown, e.g. kernel-initiated writeback).
     pub fn lookup(&self, tid: u32) -> Requester {
-        self.resolve(tid, NODE_TTL, |r| r)
+        self.resolve(tid, NODE_TTL, RESOLVE_WAIT, |r| r)
+    }
+
+    /// [`CallerNodes::lookup`] for a request that places data or metadata: waits up to
+    /// [`PLACE_WAIT`] for a thread not seen before.
+    pub fn lookup_placing(&self, tid: u32) -> Requester {
+        self.resolve(tid, NODE_TTL, PLACE_WAIT, |r| r)
     }
 
     /// The requester behind thread `tid` whose request was issued on `cpu` (the CPU of the
@@ -259,7 +271,7 @@ impl CallerNodes {
         let Some(node) = self.cache.node_of_cpu(cpu) else {
             return self.lookup(tid);
         };
-        self.resolve(tid, PID_TTL, |r| Requester {
+        self.resolve(tid, PID_TTL, RESOLVE_WAIT, |r| Requester {
             node,
             cpu: Some(cpu),
             exact: tid != 0,
@@ -271,6 +283,7 @@ impl CallerNodes {
         &self,
         tid: u32,
         ttl: Duration,
+        wait: Duration,
         adapt: impl Fn(Requester) -> Requester,
     ) -> Requester {
         if tid == 0 {
@@ -286,7 +299,7 @@ impl CallerNodes {
             // Known thread: serve with what is known; the resolver refreshes it.
             return adapt(r);
         }
-        let deadline = now + RESOLVE_WAIT;
+        let deadline = now + wait;
         let (m, cv) = &*self.done;
         let mut g = lock(m);
         loop {
@@ -520,6 +533,26 @@ mod tests {
             assert!(t.elapsed() < Duration::from_secs(5));
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+
+    fn stat_in_60ms(_: u32) -> Option<(u32, u64)> {
+        std::thread::sleep(Duration::from_millis(60));
+        Some((1, 1))
+    }
+
+    /// A new thread whose /proc answer takes longer than [`RESOLVE_WAIT`]: an ordinary
+    /// request is served with the fallback, one that places data or metadata waits for the
+    /// thread's own node.
+    #[test]
+    fn placing_requests_wait_for_a_new_threads_node() {
+        let c = CallerNodes::with_reads([(0, 0), (1, 1)].into_iter(), (stat_in_60ms, |_| Some(5)));
+        let r = c.lookup(101);
+        assert!(!r.exact, "{r:?}");
+        let t = Instant::now();
+        let r = c.lookup_placing(202);
+        assert!(r.exact, "{r:?}");
+        assert_eq!((r.node, r.pid), (1, 5));
+        assert!(t.elapsed() < PLACE_WAIT, "{:?}", t.elapsed());
     }
 
     #[test]

@@ -7,6 +7,7 @@
 
 pub mod accounting;
 pub mod caller;
+pub mod memory;
 pub mod move_work;
 pub mod observer;
 pub mod readahead;
@@ -46,8 +47,17 @@ pub(crate) const TTL: Duration = Duration::from_secs(60);
 pub(crate) const OPEN_FLAGS: FopenFlags =
     FopenFlags::FOPEN_KEEP_CACHE.union(FopenFlags::FOPEN_NOFLUSH);
 
-/// Entries a classic readdirplus reply holds at most: fuser does not tell the handler the
-/// kernel's buffer size, and a page holds about 25 entries with attributes.
+/// Directories are opened with the kernel's readdir cache on and kept across opens: every
+/// change to a directory passes through this mount, whose kernel then drops the cached
+/// listing, so a listing repeated while nothing changed is answered by the kernel (no
+/// request, getdents filled as on a local file system).
+pub(crate) const DIR_OPEN_FLAGS: FopenFlags =
+    FopenFlags::FOPEN_CACHE_DIR.union(FopenFlags::FOPEN_KEEP_CACHE);
+
+/// Entries with attributes fetched from `Fs` at a time for a classic readdirplus reply:
+/// fuser does not tell the handler the kernel's buffer size, so batches are fetched until
+/// the reply is full (a page holds about 25 entries with attributes; only the last batch's
+/// overflow is looked up in vain).
 const READDIRPLUS_BATCH: usize = 64;
 
 /// Bytes of the smallest readdirplus record (`fuse_entry_out`, `fuse_dirent`, a 1-byte name,
@@ -65,6 +75,74 @@ pub(crate) fn readdirplus_batch(
     limit: usize,
 ) -> Result<Vec<(numaio_fs::DirEntry, numaio_fs::FileAttr)>, FsError> {
     fs.readdir_plus(ino, offset, limit.max(1))
+}
+
+/// Lists directory `ino` after `offset` into one reply: `add` takes an entry and returns
+/// true when the reply is full (that entry not added). Batches are fetched from `Fs` until
+/// the reply is full or the directory ends, so every reply but the last is full: a listing
+/// costs the kernel as few requests (and getdents calls) as its bytes need. An error after
+/// the first batch ends the reply with what it holds; the next request reports it.
+pub(crate) fn fill_readdir(
+    fs: &Fs,
+    ino: u64,
+    offset: u64,
+    mut add: impl FnMut(&numaio_fs::DirEntry) -> bool,
+) -> Result<(), FsError> {
+    let mut cookie = offset;
+    let mut first = true;
+    loop {
+        let list = match fs.readdir(ino, cookie) {
+            Ok(l) => l,
+            Err(e) if first => return Err(e),
+            Err(_) => return Ok(()),
+        };
+        first = false;
+        let Some(last) = list.last() else {
+            return Ok(());
+        };
+        let next = last.cookie;
+        for e in &list {
+            if add(e) {
+                return Ok(());
+            }
+        }
+        cookie = next;
+    }
+}
+
+/// [`fill_readdir`] with attributes: `room` says how many more entries the reply can hold
+/// at most (so no attributes are looked up in vain), `add` as there.
+pub(crate) fn fill_readdirplus(
+    fs: &Fs,
+    ino: u64,
+    offset: u64,
+    mut room: impl FnMut() -> usize,
+    mut add: impl FnMut(&numaio_fs::DirEntry, &numaio_fs::FileAttr) -> bool,
+) -> Result<(), FsError> {
+    let mut cookie = offset;
+    let mut first = true;
+    loop {
+        let limit = room();
+        if limit == 0 {
+            return Ok(());
+        }
+        let list = match readdirplus_batch(fs, ino, cookie, limit) {
+            Ok(l) => l,
+            Err(e) if first => return Err(e),
+            Err(_) => return Ok(()),
+        };
+        first = false;
+        let Some((last, _)) = list.last() else {
+            return Ok(());
+        };
+        let next = last.cookie;
+        for (e, a) in &list {
+            if add(e, a) {
+                return Ok(());
+            }
+        }
+        cookie = next;
+    }
 }
 
 /// A lookup's outcome for either transport: `Ok(None)` for a missing name, which is
@@ -205,6 +283,11 @@ impl NumaFs {
 
     fn caller(&self, req: &Request) -> Caller {
         self.caller_of(req.pid(), req.uid(), req.gid())
+    }
+
+    /// The caller of a request that places a new inode's metadata or new blocks by its node.
+    fn placing_caller(&self, req: &Request) -> Caller {
+        Observer::caller(&self.obs.requester_placing(req.pid()), req.uid(), req.gid())
     }
 
     fn account(
@@ -479,9 +562,12 @@ impl Filesystem for NumaFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        let r = self
-            .fs()
-            .mkdir(parent.0, name.as_bytes(), mode & !umask, &self.caller(req));
+        let r = self.fs().mkdir(
+            parent.0,
+            name.as_bytes(),
+            mode & !umask,
+            &self.placing_caller(req),
+        );
         entry(reply, self.obs.entry_ttl(), r)
     }
 
@@ -508,7 +594,7 @@ impl Filesystem for NumaFs {
             name.as_bytes(),
             k,
             mode & !umask & 0o7777,
-            &self.caller(req),
+            &self.placing_caller(req),
         );
         entry(reply, self.obs.entry_ttl(), r)
     }
@@ -543,7 +629,7 @@ impl Filesystem for NumaFs {
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         match opendir_check(self.fs(), &self.obs, ino.0, &self.caller(req)) {
-            Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Ok(()) => reply.opened(FileHandle(0), DIR_OPEN_FLAGS),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -560,7 +646,12 @@ impl Filesystem for NumaFs {
     ) {
         let r = self
             .fs()
-            .create(parent.0, name.as_bytes(), mode & !umask, &self.caller(req))
+            .create(
+                parent.0,
+                name.as_bytes(),
+                mode & !umask,
+                &self.placing_caller(req),
+            )
             .and_then(|a| self.fs().open(a.ino).map(|()| a));
         match r {
             Ok(a) => reply.created(
@@ -614,7 +705,7 @@ impl Filesystem for NumaFs {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyWrite,
     ) {
-        let r = self.requester(req.pid());
+        let r = self.obs.requester_placing(req.pid());
         let c = Observer::caller(&r, req.uid(), req.gid());
         match self.fs().write(ino.0, offset, data, &c) {
             Ok(n) => {
@@ -668,20 +759,17 @@ impl Filesystem for NumaFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        match self.fs().readdir(ino.0, offset) {
-            Ok(list) => {
-                for e in list {
-                    if reply.add(
-                        INodeNo(e.ino),
-                        e.cookie,
-                        kind(e.kind),
-                        OsStr::from_bytes(&e.name),
-                    ) {
-                        break;
-                    }
-                }
-                reply.ok()
-            }
+        self.obs.note_listing(None);
+        let r = fill_readdir(self.fs(), ino.0, offset, |e| {
+            reply.add(
+                INodeNo(e.ino),
+                e.cookie,
+                kind(e.kind),
+                OsStr::from_bytes(&e.name),
+            )
+        });
+        match r {
+            Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -695,23 +783,25 @@ impl Filesystem for NumaFs {
         mut reply: fuser::ReplyDirectoryPlus,
     ) {
         let ttl = self.obs.entry_ttl();
-        match readdirplus_batch(self.fs(), ino.0, offset, READDIRPLUS_BATCH) {
-            Ok(list) => {
-                for (e, a) in list {
-                    let name = OsStr::from_bytes(&e.name);
-                    if reply.add(
-                        INodeNo(e.ino),
-                        e.cookie,
-                        name,
-                        &ttl,
-                        &attr(&a),
-                        Generation(0),
-                    ) {
-                        break;
-                    }
-                }
-                reply.ok()
-            }
+        self.obs.note_listing(None);
+        let r = fill_readdirplus(
+            self.fs(),
+            ino.0,
+            offset,
+            || READDIRPLUS_BATCH,
+            |e, a| {
+                reply.add(
+                    INodeNo(e.ino),
+                    e.cookie,
+                    OsStr::from_bytes(&e.name),
+                    &ttl,
+                    &attr(a),
+                    Generation(0),
+                )
+            },
+        );
+        match r {
+            Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -766,7 +856,7 @@ impl Filesystem for NumaFs {
             parent.0,
             link_name.as_bytes(),
             target.as_os_str().as_bytes(),
-            &self.caller(req),
+            &self.placing_caller(req),
         );
         entry(reply, self.obs.entry_ttl(), r)
     }
@@ -906,9 +996,13 @@ impl Filesystem for NumaFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        let r = self
-            .fs()
-            .fallocate(ino.0, offset, length, mode as u32, &self.caller(req));
+        let r = self.fs().fallocate(
+            ino.0,
+            offset,
+            length,
+            mode as u32,
+            &self.placing_caller(req),
+        );
         empty(reply, r)
     }
 

@@ -4,7 +4,7 @@
 
 use crate::{accounting, caller, move_work, stats};
 use numaio_fs::{Caller, Fs};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -15,6 +15,10 @@ pub struct Observer {
     mover: OnceLock<move_work::ThreadMover>,
     mountpoint: OnceLock<String>,
     server_checks: AtomicBool,
+    /// READDIR and READDIRPLUS requests served, in either transport.
+    listings: AtomicU64,
+    /// The largest reply buffer such a request asked for, where the transport says.
+    listing_size: AtomicU64,
 }
 
 impl Default for Observer {
@@ -31,6 +35,8 @@ impl Observer {
             mover: OnceLock::new(),
             mountpoint: OnceLock::new(),
             server_checks: AtomicBool::new(false),
+            listings: AtomicU64::new(0),
+            listing_size: AtomicU64::new(0),
         }
     }
 
@@ -85,6 +91,13 @@ impl Observer {
         self.callers.lookup(tid)
     }
 
+    /// [`Observer::requester`] for a request that places data or metadata (create, mkdir,
+    /// mknod, symlink, write, fallocate): a thread not seen before is waited for longer, so
+    /// its first request is placed by its own node, not the serving thread's.
+    pub fn requester_placing(&self, tid: u32) -> caller::Requester {
+        self.callers.lookup_placing(tid)
+    }
+
     /// The requester behind a request from thread `tid` that arrived on the io_uring queue
     /// of `cpu`: the kernel queues a request on the queue of the CPU that issued it, so that
     /// CPU's node is the caller's and /proc is read only now and then, for the process.
@@ -124,6 +137,24 @@ impl Observer {
                 }
             }
         }
+    }
+
+    /// Counts one READDIR or READDIRPLUS request, and the reply size it asked for where the
+    /// transport knows it (fuser does not tell the classic handlers).
+    pub fn note_listing(&self, size: Option<u32>) {
+        self.listings.fetch_add(1, Ordering::Relaxed);
+        if let Some(s) = size {
+            self.listing_size.fetch_max(u64::from(s), Ordering::Relaxed);
+        }
+    }
+
+    /// READDIR and READDIRPLUS requests served so far, and the largest reply size one asked
+    /// for (0 when no transport said).
+    pub fn listings(&self) -> (u64, u64) {
+        (
+            self.listings.load(Ordering::Relaxed),
+            self.listing_size.load(Ordering::Relaxed),
+        )
     }
 
     /// Whether `name` on `ino` is the virtual statistics xattr.

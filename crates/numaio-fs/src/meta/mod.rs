@@ -121,8 +121,10 @@ pub struct Entry {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Dir {
     pub entries: HashMap<Vec<u8>, Entry>,
+    /// cookie → (name, inode, kind): a listing reads this alone, without hashing every
+    /// name to find its entry.
     #[serde(skip)]
-    pub by_cookie: BTreeMap<u64, Vec<u8>>,
+    pub by_cookie: BTreeMap<u64, (Vec<u8>, u64, Kind)>,
     pub next_cookie: u64,
 }
 
@@ -143,7 +145,9 @@ pub struct Inode {
     pub extents: BTreeMap<u64, Extent>,
     pub xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
     pub target: Option<Vec<u8>>,
-    pub dir: Option<Dir>,
+    /// Boxed: most inodes are not directories, and an unboxed table would make every inode
+    /// 72 bytes larger (encoded the same).
+    pub dir: Option<Box<Dir>>,
     /// Logical runs `start → length` of mapped blocks that are allocated but never written
     /// (fallocate, zero range): they read as zeros and are holes to SEEK_DATA/SEEK_HOLE.
     /// Disjoint, never adjacent, and always inside `extents`.
@@ -312,10 +316,10 @@ impl Meta {
                 extents: BTreeMap::new(),
                 xattrs: BTreeMap::new(),
                 target: None,
-                dir: Some(Dir {
+                dir: Some(Box::new(Dir {
                     next_cookie: FIRST_COOKIE,
                     ..Dir::default()
-                }),
+                })),
                 unwritten: BTreeMap::new(),
             },
         );
@@ -333,7 +337,7 @@ impl Meta {
                 d.by_cookie = d
                     .entries
                     .iter()
-                    .map(|(n, e)| (e.cookie, n.clone()))
+                    .map(|(n, e)| (e.cookie, (n.clone(), e.ino, e.kind)))
                     .collect();
             }
         }
@@ -390,7 +394,7 @@ impl Meta {
     fn dir_mut(&mut self, ino: u64) -> Result<&mut Dir, String> {
         self.inode_mut(ino)?
             .dir
-            .as_mut()
+            .as_deref_mut()
             .ok_or_else(|| format!("inode {ino} is not a directory"))
     }
 
@@ -402,9 +406,11 @@ impl Meta {
                 if self.inodes.contains_key(ino) || *ino == 0 || *ino == u64::MAX {
                     return Err(format!("inode {ino} created twice"));
                 }
-                let dir = (attr.kind == Kind::Dir).then(|| Dir {
-                    next_cookie: FIRST_COOKIE,
-                    ..Dir::default()
+                let dir = (attr.kind == Kind::Dir).then(|| {
+                    Box::new(Dir {
+                        next_cookie: FIRST_COOKIE,
+                        ..Dir::default()
+                    })
                 });
                 self.inodes.insert(
                     *ino,
@@ -489,7 +495,7 @@ impl Meta {
                         cookie,
                     },
                 );
-                d.by_cookie.insert(cookie, name.clone());
+                d.by_cookie.insert(cookie, (name.clone(), *ino, *kind));
                 Ok(Vec::new())
             }
             Record::DirRemove { dir, name } => {
@@ -499,6 +505,12 @@ impl Meta {
                     .remove(name)
                     .ok_or_else(|| format!("directory {dir}: missing entry removed"))?;
                 d.by_cookie.remove(&e.cookie);
+                // A hash table never shrinks by itself: a directory emptied of many entries
+                // would keep their table. Halving it once it is a quarter full keeps the
+                // work amortised.
+                if d.entries.capacity() > 64 && d.entries.len() < d.entries.capacity() / 4 {
+                    d.entries.shrink_to(d.entries.len() * 2);
+                }
                 Ok(Vec::new())
             }
             Record::SetXattr { ino, name, value } => {

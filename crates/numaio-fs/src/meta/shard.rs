@@ -62,7 +62,7 @@ impl From<ShardV3> for Shard {
                     extents: i.extents,
                     xattrs: i.xattrs,
                     target: i.target,
-                    dir: i.dir,
+                    dir: i.dir.map(Box::new),
                     unwritten: BTreeMap::new(),
                 };
                 (ino, i)

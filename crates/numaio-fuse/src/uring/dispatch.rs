@@ -124,7 +124,7 @@ pub fn dispatch(
         }
         op::OPENDIR => {
             crate::opendir_check(fs, obs, ino, &c).map_err(errno)?;
-            opened(payload, 0)
+            opened(payload, crate::DIR_OPEN_FLAGS.bits())
         }
         op::READ => {
             let (offset, size) = (abi::u64_at(op_in, 8), abi::u32_at(op_in, 16) as usize);
@@ -213,13 +213,13 @@ pub fn dispatch(
         }
         op::READDIR => {
             let (offset, size) = (abi::u64_at(op_in, 8), abi::u32_at(op_in, 16) as usize);
-            let list = fs.readdir(ino, offset).map_err(errno)?;
+            obs.note_listing(Some(size as u32));
             let cap = size.min(payload.len());
             let mut o = Out::new(&mut payload[..cap]);
-            for e in list {
+            crate::fill_readdir(fs, ino, offset, |e| {
                 let rec = (abi::DIRENT_SZ + e.name.len()).next_multiple_of(8);
                 if rec > o.room() {
-                    break;
+                    return true;
                 }
                 o.u64(e.ino)
                     .u64(e.cookie)
@@ -227,30 +227,44 @@ pub fn dispatch(
                     .u32(mode_bits(e.kind) >> 12)
                     .bytes(&e.name)
                     .zeros(rec - abi::DIRENT_SZ - e.name.len());
-            }
+                false
+            })
+            .map_err(errno)?;
             Ok(o.written())
         }
         op::READDIRPLUS => {
             let (offset, size) = (abi::u64_at(op_in, 8), abi::u32_at(op_in, 16) as usize);
+            obs.note_listing(Some(size as u32));
             let cap = size.min(payload.len());
-            let list = crate::readdirplus_batch(fs, ino, offset, cap / crate::DIRENTPLUS_MIN)
-                .map_err(errno)?;
-            let mut o = Out::new(&mut payload[..cap]);
-            for (e, a) in list {
-                // fuse_direntplus: fuse_entry_out, then fuse_dirent, padded to 8 bytes.
-                let rec = (abi::ENTRY_OUT_SZ + abi::DIRENT_SZ + e.name.len()).next_multiple_of(8);
-                if rec > o.room() {
-                    break;
-                }
-                put_entry(&mut o, &a, ttl);
-                o.u64(e.ino)
-                    .u64(e.cookie)
-                    .u32(e.name.len() as u32)
-                    .u32(mode_bits(e.kind) >> 12)
-                    .bytes(&e.name)
-                    .zeros(rec - abi::ENTRY_OUT_SZ - abi::DIRENT_SZ - e.name.len());
-            }
-            Ok(o.written())
+            let o = std::cell::RefCell::new(Out::new(&mut payload[..cap]));
+            crate::fill_readdirplus(
+                fs,
+                ino,
+                offset,
+                // What the rest of the buffer can hold at most, so no attributes are looked
+                // up in vain.
+                || o.borrow().room() / crate::DIRENTPLUS_MIN,
+                |e, a| {
+                    let mut o = o.borrow_mut();
+                    // fuse_direntplus: fuse_entry_out, then fuse_dirent, padded to 8 bytes.
+                    let rec =
+                        (abi::ENTRY_OUT_SZ + abi::DIRENT_SZ + e.name.len()).next_multiple_of(8);
+                    if rec > o.room() {
+                        return true;
+                    }
+                    put_entry(&mut o, a, ttl);
+                    o.u64(e.ino)
+                        .u64(e.cookie)
+                        .u32(e.name.len() as u32)
+                        .u32(mode_bits(e.kind) >> 12)
+                        .bytes(&e.name)
+                        .zeros(rec - abi::ENTRY_OUT_SZ - abi::DIRENT_SZ - e.name.len());
+                    false
+                },
+            )
+            .map_err(errno)?;
+            let written = o.borrow().written();
+            Ok(written)
         }
         op::FALLOCATE => {
             let (offset, length, mode) = (

@@ -99,6 +99,10 @@ pub fn probe_ring() -> io::Result<()> {
 pub struct RequestCounts {
     pub classic: u64,
     pub io_uring: u64,
+    /// Of those, READDIR and READDIRPLUS requests (either transport).
+    pub listings: u64,
+    /// The largest reply buffer a listing request asked for (io_uring only; 0 classic).
+    pub listing_size: u64,
 }
 
 /// The transport state a mount shares between the fuser adapter and the ring workers.
@@ -126,7 +130,7 @@ struct Running {
 impl Transport {
     pub(crate) fn new(fs: Arc<Fs>, obs: Arc<Observer>, want_uring: bool) -> Transport {
         let queues = possible_cpus().len();
-        Transport(Arc::new(Shared {
+        let t = Transport(Arc::new(Shared {
             want_uring,
             negotiated: AtomicBool::new(false),
             payload_sz: AtomicU64::new(0),
@@ -137,7 +141,15 @@ impl Transport {
             fs: Mutex::new(Some(fs)),
             obs,
             running: Mutex::new(None),
-        }))
+        }));
+        let shared = Arc::downgrade(&t.0);
+        crate::memory::spawn_trimmer(move || {
+            shared.upgrade().map(|s| {
+                let r = Transport(s).requests();
+                r.classic + r.io_uring
+            })
+        });
+        t
     }
 
     /// Sets the ring entries per queue (clamped to 1..=64) for rings started after this.
@@ -189,6 +201,8 @@ impl Transport {
                 .iter()
                 .map(|c| c.0.load(Ordering::Relaxed))
                 .sum(),
+            listings: self.0.obs.listings().0,
+            listing_size: self.0.obs.listings().1,
         }
     }
 
