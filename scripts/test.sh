@@ -54,11 +54,12 @@ fi
 # docs/fuzzing.md for the longer runs).
 step fuzz     env FUZZ_REQUIRED=1 FUZZ_SEED=1 FUZZ_RUNS=50000 bash scripts/fuzz.sh 60
 # External file-system suites through `numaio mount` (pjdfstest with the kernel's and with the
-# server's permission checks, fsx plain/mmap/O_DIRECT, fio verify across a remount), bounded;
-# the long run is documented in docs/fs-conformance.md.
+# server's permission checks, fsx plain/mmap/O_DIRECT, fio verify across a remount, and
+# stress-ng's 18 file-system stressors for 10 s each), bounded; the long run is documented in
+# docs/fs-conformance.md.
 # Needs root, /dev/fuse and NUMAIO_CONFORMANCE=1 bash scripts/setup.sh (.ci/run sets it).
 if command -v pjdfstest >/dev/null || [ -x "$HOME/.cargo/bin/pjdfstest" ]; then
-    step fsconf   bash scripts/fs-conformance.sh --target numaio --fsx-ops 20000 --fsx-seeds 1,2 --verify-size 16m --steps pjdfstest,fsx,fio-verify
+    step fsconf   bash scripts/fs-conformance.sh --target numaio --fsx-ops 20000 --fsx-seeds 1,2 --verify-size 16m --steps pjdfstest,fsx,fio-verify,stress-ng
 else
     echo "SKIPPED: fsconf step: needs pjdfstest and fsx (NUMAIO_CONFORMANCE=1 bash scripts/setup.sh)" | tee -a "$NUMAIO_SKIP_LOG"
     [ -n "${CI:-}" ] && { names+=(fsconf); results+=(FAIL); times+=(0); }
