@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The engine as an embedder gets it: packages numaio-sys and numaio-engine (`cargo package`,
-# which builds each packaged crate, its tests included, against the other's package), then
+# The engine as an embedder gets it: packages numaio-testkit, numaio-sys and numaio-engine
+# (`cargo package`, which builds each packaged crate, its tests included, against the others'
+# packages), then
 # builds and runs a small program in a new crate outside the workspace that depends on the
 # unpacked packages only: opens a file, writes, reads back, closes, and checks the bytes.
 # Exit 0 when all of that worked.
@@ -10,12 +11,13 @@ cd "$(dirname "$0")/.."
 say() { printf '[package-check] %s\n' "$*"; }
 
 target="${CARGO_TARGET_DIR:-$PWD/target}"
-say "cargo package -p numaio-sys -p numaio-engine"
-cargo package --quiet --allow-dirty -p numaio-sys -p numaio-engine
+say "cargo package -p numaio-testkit -p numaio-sys -p numaio-engine"
+cargo package --quiet --allow-dirty -p numaio-testkit -p numaio-sys -p numaio-engine
 version="$(cargo pkgid -p numaio-engine | sed 's/.*[#@]//')"
 sys_version="$(cargo pkgid -p numaio-sys | sed 's/.*[#@]//')"
+kit_version="$(cargo pkgid -p numaio-testkit | sed 's/.*[#@]//')"
 pkg="$target/package"
-for c in "numaio-engine-$version" "numaio-sys-$sys_version"; do
+for c in "numaio-engine-$version" "numaio-sys-$sys_version" "numaio-testkit-$kit_version"; do
     [ -f "$pkg/$c.crate" ] || { echo "[package-check] ERROR: $pkg/$c.crate was not made" >&2; exit 1; }
 done
 
@@ -24,6 +26,13 @@ trap 'rm -rf "$work"' EXIT
 # Unpack the .crate files themselves, so nothing of the workspace can leak in.
 tar -xzf "$pkg/numaio-engine-$version.crate" -C "$work"
 tar -xzf "$pkg/numaio-sys-$sys_version.crate" -C "$work"
+tar -xzf "$pkg/numaio-testkit-$kit_version.crate" -C "$work"
+# The packaged tests build against the other packages (cargo package itself builds the
+# libraries only).
+say "building numaio-engine's packaged tests"
+CARGO_TARGET_DIR="$work/target" cargo test --quiet --no-run --manifest-path "$work/numaio-engine-$version/Cargo.toml" \
+    --config "patch.crates-io.numaio-sys.path=\"$work/numaio-sys-$sys_version\"" \
+    --config "patch.crates-io.numaio-testkit.path=\"$work/numaio-testkit-$kit_version\""
 mkdir -p "$work/user/src"
 cat > "$work/user/Cargo.toml" <<TOML
 [package]

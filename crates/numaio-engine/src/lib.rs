@@ -35,10 +35,6 @@
 //! # Ok::<(), numaio_engine::EngineError>(())
 //! ```
 
-#[cfg(test)]
-#[macro_use]
-mod test_skip;
-
 pub mod accounting;
 mod aio;
 mod arena;

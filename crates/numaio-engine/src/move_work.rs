@@ -570,7 +570,7 @@ mod tests {
     #[test]
     fn migrate_moves_the_thread() {
         let Some(nc) = two_nodes() else {
-            skip!(crate::test_skip::TWO_CPUS);
+            numaio_testkit::skip!(numaio_testkit::needs::TWO_CPUS);
         };
         std::thread::spawn(move || {
             for node in [1u32, 0, 1] {
@@ -596,7 +596,7 @@ mod tests {
     fn mover_migrates_with_hysteresis() {
         use crate::{AccessCtx, AccessHook, FileId};
         let Some(nc) = two_nodes() else {
-            skip!(crate::test_skip::TWO_CPUS);
+            numaio_testkit::skip!(numaio_testkit::needs::TWO_CPUS);
         };
         std::thread::spawn(move || {
             migrate_current_thread(&nc, 0, false).unwrap();
@@ -618,7 +618,7 @@ mod tests {
     fn first_reader_mode_moves_later_readers() {
         use crate::{AccessCtx, AccessHook, FileId};
         let Some(nc) = two_nodes() else {
-            skip!(crate::test_skip::TWO_CPUS);
+            numaio_testkit::skip!(numaio_testkit::needs::TWO_CPUS);
         };
         let h = Arc::new(hook(
             &nc,
@@ -646,7 +646,7 @@ mod tests {
     #[test]
     fn forward_runs_on_the_node_and_borrows() {
         let Some(nc) = two_nodes() else {
-            skip!(crate::test_skip::TWO_CPUS);
+            numaio_testkit::skip!(numaio_testkit::needs::TWO_CPUS);
         };
         let f = Forwarder::new(&nc, &[0, 1], 1, 4).unwrap();
         let src = vec![7u8; 4096];
@@ -674,7 +674,7 @@ mod tests {
     #[test]
     fn forward_many_concurrent() {
         let Some(nc) = two_nodes() else {
-            skip!(crate::test_skip::TWO_CPUS);
+            numaio_testkit::skip!(numaio_testkit::needs::TWO_CPUS);
         };
         let f = Arc::new(Forwarder::new(&nc, &[0, 1], 2, 2).unwrap());
         let hs: Vec<_> = (0..4)
@@ -699,7 +699,7 @@ mod tests {
         use crate::accounting::Accounting;
         use crate::{AccessCtx, AccessHook, FileId};
         let Some(nc) = two_nodes() else {
-            skip!(crate::test_skip::TWO_CPUS);
+            numaio_testkit::skip!(numaio_testkit::needs::TWO_CPUS);
         };
         std::thread::spawn(move || {
             migrate_current_thread(&nc, 0, false).unwrap();

@@ -227,7 +227,7 @@ mod tests {
     #[test]
     fn batch_run_reports_every_request_including_errors() {
         if let Err(e) = UringBackend::probe() {
-            skip!(crate::test_skip::IO_URING, "{e}");
+            numaio_testkit::skip!(numaio_testkit::needs::IO_URING, "{e}");
         }
         let f = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(f.path(), vec![5u8; 8192]).unwrap();
