@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The engine as an embedder gets it: packages numaio-testkit, numaio-sys and numaio-engine
-# (`cargo package`, which builds each packaged crate, its tests included, against the others'
-# packages), then
+# The engine as an embedder gets it: packages every library crate (`cargo package`, which
+# builds each packaged library against the others' packages), builds numaio-engine's
+# packaged tests against the packages, then
 # builds and runs a small program in a new crate outside the workspace that depends on the
 # unpacked packages only: opens a file, writes, reads back, closes, and checks the bytes.
 # Exit 0 when all of that worked.
@@ -11,8 +11,11 @@ cd "$(dirname "$0")/.."
 say() { printf '[package-check] %s\n' "$*"; }
 
 target="${CARGO_TARGET_DIR:-$PWD/target}"
-say "cargo package -p numaio-testkit -p numaio-sys -p numaio-engine"
-cargo package --quiet --allow-dirty -p numaio-testkit -p numaio-sys -p numaio-engine
+# Every library crate packages and its package builds (cargo package verifies each against
+# the others' packages); the binaries (numaio, numaio-lab) are not published.
+libs=(numaio-testkit numaio-sys numaio-engine numaio-proc numaio-pagecache numaio-model numaio-cli-support numaio-fs numaio-fuse)
+say "cargo package ${libs[*]}"
+cargo package --quiet --allow-dirty "${libs[@]/#/-p}"
 version="$(cargo pkgid -p numaio-engine | sed 's/.*[#@]//')"
 sys_version="$(cargo pkgid -p numaio-sys | sed 's/.*[#@]//')"
 kit_version="$(cargo pkgid -p numaio-testkit | sed 's/.*[#@]//')"

@@ -35,8 +35,8 @@ step deb      bash scripts/test-deb.sh
 # The advisor's Python side (a venv in .venv/); `numaio advise`'s end-to-end test needs it.
 step pysetup  bash scripts/setup-python.sh
 step unit     cargo test --workspace --no-fail-fast
-# The engine as an embedder gets it: cargo package of numaio-sys and numaio-engine (their
-# packaged tests build), and a new crate depending only on the packages builds and runs.
+# Every library crate packages (cargo package builds each package against the others'), the
+# engine's packaged tests build, and a new crate depending only on the packages builds and runs.
 step package  bash scripts/package-check.sh
 step pytest   .venv/bin/python -m pytest -q -rs python/tests
 # loom models (the real index, and write-back + fsync + pwrite on one block) need --cfg numaio_loom,
