@@ -148,6 +148,11 @@ impl From<io::Error> for EngineError {
             if let Some(inner) = e.into_inner() {
                 if let Ok(r) = inner.downcast::<ReadFailed>() {
                     let ReadFailed { path, source } = *r;
+                    // A read ended by the engine itself (shut down while in flight) is that
+                    // error, not a failure of the file.
+                    if source.get_ref().is_some_and(|i| i.is::<EngineError>()) {
+                        return EngineError::from(source);
+                    }
                     return EngineError::os("read of", &path, source);
                 }
             }
