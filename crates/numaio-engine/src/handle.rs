@@ -175,6 +175,24 @@ fn views<'s>(
     })
 }
 
+/// The bytes of [`views`] as shared slices of the cache buffers.
+///
+/// # Safety
+/// Every block of `segs` must stay pinned for `'s`, and nothing may write to the range
+/// through another view meanwhile.
+unsafe fn read_views<'s>(
+    inner: &'s Inner,
+    segs: &'s [Seg],
+    start: usize,
+    len: usize,
+) -> impl Iterator<Item = &'s [u8]> + 's {
+    views(inner, segs, start, len).map(move |(s, st, k)| {
+        let p = inner.slices[s.slice as usize].buf_ptr(s.slot);
+        // SAFETY: the slot is pinned for `'s` (the caller's promise); `st + k <= bs`.
+        unsafe { std::slice::from_raw_parts(p.add(st), k) }
+    })
+}
+
 impl<'a> Pinned<'a> {
     /// Pinned blocks handed over by a request that pinned them.
     pub(crate) fn from_segs(h: &'a FileHandle, segs: Segs, off: u64, len: usize) -> Self {
@@ -195,12 +213,8 @@ impl<'a> Pinned<'a> {
     }
     /// The requested bytes, as one slice per cache block.
     pub fn segments(&self) -> impl Iterator<Item = &[u8]> + '_ {
-        let inner = &*self.h.inner;
-        views(inner, &self.segs, self.start, self.len).map(move |(s, st, k)| {
-            let p = inner.slices[s.slice as usize].buf_ptr(s.slot);
-            // SAFETY: the slot is pinned for the lifetime of `self`; `st + k <= bs`.
-            unsafe { std::slice::from_raw_parts(p.add(st), k) }
-        })
+        // SAFETY: `self` holds the pins of `segs` for as long as it is borrowed.
+        unsafe { read_views(&self.h.inner, &self.segs, self.start, self.len) }
     }
     /// The requested bytes as one slice, if they lie in one cache block (a range within a
     /// block always does); `None` if they span several.
@@ -269,12 +283,8 @@ impl PinnedMut<'_> {
     }
     /// The bytes of the range (as changed so far), one slice per cache block.
     pub fn segments(&self) -> impl Iterator<Item = &[u8]> + '_ {
-        let inner = &*self.h.inner;
-        views(inner, &self.segs, self.start, self.len).map(move |(s, st, k)| {
-            let p = inner.slices[s.slice as usize].buf_ptr(s.slot);
-            // SAFETY: the slot is pinned for the lifetime of `self`; `st + k <= bs`.
-            unsafe { std::slice::from_raw_parts(p.add(st), k) }
-        })
+        // SAFETY: `self` holds the pins of `segs` for as long as it is borrowed.
+        unsafe { read_views(&self.h.inner, &self.segs, self.start, self.len) }
     }
     /// Mutable views of the range, one per cache block.
     pub fn segments_mut(&mut self) -> impl Iterator<Item = &mut [u8]> + '_ {
