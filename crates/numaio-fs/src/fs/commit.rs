@@ -1,0 +1,245 @@
+use super::*;
+
+impl Fs {
+    /// Bytes of the journal in use since the last checkpoint, and its size. A checkpoint
+    /// empties it once more than half is used.
+    pub fn journal_usage(&self) -> (u64, u64) {
+        let g = self.inner.lock();
+        (g.journal.pos, g.journal.capacity())
+    }
+
+    /// Number of commits made durable since mount (tests use it to know what must survive).
+    pub fn commits(&self) -> u64 {
+        self.inner.lock().commits
+    }
+
+    /// How syncs were served since mount (group commits, data-only `fdatasync`).
+    pub fn sync_stats(&self) -> SyncStats {
+        SyncStats {
+            requests: self.sync_requests.load(Ordering::Relaxed),
+            commits: self.commits(),
+            data_only: self.data_only_syncs.load(Ordering::Relaxed),
+            periodic: self.periodic_commits.load(Ordering::Relaxed),
+            for_space: self.space_commits.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Runs `op` (an operation that allocates blocks); when it fails for want of space
+    /// while blocks freed by uncommitted changes wait for a commit, commits (with the
+    /// volume lock released: group commit) and runs it once more.
+    pub(super) fn retry_for_space<T>(
+        &self,
+        op: impl Fn() -> Result<T, FsError>,
+    ) -> Result<T, FsError> {
+        match op() {
+            Err(FsError::NoSpace) => {
+                let (waiting, ticket) = {
+                    let g = self.inner.lock();
+                    (g.alloc.frees_waiting(), g.gen)
+                };
+                if !waiting {
+                    return Err(FsError::NoSpace);
+                }
+                self.space_commits.fetch_add(1, Ordering::Relaxed);
+                self.commit_upto(ticket)?;
+                op()
+            }
+            r => r,
+        }
+    }
+
+    pub(super) fn lock_rw(&self) -> Result<parking_lot::MutexGuard<'_, Inner>, FsError> {
+        if self.read_only {
+            return Err(FsError::ReadOnly);
+        }
+        let g = self.inner.lock();
+        if g.pending_bytes < PENDING_COMMIT_BYTES || g.pending.is_empty() {
+            return Ok(g);
+        }
+        let gen = g.gen;
+        drop(g);
+        self.commit_upto(gen)?;
+        Ok(self.inner.lock())
+    }
+
+    /// Makes everything done so far durable (a global commit, shared with concurrent
+    /// syncs). `datasync` of a file whose size and block map have no change pending only
+    /// syncs the devices holding its blocks: its data is written in place under metadata
+    /// already durable, and fdatasync need not make the times durable.
+    pub fn fsync(&self, ino: u64, datasync: bool) -> Result<(), FsError> {
+        self.sync_requests.fetch_add(1, Ordering::Relaxed);
+        let g = self.inner.lock();
+        let i = g.inode(ino)?;
+        if datasync && !self.read_only {
+            let need = g.datasync_gen.get(&ino).copied().unwrap_or(0);
+            if need <= self.durable_gen.load(Ordering::Acquire) {
+                let devs: BTreeSet<u16> = i.extents.values().map(|e| e.dev).collect();
+                drop(g);
+                for d in devs {
+                    self.store.sync(d)?;
+                }
+                self.data_only_syncs.fetch_add(1, Ordering::Relaxed);
+                return Ok(());
+            }
+        }
+        let ticket = g.gen;
+        drop(g);
+        self.commit_upto(ticket)
+    }
+
+    /// Makes the entries of directory `ino` durable (created, removed and renamed names):
+    /// a global commit like [`Fs::fsync`]. The entries are the directory's data, so there
+    /// is no data-only shortcut.
+    pub fn fsync_dir(&self, ino: u64) -> Result<(), FsError> {
+        if self.getattr(ino)?.kind != Kind::Dir {
+            return Err(FsError::NotDir);
+        }
+        self.fsync(ino, false)
+    }
+
+    /// Makes everything done so far durable.
+    pub fn sync(&self) -> Result<(), FsError> {
+        self.sync_requests.fetch_add(1, Ordering::Relaxed);
+        let ticket = self.inner.lock().gen;
+        self.commit_upto(ticket)
+    }
+}
+
+impl shared::FsCore {
+    /// Commits everything queued unless it is durable already (the periodic commit);
+    /// whether a commit was needed.
+    pub(super) fn commit_all(&self) -> Result<bool, FsError> {
+        let ticket = self.inner.lock().gen;
+        if self.durable_gen.load(Ordering::Acquire) >= ticket {
+            return Ok(false);
+        }
+        self.periodic_commits.fetch_add(1, Ordering::Relaxed);
+        self.commit_upto(ticket)?;
+        Ok(true)
+    }
+
+    /// Commits everything queued with `g` held throughout: at mount and unmount, and for a
+    /// commit that needs a checkpoint (which must see no change after the commit). The
+    /// caller holds `commit_lock` or owns the `Fs` alone.
+    pub(super) fn commit_locked(&self, g: &mut Inner) -> Result<(), FsError> {
+        if self.read_only {
+            return Ok(());
+        }
+        while let Some(&d) = g.data_dirty.first() {
+            self.store.sync(d)?;
+            g.data_dirty.remove(&d);
+        }
+        if !g.pending.is_empty() {
+            let seq = g.journal.seq + 1;
+            let payload = crate::format::encode(&g.pending);
+            if g.journal.fits(payload.len()) {
+                g.journal.append(&*self.store, seq, &payload)?;
+            } else {
+                g.journal.checkpoint(&*self.store, &g.meta, seq)?;
+            }
+            g.pending.clear();
+            g.last_setattr.clear();
+            g.alloc.commit_frees();
+            g.commits += 1;
+            if g.journal.pos > g.journal.capacity() / 2 {
+                // The commit is durable already; a checkpoint that does not fit is retried
+                // at the next commit (which fails with NoSpace only if its record does not
+                // fit the journal either).
+                let inner = &mut *g;
+                match inner.journal.checkpoint(&*self.store, &inner.meta, seq) {
+                    Ok(()) | Err(FsError::NoSpace) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        g.ordered = false;
+        let gen = g.gen;
+        g.datasync_gen.retain(|_, v| *v > gen);
+        self.durable_gen.store(gen, Ordering::Release);
+        Ok(())
+    }
+
+    /// Makes every change up to generation `ticket` durable. One caller at a time writes a
+    /// commit, outside the file system's lock, so operations go on meanwhile; callers that
+    /// arrive during it wait for it and are then covered by it or by the next one, which
+    /// takes everything queued by then: one journal write and device sync for many syncs.
+    pub(super) fn commit_upto(&self, ticket: u64) -> Result<(), FsError> {
+        if self.read_only {
+            return Ok(());
+        }
+        let _writer = self.commit_lock.lock();
+        if self.durable_gen.load(Ordering::Acquire) >= ticket {
+            return Ok(());
+        }
+        let mut g = self.inner.lock();
+        let gen = g.gen;
+        let payload = (!g.pending.is_empty()).then(|| crate::format::encode(&g.pending));
+        if let Some(p) = &payload {
+            let after = g.journal.pos + (crate::format::RECORD_HEADER + p.len()) as u64;
+            if !g.journal.fits(p.len()) || after > g.journal.capacity() / 2 {
+                return self.commit_locked(&mut g);
+            }
+        }
+        let devs: Vec<u16> = std::mem::take(&mut g.data_dirty).into_iter().collect();
+        let ordered = std::mem::take(&mut g.ordered);
+        let records = std::mem::take(&mut g.pending);
+        g.last_setattr.clear();
+        g.alloc.seal_frees();
+        let w = payload.map(|p| g.journal.prepare(g.journal.seq + 1, &p));
+        drop(g);
+        let r = self.write_commit(&devs, ordered, w.as_ref());
+        let mut g = self.inner.lock();
+        match r {
+            Ok(()) => {
+                if let Some(w) = w {
+                    g.journal.finish(w);
+                    g.commits += 1;
+                }
+                g.alloc.commit_sealed_frees();
+                g.datasync_gen.retain(|_, v| *v > gen);
+                self.durable_gen.store(gen, Ordering::Release);
+                Ok(())
+            }
+            Err(e) => {
+                // Nothing of this commit is known durable: queue it again ahead of what
+                // came since, so the next commit writes it.
+                let later = std::mem::replace(&mut g.pending, records);
+                g.pending.extend(later);
+                g.last_setattr.clear();
+                g.data_dirty.extend(devs);
+                g.ordered |= ordered;
+                Err(e)
+            }
+        }
+    }
+
+    /// The device writes of one commit. Ordered data (new blocks, zeroed tails) is synced
+    /// before the journal record that points at it; when there is none, the journal goes
+    /// first and one sync of device 0 covers its data and the record together.
+    fn write_commit(
+        &self,
+        devs: &[u16],
+        ordered: bool,
+        w: Option<&journal::JournalWrite>,
+    ) -> Result<(), FsError> {
+        let Some(w) = w else {
+            for &d in devs {
+                self.store.sync(d)?;
+            }
+            return Ok(());
+        };
+        if ordered {
+            for &d in devs {
+                self.store.sync(d)?;
+            }
+        }
+        self.store.write_at(0, w.offset, &w.buf)?;
+        self.store.sync(0)?;
+        if !ordered {
+            for &d in devs.iter().filter(|&&d| d != 0) {
+                self.store.sync(d)?;
+            }
+        }
+        Ok(())
+    }
+}
