@@ -148,21 +148,67 @@ impl Journal {
         meta: &Meta,
         seq: u64,
     ) -> Result<(), FsError> {
-        let framed = encode_shards(&self.header, meta, seq)?;
+        let w = self.prepare_checkpoint(meta, seq)?;
+        w.write(store)?;
+        self.finish_checkpoint(w);
+        Ok(())
+    }
+
+    /// Encodes `meta` as checkpoint `seq` for the inactive slot, without writing anything:
+    /// a commit encodes under the file system's lock (the metadata must not change while it
+    /// is encoded), then writes with [`CheckpointWrite::write`] outside it and calls
+    /// [`Journal::finish_checkpoint`]. Nothing else may be appended or checkpointed in
+    /// between. [`FsError::NoSpace`] when a node's shard does not fit in a slot.
+    pub fn prepare_checkpoint(&self, meta: &Meta, seq: u64) -> Result<CheckpointWrite, FsError> {
         let slot = 1 - self.active_slot;
-        let mut bytes = 0;
-        for (dev, f) in framed {
-            bytes += f.len() as u64;
-            write_shard(store, &self.header, dev, slot, f)?;
-        }
-        for (_, dev) in self.header.shard_devices() {
-            store.sync(dev)?;
-        }
-        self.active_slot = slot;
+        let shards = encode_shards(&self.header, meta, seq)?;
+        let bytes = shards.iter().map(|(_, f)| f.len() as u64).sum();
+        let bs = BLOCK_SIZE as usize;
+        let shards = shards
+            .into_iter()
+            .map(|(dev, mut f)| {
+                f.resize(f.len().div_ceil(bs) * bs, 0);
+                (dev, self.header.slot_start(dev, slot) * BLOCK_SIZE, f)
+            })
+            .collect();
+        Ok(CheckpointWrite {
+            shards,
+            bytes,
+            slot,
+            seq,
+        })
+    }
+
+    /// Records that the checkpoint `w` is durable: the journal restarts after it.
+    pub fn finish_checkpoint(&mut self, w: CheckpointWrite) {
+        self.active_slot = w.slot;
         self.pos = 0;
         self.tail = vec![0; BLOCK_SIZE as usize];
-        self.seq = seq;
-        self.checkpoint_bytes = bytes;
+        self.seq = w.seq;
+        self.checkpoint_bytes = w.bytes;
+    }
+}
+
+/// One checkpoint's framed shards, ready to write to the inactive slot.
+#[derive(Debug)]
+pub struct CheckpointWrite {
+    /// `(device, byte offset, framed shard padded to whole blocks)`.
+    shards: Vec<(u16, u64, Vec<u8>)>,
+    /// The framed bytes, without the padding.
+    bytes: u64,
+    slot: usize,
+    seq: u64,
+}
+
+impl CheckpointWrite {
+    /// Writes every shard and syncs the devices written.
+    pub fn write(&self, store: &dyn BlockStore) -> Result<(), FsError> {
+        for (dev, at, f) in &self.shards {
+            store.write_at(*dev, *at, f)?;
+        }
+        for (dev, _, _) in &self.shards {
+            store.sync(*dev)?;
+        }
         Ok(())
     }
 }

@@ -66,10 +66,16 @@ impl Fs {
     }
 
     /// Changes mode, owner, size (truncate or extend) and times.
+    ///
+    /// A size change takes the inode's lock exclusively and the gate (it unmaps blocks and
+    /// zeroes a tail on the device, the latter with the volume lock released); the other
+    /// changes only the volume lock.
     pub fn setattr(&self, ino: u64, s: &SetAttr, c: &Caller) -> Result<FileAttr, FsError> {
-        let mut g = self.lock_rw()?;
-        let g = &mut *g;
-        let mut a = g.attr(ino)?;
+        self.writable()?;
+        let _file = s.size.map(|_| self.inodes.write(ino));
+        let _gate = s.size.map(|_| self.gate.read());
+        let mut g = self.inner.lock();
+        let a = g.attr(ino)?;
         let owner = c.uid == 0 || c.uid == a.uid;
         if s.mode.is_some() && !owner {
             return Err(FsError::NotPermitted);
@@ -115,11 +121,17 @@ impl Fs {
                 return Err(FsError::TooBig);
             }
             g.reserve(200, &[ino])?;
+            let mut zeros = Vec::new();
             if size > a.size {
-                self.zero_tail(g, ino, a.size)?;
+                zeros.extend(g.tail_zero(ino, a.size)?);
             }
-            self.truncate(g, ino, size)?;
-            a = g.attr(ino)?;
+            zeros.extend(g.truncate(ino, size)?);
+            g = self.zero_unlocked(g, &zeros)?;
+        }
+        // The attributes as they are now: others may have changed them while the volume
+        // lock was released.
+        let mut a = g.attr(ino)?;
+        if let Some(size) = s.size {
             a.size = size;
             a.mtime = now;
         }

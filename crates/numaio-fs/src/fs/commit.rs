@@ -48,17 +48,26 @@ impl Fs {
         }
     }
 
-    pub(super) fn lock_rw(&self) -> Result<parking_lot::MutexGuard<'_, Inner>, FsError> {
+    /// Refuses a change on a read-only mount; first commits what is queued once it grew
+    /// past [`PENDING_COMMIT_BYTES`]. Called before any inode lock or the gate is taken, as
+    /// the commit waits for the data operations holding the gate.
+    pub(super) fn writable(&self) -> Result<(), FsError> {
         if self.read_only {
             return Err(FsError::ReadOnly);
         }
-        let g = self.inner.lock();
-        if g.pending_bytes < PENDING_COMMIT_BYTES || g.pending.is_empty() {
-            return Ok(g);
-        }
-        let gen = g.gen;
-        drop(g);
-        self.commit_upto(gen)?;
+        let ticket = {
+            let g = self.inner.lock();
+            if g.pending_bytes < PENDING_COMMIT_BYTES || g.pending.is_empty() {
+                return Ok(());
+            }
+            g.gen
+        };
+        self.commit_upto(ticket)
+    }
+
+    /// [`Fs::writable`], then the volume lock, for a change that does no device I/O.
+    pub(super) fn lock_rw(&self) -> Result<MutexGuard<'_, Inner>, FsError> {
+        self.writable()?;
         Ok(self.inner.lock())
     }
 
@@ -163,6 +172,14 @@ impl shared::FsCore {
     /// commit, outside the file system's lock, so operations go on meanwhile; callers that
     /// arrive during it wait for it and are then covered by it or by the next one, which
     /// takes everything queued by then: one journal write and device sync for many syncs.
+    ///
+    /// What is queued is taken with the data gate held exclusively, so no data operation is
+    /// half done then: every block a taken record maps was written and its device is among
+    /// those the commit syncs first. A commit that needs a checkpoint encodes the metadata
+    /// under the lock too (it must see exactly what the commit makes durable) and writes it
+    /// outside. Lock order: `commit_lock`, then `gate`, then `inner`. The caller holds no
+    /// inode lock that a data operation holding the gate could wait for (none does: the
+    /// gate is taken after the inode lock) and not the gate itself.
     pub(super) fn commit_upto(&self, ticket: u64) -> Result<(), FsError> {
         if self.read_only {
             return Ok(());
@@ -171,13 +188,30 @@ impl shared::FsCore {
         if self.durable_gen.load(Ordering::Acquire) >= ticket {
             return Ok(());
         }
+        let gate = self.gate.write();
         let mut g = self.inner.lock();
         let gen = g.gen;
-        let payload = (!g.pending.is_empty()).then(|| crate::format::encode(&g.pending));
-        if let Some(p) = &payload {
-            let after = g.journal.pos + (crate::format::RECORD_HEADER + p.len()) as u64;
-            if !g.journal.fits(p.len()) || after > g.journal.capacity() / 2 {
-                return self.commit_locked(&mut g);
+        let mut journal_write = None;
+        let mut checkpoint = None;
+        if !g.pending.is_empty() {
+            let payload = crate::format::encode(&g.pending);
+            let seq = g.journal.seq + 1;
+            let after = g.journal.pos + (crate::format::RECORD_HEADER + payload.len()) as u64;
+            if !g.journal.fits(payload.len()) {
+                // The record does not fit: a checkpoint takes its place.
+                checkpoint = Some(g.journal.prepare_checkpoint(&g.meta, seq)?);
+            } else {
+                journal_write = Some(g.journal.prepare(seq, &payload));
+                if after > g.journal.capacity() / 2 {
+                    // Empties the journal once the record is durable; one that does not fit
+                    // is tried again at the next commit (which fails with NoSpace only if
+                    // its record does not fit the journal either).
+                    match g.journal.prepare_checkpoint(&g.meta, seq) {
+                        Ok(c) => checkpoint = Some(c),
+                        Err(FsError::NoSpace) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
             }
         }
         let devs: Vec<u16> = std::mem::take(&mut g.data_dirty).into_iter().collect();
@@ -185,20 +219,33 @@ impl shared::FsCore {
         let records = std::mem::take(&mut g.pending);
         g.last_setattr.clear();
         g.alloc.seal_frees();
-        let w = payload.map(|p| g.journal.prepare(g.journal.seq + 1, &p));
         drop(g);
-        let r = self.write_commit(&devs, ordered, w.as_ref());
+        drop(gate);
+        // A checkpoint in place of the record: the data it maps goes first.
+        let instead = journal_write.is_none() && checkpoint.is_some();
+        let r = match (&journal_write, &checkpoint) {
+            (None, Some(c)) => devs
+                .iter()
+                .try_for_each(|&d| self.store.sync(d))
+                .and_then(|()| c.write(&*self.store)),
+            (w, _) => self.write_commit(&devs, ordered, w.as_ref()),
+        };
         let mut g = self.inner.lock();
         match r {
             Ok(()) => {
-                if let Some(w) = w {
+                if let Some(w) = journal_write {
                     g.journal.finish(w);
                     g.commits += 1;
+                }
+                if instead {
+                    if let Some(c) = checkpoint.take() {
+                        g.journal.finish_checkpoint(c);
+                        g.commits += 1;
+                    }
                 }
                 g.alloc.commit_sealed_frees();
                 g.datasync_gen.retain(|_, v| *v > gen);
                 self.durable_gen.store(gen, Ordering::Release);
-                Ok(())
             }
             Err(e) => {
                 // Nothing of this commit is known durable: queue it again ahead of what
@@ -208,9 +255,20 @@ impl shared::FsCore {
                 g.last_setattr.clear();
                 g.data_dirty.extend(devs);
                 g.ordered |= ordered;
-                Err(e)
+                return Err(e);
             }
         }
+        let Some(c) = checkpoint else {
+            return Ok(());
+        };
+        // The commit is durable; the checkpoint that empties the journal after it is
+        // written with the lock released too.
+        drop(g);
+        let r = c.write(&*self.store);
+        if r.is_ok() {
+            self.inner.lock().journal.finish_checkpoint(c);
+        }
+        r
     }
 
     /// The device writes of one commit. Ordered data (new blocks, zeroed tails) is synced

@@ -1,77 +1,105 @@
 use super::*;
 
-/// Writes blocks `(dev, block, data)` merging physically contiguous ones into one write.
-fn write_blocks(
-    store: &dyn BlockStore,
-    dirty: &mut BTreeSet<u16>,
-    blocks: Vec<(u16, u64, Vec<u8>)>,
-) -> Result<(), FsError> {
-    let mut run: Option<(u16, u64, u64, Vec<u8>)> = None;
-    for (dev, b, data) in blocks {
-        match &mut run {
-            Some((d, _, next, buf)) if *d == dev && *next == b => {
-                buf.extend_from_slice(&data);
-                *next += 1;
-            }
-            _ => {
-                if let Some((d, s, _, buf)) = run.take() {
-                    store.write_at(d, s * BLOCK_SIZE, &buf)?;
-                    dirty.insert(d);
-                }
-                run = Some((dev, b, b + 1, data));
-            }
-        }
-    }
-    if let Some((d, s, _, buf)) = run {
-        store.write_at(d, s * BLOCK_SIZE, &buf)?;
-        dirty.insert(d);
-    }
-    Ok(())
+/// Part of one block to zero in place: bytes `lo..hi` of block `block` of device `dev`.
+pub(super) struct Zero {
+    dev: u16,
+    block: u64,
+    lo: usize,
+    hi: usize,
 }
 
-impl Fs {
-    /// Zeroes the bytes after `size` in the block holding it, before the file grows past
-    /// `size`: a crash may have left there part of an overwrite whose size change was
-    /// never committed, and a file must read zeros where it was never written.
-    pub(super) fn zero_tail(&self, g: &mut Inner, ino: u64, size: u64) -> Result<(), FsError> {
-        let tail = (size % BLOCK_SIZE) as usize;
-        if tail == 0 {
-            return Ok(());
-        }
-        // An unwritten block reads as zeros whatever it holds.
-        if let Some((dev, b)) = g.inode(ino)?.data_block(size / BLOCK_SIZE) {
-            let mut buf = vec![0u8; BLOCK_SIZE as usize];
-            self.store.read_at(dev, b * BLOCK_SIZE, &mut buf)?;
-            if buf[tail..].iter().any(|&x| x != 0) {
-                buf[tail..].fill(0);
-                write_blocks(&*self.store, &mut g.data_dirty, vec![(dev, b, buf)])?;
-            }
-        }
-        Ok(())
+/// A physically contiguous run of a read: bytes `lo..hi` of the file, in the blocks from
+/// logical block `first` (`count` of them), at `phys` (device, first block) or in a hole
+/// (or unwritten blocks) when `None`.
+struct ReadRun {
+    lo: u64,
+    hi: u64,
+    first: u64,
+    count: u64,
+    phys: Option<(u16, u64)>,
+}
+
+impl Inner {
+    /// Bytes `lo..hi` of logical block `lb` of `ino` to zero, if that block holds written
+    /// data (holes and unwritten blocks read as zeros already).
+    pub(super) fn zero_in(
+        &self,
+        ino: u64,
+        lb: u64,
+        lo: usize,
+        hi: usize,
+    ) -> Result<Option<Zero>, FsError> {
+        Ok(self
+            .inode(ino)?
+            .data_block(lb)
+            .map(|(dev, block)| Zero { dev, block, lo, hi }))
     }
 
-    /// Frees the blocks past `size` and zeroes the tail of the last block.
-    pub(super) fn truncate(&self, g: &mut Inner, ino: u64, size: u64) -> Result<(), FsError> {
-        let i = g.inode(ino)?;
+    /// The bytes after `size` in the block holding it, to zero before the file grows past
+    /// `size`: a crash may have left there part of an overwrite whose size change was
+    /// never committed, and a file must read zeros where it was never written.
+    pub(super) fn tail_zero(&self, ino: u64, size: u64) -> Result<Option<Zero>, FsError> {
+        let tail = (size % BLOCK_SIZE) as usize;
+        if tail == 0 {
+            return Ok(None);
+        }
+        self.zero_in(ino, size / BLOCK_SIZE, tail, BLOCK_SIZE as usize)
+    }
+
+    /// Unmaps the blocks past `size` (the size itself is set by the caller); returns the
+    /// tail of the new last block to zero when the file shrinks into it.
+    pub(super) fn truncate(&mut self, ino: u64, size: u64) -> Result<Option<Zero>, FsError> {
+        let i = self.inode(ino)?;
+        let old = i.attr.size;
         let keep = size.div_ceil(BLOCK_SIZE);
         let end = i.extents.iter().next_back().map_or(0, |(&l, e)| l + e.len);
         if end > keep {
-            g.rec(Record::Unmap {
+            self.rec(Record::Unmap {
                 ino,
                 from: keep,
                 to: end,
             })?;
         }
-        let tail = (size % BLOCK_SIZE) as usize;
-        if tail != 0 && size < g.attr(ino)?.size {
-            if let Some((dev, b)) = g.inode(ino)?.data_block(size / BLOCK_SIZE) {
-                let mut buf = vec![0u8; BLOCK_SIZE as usize];
-                self.store.read_at(dev, b * BLOCK_SIZE, &mut buf)?;
-                buf[tail..].fill(0);
-                write_blocks(&*self.store, &mut g.data_dirty, vec![(dev, b, buf)])?;
-            }
+        if size < old {
+            self.tail_zero(ino, size)
+        } else {
+            Ok(None)
+        }
+    }
+}
+
+impl Fs {
+    /// Zeroes `z` on its device (a read, and a write when not all zeros already); the
+    /// device written goes into `dirty`. Called with no lock but the inode's and the gate.
+    fn zero(&self, z: &Zero, dirty: &mut BTreeSet<u16>) -> Result<(), FsError> {
+        let mut buf = vec![0u8; BLOCK_SIZE as usize];
+        let at = z.block * BLOCK_SIZE;
+        self.store.read_at(z.dev, at, &mut buf)?;
+        if buf[z.lo..z.hi].iter().any(|&x| x != 0) {
+            buf[z.lo..z.hi].fill(0);
+            self.store.write_at(z.dev, at, &buf)?;
+            dirty.insert(z.dev);
         }
         Ok(())
+    }
+
+    /// Zeroes every part of `zeros` with `g` released, and takes the volume lock back: the
+    /// devices written are then among those the next commit syncs first. The caller holds
+    /// the inode's lock exclusively and the gate.
+    pub(super) fn zero_unlocked<'a>(
+        &'a self,
+        g: MutexGuard<'a, Inner>,
+        zeros: &[Zero],
+    ) -> Result<MutexGuard<'a, Inner>, FsError> {
+        if zeros.is_empty() {
+            return Ok(g);
+        }
+        drop(g);
+        let mut dirty = BTreeSet::new();
+        let r = zeros.iter().try_for_each(|z| self.zero(z, &mut dirty));
+        let mut g = self.inner.lock();
+        g.data_dirty.extend(dirty);
+        r.map(|()| g)
     }
 
     /// Counts an open handle: an unlinked file keeps its blocks until the last release.
@@ -82,9 +110,28 @@ impl Fs {
         Ok(())
     }
 
+    /// Drops an open handle of `ino`; the last one of an unlinked file frees it.
     pub fn release(&self, ino: u64) -> Result<(), FsError> {
-        let mut g = self.inner.lock();
-        let g = &mut *g;
+        // Freeing waits for the reads and writes of the file in flight (with other handles
+        // or none), whose blocks it gives back.
+        let mut file = None;
+        loop {
+            let mut g = self.inner.lock();
+            let n = *g.open.get(&ino).ok_or_else(|| {
+                FsError::Invalid(format!("release of inode {ino}, which is not open"))
+            })?;
+            let frees =
+                n == 1 && !self.read_only && g.meta.get(ino).is_some_and(|i| i.attr.nlink == 0);
+            if frees && file.is_none() {
+                drop(g);
+                file = Some(self.inodes.write(ino));
+                continue;
+            }
+            return self.release_locked(&mut g, ino);
+        }
+    }
+
+    fn release_locked(&self, g: &mut Inner, ino: u64) -> Result<(), FsError> {
         let n = g.open.get_mut(&ino).ok_or_else(|| {
             FsError::Invalid(format!("release of inode {ino}, which is not open"))
         })?;
@@ -102,102 +149,126 @@ impl Fs {
     /// Reads up to `buf.len()` bytes at `offset`; holes read as zeros. Returns the count
     /// (0 at or past the end).
     pub fn read(&self, ino: u64, offset: u64, buf: &mut [u8]) -> Result<usize, FsError> {
-        self.read_into(ino, offset, buf, false)
+        self.read_accounted(ino, offset, buf, false).map(|r| r.0)
     }
 
     /// [`Fs::read`] for a caller that keeps what it reads (the page cache of a mount): the
     /// store then drops its own cached copy of the blocks read ([`BlockStore::forget`]), so
     /// they are cached once.
     pub fn read_kept(&self, ino: u64, offset: u64, buf: &mut [u8]) -> Result<usize, FsError> {
-        self.read_into(ino, offset, buf, true)
+        self.read_accounted(ino, offset, buf, true).map(|r| r.0)
     }
 
-    fn read_into(
+    /// [`Fs::read`] (or [`Fs::read_kept`] when `kept`) that also returns the bytes read
+    /// from each node, as [`Fs::range_nodes`] counts them for the range read, from the same
+    /// block map the read used: one pass for a read and its per-node accounting.
+    ///
+    /// The block map is planned under the volume lock, which is released for the device
+    /// reads; the inode's lock, held shared throughout, keeps writes, truncates and frees
+    /// of this file out meanwhile. Other files' reads and writes go on in parallel.
+    pub fn read_accounted(
         &self,
         ino: u64,
         offset: u64,
         buf: &mut [u8],
         kept: bool,
-    ) -> Result<usize, FsError> {
-        let mut g = self.inner.lock();
-        let i = g.inode(ino)?;
-        match i.attr.kind {
-            Kind::Dir => return Err(FsError::IsDir),
-            Kind::Symlink => return Err(FsError::Invalid("read of a symlink".into())),
-            k if k.is_special() => {
-                return Err(FsError::Invalid("read of a fifo, socket or device".into()))
-            }
-            _ => {}
-        }
-        let size = i.attr.size;
-        if offset >= size || buf.is_empty() {
-            return Ok(0);
-        }
-        let n = (buf.len() as u64).min(size - offset) as usize;
-        let end = offset + n as u64;
-        let bs = BLOCK_SIZE as usize;
-        let mut lb = offset / BLOCK_SIZE;
-        while lb * BLOCK_SIZE < end {
-            // A run of logical blocks mapped contiguously (or a hole run).
-            // Unwritten blocks read as zeros, like holes.
-            let start = lb;
-            let phys = i.data_block(lb);
-            let mut count = 1;
-            while (lb + count) * BLOCK_SIZE < end {
-                let p = i.data_block(lb + count);
-                let contiguous = match (phys, p) {
-                    (Some((d, b)), Some((d2, b2))) => d == d2 && b2 == b + count,
-                    (None, None) => true,
-                    _ => false,
-                };
-                if !contiguous {
-                    break;
+    ) -> Result<(usize, Vec<(u32, u64)>), FsError> {
+        let _file = self.inodes.read(ino);
+        let (n, runs, nodes, stale_atime) = {
+            let g = self.inner.lock();
+            let i = g.inode(ino)?;
+            match i.attr.kind {
+                Kind::Dir => return Err(FsError::IsDir),
+                Kind::Symlink => return Err(FsError::Invalid("read of a symlink".into())),
+                k if k.is_special() => {
+                    return Err(FsError::Invalid("read of a fifo, socket or device".into()))
                 }
-                count += 1;
+                _ => {}
             }
-            let run_off = start * BLOCK_SIZE;
-            let lo = offset.max(run_off);
-            let hi = end.min(run_off + count * BLOCK_SIZE);
-            let dst = &mut buf[(lo - offset) as usize..(hi - offset) as usize];
-            match phys {
+            let size = i.attr.size;
+            if offset >= size || buf.is_empty() {
+                return Ok((0, Vec::new()));
+            }
+            let n = (buf.len() as u64).min(size - offset) as usize;
+            let end = offset + n as u64;
+            let mut runs = Vec::new();
+            let mut lb = offset / BLOCK_SIZE;
+            while lb * BLOCK_SIZE < end {
+                // A run of logical blocks mapped contiguously (or a hole run).
+                // Unwritten blocks read as zeros, like holes.
+                let first = lb;
+                let phys = i.data_block(lb);
+                let mut count = 1;
+                while (lb + count) * BLOCK_SIZE < end {
+                    let p = i.data_block(lb + count);
+                    let contiguous = match (phys, p) {
+                        (Some((d, b)), Some((d2, b2))) => d == d2 && b2 == b + count,
+                        (None, None) => true,
+                        _ => false,
+                    };
+                    if !contiguous {
+                        break;
+                    }
+                    count += 1;
+                }
+                let run_off = first * BLOCK_SIZE;
+                runs.push(ReadRun {
+                    lo: offset.max(run_off),
+                    hi: end.min(run_off + count * BLOCK_SIZE),
+                    first,
+                    count,
+                    phys,
+                });
+                lb += count;
+            }
+            // relatime: update atime only when it is older than the last change.
+            let a = &i.attr;
+            let stale = !self.read_only && (a.atime <= a.mtime || a.atime <= a.ctime);
+            (n, runs, range_nodes_in(&g, i, offset, n as u64), stale)
+        };
+        for r in runs {
+            let run_off = r.first * BLOCK_SIZE;
+            let run_end = run_off + r.count * BLOCK_SIZE;
+            let dst = &mut buf[(r.lo - offset) as usize..(r.hi - offset) as usize];
+            match r.phys {
                 None => dst.fill(0),
                 // A run whose blocks the request covers whole is read straight into the
                 // caller's buffer; only partly covered blocks go through a bounce buffer.
-                Some((d, b)) if lo == run_off && hi == run_off + count * BLOCK_SIZE => {
+                Some((d, b)) if r.lo == run_off && r.hi == run_end => {
                     self.store.read_at(d, b * BLOCK_SIZE, dst)?;
                 }
                 Some((d, b)) => {
-                    let mut tmp = vec![0u8; count as usize * bs];
+                    let mut tmp = vec![0u8; (r.count * BLOCK_SIZE) as usize];
                     self.store.read_at(d, b * BLOCK_SIZE, &mut tmp)?;
-                    dst.copy_from_slice(&tmp[(lo - run_off) as usize..(hi - run_off) as usize]);
+                    dst.copy_from_slice(&tmp[(r.lo - run_off) as usize..(r.hi - run_off) as usize]);
                 }
             }
-            if let (true, Some((d, b))) = (kept, phys) {
+            if let (true, Some((d, b))) = (kept, r.phys) {
                 // Only blocks the caller got whole: a partly read block's other bytes are
                 // not in the cache above.
-                let first = lo.div_ceil(BLOCK_SIZE);
-                let last = hi / BLOCK_SIZE;
+                let first = r.lo.div_ceil(BLOCK_SIZE);
+                let last = r.hi / BLOCK_SIZE;
                 if last > first {
                     self.store.forget(
                         d,
-                        (b + first - start) * BLOCK_SIZE,
+                        (b + first - r.first) * BLOCK_SIZE,
                         (last - first) * BLOCK_SIZE,
                     )?;
                 }
             }
-            lb += count;
         }
-        // relatime: update atime only when it is older than the last change.
-        if !self.read_only {
-            let mut a = i.attr.clone();
-            if a.atime <= a.mtime || a.atime <= a.ctime {
-                a.atime = now_ns();
-                if g.reserve(200, &[ino]).is_ok() {
-                    g.set_attr(ino, a)?;
+        if stale_atime {
+            let mut g = self.inner.lock();
+            if let Ok(mut a) = g.attr(ino) {
+                if a.atime <= a.mtime || a.atime <= a.ctime {
+                    a.atime = now_ns();
+                    if g.reserve(200, &[ino]).is_ok() {
+                        g.set_attr(ino, a)?;
+                    }
                 }
             }
         }
-        Ok(n)
+        Ok((n, nodes))
     }
 
     /// Writes `data` at `offset`; new blocks come from the allocator under the file's
@@ -207,9 +278,14 @@ impl Fs {
         self.retry_for_space(|| self.write_once(ino, offset, data, c))
     }
 
+    /// One write: planned (blocks allocated and mapped) under the volume lock, written
+    /// to the devices with it released, then its records queued under it again; the
+    /// inode's lock (exclusive) and the gate (shared) are held throughout.
     fn write_once(&self, ino: u64, offset: u64, data: &[u8], c: &Caller) -> Result<usize, FsError> {
-        let mut g = self.lock_rw()?;
-        let g = &mut *g;
+        self.writable()?;
+        let _file = self.inodes.write(ino);
+        let _gate = self.gate.read();
+        let mut g = self.inner.lock();
         let a = g.attr(ino)?;
         match a.kind {
             Kind::Dir => return Err(FsError::IsDir),
@@ -228,9 +304,11 @@ impl Fs {
             .ok_or(FsError::TooBig)?;
         let first = offset / BLOCK_SIZE;
         let last = end.div_ceil(BLOCK_SIZE);
-        if offset > a.size {
-            self.zero_tail(g, ino, a.size)?;
-        }
+        let tail = if offset > a.size {
+            g.tail_zero(ino, a.size)?
+        } else {
+            None
+        };
         let fresh = g.fill_holes(ino, first, last, c, false)?;
         let i = g.inode(ino)?;
         // Blocks first written now (new or unwritten) are written whole: zeros around the
@@ -244,12 +322,6 @@ impl Fs {
         if !unwritten.is_empty() {
             g.reserve(200, &[ino])?;
         }
-        let blank = |lb: u64| {
-            fresh
-                .iter()
-                .chain(&unwritten)
-                .any(|&(l, n)| lb >= l && lb < l + n)
-        };
         let i = g.inode(ino)?;
         // Physically contiguous runs of the range: `(first logical block, count, dev,
         // first physical block)`.
@@ -267,11 +339,58 @@ impl Fs {
             runs.push((lb, n, e.dev, e.start + (lb - l)));
             lb += n;
         }
+        drop(g);
+        let blank = |lb: u64| {
+            fresh
+                .iter()
+                .chain(&unwritten)
+                .any(|&(l, n)| lb >= l && lb < l + n)
+        };
+        let mut dirty = BTreeSet::new();
+        let r = tail
+            .iter()
+            .try_for_each(|z| self.zero(z, &mut dirty))
+            .and_then(|()| self.write_runs(&runs, offset, data, blank, &mut dirty));
+        let mut g = self.inner.lock();
+        g.data_dirty.extend(dirty);
+        r?;
+        if !unwritten.is_empty() {
+            g.rec(Record::MarkWritten {
+                ino,
+                from: first,
+                to: last,
+            })?;
+        }
+        let mut a = g.attr(ino)?;
+        let now = now_ns();
+        a.size = a.size.max(end);
+        a.mtime = now;
+        a.ctime = now;
+        // A write by someone else than root clears set-user-id and set-group-id.
+        if c.uid != 0 {
+            a.mode &= !0o6000;
+        }
+        g.set_attr(ino, a)?;
+        Ok(data.len())
+    }
+
+    /// The device writes of a write of `data` at `offset` into `runs` (see
+    /// [`Fs::write_once`]); `blank(lb)` tells the blocks written for the first time.
+    fn write_runs(
+        &self,
+        runs: &[(u64, u64, u16, u64)],
+        offset: u64,
+        data: &[u8],
+        blank: impl Fn(u64) -> bool,
+        dirty: &mut BTreeSet<u16>,
+    ) -> Result<(), FsError> {
+        let end = offset + data.len() as u64;
         let bs = BLOCK_SIZE as usize;
         let mut edge = vec![0u8; bs];
-        for (l, n, dev, pb) in runs {
+        for &(l, n, dev, pb) in runs {
             let lo = offset.max(l * BLOCK_SIZE);
             let hi = end.min((l + n) * BLOCK_SIZE);
+            dirty.insert(dev);
             // Blocks the write covers whole go straight from the caller's buffer.
             let (wa, wb) = (lo.div_ceil(BLOCK_SIZE), hi / BLOCK_SIZE);
             if wa < wb {
@@ -300,26 +419,8 @@ impl Fs {
                     .copy_from_slice(&data[(blo - offset) as usize..(bhi - offset) as usize]);
                 self.store.write_at(dev, at, &edge)?;
             }
-            g.data_dirty.insert(dev);
         }
-        if !unwritten.is_empty() {
-            g.rec(Record::MarkWritten {
-                ino,
-                from: first,
-                to: last,
-            })?;
-        }
-        let mut a = g.attr(ino)?;
-        let now = now_ns();
-        a.size = a.size.max(end);
-        a.mtime = now;
-        a.ctime = now;
-        // A write by someone else than root clears set-user-id and set-group-id.
-        if c.uid != 0 {
-            a.mode &= !0o6000;
-        }
-        g.set_attr(ino, a)?;
-        Ok(data.len())
+        Ok(())
     }
 
     /// Allocates (`mode` 0 or [`FALLOC_KEEP_SIZE`]: unwritten blocks, nothing is written),
@@ -347,9 +448,11 @@ impl Fs {
         mode: u32,
         c: &Caller,
     ) -> Result<(), FsError> {
-        let mut g = self.lock_rw()?;
-        let g = &mut *g;
-        let mut a = g.attr(ino)?;
+        self.writable()?;
+        let _file = self.inodes.write(ino);
+        let _gate = self.gate.read();
+        let mut g = self.inner.lock();
+        let a = g.attr(ino)?;
         if a.kind != Kind::File {
             return Err(if a.kind == Kind::Dir {
                 FsError::IsDir
@@ -373,6 +476,7 @@ impl Fs {
             .ok_or(FsError::TooBig)?;
         let now = now_ns();
         let keep = mode & FALLOC_KEEP_SIZE != 0;
+        let punch = mode & FALLOC_PUNCH_HOLE != 0;
         let (first, last) = (offset / BLOCK_SIZE, end.div_ceil(BLOCK_SIZE));
         // Blocks the range covers whole, and the partly covered ones at its edges.
         let (whole_a, whole_b) = (offset.div_ceil(BLOCK_SIZE), end / BLOCK_SIZE);
@@ -382,9 +486,10 @@ impl Fs {
         }
         edges.dedup();
         edges.retain(|&lb| lb < whole_a || lb >= whole_b);
-        if mode & FALLOC_PUNCH_HOLE == 0 {
+        let mut zeros = Vec::new();
+        if !punch {
             if !keep && end > a.size {
-                self.zero_tail(g, ino, a.size)?;
+                zeros.extend(g.tail_zero(ino, a.size)?);
             }
             // Unwritten: allocated, nothing written, read as zeros until written.
             g.fill_holes(ino, first, last, c, true)?;
@@ -396,11 +501,6 @@ impl Fs {
                     to: whole_b,
                 })?;
             }
-            a = g.attr(ino)?;
-            if !keep && end > a.size {
-                a.size = end;
-                a.mtime = now;
-            }
         } else {
             g.reserve(400, &[ino])?;
             if whole_a < whole_b {
@@ -410,22 +510,25 @@ impl Fs {
                     to: whole_b,
                 })?;
             }
-            a = g.attr(ino)?;
         }
-        if mode & (FALLOC_PUNCH_HOLE | FALLOC_ZERO_RANGE) != 0 {
+        let zeroes_range = mode & (FALLOC_PUNCH_HOLE | FALLOC_ZERO_RANGE) != 0;
+        if zeroes_range {
             // Zero the partly covered blocks at the edges in place (holes and unwritten
             // blocks read as zeros already).
             for lb in edges {
                 let boff = lb * BLOCK_SIZE;
                 let lo = offset.max(boff) - boff;
                 let hi = end.min(boff + BLOCK_SIZE) - boff;
-                if let Some((d, b)) = g.inode(ino)?.data_block(lb) {
-                    let mut buf = vec![0u8; BLOCK_SIZE as usize];
-                    self.store.read_at(d, b * BLOCK_SIZE, &mut buf)?;
-                    buf[lo as usize..hi as usize].fill(0);
-                    write_blocks(&*self.store, &mut g.data_dirty, vec![(d, b, buf)])?;
-                }
+                zeros.extend(g.zero_in(ino, lb, lo as usize, hi as usize)?);
             }
+        }
+        let mut g = self.zero_unlocked(g, &zeros)?;
+        let mut a = g.attr(ino)?;
+        if !punch && !keep && end > a.size {
+            a.size = end;
+            a.mtime = now;
+        }
+        if zeroes_range {
             a.mtime = now;
         }
         a.ctime = now;

@@ -25,7 +25,7 @@ use crate::meta::{Attr, Entry, Inode, Kind, Meta, Record, FIRST_COOKIE, ROOT_INO
 use crate::mkfs::{now_ns, MkfsOptions};
 use crate::store::BlockStore;
 use crate::{Caller, FsError, PlacementPolicy, BLOCK_SIZE};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard, RwLock, RwLockWriteGuard};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -35,6 +35,7 @@ mod attrs;
 mod commit;
 mod data;
 mod inner;
+mod locks;
 mod mount;
 mod names;
 mod stat;
@@ -43,6 +44,7 @@ mod xattr;
 use attrs::{access, to_attr};
 use inner::{bug, Inner};
 use mount::Committer;
+use stat::range_nodes_in;
 pub use xattr::xattr_entry_bytes;
 
 /// Longest name of a directory entry, in bytes.
@@ -234,6 +236,15 @@ mod shared {
         /// covered by the next single commit (group commit). Taken before `inner`, never
         /// after.
         pub(super) commit_lock: Mutex<()>,
+        /// Held shared by a data operation (write, truncate, fallocate) from its planning
+        /// until its device writes are done and its records queued; a commit holds it
+        /// exclusively while it takes what is queued, so it never makes a record durable
+        /// before the data that record exposes. Taken after an inode lock and before
+        /// `inner`.
+        pub(super) gate: RwLock<()>,
+        /// The per-inode locks of the data path ([`super::locks`]). Taken before the gate
+        /// and `inner`; at most one per thread.
+        pub(super) inodes: super::locks::InodeLocks,
         /// `Inner::gen` as of the newest durable commit.
         pub(super) durable_gen: AtomicU64,
         pub(super) sync_requests: AtomicU64,

@@ -237,6 +237,8 @@ impl Fs {
             header,
             inner: Mutex::new(inner),
             commit_lock: Mutex::new(()),
+            gate: RwLock::new(()),
+            inodes: super::locks::InodeLocks::new(),
             durable_gen: AtomicU64::new(0),
             sync_requests: AtomicU64::new(0),
             data_only_syncs: AtomicU64::new(0),

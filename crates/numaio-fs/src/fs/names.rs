@@ -251,13 +251,29 @@ impl Fs {
     /// Removes the entry `name` (not a directory) from `parent`.
     pub fn unlink(&self, parent: u64, name: &[u8], c: &Caller) -> Result<(), FsError> {
         check_old_name(name)?;
-        let mut g = self.lock_rw()?;
-        let e = g.entry_to_remove(parent, name, c)?;
-        if e.kind == Kind::Dir {
-            return Err(FsError::IsDir);
+        self.writable()?;
+        loop {
+            let (named, _file) = self.lock_named(parent, name);
+            let mut g = self.inner.lock();
+            let e = g.entry_to_remove(parent, name, c)?;
+            if named != Some(e.ino) {
+                continue;
+            }
+            if e.kind == Kind::Dir {
+                return Err(FsError::IsDir);
+            }
+            g.reserve(300 + name.len() as u64, &[parent, e.ino])?;
+            return g.remove_entry(parent, name, e, now_ns());
         }
-        g.reserve(300 + name.len() as u64, &[parent, e.ino])?;
-        g.remove_entry(parent, name, e, now_ns())
+    }
+
+    /// The inode `dir/name` names now, if any, with its lock taken exclusively: an unlink
+    /// or rename that drops its last link frees its blocks, which must wait for its reads
+    /// and writes in flight. The name is looked up again under the volume lock; when it
+    /// names another inode by then, the caller starts over.
+    fn lock_named(&self, dir: u64, name: &[u8]) -> (Option<u64>, Option<RwLockWriteGuard<'_, ()>>) {
+        let named = self.inner.lock().entry(dir, name).ok().map(|e| e.ino);
+        (named, named.map(|ino| self.inodes.write(ino)))
     }
 
     /// Removes the empty directory `name` from `parent`.
@@ -298,92 +314,100 @@ impl Fs {
         }
         check_old_name(name)?;
         check_old_name(newname)?;
-        let mut g = self.lock_rw()?;
-        let g = &mut *g;
-        let src = g.entry_to_remove(parent, name, c)?;
-        let npa = g.dir_attr(newparent)?;
-        access(&npa, c, 3)?;
-        if src.kind == Kind::Dir && parent != newparent {
-            // Its `..` changes: a directory moves to another parent only with write
-            // permission on it.
-            access(&g.attr(src.ino)?, c, 2)?;
-        }
-        let tgt = match g.entry(newparent, newname) {
-            Ok(t) => Some(t),
-            Err(FsError::NotFound) => None,
-            Err(e) => return Err(e),
-        };
-        if let Some(t) = tgt {
-            if flags & RENAME_NOREPLACE != 0 {
-                return Err(FsError::Exists);
+        self.writable()?;
+        loop {
+            // A replaced target may lose its last link.
+            let (named, _file) = self.lock_named(newparent, newname);
+            let mut g = self.inner.lock();
+            let g = &mut *g;
+            let src = g.entry_to_remove(parent, name, c)?;
+            let npa = g.dir_attr(newparent)?;
+            access(&npa, c, 3)?;
+            if src.kind == Kind::Dir && parent != newparent {
+                // Its `..` changes: a directory moves to another parent only with write
+                // permission on it.
+                access(&g.attr(src.ino)?, c, 2)?;
             }
-            if t.ino == src.ino {
-                return Ok(());
+            let tgt = match g.entry(newparent, newname) {
+                Ok(t) => Some(t),
+                Err(FsError::NotFound) => None,
+                Err(e) => return Err(e),
+            };
+            if tgt.map(|t| t.ino) != named {
+                continue;
             }
-            g.check_sticky(&npa, t.ino, c)?;
-            match (src.kind == Kind::Dir, t.kind == Kind::Dir) {
-                (true, false) => return Err(FsError::NotDir),
-                (false, true) => return Err(FsError::IsDir),
-                (true, true) => {
-                    if !g
-                        .inode(t.ino)?
-                        .dir
-                        .as_ref()
-                        .is_some_and(|d| d.entries.is_empty())
-                    {
-                        return Err(FsError::NotEmpty);
+            if let Some(t) = tgt {
+                if flags & RENAME_NOREPLACE != 0 {
+                    return Err(FsError::Exists);
+                }
+                if t.ino == src.ino {
+                    return Ok(());
+                }
+                g.check_sticky(&npa, t.ino, c)?;
+                match (src.kind == Kind::Dir, t.kind == Kind::Dir) {
+                    (true, false) => return Err(FsError::NotDir),
+                    (false, true) => return Err(FsError::IsDir),
+                    (true, true) => {
+                        if !g
+                            .inode(t.ino)?
+                            .dir
+                            .as_ref()
+                            .is_some_and(|d| d.entries.is_empty())
+                        {
+                            return Err(FsError::NotEmpty);
+                        }
                     }
+                    (false, false) => {}
                 }
-                (false, false) => {}
             }
-        }
-        if src.kind == Kind::Dir {
-            // Refuse moving a directory into its own subtree.
-            let mut d = newparent;
-            loop {
-                if d == src.ino {
-                    return Err(FsError::Invalid(
-                        "cannot move a directory into itself or its own subtree".into(),
-                    ));
+            if src.kind == Kind::Dir {
+                // Refuse moving a directory into its own subtree.
+                let mut d = newparent;
+                loop {
+                    if d == src.ino {
+                        return Err(FsError::Invalid(
+                            "cannot move a directory into itself or its own subtree".into(),
+                        ));
+                    }
+                    if d == ROOT_INO {
+                        break;
+                    }
+                    d = g.attr(d)?.parent;
                 }
-                if d == ROOT_INO {
-                    break;
+                if tgt.is_none() && parent != newparent && npa.nlink >= MAX_LINKS {
+                    return Err(FsError::TooManyLinks);
                 }
-                d = g.attr(d)?.parent;
             }
-            if tgt.is_none() && parent != newparent && npa.nlink >= MAX_LINKS {
-                return Err(FsError::TooManyLinks);
+            g.reserve(
+                800 + (name.len() + newname.len()) as u64,
+                &[parent, newparent, src.ino],
+            )?;
+            let now = now_ns();
+            if let Some(t) = tgt {
+                g.remove_entry(newparent, newname, t, now)?;
             }
+            g.rec(Record::DirRemove {
+                dir: parent,
+                name: name.to_vec(),
+            })?;
+            g.rec(Record::DirAdd {
+                dir: newparent,
+                name: newname.to_vec(),
+                ino: src.ino,
+                kind: src.kind,
+            })?;
+            let moved_dir = src.kind == Kind::Dir && parent != newparent;
+            g.touch_dir(parent, now, if moved_dir { -1 } else { 0 })?;
+            if parent != newparent {
+                g.touch_dir(newparent, now, if moved_dir { 1 } else { 0 })?;
+            }
+            let mut a = g.attr(src.ino)?;
+            a.ctime = now;
+            if src.kind == Kind::Dir {
+                a.parent = newparent;
+            }
+            return g.set_attr(src.ino, a);
         }
-        g.reserve(
-            800 + (name.len() + newname.len()) as u64,
-            &[parent, newparent, src.ino],
-        )?;
-        let now = now_ns();
-        if let Some(t) = tgt {
-            g.remove_entry(newparent, newname, t, now)?;
-        }
-        g.rec(Record::DirRemove {
-            dir: parent,
-            name: name.to_vec(),
-        })?;
-        g.rec(Record::DirAdd {
-            dir: newparent,
-            name: newname.to_vec(),
-            ino: src.ino,
-            kind: src.kind,
-        })?;
-        let moved_dir = src.kind == Kind::Dir && parent != newparent;
-        g.touch_dir(parent, now, if moved_dir { -1 } else { 0 })?;
-        if parent != newparent {
-            g.touch_dir(newparent, now, if moved_dir { 1 } else { 0 })?;
-        }
-        let mut a = g.attr(src.ino)?;
-        a.ctime = now;
-        if src.kind == Kind::Dir {
-            a.parent = newparent;
-        }
-        g.set_attr(src.ino, a)
     }
 
     /// Entries of directory `ino` after `cookie` (0: from the start, with `.` and `..`), at

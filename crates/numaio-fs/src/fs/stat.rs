@@ -1,5 +1,37 @@
 use super::*;
 
+/// [`Fs::range_nodes`] of inode `i` under the volume lock `g`.
+pub(super) fn range_nodes_in(g: &Inner, i: &Inode, offset: u64, len: u64) -> Vec<(u32, u64)> {
+    let end = offset.saturating_add(len).min(i.attr.size);
+    let mut out: Vec<(u32, u64)> = Vec::new();
+    if offset >= end {
+        return out;
+    }
+    let first = offset / BLOCK_SIZE;
+    // Extents that start before the range may still cover its beginning.
+    let start_key = i
+        .extents
+        .range(..=first)
+        .next_back()
+        .map_or(first, |(&l, _)| l);
+    for (&l, e) in i.extents.range(start_key..) {
+        let lo = (l * BLOCK_SIZE).max(offset);
+        let hi = ((l + e.len) * BLOCK_SIZE).min(end);
+        if l * BLOCK_SIZE >= end {
+            break;
+        }
+        if hi <= lo {
+            continue;
+        }
+        let node = g.alloc.node_of_dev(e.dev).unwrap_or(u32::MAX);
+        match out.iter_mut().find(|(n, _)| *n == node) {
+            Some(x) => x.1 += hi - lo,
+            None => out.push((node, hi - lo)),
+        }
+    }
+    out
+}
+
 impl Fs {
     pub fn statfs(&self) -> StatFs {
         let mut g = self.inner.lock();
@@ -29,37 +61,10 @@ impl Fs {
     /// size; holes are on no node and are left out. For per-node I/O accounting.
     pub fn range_nodes(&self, ino: u64, offset: u64, len: u64) -> Vec<(u32, u64)> {
         let g = self.inner.lock();
-        let Ok(i) = g.inode(ino) else {
-            return Vec::new();
-        };
-        let end = offset.saturating_add(len).min(i.attr.size);
-        let mut out: Vec<(u32, u64)> = Vec::new();
-        if offset >= end {
-            return out;
+        match g.inode(ino) {
+            Ok(i) => range_nodes_in(&g, i, offset, len),
+            Err(_) => Vec::new(),
         }
-        let first = offset / BLOCK_SIZE;
-        // Extents that start before the range may still cover its beginning.
-        let start_key = i
-            .extents
-            .range(..=first)
-            .next_back()
-            .map_or(first, |(&l, _)| l);
-        for (&l, e) in i.extents.range(start_key..) {
-            let lo = (l * BLOCK_SIZE).max(offset);
-            let hi = ((l + e.len) * BLOCK_SIZE).min(end);
-            if l * BLOCK_SIZE >= end {
-                break;
-            }
-            if hi <= lo {
-                continue;
-            }
-            let node = g.alloc.node_of_dev(e.dev).unwrap_or(u32::MAX);
-            match out.iter_mut().find(|(n, _)| *n == node) {
-                Some(x) => x.1 += hi - lo,
-                None => out.push((node, hi - lo)),
-            }
-        }
-        out
     }
 
     /// Bytes of device data the store caches, per node (empty when it has no cache).
