@@ -1,9 +1,29 @@
 //! The file system: [`Fs`], the API the FUSE layer and the tests call.
 //!
-//! One mutex guards the metadata, the allocator and the journal state: every operation is
-//! atomic with respect to the others, which keeps the code simple and correct; data I/O is
-//! done under it too. Commits are the exception: their device writes and syncs run outside
-//! it (see below), so operations go on while a commit is in flight.
+//! By concern: `mount.rs` (mount, unmount, format upgrade, the periodic commit thread),
+//! `commit.rs` (group commit, checkpoints, fsync), `names.rs` (lookup, create, link, unlink,
+//! rename, readdir), `attrs.rs` (getattr, setattr, permission checks), `data.rs` (open,
+//! release, read, write, fallocate, seek), `xattr.rs`, `stat.rs` (statfs, per-node ranges,
+//! block maps), `inner.rs` (the volume state and its change records), `locks.rs` (the
+//! per-inode locks).
+//!
+//! Locks, always taken in this order, none of them held across device I/O except the
+//! first two, which only order the data path:
+//! 1. an inode's lock (`locks.rs`), at most one per thread: shared by a read for the whole
+//!    read, exclusive for a write, truncate, fallocate, or the unlink, rename or release
+//!    that frees the inode's blocks;
+//! 2. the data gate (`FsCore::gate`), shared by a write, truncate or fallocate from its
+//!    planning until its device writes are done and its records queued, exclusive for the
+//!    moment a commit takes what is queued;
+//! 3. `inner`, the volume state (metadata, allocator, journal position, queued records),
+//!    held only to plan an operation and to queue its records: never during device I/O.
+//!
+//! `commit_lock` (one commit written at a time) comes before the gate and `inner`, and is
+//! never taken with an inode lock or the gate held: a change that must commit first
+//! (queued records past a bound, out of space while frees wait) does so before locking.
+//! So lookups, getattr, readdir and statfs wait for no device, reads and writes of
+//! different files run their I/O side by side, and a commit blocks operations only while
+//! it takes the queue (and encodes a checkpoint, when one is due), not while it writes.
 //!
 //! Durability (see [`crate::journal`]): metadata changes become durable at the next commit;
 //! `fsync` and `sync` of anything, a directory included, commit everything pending (as
@@ -242,7 +262,7 @@ mod shared {
         /// before the data that record exposes. Taken after an inode lock and before
         /// `inner`.
         pub(super) gate: RwLock<()>,
-        /// The per-inode locks of the data path ([`super::locks`]). Taken before the gate
+        /// The per-inode locks of the data path (`locks.rs`). Taken before the gate
         /// and `inner`; at most one per thread.
         pub(super) inodes: super::locks::InodeLocks,
         /// `Inner::gen` as of the newest durable commit.
