@@ -176,7 +176,7 @@ fn other_files_are_served_while_a_write_waits_for_its_device() {
         };
         until_busy(&slow);
         let t = Instant::now();
-        assert_eq!(fs.getattr(b).unwrap().size, 3 * BLOCK_SIZE as u64);
+        assert_eq!(fs.getattr(b).unwrap().size, 3 * BLOCK_SIZE);
         assert_eq!(fs.lookup(ROOT, b"b", &root()).unwrap().ino, b);
         assert!(fs.readdir(ROOT, 0).unwrap().len() >= 4);
         assert!(fs.statfs().free_blocks > 0);
@@ -363,7 +363,7 @@ fn racing_writes_truncates_unlinks_renames_and_fsyncs_keep_the_volume_sound() {
                 let fs = &fs;
                 s.spawn(move || {
                     let c = Caller::root_on((t % 2) as u32);
-                    let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (t + 1) * 0x1234_5678);
+                    let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ ((t + 1) * 0x1234_5678));
                     // This thread's own file, checked against an exact model.
                     let own = format!("own{t}");
                     let mine = fs.create(ROOT, own.as_bytes(), 0o644, &c).unwrap().ino;
