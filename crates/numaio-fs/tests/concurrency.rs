@@ -283,6 +283,62 @@ fn read_accounted_counts_what_range_nodes_counts() {
     );
 }
 
+#[test]
+fn a_commit_during_a_write_never_makes_the_new_blocks_durable_before_their_data() {
+    watchdog(120, || {
+        // One device: a power cut of the MemStore is then one instant.
+        let mem = Arc::new(MemStore::new(&[(0, 16 * MIB)]));
+        Fs::mkfs(&*mem, &opts()).unwrap();
+        let slow = Arc::new(Slow::new(mem.clone()));
+        let fs = Arc::new(Fs::mount(slow.clone(), MountOptions::default()).unwrap());
+        // Every free block holds 0xff: a file that shows 0xff shows a removed file's data.
+        let old = fs.create(ROOT, b"old", 0o644, &root()).unwrap().ino;
+        let mut at = 0u64;
+        for chunk in [64usize, 1] {
+            while fs
+                .write(old, at, &vec![0xffu8; chunk * BS], &root())
+                .is_ok()
+            {
+                at += (chunk * BS) as u64;
+            }
+        }
+        fs.unlink(ROOT, b"old", &root()).unwrap();
+        fs.sync().unwrap();
+        let s = fs.create(ROOT, b"s", 0o644, &root()).unwrap().ino;
+        let grow = SetAttr {
+            size: Some(8 * BLOCK_SIZE),
+            ..SetAttr::default()
+        };
+        fs.setattr(s, &grow, &root()).unwrap();
+        fs.sync().unwrap();
+        // A write into the hole at block 3 waits for its device; a sync comes meanwhile.
+        slow.writes.store(1500, Ordering::SeqCst);
+        let writer = {
+            let fs = fs.clone();
+            std::thread::spawn(move || fs.write(s, 3 * BLOCK_SIZE, &[0x11u8; BS], &root()))
+        };
+        until_busy(&slow);
+        slow.writes.store(0, Ordering::SeqCst);
+        let syncer = {
+            let fs = fs.clone();
+            std::thread::spawn(move || fs.sync())
+        };
+        std::thread::sleep(Duration::from_millis(300));
+        let cut = mem.crash(store::CrashMode::KeepAll);
+        writer.join().unwrap().unwrap();
+        syncer.join().unwrap().unwrap();
+        let after = Fs::mount(Arc::new(cut), MountOptions::default()).unwrap();
+        let mut buf = vec![0u8; 8 * BS];
+        assert_eq!(after.read(s, 0, &mut buf).unwrap(), buf.len());
+        let blk = &buf[3 * BS..4 * BS];
+        assert!(
+            blk.iter().all(|&x| x == 0) || blk.iter().all(|&x| x == 0x11),
+            "block 3 after a power cut during the write: {:?}",
+            &blk[..16]
+        );
+    });
+}
+
 /// Xorshift, seeded per thread.
 struct Rng(u64);
 
@@ -335,10 +391,46 @@ fn check_not_foreign(fs: &Fs, ino: u64, what: &str) {
 /// Bytes of the threads' own files are at least this; the shared files' tags are below.
 const OWN_BYTES: u8 = 0xf0;
 
+/// A MemStore whose power cuts are one instant for all its devices: `MemStore::crash`
+/// images one device after the other, so a commit or a reallocation between two of them
+/// would give an image no power cut can leave.
+struct OneInstant {
+    mem: MemStore,
+    cut: std::sync::RwLock<()>,
+}
+
+impl OneInstant {
+    fn crash(&self, mode: store::CrashMode) -> MemStore {
+        let _all = self.cut.write().unwrap();
+        self.mem.crash(mode)
+    }
+}
+
+impl BlockStore for OneInstant {
+    fn devices(&self) -> &[DeviceInfo] {
+        self.mem.devices()
+    }
+    fn read_at(&self, dev: u16, offset: u64, buf: &mut [u8]) -> Result<(), FsError> {
+        let _io = self.cut.read().unwrap();
+        self.mem.read_at(dev, offset, buf)
+    }
+    fn write_at(&self, dev: u16, offset: u64, data: &[u8]) -> Result<(), FsError> {
+        let _io = self.cut.read().unwrap();
+        self.mem.write_at(dev, offset, data)
+    }
+    fn sync(&self, dev: u16) -> Result<(), FsError> {
+        let _io = self.cut.read().unwrap();
+        self.mem.sync(dev)
+    }
+}
+
 #[test]
 fn racing_writes_truncates_unlinks_renames_and_fsyncs_keep_the_volume_sound() {
     watchdog(300, || {
-        let mem = Arc::new(MemStore::new(&[(0, 32 * MIB), (1, 32 * MIB)]));
+        let mem = Arc::new(OneInstant {
+            mem: MemStore::new(&[(0, 32 * MIB), (1, 32 * MIB)]),
+            cut: std::sync::RwLock::new(()),
+        });
         Fs::mkfs(&*mem, &opts()).unwrap();
         let fs = Arc::new(Fs::mount(mem.clone(), MountOptions::default()).unwrap());
         const THREADS: u64 = 4;
