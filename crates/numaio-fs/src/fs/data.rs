@@ -163,8 +163,8 @@ impl Fs {
     /// from each node, as [`Fs::range_nodes`] counts them for the range read, from the same
     /// block map the read used: one pass for a read and its per-node accounting.
     ///
-    /// The block map is planned under the volume lock, which is released for the device
-    /// reads; the inode's lock, held shared throughout, keeps writes, truncates and frees
+    /// The block map is planned (and a relatime atime update queued) under the volume lock,
+    /// taken once and released for the device reads; the inode's lock, held shared throughout, keeps writes, truncates and frees
     /// of this file out meanwhile. Other files' reads and writes go on in parallel.
     pub fn read_accounted(
         &self,
@@ -174,8 +174,8 @@ impl Fs {
         kept: bool,
     ) -> Result<(usize, Vec<(u32, u64)>), FsError> {
         let _file = self.inodes.read(ino);
-        let (n, runs, nodes, stale_atime) = {
-            let g = self.inner.lock();
+        let (n, runs, nodes) = {
+            let mut g = self.inner.lock();
             let i = g.inode(ino)?;
             match i.attr.kind {
                 Kind::Dir => return Err(FsError::IsDir),
@@ -221,10 +221,17 @@ impl Fs {
                 });
                 lb += count;
             }
-            // relatime: update atime only when it is older than the last change.
-            let a = &i.attr;
-            let stale = !self.read_only && (a.atime <= a.mtime || a.atime <= a.ctime);
-            (n, runs, range_nodes_in(&g, i, offset, n as u64), stale)
+            let nodes = range_nodes_in(&g, i, offset, n as u64);
+            // relatime: update atime only when it is older than the last change; under the
+            // same lock, so a read takes the volume lock once.
+            let mut a = i.attr.clone();
+            if !self.read_only && (a.atime <= a.mtime || a.atime <= a.ctime) {
+                a.atime = now_ns();
+                if g.reserve(200, &[ino]).is_ok() {
+                    g.set_attr(ino, a)?;
+                }
+            }
+            (n, runs, nodes)
         };
         for r in runs {
             let run_off = r.first * BLOCK_SIZE;
@@ -254,17 +261,6 @@ impl Fs {
                         (b + first - r.first) * BLOCK_SIZE,
                         (last - first) * BLOCK_SIZE,
                     )?;
-                }
-            }
-        }
-        if stale_atime {
-            let mut g = self.inner.lock();
-            if let Ok(mut a) = g.attr(ino) {
-                if a.atime <= a.mtime || a.atime <= a.ctime {
-                    a.atime = now_ns();
-                    if g.reserve(200, &[ino]).is_ok() {
-                        g.set_attr(ino, a)?;
-                    }
                 }
             }
         }
