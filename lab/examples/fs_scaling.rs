@@ -8,8 +8,9 @@
 //! `cargo run --release -p numaio-lab --example fs_scaling -- --out bench/results/fs-scaling-DATE.txt`
 //!
 //! Options: `--threads 8 --delay-ms 20 --read-ops 64 --append-ops 32 --create-ops 32
-//! --rounds 1 --out FILE` (the table and the guest's raw output). `NUMAIO_LAB_KERNEL=7.3`
-//! boots the 7.3 kernel.
+//! --rounds 1 --out FILE` (the table and the guest's raw output), `--render RAW` (the
+//! table of a saved raw output, nothing booted). `NUMAIO_LAB_KERNEL=7.3` boots the 7.3
+//! kernel.
 
 use clap::Parser;
 use numaio_lab::fs_scaling::{parse_results, sanity, table, Config};
@@ -34,6 +35,10 @@ struct Cli {
     /// Write the table and the guest's raw output here.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Boot nothing: print the table of a saved raw output (its `RESULT` lines; give the
+    /// options it was run with).
+    #[arg(long, value_name = "RAW")]
+    render: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -47,6 +52,18 @@ fn main() -> ExitCode {
         rounds: a.rounds.max(1),
         ..Config::default()
     };
+    if let Some(p) = &a.render {
+        return match std::fs::read_to_string(p) {
+            Ok(raw) => {
+                print!("{}", table(&parse_results(&raw), &c));
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("fs_scaling: cannot read {}: {e}", p.display());
+                ExitCode::from(2)
+            }
+        };
+    }
     let started = std::time::Instant::now();
     let out = match c.scenario().run() {
         Ok(o) => o,
@@ -73,6 +90,10 @@ fn main() -> ExitCode {
     let mut text = head + &table(&runs, &c);
     for w in sanity(&runs, &c) {
         text += &format!("warning: {w}\n");
+    }
+    match numaio_lab::guest_script::section(&out.output, "fsck") {
+        Some(f) if f.contains("rc=0") => text += "numaio fsck after the runs: clean\n",
+        _ => text += "warning: numaio fsck after the runs is missing or not clean (raw output)\n",
     }
     print!("{text}");
     if let Some(p) = &a.out {

@@ -53,10 +53,22 @@ impl Default for Config {
 
 /// The workloads, in table order: the probe's name and a description.
 pub const WORKLOADS: [(&str, &str); 4] = [
-    ("read", "O_DIRECT cold reads, own file"),
-    ("append", "4 KiB append + fsync, own file"),
-    ("create", "create + fsync, own directory"),
-    ("create-nofsync", "create only, own directory"),
+    (
+        "read",
+        "pread of the thread's own file in order, O_DIRECT, cold (numaio remounted, caches dropped)",
+    ),
+    (
+        "append",
+        "write at the end of the thread's own file, then fsync",
+    ),
+    (
+        "create",
+        "open(O_CREAT|O_EXCL) of new files in the thread's own directory, each fsync'd",
+    ),
+    (
+        "create-nofsync",
+        "the same without fsync: CPU-bound, the guest has 2 vCPUs, so 4x is the floor",
+    ),
 ];
 
 impl Config {
@@ -227,15 +239,24 @@ pub fn ratio(
     (*one > 0.0).then(|| many / one)
 }
 
-/// The table: per workload and file system, the 1-thread and N-thread seconds and their
-/// ratio (1.0: fully concurrent, N: fully serial).
+/// A workload's row label, with its operations per thread.
+fn label(w: &str, c: &Config) -> String {
+    match w {
+        "read" => format!("read {} x {}K O_DIRECT", c.read_ops, c.read_block >> 10),
+        "append" => format!("append+fsync {} x 4K", c.append_ops),
+        "create" => format!("create+fsync {}", c.create_ops),
+        _ => format!("create {} (no fsync)", c.create_ops),
+    }
+}
+
+/// The table: per workload and file system, the 1-thread and N-thread seconds (medians)
+/// and their ratio (1.0: fully concurrent, N: fully serial).
 pub fn table(runs: &[Run], c: &Config) -> String {
     let m = medians(runs);
-    let fss = ["ext4", "numaio"];
     let t = c.threads;
     let mut s = format!(
-        "{:<34}{:>9}{:>9}{:>8}{:>11}{:>11}{:>8}\n",
-        "workload (per thread)",
+        "{:<28}{:>9}{:>9}{:>8}{:>11}{:>11}{:>8}\n",
+        "workload, per thread",
         "ext4 1T",
         format!("ext4 {t}T"),
         "ratio",
@@ -243,24 +264,21 @@ pub fn table(runs: &[Run], c: &Config) -> String {
         format!("numaio {t}T"),
         "ratio"
     );
-    for (w, what) in WORKLOADS {
-        let ops = match w {
-            "read" => format!("{} x {} KiB", c.read_ops, c.read_block >> 10),
-            "append" => format!("{}", c.append_ops),
-            _ => format!("{}", c.create_ops),
-        };
-        let mut line = format!("{:<34}", format!("{w}: {what}, {ops}"));
-        for fs in fss {
+    for (w, _) in WORKLOADS {
+        let mut line = format!("{:<28}", label(w, c));
+        for (fs, wide) in [("ext4", 9), ("numaio", 11)] {
             let cell = |n: usize| {
                 m.get(&(fs.to_string(), w.to_string(), n))
                     .map_or("-".to_string(), |v| format!("{v:.2} s"))
             };
             let r = ratio(&m, fs, w, t).map_or("-".to_string(), |r| format!("{r:.2}x"));
-            let wide = if fs == "ext4" { 9 } else { 11 };
             line += &format!("{:>wide$}{:>wide$}{:>8}", cell(1), cell(t), r);
         }
-        s += line.trim_end();
+        s += &line;
         s.push('\n');
+    }
+    for (w, what) in WORKLOADS {
+        s += &format!("  {}: {what}\n", label(w, c));
     }
     s
 }

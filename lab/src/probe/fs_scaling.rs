@@ -238,7 +238,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             "workload": workload,
             "threads": a.threads,
             "ops": a.ops,
-            "block_size": bs,
+            "block_size": (a.workload != Workload::Create).then_some(bs),
             "secs": secs,
             "thread_secs": thread_secs,
         })
