@@ -52,10 +52,15 @@ impl Default for Config {
 }
 
 /// The workloads, in table order: the probe's name and a description.
-pub const WORKLOADS: [(&str, &str); 4] = [
+pub const WORKLOADS: [(&str, &str); 5] = [
     (
         "read",
-        "pread of the thread's own file in order, O_DIRECT, cold (numaio remounted, caches dropped)",
+        "pread of each block of the thread's own file once, random order, O_DIRECT, cold \
+         (numaio remounted, caches dropped): one disk I/O per read",
+    ),
+    (
+        "read-seq",
+        "the same in file order: readahead below the file system may serve reads",
     ),
     (
         "append",
@@ -113,6 +118,8 @@ measure() {{ # FS DIR
   while [ $r -le {rounds} ]; do
     cold $1 $2; one $1 $r --dir $2 --workload read --threads 1 --ops {ro} --block-size {rb} --set s
     cold $1 $2; one $1 $r --dir $2 --workload read --threads {t} --ops {ro} --block-size {rb} --set p
+    cold $1 $2; one $1 $r --dir $2 --workload read --threads 1 --ops {ro} --block-size {rb} --set s --sequential
+    cold $1 $2; one $1 $r --dir $2 --workload read --threads {t} --ops {ro} --block-size {rb} --set p --sequential
     one $1 $r --dir $2 --workload append --threads 1 --ops {ao} --block-size 4K --set a1r$r
     one $1 $r --dir $2 --workload append --threads {t} --ops {ao} --block-size 4K --set a{t}r$r
     one $1 $r --dir $2 --workload create --threads 1 --ops {co} --set c1r$r
@@ -243,6 +250,7 @@ pub fn ratio(
 fn label(w: &str, c: &Config) -> String {
     match w {
         "read" => format!("read {} x {}K O_DIRECT", c.read_ops, c.read_block >> 10),
+        "read-seq" => format!("read {} x {}K O_DIRECT seq", c.read_ops, c.read_block >> 10),
         "append" => format!("append+fsync {} x 4K", c.append_ops),
         "create" => format!("create+fsync {}", c.create_ops),
         _ => format!("create {} (no fsync)", c.create_ops),
@@ -333,7 +341,7 @@ mod tests {
         let s = Config::default().script();
         assert!(s.contains("setdelay 20"));
         for (w, _) in WORKLOADS {
-            let probe = w.trim_end_matches("-nofsync");
+            let probe = w.trim_end_matches("-nofsync").trim_end_matches("-seq");
             assert!(s.contains(&format!("--workload {probe}")), "{w}");
         }
     }

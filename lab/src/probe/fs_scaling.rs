@@ -5,8 +5,10 @@
 //! one that serialises them N times as long.
 //!
 //! Workloads, each `--ops K` operations per thread of `--block-size` bytes:
-//! * `read`: `pread` of the file's blocks in order with O_DIRECT (every read reaches the
-//!   file system and, cold, the disk); the files come from a `--prepare` run before.
+//! * `read`: `pread` of each of the file's blocks once with O_DIRECT (every read reaches
+//!   the file system and, cold, the disk), in a random order (seeded by the thread's index)
+//!   so no readahead can serve one from another, or in file order with `--sequential`; the
+//!   files come from a `--prepare` run before.
 //! * `append`: `write` of one block at the end (O_APPEND), then `fsync`, K times.
 //! * `create`: K empty files made with `open(O_CREAT | O_EXCL)` in the thread's own
 //!   directory `DIR/SET-i/`, each `fsync`ed unless `--no-fsync`.
@@ -56,6 +58,9 @@ pub struct Args {
     /// For `create`: do not fsync each new file.
     #[arg(long)]
     no_fsync: bool,
+    /// For `read`: read the blocks in file order (readahead may serve them).
+    #[arg(long)]
+    sequential: bool,
 }
 
 /// A block-aligned buffer for O_DIRECT.
@@ -99,7 +104,7 @@ fn prepare(a: &Args, bs: usize) -> anyhow::Result<()> {
 /// What a thread does after the barrier; returns its own seconds.
 type Job = Box<dyn FnOnce() -> anyhow::Result<f64> + Send>;
 
-fn reader(p: PathBuf, ops: usize, bs: usize) -> anyhow::Result<Job> {
+fn reader(p: PathBuf, order: Vec<usize>, bs: usize) -> anyhow::Result<Job> {
     let f = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_DIRECT)
@@ -108,7 +113,7 @@ fn reader(p: PathBuf, ops: usize, bs: usize) -> anyhow::Result<Job> {
     Ok(Box::new(move || {
         let mut buf = Aligned::new(bs, 0);
         let t = Instant::now();
-        for k in 0..ops {
+        for k in order {
             let n = f
                 .read_at(buf.get(), (k * bs) as u64)
                 .with_context(|| format!("read of {} at {}", p.display(), k * bs))?;
@@ -195,7 +200,13 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     for i in 0..a.threads {
         let p = file_of(&a, i);
         jobs.push(match a.workload {
-            Workload::Read => reader(p, a.ops, bs)?,
+            Workload::Read => {
+                let mut order: Vec<usize> = (0..a.ops).collect();
+                if !a.sequential {
+                    fastrand::Rng::with_seed(i as u64 + 1).shuffle(&mut order);
+                }
+                reader(p, order, bs)?
+            }
             Workload::Append => appender(p, a.ops, bs)?,
             Workload::Create => creator(p, a.ops, !a.no_fsync)?,
         });
@@ -227,6 +238,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         return Err(e);
     }
     let workload = match a.workload {
+        Workload::Read if a.sequential => "read-seq",
         Workload::Read => "read",
         Workload::Append => "append",
         Workload::Create if a.no_fsync => "create-nofsync",
