@@ -72,7 +72,8 @@ pub const WORKLOADS: [(&str, &str); 5] = [
     ),
     (
         "create-nofsync",
-        "the same without fsync: CPU-bound, the guest has 2 vCPUs, so 4x is the floor",
+        "the same without fsync: no disk I/O, so CPU-bound on the guest's 2 vCPUs: it shows \
+         CPU scaling, not I/O concurrency",
     ),
 ];
 
