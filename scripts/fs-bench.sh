@@ -16,8 +16,9 @@
 #                       both, a second table shows each numaio* target against its base*)
 #   --numaio-base PATH  the numaio binary of the base targets
 #   --measures LIST     comma list of seq,rand-read,rand-write,meta,personalities (default: all)
-#   --rounds N          run every target N times, alternating (default 1); the table shows
-#                       each measure's median and min-max over the rounds
+#   --rounds N          run every target N times, alternating, every other round in reverse
+#                       order (default 1); the table shows each measure's median and
+#                       min-max over the rounds
 #   --scratch DIR       work directory (created; default: a new one under /var/tmp)
 #   --runtime SECS      seconds per timed measurement (default 5)
 #   --size SIZE         data file size (default 256m)
@@ -33,7 +34,7 @@ FIO="$ROOT/bench/fio"
 
 say() { printf '[fs-bench] %s\n' "$*" >&2; }
 die() { printf '[fs-bench] ERROR: %s\n' "$*" >&2; exit 2; }
-usage() { sed -n '10,29p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '10,30p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 TARGETS="ext4,bindfs,numaio" SCRATCH="" RUNTIME=5 SIZE=256m META_FILES=5000
 NUMAIO="$ROOT/target/release/numaio" URING=0 JSON="" KEEP=0 NUMAIO_BASE="" ROUNDS=1
@@ -258,7 +259,14 @@ declare -A RR  # RR[target:measure] = the rounds' values, space-separated
 for t in "${target_list[@]}"; do setup_target "$t"; done
 for ((round = 1; round <= ROUNDS; round++)); do
     [ "$ROUNDS" -gt 1 ] && say "round $round of $ROUNDS (load: $(cut -d' ' -f1-3 /proc/loadavg))"
-    for t in "${target_list[@]}"; do
+    # Every other round in reverse order, so a drift in the host's load (or in the ext4
+    # under all targets) does not always favour the targets listed first.
+    order=("${target_list[@]}")
+    if ((round % 2 == 0)); then
+        order=()
+        for ((i = ${#target_list[@]} - 1; i >= 0; i--)); do order+=("${target_list[$i]}"); done
+    fi
+    for t in "${order[@]}"; do
         R=()
         bench_target "$t"
         for m in "${MEASURES[@]}"; do
