@@ -283,6 +283,15 @@ impl Worker {
         }
     }
 
+    /// Inode `ino`, whose last name went away, is gone or has no links.
+    fn gone(&self, ino: u64, how: &str) {
+        if let Ok(a) = self.fs.getattr(ino) {
+            if a.nlink != 0 {
+                self.fail(format!("inode {ino}, {how}, still has {} links", a.nlink));
+            }
+        }
+    }
+
     fn next_seq(&mut self) -> u32 {
         self.seq += 1;
         self.seq
@@ -418,10 +427,9 @@ impl Worker {
                 );
                 let moved = self.model.remove(&name).unwrap();
                 if let Some((old, _)) = self.model.insert(to, moved) {
-                    // the replaced file is gone (nobody has it open)
-                    if self.fs.getattr(old).is_ok() {
-                        self.fail(format!("inode {old}, replaced by a rename, still exists"));
-                    }
+                    // the replaced file has no name left (nobody has it open: it may be
+                    // gone already or freed later, but has no links)
+                    self.gone(old, "replaced by a rename");
                 }
             }
             87..=91 => {
@@ -461,9 +469,7 @@ impl Worker {
                     "unlink of an owned file",
                 );
                 self.model.remove(&name);
-                if self.fs.getattr(ino).is_ok() {
-                    self.fail(format!("unlinked inode {ino} still exists"));
-                }
+                self.gone(ino, "unlinked");
             }
         }
     }
@@ -928,9 +934,9 @@ fn run_round(seed: u64) {
     };
     progress.at(THREADS, "checks".into());
     check_owned(&fs, "all threads done");
-    let snap = walk_and_check(&fs, &progress);
 
-    // A power cut now: every thread's final fsync returned, so its files are there.
+    // A power cut now, before anything else syncs: every thread's final fsync returned, so
+    // its files are there.
     {
         let cut = Arc::new(s.crash(CrashMode::DropUnsynced));
         fsck_clean(&cut, "after a power cut");
@@ -938,6 +944,10 @@ fn run_round(seed: u64) {
         check_owned(&fs2, "after a power cut");
         walk_and_check(&fs2, &progress);
     }
+
+    // Synced first, so that inodes whose freeing waits for a commit are gone.
+    fs.sync().unwrap();
+    let snap = walk_and_check(&fs, &progress);
 
     // A clean unmount and mount keeps everything.
     let fs = Arc::into_inner(fs).expect("every thread has let go of the volume");
