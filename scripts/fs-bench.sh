@@ -8,15 +8,17 @@
 # exits non-zero only when a run could not be made. Results: docs/fs-conformance.md.
 #
 # usage: scripts/fs-bench.sh [options]
-#   --targets LIST      comma list of ext4,bindfs,numaio,numaio-classic,numaio-uring,base
-#                       (default: ext4,bindfs,numaio; numaio mounts with --fuse-mode auto,
-#                       numaio-classic and numaio-uring force a FUSE transport, so both run
-#                       against bindfs in one run; base: a second numaio binary,
-#                       --numaio-base, e.g. a build of main)
-#   --numaio-base PATH  the numaio binary of the base target
+#   --targets LIST      comma list of ext4,bindfs,numaio,numaio-classic,numaio-uring,base,
+#                       base-classic,base-uring (default: ext4,bindfs,numaio; numaio mounts
+#                       with --fuse-mode auto, numaio-classic and numaio-uring force a FUSE
+#                       transport, so both run against bindfs in one run; base*: the same
+#                       with a second numaio binary, --numaio-base, e.g. a build of main; with
+#                       both, a second table shows each numaio* target against its base*)
+#   --numaio-base PATH  the numaio binary of the base targets
 #   --measures LIST     comma list of seq,rand-read,rand-write,meta,personalities (default: all)
-#   --rounds N          run every target N times, alternating (default 1); the table shows
-#                       each measure's median and min-max over the rounds
+#   --rounds N          run every target N times, alternating, every other round in reverse
+#                       order (default 1); the table shows each measure's median and
+#                       min-max over the rounds
 #   --scratch DIR       work directory (created; default: a new one under /var/tmp)
 #   --runtime SECS      seconds per timed measurement (default 5)
 #   --size SIZE         data file size (default 256m)
@@ -32,7 +34,7 @@ FIO="$ROOT/bench/fio"
 
 say() { printf '[fs-bench] %s\n' "$*" >&2; }
 die() { printf '[fs-bench] ERROR: %s\n' "$*" >&2; exit 2; }
-usage() { sed -n '10,28p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '10,30p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 TARGETS="ext4,bindfs,numaio" SCRATCH="" RUNTIME=5 SIZE=256m META_FILES=5000
 NUMAIO="$ROOT/target/release/numaio" URING=0 JSON="" KEEP=0 NUMAIO_BASE="" ROUNDS=1
@@ -57,8 +59,8 @@ while [ $# -gt 0 ]; do
 done
 IFS=, read -r -a target_list <<< "$TARGETS"
 for t in "${target_list[@]}"; do
-    case "$t" in ext4|bindfs|numaio|numaio-classic|numaio-uring|base) ;;
-        *) die "unknown target '$t' in --targets (ext4,bindfs,numaio,numaio-classic,numaio-uring,base)" ;; esac
+    case "$t" in ext4|bindfs|numaio|numaio-classic|numaio-uring|base|base-classic|base-uring) ;;
+        *) die "unknown target '$t' in --targets (ext4,bindfs,numaio,numaio-classic,numaio-uring,base,base-classic,base-uring)" ;; esac
 done
 IFS=, read -r -a group_list <<< "$GROUPS_RUN"
 for g in "${group_list[@]}"; do
@@ -76,7 +78,7 @@ for t in "${target_list[@]}"; do
     case "$t" in
         bindfs) command -v bindfs >/dev/null || die "bindfs not found (scripts/setup.sh installs it)" ;;
         numaio|numaio-classic|numaio-uring) [ -x "$NUMAIO" ] || die "$NUMAIO is not an executable: cargo build --release -p numaio, or pass --numaio PATH" ;;
-        base) [ -n "$NUMAIO_BASE" ] && [ -x "$NUMAIO_BASE" ] || die "target base needs --numaio-base PATH, an executable numaio (got '$NUMAIO_BASE')" ;;
+        base|base-classic|base-uring) [ -n "$NUMAIO_BASE" ] && [ -x "$NUMAIO_BASE" ] || die "target $t needs --numaio-base PATH, an executable numaio (got '$NUMAIO_BASE')" ;;
     esac
 done
 
@@ -103,7 +105,7 @@ cleanup() {
         case "$m" in
             */bindfs) fusermount -u "$m" 2>/dev/null || umount -l "$m" ;;
             */numaio|*/numaio-classic|*/numaio-uring) "$NUMAIO" umount "$m" 2>/dev/null || umount -l "$m" ;;
-            */base) "$NUMAIO_BASE" umount "$m" 2>/dev/null || umount -l "$m" ;;
+            */base|*/base-classic|*/base-uring) "$NUMAIO_BASE" umount "$m" 2>/dev/null || umount -l "$m" ;;
             *) umount "$m" 2>/dev/null || umount -l "$m" ;;
         esac
     done
@@ -134,7 +136,7 @@ dir_of() {
         ext4) echo "$EXT4/direct" ;;
         bindfs) echo "$SCRATCH/bindfs" ;;
         numaio|numaio-classic|numaio-uring) echo "$SCRATCH/$1" ;;
-        base) echo "$SCRATCH/base" ;;
+        base|base-classic|base-uring) echo "$SCRATCH/$1" ;;
     esac
 }
 setup_target() {
@@ -146,12 +148,12 @@ setup_target() {
             mkdir -p "$EXT4/under-bindfs"
             bindfs "$EXT4/under-bindfs" "$d" || die "bindfs $EXT4/under-bindfs $d failed"
             mounted+=("$d") ;;
-        numaio|numaio-classic|numaio-uring|base)
+        numaio|numaio-classic|numaio-uring|base|base-classic|base-uring)
             # The volume is a file on the same ext4, so the disk under all three is the same.
             local bin="$NUMAIO" img="$EXT4/$1-vol0.img" mode=()
-            [ "$1" = base ] && bin="$NUMAIO_BASE"
-            [ "$1" = numaio-classic ] && mode=(--fuse-mode classic)
-            [ "$1" = numaio-uring ] && mode=(--fuse-mode io-uring)
+            [[ "$1" == base* ]] && bin="$NUMAIO_BASE"
+            [[ "$1" == *-classic ]] && mode=(--fuse-mode classic)
+            [[ "$1" == *-uring ]] && mode=(--fuse-mode io-uring)
             "$bin" mkfs --size 2G --node-of "$img=0" "$img" > "$LOGS/$1-mkfs.log" 2>&1 \
                 || die "$bin mkfs --size 2G --node-of $img=0 $img failed: $(tail -3 "$LOGS/$1-mkfs.log")"
             "$bin" mount "${mode[@]}" "$img" "$d" > "$LOGS/$1-mount.log" 2>&1 \
@@ -257,7 +259,14 @@ declare -A RR  # RR[target:measure] = the rounds' values, space-separated
 for t in "${target_list[@]}"; do setup_target "$t"; done
 for ((round = 1; round <= ROUNDS; round++)); do
     [ "$ROUNDS" -gt 1 ] && say "round $round of $ROUNDS (load: $(cut -d' ' -f1-3 /proc/loadavg))"
-    for t in "${target_list[@]}"; do
+    # Every other round in reverse order, so a drift in the host's load (or in the ext4
+    # under all targets) does not always favour the targets listed first.
+    order=("${target_list[@]}")
+    if ((round % 2 == 0)); then
+        order=()
+        for ((i = ${#target_list[@]} - 1; i >= 0; i--)); do order+=("${target_list[$i]}"); done
+    fi
+    for t in "${order[@]}"; do
         R=()
         bench_target "$t"
         for m in "${MEASURES[@]}"; do
@@ -308,6 +317,31 @@ if [ "$ROUNDS" -gt 1 ]; then
     done
 fi
 echo "(rand-read-lat is fio's mean completion latency per 4 KiB cached read: the round trip per request; lower is better)"
+
+# Before/after: each numaio* target against the base* target of the same transport.
+pairs=()
+for t in "${target_list[@]}"; do
+    case "$t" in numaio|numaio-classic|numaio-uring)
+        b="base${t#numaio}"
+        for u in "${target_list[@]}"; do [ "$u" = "$b" ] && pairs+=("$t:$b"); done ;;
+    esac
+done
+if [ ${#pairs[@]} -gt 0 ]; then
+    echo
+    echo "numaio against base ($NUMAIO vs $NUMAIO_BASE), same run; ratio > 1: faster than base (for rand-read-lat: slower)"
+    printf '%-20s %-8s' measure unit
+    for p in "${pairs[@]}"; do printf ' %14s %14s %9s' "${p#*:}" "${p%%:*}" "vs base"; done
+    echo
+    for m in "${MEASURES[@]}"; do
+        printf '%-20s %-8s' "$m" "${UNIT[$m]}"
+        for p in "${pairs[@]}"; do
+            t="${p%%:*}" b="${p#*:}"
+            if [ -z "${RR[$t:$m]+set}" ]; then printf ' %14s %14s %9s' - - -; continue; fi
+            printf ' %14s %14s %9s' "${R[$b:$m]:-error}" "${R[$t:$m]:-error}" "$(ratio "${R[$t:$m]:-}" "${R[$b:$m]:-}")"
+        done
+        echo
+    done
+fi
 
 {
     printf '{"host":{"cpus":%s,"kernel":"%s","fuse":"%s"},"runtime_s":%s,"size":"%s","meta_files":%s,"units":{' \

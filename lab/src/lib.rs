@@ -32,6 +32,7 @@ pub mod dm_linear;
 pub mod error;
 pub mod filefrag;
 pub mod fs_map;
+pub mod fs_scaling;
 pub mod guest_script;
 pub mod initramfs;
 pub mod kernel;

@@ -4,6 +4,7 @@
 //! [`Cmd`] and a line to [`main`]'s match.
 
 pub mod bind_check;
+pub mod fs_scaling;
 pub mod reader;
 
 use clap::{Parser, Subcommand};
@@ -23,6 +24,8 @@ struct Cli {
 enum Cmd {
     /// Bind anonymous memory to a node with mbind, fault it in, verify with move_pages.
     BindCheck(bind_check::Args),
+    /// One timed multi-threaded workload, each thread on its own file (read, append, create).
+    FsScaling(fs_scaling::Args),
     /// Loop reading a file with read(2), reporting the own CPU and node (getcpu).
     Reader(reader::Args),
 }
@@ -32,6 +35,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.cmd {
         Cmd::BindCheck(a) => bind_check::run(a),
+        Cmd::FsScaling(a) => fs_scaling::run(a),
         Cmd::Reader(a) => reader::run(a),
     };
     match result {
