@@ -57,6 +57,16 @@ step() {
     names+=("$name"); times+=($((SECONDS - t0)))
 }
 
+pysetup_log="$PWD/target/pysetup.log"
+bash scripts/setup-python.sh > "$pysetup_log" 2>&1 &
+pysetup_pid=$!
+pysetup_wait() {
+    local rc=0
+    wait "$pysetup_pid" || rc=$?
+    cat "$pysetup_log"
+    return $rc
+}
+
 step fmt      cargo fmt --all -- --check
 step clippy   cargo clippy --workspace --all-targets --keep-going -- -D warnings
 # release binaries go into the lab guests; build them before any test can boot one
@@ -64,7 +74,9 @@ step build    cargo build --release --workspace --bins
 # The .deb (cargo-deb): install, check binary, man pages, completions, unit, remove.
 step deb      bash scripts/test-deb.sh
 # The advisor's Python side (a venv in .venv/); `numaio advise`'s end-to-end test needs it.
-step pysetup  bash scripts/setup-python.sh
+# It installed in the background from the start (mostly waiting on downloads, while the
+# compiles above keep both cores busy); this step waits for it and shows its output.
+step pysetup  pysetup_wait
 step unit     cargo test --workspace --no-fail-fast
 # Every library crate packages (cargo package builds each package against the others'), the
 # engine's packaged tests build, and a new crate depending only on the packages builds and runs.
@@ -82,15 +94,15 @@ else
 fi
 # Every fuzz target for a fixed number of inputs with a fixed seed, from the seed corpus, so
 # the gate is the same run every time (nightly + cargo-fuzz; see
-# docs/fuzzing.md for the longer runs).
-step fuzz     env FUZZ_REQUIRED=1 FUZZ_SEED=1 FUZZ_RUNS=50000 bash scripts/fuzz.sh 60
+# docs/fuzzing.md for the longer runs). Each libFuzzer process uses one core: two run at once.
+step fuzz     env FUZZ_REQUIRED=1 FUZZ_SEED=1 FUZZ_RUNS=50000 FUZZ_JOBS=2 bash scripts/fuzz.sh 60
 # External file-system suites through `numaio mount` (pjdfstest with the kernel's and with the
 # server's permission checks, fsx plain/mmap/O_DIRECT, fio verify across a remount, and
-# stress-ng's 18 file-system stressors for 10 s each), bounded; the long run is documented in
-# docs/fs-conformance.md.
+# stress-ng's 18 file-system stressors for 10 s each, two at a time), bounded; the long run is
+# documented in docs/fs-conformance.md.
 # Needs root, /dev/fuse and NUMAIO_CONFORMANCE=1 bash scripts/setup.sh (.ci/run sets it).
 if command -v pjdfstest >/dev/null || [ -x "$HOME/.cargo/bin/pjdfstest" ]; then
-    step fsconf   bash scripts/fs-conformance.sh --target numaio --fsx-ops 20000 --fsx-seeds 1,2 --verify-size 16m --steps pjdfstest,fsx,fio-verify,stress-ng
+    step fsconf   bash scripts/fs-conformance.sh --target numaio --fsx-ops 20000 --fsx-seeds 1,2 --verify-size 16m --steps pjdfstest,fsx,fio-verify,stress-ng --stress-jobs 2
 else
     echo "SKIPPED: fsconf step: needs pjdfstest and fsx (NUMAIO_CONFORMANCE=1 bash scripts/setup.sh)" | tee -a "$NUMAIO_SKIP_LOG"
     [ -n "${CI:-}" ] && { names+=(fsconf); results+=(FAIL); times+=(0); }
