@@ -5,7 +5,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-bash scripts/setup.sh || { echo "[test] setup failed"; exit 1; }
+# The lab's guest kernels download in the background (below): only the lab step needs them.
+NUMAIO_SETUP_KERNELS=0 bash scripts/setup.sh || { echo "[test] setup failed"; exit 1; }
 [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
 
 # Tests that cannot run on a machine skip visibly (numaio-testkit): each skip is logged here
@@ -57,15 +58,23 @@ step() {
     names+=("$name"); times+=($((SECONDS - t0)))
 }
 
-pysetup_log="$PWD/target/pysetup.log"
-bash scripts/setup-python.sh > "$pysetup_log" 2>&1 &
-pysetup_pid=$!
-pysetup_wait() {
+# Set-up work that mostly waits on the network runs in the background while the compiles keep
+# both cores busy: `bg_start NAME CMD...` starts it (output to target/NAME.log), the step
+# `bg_wait NAME` waits for it, shows its output and passes or fails with it.
+declare -A bg_pids=()
+bg_start() {
+    local name="$1"; shift
+    "$@" > "target/$name.log" 2>&1 &
+    bg_pids[$name]=$!
+}
+bg_wait() {
     local rc=0
-    wait "$pysetup_pid" || rc=$?
-    cat "$pysetup_log"
+    wait "${bg_pids[$1]}" || rc=$?
+    cat "target/$1.log"
     return $rc
 }
+bg_start kernels env NUMAIO_SETUP_KERNELS=only bash scripts/setup.sh
+bg_start pysetup bash scripts/setup-python.sh
 
 step fmt      cargo fmt --all -- --check
 step clippy   cargo clippy --workspace --all-targets --keep-going -- -D warnings
@@ -74,9 +83,8 @@ step build    cargo build --release --workspace --bins
 # The .deb (cargo-deb): install, check binary, man pages, completions, unit, remove.
 step deb      bash scripts/test-deb.sh
 # The advisor's Python side (a venv in .venv/); `numaio advise`'s end-to-end test needs it.
-# It installed in the background from the start (mostly waiting on downloads, while the
-# compiles above keep both cores busy); this step waits for it and shows its output.
-step pysetup  pysetup_wait
+# It installs in the background from the start (bg_start above).
+step pysetup  bg_wait pysetup
 step unit     cargo test --workspace --no-fail-fast
 # Every library crate packages (cargo package builds each package against the others'), the
 # engine's packaged tests build, and a new crate depending only on the packages builds and runs.
@@ -110,6 +118,7 @@ fi
 # The lab tests are `#[ignore]`d tests of numaio-lab that the unit step already built: run those
 # binaries (`cargo test -p numaio-lab` would resolve features for numaio-lab alone and rebuild
 # about 50 units, the workspace crates and every lab test binary included).
+step kernels  bg_wait kernels
 step lab      lab_tests --ignored --test-threads=2
 
 echo
