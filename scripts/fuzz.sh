@@ -20,6 +20,8 @@
 #   FUZZ_RUNS=N                  stop each target after N inputs (libFuzzer's -runs); with
 #                                FUZZ_SEED the run is then the same every time, and the
 #                                seconds only bound it
+#   FUZZ_BUILD_ONLY=1            build the targets and stop (scripts/test.sh builds them
+#                                ahead, in the background)
 #   FUZZ_JOBS=N                  run N targets at once (default 1); each libFuzzer process
 #                                uses one core, so on an otherwise idle machine N = its
 #                                number of cores gives the same runs in less time
@@ -66,6 +68,7 @@ if [ -n "${FUZZ_TARGETS:-}" ]; then
 else
     build || { echo "fuzz: build failed" >&2; exit 1; }
 fi
+[ "${FUZZ_BUILD_ONLY:-0}" = 1 ] && { echo "fuzz: built in $((SECONDS - t0)) s"; exit 0; }
 echo "fuzz: built in $((SECONDS - t0)) s; running each target for $secs s${FUZZ_RUNS:+ or $FUZZ_RUNS inputs}, $jobs at once (logs in $logs)"
 
 # One target's run; its result (ok or FAIL) goes to $work/<target>.result and its table row
