@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Everything CI checks: setup, formatting, clippy, unit tests, release build, and the lab
-# tests (QEMU guests; every file in lab/tests/). Prints a summary; exits non-zero if any
-# step failed.
+# Everything CI checks: setup, formatting, clippy, release build, .deb, unit tests, package
+# check, pytest, file-system conformance, the lab tests (QEMU guests; every file in
+# lab/tests/), loom, ASan and fuzzing. Prints a summary with each step's time; exits non-zero
+# if any step failed. Work that waits (downloads) or builds for a later step runs in the
+# background where the cores would otherwise idle; every step still checks what it did.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
