@@ -16,6 +16,7 @@
 #   --fsx-chunk N        most ops per fsx process for variants with mmap reads (default 50000)
 #   --verify-size SIZE   fio verify size per job (default 64m)
 #   --stress-secs N      seconds per stress-ng stressor (default 10)
+#   --stress-jobs N      stress-ng stressors run at once, each in its own directory (default 1)
 #   --stressors LIST     comma list of stress-ng stressors (default: the file-system set in STRESSORS)
 #   --backing ext4|tmpfs the file system under bindfs (default tmpfs)
 #   --numaio PATH        the numaio binary (default target/release/numaio)
@@ -34,12 +35,12 @@ CONF="$ROOT/scripts/conformance"
 
 say() { printf '[conformance] %s\n' "$*"; }
 die() { printf '[conformance] ERROR: %s\n' "$*" >&2; exit 2; }
-usage() { sed -n '8,29p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '8,30p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 TARGET="" SCRATCH="" STEPS="pjdfstest,fsx,fio-verify,personalities,stress-ng"
 # stress-ng's stressors that exercise a file system's metadata, data, locking and sync paths.
 STRESSORS="hdd,dir,dentry,rename,link,symlink,lockf,flock,fcntl,fallocate,mmap,sync-file,seek,xattr,io,chown,utime,iomix"
-STRESS_SECS=10
+STRESS_SECS=10 STRESS_JOBS=1
 FSX_OPS=20000 FSX_SEEDS="1,2,3" FSX_VARIANTS="plain,mmap,odirect" FSX_JOBS=2 FSX_CHUNK=50000
 VERIFY_SIZE=64m BACKING=tmpfs NUMAIO="$ROOT/target/release/numaio" JSON="" KEEP=0
 while [ $# -gt 0 ]; do
@@ -54,6 +55,7 @@ while [ $# -gt 0 ]; do
         --fsx-chunk) FSX_CHUNK="${2:-}"; shift 2 ;;
         --verify-size) VERIFY_SIZE="${2:-}"; shift 2 ;;
         --stress-secs) STRESS_SECS="${2:-}"; shift 2 ;;
+        --stress-jobs) STRESS_JOBS="${2:-}"; shift 2 ;;
         --stressors) STRESSORS="${2:-}"; shift 2 ;;
         --backing) BACKING="${2:-}"; shift 2 ;;
         --numaio) NUMAIO="${2:-}"; shift 2 ;;
@@ -70,6 +72,7 @@ case "$BACKING" in ext4|tmpfs) ;; *) die "--backing must be ext4 or tmpfs (got '
 [[ "$FSX_JOBS" =~ ^[1-9][0-9]*$ ]] || die "--fsx-jobs must be a positive integer (got '$FSX_JOBS')"
 [[ "$FSX_SEEDS" =~ ^[0-9]+(,[0-9]+)*$ ]] || die "--fsx-seeds must be a comma list of integers (got '$FSX_SEEDS')"
 [[ "$STRESS_SECS" =~ ^[1-9][0-9]*$ ]] || die "--stress-secs must be a positive integer (got '$STRESS_SECS')"
+[[ "$STRESS_JOBS" =~ ^[1-9][0-9]*$ ]] || die "--stress-jobs must be a positive integer (got '$STRESS_JOBS')"
 [[ "$STRESSORS" =~ ^[a-z0-9-]+(,[a-z0-9-]+)*$ ]] || die "--stressors must be a comma list of stress-ng stressor names (got '$STRESSORS')"
 [[ "$VERIFY_SIZE" =~ ^[1-9][0-9]*[kmgKMG]?$ ]] || die "--verify-size must be a size like 64m (got '$VERIFY_SIZE')"
 IFS=, read -r -a step_list <<< "$STEPS"
@@ -355,29 +358,41 @@ run_personalities() {
     else record personalities FAIL "${done_list# }" $((SECONDS - t0)); fi
 }
 
-# Each stressor alone for STRESS_SECS seconds, one instance, in its own directory on the
-# target; a stressor passes when stress-ng exits 0 (exit 2: a stressor failed, 3: out of
-# resources, 4: not implemented — all count as failures here, since ext4 runs every one).
-# The detail lists each stressor's bogo ops/s, the figure stress-ng reports for comparisons.
+# Each stressor for STRESS_SECS seconds, one instance, in its own directory on the target,
+# STRESS_JOBS stressors at a time (default 1: each alone); a stressor passes when stress-ng
+# exits 0 (exit 2: a stressor failed, 3: out of resources, 4: not implemented — all count as
+# failures here, since ext4 runs every one). The detail lists each stressor's bogo ops/s, the
+# figure stress-ng reports for comparisons (comparable only between runs with the same
+# --stress-jobs).
 run_stressng() {
     local t0=$SECONDS st fail=0 out=() list
     IFS=, read -r -a list <<< "$STRESSORS"
     mkdir -p "$LOGS/stress-ng"
-    for st in "${list[@]}"; do
-        local dir="$MNT/stress-$st" log="$LOGS/stress-ng/$st.log" yaml="$LOGS/stress-ng/$st.yaml"
+    stress_one() { # STRESSOR: its exit status goes to LOGS/stress-ng/STRESSOR.rc
+        local st="$1" dir="$MNT/stress-$1" log="$LOGS/stress-ng/$1.log" yaml="$LOGS/stress-ng/$1.yaml"
         mkdir -p "$dir"
         timeout $((STRESS_SECS * 6 + 60)) stress-ng --"$st" 1 --timeout "${STRESS_SECS}s" --temp-path "$dir" \
             --metrics-brief --yaml "$yaml" > "$log" 2>&1
-        local rc=$? rate
+        echo $? > "$LOGS/stress-ng/$st.rc"
+        rm -rf "$dir"
+    }
+    for st in "${list[@]}"; do
+        rm -f "$LOGS/stress-ng/$st.rc"
+        while [ "$(jobs -rp | wc -l)" -ge "$STRESS_JOBS" ]; do wait -n; done
+        stress_one "$st" &
+    done
+    wait
+    for st in "${list[@]}"; do
+        local log="$LOGS/stress-ng/$st.log" yaml="$LOGS/stress-ng/$st.yaml" rc rate
+        rc="$(cat "$LOGS/stress-ng/$st.rc" 2>/dev/null)"
         rate="$(awk -v n="$st" '$1 == "-" && $2 == "stressor:" {cur = $3} cur == n && $1 == "bogo-ops-per-second-real-time:" {printf "%.1f", $2; exit}' "$yaml" 2>/dev/null)"
-        if [ $rc -eq 0 ]; then out+=("$st:${rate:-?}")
+        if [ "$rc" = 0 ]; then out+=("$st:${rate:-?}")
         else
-            fail=$((fail + 1)); out+=("$st:FAIL(exit $rc)")
+            fail=$((fail + 1)); out+=("$st:FAIL(exit ${rc:-?})")
             grep -E 'fail|error|FAIL' "$log" | head -5 | sed "s/^/    $st: /" >&2
         fi
-        rm -rf "$dir"
     done
-    local detail="${#list[@]} stressors x ${STRESS_SECS}s (bogo ops/s): ${out[*]}"
+    local detail="${#list[@]} stressors x ${STRESS_SECS}s, $STRESS_JOBS at a time (bogo ops/s): ${out[*]}"
     if [ $fail -eq 0 ]; then record stress-ng PASS "$detail" $((SECONDS - t0))
     else record stress-ng FAIL "$detail" $((SECONDS - t0)); fi
 }

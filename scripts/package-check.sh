@@ -24,7 +24,13 @@ for c in "numaio-engine-$version" "numaio-sys-$sys_version" "numaio-testkit-$kit
     [ -f "$pkg/$c.crate" ] || { echo "[package-check] ERROR: $pkg/$c.crate was not made" >&2; exit 1; }
 done
 
-work="$(mktemp -d /var/tmp/numaio-embed.XXXXXX)"
+# Outside the workspace (a package under it would be taken for a member), at the same path on
+# every run of this checkout: the builds below use the workspace's target directory, where
+# crates.io dependencies already built with the same features are reused, and a fixed path
+# keeps the packaged crates' own artifacts from piling up there run after run.
+work="/var/tmp/numaio-package-check.$(printf '%s' "$PWD" | cksum | cut -d' ' -f1)"
+rm -rf "$work"
+mkdir -p "$work"
 trap 'rm -rf "$work"' EXIT
 # Unpack the .crate files themselves, so nothing of the workspace can leak in.
 tar -xzf "$pkg/numaio-engine-$version.crate" -C "$work"
@@ -33,7 +39,7 @@ tar -xzf "$pkg/numaio-testkit-$kit_version.crate" -C "$work"
 # The packaged tests build against the other packages (cargo package itself builds the
 # libraries only).
 say "building numaio-engine's packaged tests"
-CARGO_TARGET_DIR="$work/target" cargo test --quiet --no-run --manifest-path "$work/numaio-engine-$version/Cargo.toml" \
+CARGO_TARGET_DIR="$target" cargo test --quiet --no-run --manifest-path "$work/numaio-engine-$version/Cargo.toml" \
     --config "patch.crates-io.numaio-sys.path=\"$work/numaio-sys-$sys_version\"" \
     --config "patch.crates-io.numaio-testkit.path=\"$work/numaio-testkit-$kit_version\""
 mkdir -p "$work/user/src"
@@ -75,5 +81,5 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 RS
 say "building and running a crate that depends on the packages only"
-CARGO_TARGET_DIR="$work/target" cargo run --quiet --manifest-path "$work/user/Cargo.toml" -- "$work"
+CARGO_TARGET_DIR="$target" cargo run --quiet --manifest-path "$work/user/Cargo.toml" -- "$work"
 say "ok"

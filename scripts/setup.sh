@@ -14,6 +14,13 @@ if [ "$(id -u)" -ne 0 ]; then
     SUDO="sudo"
 fi
 export DEBIAN_FRONTEND=noninteractive
+# NUMAIO_SETUP_KERNELS: 1 (default) all of it; 0 all but the lab's guest kernels; only: the
+# guest kernels alone (scripts/test.sh fetches them in the background while it compiles).
+kernels="${NUMAIO_SETUP_KERNELS:-1}"
+case "$kernels" in 0 | 1 | only) ;; *) die "NUMAIO_SETUP_KERNELS must be 0, 1 or only (got '$kernels')" ;; esac
+apt_updated=0
+
+if [ "$kernels" != only ]; then
 
 # qemu: the lab's VM; busybox-static: guest userland; numactl: guest + host tool;
 # e2fsprogs: mkfs.ext4 -d for lab disks; dmsetup: ext4 over dm-linear baseline in the lab; cpio; fio/vmtouch: comparison peers;
@@ -26,7 +33,6 @@ missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-apt_updated=0
 if [ ${#missing[@]} -gt 0 ]; then
     say "installing: ${missing[*]}"
     $SUDO apt-get update -qq
@@ -81,6 +87,9 @@ else
     say "note: no nightly toolchain; the fuzz and AddressSanitizer steps need one (rustup toolchain install nightly)"
 fi
 
+fi # NUMAIO_SETUP_KERNELS != only
+
+if [ "$kernels" != 0 ]; then
 # Guest kernel: the package linux-image-cloud-amd64 depends on, extracted once.
 CACHE="${NUMAIO_LAB_CACHE:-lab/cache}"
 meta=linux-image-cloud-amd64
@@ -158,6 +167,7 @@ if [ "${NUMAIO_LAB_KERNEL73:-1}" != 0 ]; then
         say "guest kernel 7.3: $CACHE/kernel/linux-image-$ver/usr/lib/modules/$ver/vmlinuz"
     fi
 fi
+fi # NUMAIO_SETUP_KERNELS != 0
 if [ -e /dev/kvm ]; then
     say "note: the lab uses TCG by default (NUMAIO_LAB_ACCEL=kvm tries KVM first)"
 fi
