@@ -126,7 +126,7 @@ fn list(
         getdents(&big, buf) == got,
         "{mode:?}: listing after the unlink"
     );
-    bg.umount_and_join().expect("umount");
+    bg.unmount().expect("umount");
 
     let mut seen: BTreeMap<Vec<u8>, u64> = BTreeMap::new();
     for (n, ino) in &got {

@@ -193,7 +193,7 @@ fn io_uring_mode_serves_the_file_operations() {
         n.io_uring > 20 * n.classic.max(1) || n.classic == 0,
         "most requests went through /dev/fuse: {n:?}"
     );
-    bg.umount_and_join().expect("umount");
+    bg.unmount().expect("umount");
     assert_eq!(
         t.mode(),
         FuseMode::Classic,
@@ -217,6 +217,6 @@ fn classic_mode_serves_the_file_operations() {
     exercise(&mnt);
     let n = t.requests();
     assert!(n.classic > 0 && n.io_uring == 0, "{n:?}");
-    bg.umount_and_join().expect("umount");
+    bg.unmount().expect("umount");
     check_volume(&store);
 }
