@@ -8,8 +8,8 @@ use crate::serve::{self, Ctx, Output, Reply};
 use crate::{uring, Observer, Transport};
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, OpenFlags,
-    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
-    ReplyEntry, ReplyLseek, ReplyOpen, ReplyWrite,
+    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
+    ReplyLseek, ReplyOpen, ReplyWrite,
 };
 use numaio_fs::meta::Kind;
 use numaio_fs::{Fs, SetAttr};
@@ -80,7 +80,11 @@ impl Output for NoOutput {
     fn dir_room(&self) -> usize {
         0
     }
-    fn dir_add(&mut self, _e: &numaio_fs::DirEntry, _p: Option<(&numaio_fs::FileAttr, Duration)>) -> bool {
+    fn dir_add(
+        &mut self,
+        _e: &numaio_fs::DirEntry,
+        _p: Option<(&numaio_fs::FileAttr, Duration)>,
+    ) -> bool {
         true
     }
 }
@@ -98,7 +102,11 @@ impl Output for DataOut<'_> {
     fn dir_room(&self) -> usize {
         0
     }
-    fn dir_add(&mut self, _e: &numaio_fs::DirEntry, _p: Option<(&numaio_fs::FileAttr, Duration)>) -> bool {
+    fn dir_add(
+        &mut self,
+        _e: &numaio_fs::DirEntry,
+        _p: Option<(&numaio_fs::FileAttr, Duration)>,
+    ) -> bool {
         true
     }
 }
@@ -116,7 +124,11 @@ impl Output for DirOut<'_> {
     fn dir_room(&self) -> usize {
         READDIRPLUS_BATCH
     }
-    fn dir_add(&mut self, e: &numaio_fs::DirEntry, plus: Option<(&numaio_fs::FileAttr, Duration)>) -> bool {
+    fn dir_add(
+        &mut self,
+        e: &numaio_fs::DirEntry,
+        plus: Option<(&numaio_fs::FileAttr, Duration)>,
+    ) -> bool {
         match (self, plus) {
             (DirOut::Plain(r), _) => r.add(
                 INodeNo(e.ino),
@@ -683,7 +695,10 @@ impl Filesystem for Classic {
     }
 
     fn listxattr(&self, req: &fuser::Request, ino: INodeNo, size: u32, reply: fuser::ReplyXattr) {
-        reply_xattr(reply, self.call(req, Request::Listxattr { ino: ino.0, size }))
+        reply_xattr(
+            reply,
+            self.call(req, Request::Listxattr { ino: ino.0, size }),
+        )
     }
 
     fn removexattr(&self, req: &fuser::Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {

@@ -183,13 +183,22 @@ pub enum MountError {
     /// io_uring was asked for and the kernel or this process cannot use it.
     UringUnavailable(String),
     /// The kernel refused the mount (needs root or access to /dev/fuse).
-    Mount { mountpoint: PathBuf, source: io::Error },
+    Mount {
+        mountpoint: PathBuf,
+        source: io::Error,
+    },
     /// io_uring was asked for and INIT did not accept it.
     UringRefused { mountpoint: PathBuf },
     /// io_uring was asked for and its queues could not be registered.
-    UringStart { mountpoint: PathBuf, source: io::Error },
+    UringStart {
+        mountpoint: PathBuf,
+        source: io::Error,
+    },
     /// Starting, serving or ending the session failed.
-    Session { mountpoint: PathBuf, source: io::Error },
+    Session {
+        mountpoint: PathBuf,
+        source: io::Error,
+    },
 }
 
 impl fmt::Display for MountError {
@@ -282,7 +291,8 @@ pub fn mount(fs: Fs, mountpoint: &Path, cfg: &MountConfig) -> Result<Mount, Moun
         fcfg.mount_options.push(fuser::MountOption::RO);
     }
     if cfg.default_permissions {
-        fcfg.mount_options.push(fuser::MountOption::DefaultPermissions);
+        fcfg.mount_options
+            .push(fuser::MountOption::DefaultPermissions);
     }
     fcfg.n_threads = Some(n_threads);
     fcfg.clone_fd = true;
@@ -291,12 +301,11 @@ pub fn mount(fs: Fs, mountpoint: &Path, cfg: &MountConfig) -> Result<Mount, Moun
     }
     let weak = Arc::downgrade(&fs);
     let classic = Classic::new(fs, obs.clone(), transport.clone());
-    let session = fuser::Session::new(classic, mountpoint, &fcfg).map_err(|source| {
-        MountError::Mount {
+    let session =
+        fuser::Session::new(classic, mountpoint, &fcfg).map_err(|source| MountError::Mount {
             mountpoint: mountpoint.to_path_buf(),
             source,
-        }
-    })?;
+        })?;
     // The rings must be registered before the kernel serves anything once INIT took
     // io_uring; if that fails the kernel falls back to /dev/fuse.
     if explicit && !transport.is_negotiated() {
@@ -341,7 +350,14 @@ pub fn mount(fs: Fs, mountpoint: &Path, cfg: &MountConfig) -> Result<Mount, Moun
     })
 }
 
-/// The transport to ask the kernel for; errors only where io_uring was asked for.
+impl TransportChoice {
+    /// The transport a mount would ask the kernel for now; an error only where io_uring
+    /// was asked for and cannot be had.
+    pub fn resolve(self) -> Result<FuseMode, MountError> {
+        resolve(self)
+    }
+}
+
 fn resolve(t: TransportChoice) -> Result<FuseMode, MountError> {
     match t {
         TransportChoice::Classic => Ok(FuseMode::Classic),
@@ -419,7 +435,7 @@ impl Mount {
 
     /// Whether the session ended (the mount was unmounted from outside).
     pub fn is_finished(&self) -> bool {
-        self.session.as_ref().map_or(true, |s| s.guard.is_finished())
+        self.session.as_ref().is_none_or(|s| s.guard.is_finished())
     }
 
     /// Unmounts and waits until the volume is unmounted too.

@@ -572,7 +572,10 @@ mod tests {
         for opcode in 0..64u32 {
             let h = header(opcode, 3);
             // A short in-header, per-op headers of every length, huge stated sizes.
-            assert_eq!(decode(&h[..IN_HEADER_SZ - 1], &full, &[]), Err(libc::EINVAL));
+            assert_eq!(
+                decode(&h[..IN_HEADER_SZ - 1], &full, &[]),
+                Err(libc::EINVAL)
+            );
             for cut in 0..=full.len() {
                 let _ = decode(&h, &full[..cut], b"n\0m\0");
                 let _ = decode(&h, &full[..cut], &[]);
@@ -580,15 +583,27 @@ mod tests {
         }
         let mut r = [0u8; 128];
         r[16..20].copy_from_slice(&u32::MAX.to_le_bytes());
-        assert_eq!(decode(&header(op::WRITE, 2), &r, &[1, 2]), Err(libc::EINVAL));
-        assert_eq!(decode(&header(op::READ, 2), &r[..20], &[]), Err(libc::EINVAL));
+        assert_eq!(
+            decode(&header(op::WRITE, 2), &r, &[1, 2]),
+            Err(libc::EINVAL)
+        );
+        assert_eq!(
+            decode(&header(op::READ, 2), &r[..20], &[]),
+            Err(libc::EINVAL)
+        );
         // INIT (26) reaches /dev/fuse only; over a ring it is not served.
         assert_eq!(decode(&header(26, 1), &r, &[]), Err(libc::ENOSYS));
     }
 
     #[test]
     fn only_requests_with_names_or_data_take_the_payload() {
-        for opcode in [op::READ, op::READDIR, op::READDIRPLUS, op::GETATTR, op::LISTXATTR] {
+        for opcode in [
+            op::READ,
+            op::READDIR,
+            op::READDIRPLUS,
+            op::GETATTR,
+            op::LISTXATTR,
+        ] {
             assert!(!takes_payload(opcode), "{opcode}");
         }
         for opcode in [op::WRITE, op::LOOKUP, op::CREATE, op::SETXATTR, op::RENAME2] {

@@ -63,14 +63,28 @@ pub(crate) struct Ctx {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Reply {
     Empty,
-    Entry { attr: FileAttr, ttl: Duration },
+    Entry {
+        attr: FileAttr,
+        ttl: Duration,
+    },
     /// A missing name, as an entry of inode 0 the kernel keeps for `ttl`, so repeated misses
     /// (path searches, the create after a failed stat) stay in the kernel.
-    Negative { ttl: Duration },
-    Attr { attr: FileAttr, ttl: Duration },
-    Created { attr: FileAttr, ttl: Duration, flags: u32 },
+    Negative {
+        ttl: Duration,
+    },
+    Attr {
+        attr: FileAttr,
+        ttl: Duration,
+    },
+    Created {
+        attr: FileAttr,
+        ttl: Duration,
+        flags: u32,
+    },
     /// File handle 0 with `FOPEN_*` flags.
-    Opened { flags: u32 },
+    Opened {
+        flags: u32,
+    },
     /// This many bytes of file data in [`Output::data`]'s buffer.
     Data(usize),
     /// A symlink's target, an xattr value or an xattr name list.

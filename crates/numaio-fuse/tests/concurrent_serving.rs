@@ -46,7 +46,9 @@ impl BlockStore for SlowStore {
 }
 
 fn pattern(seed: usize) -> Vec<u8> {
-    (0..65536usize).map(|i| ((i * 13 + seed) % 251) as u8).collect()
+    (0..65536usize)
+        .map(|i| ((i * 13 + seed) % 251) as u8)
+        .collect()
 }
 
 /// A volume with files `f0` … `f7` of 64 KiB each.

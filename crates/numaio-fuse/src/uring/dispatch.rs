@@ -355,7 +355,15 @@ mod tests {
         op_in[0..4].copy_from_slice(&4096u32.to_le_bytes());
         let mut p = b"user.big\0".to_vec();
         p.resize(300, 0);
-        let (_, a) = dispatch(&fs, &obs, 0, &header(op::GETXATTR, f.ino), &op_in, &mut p, 9);
+        let (_, a) = dispatch(
+            &fs,
+            &obs,
+            0,
+            &header(op::GETXATTR, f.ino),
+            &op_in,
+            &mut p,
+            9,
+        );
         assert_eq!(a, Err(libc::ERANGE));
     }
 }

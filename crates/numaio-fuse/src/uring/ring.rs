@@ -171,8 +171,9 @@ impl Queue {
         let (op_in, ent) = rest.split_at_mut(abi::OP_IN_SZ);
         let commit_id = abi::u64_at(ent, abi::ENT_COMMIT_ID);
         let in_len = abi::u32_at(ent, abi::ENT_PAYLOAD_SZ) as usize;
-        let (unique, answer) =
-            dispatch::dispatch(&self.fs, &self.obs, self.cpu, in_out, op_in, payload, in_len);
+        let (unique, answer) = dispatch::dispatch(
+            &self.fs, &self.obs, self.cpu, in_out, op_in, payload, in_len,
+        );
         let (error, len) = match answer {
             Ok(n) => (0, n),
             Err(e) => (-e, 0),
