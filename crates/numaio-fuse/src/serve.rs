@@ -11,6 +11,7 @@ use crate::accounting::Direction;
 use crate::caller::Requester;
 use crate::request::Request;
 use crate::{FuseMode, Observer};
+use fuser::FopenFlags;
 use numaio_fs::meta::Kind;
 use numaio_fs::{Caller, DirEntry, FileAttr, Fs, FsError};
 use std::time::Duration;
@@ -26,20 +27,17 @@ pub(crate) const TTL: Duration = Duration::from_secs(60);
 /// dropping them at each open would send every cached read back to the server. No FLUSH
 /// at close: data reaches `Fs` on each write (no writeback cache) and durability is
 /// fsync's job, so a flush would be a round trip that does nothing.
-pub(crate) const OPEN_FLAGS: u32 = libc_fopen::KEEP_CACHE | libc_fopen::NOFLUSH;
+pub(crate) const OPEN_FLAGS: u32 = FopenFlags::FOPEN_KEEP_CACHE
+    .union(FopenFlags::FOPEN_NOFLUSH)
+    .bits();
 
 /// Directories are opened with the kernel's readdir cache on and kept across opens: every
 /// change to a directory passes through this mount, whose kernel then drops the cached
 /// listing, so a listing repeated while nothing changed is answered by the kernel (no
 /// request, getdents filled as on a local file system).
-pub(crate) const DIR_OPEN_FLAGS: u32 = libc_fopen::CACHE_DIR | libc_fopen::KEEP_CACHE;
-
-/// `FOPEN_*` bits of `include/uapi/linux/fuse.h`.
-mod libc_fopen {
-    pub const KEEP_CACHE: u32 = 1 << 1;
-    pub const CACHE_DIR: u32 = 1 << 3;
-    pub const NOFLUSH: u32 = 1 << 5;
-}
+pub(crate) const DIR_OPEN_FLAGS: u32 = FopenFlags::FOPEN_CACHE_DIR
+    .union(FopenFlags::FOPEN_KEEP_CACHE)
+    .bits();
 
 /// Bytes of the smallest readdirplus record (`fuse_entry_out`, `fuse_dirent`, a 1-byte name,
 /// padded to 8): a reply buffer of `size` bytes holds at most `size / 160` entries.

@@ -685,4 +685,35 @@ mod tests {
         let e = parse_opts(&["acl".to_string()], true).err().unwrap();
         assert!(e.to_string().contains("nodefault_permissions"), "{e}");
     }
+
+    #[test]
+    fn serving_threads_and_ring_depth_are_mount_options() {
+        let parse = |o: &str| parse_opts(&[o.to_string()], true);
+        let d = parse("").unwrap().fuse;
+        assert_eq!(
+            (d.threads_per_node(), d.uring_depth()),
+            (
+                MountConfig::DEFAULT_THREADS_PER_NODE,
+                numaio_fuse::uring::DEFAULT_DEPTH
+            )
+        );
+        let o = parse("threads=3,uring_depth=16").unwrap().fuse;
+        assert_eq!((o.threads_per_node(), o.uring_depth()), (3, 16));
+        for (bad, says) in [
+            ("threads=0", "1 to 256"),
+            ("threads=257", "1 to 256"),
+            ("uring_depth=0", "1 to 64"),
+            ("uring_depth=65", "1 to 64"),
+            ("threads=x", "whole number"),
+            ("uring_depth=", "whole number"),
+        ] {
+            let e = parse(bad).err().unwrap().to_string();
+            assert!(e.contains(says) && e.contains(bad), "{bad}: {e}");
+        }
+        // Not among the reported options, which name access and permissions only.
+        assert_eq!(
+            parse("threads=2").unwrap().names(),
+            ["rw", "allow_other", "default_permissions"]
+        );
+    }
 }
