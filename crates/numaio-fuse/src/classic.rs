@@ -306,7 +306,7 @@ impl Filesystem for Classic {
     }
 
     fn destroy(&mut self) {
-        // The ring workers hold the volume too: stop them before the final flush.
+        // The ring and serving threads hold the volume too: stop them before the final flush.
         self.transport.stop();
         if let Some(fs) = self.fs.take() {
             crate::mount::unmount_volume(fs);

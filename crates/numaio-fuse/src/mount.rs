@@ -497,3 +497,46 @@ pub(crate) fn unmount_volume(mut fs: Arc<Fs>) {
         eprintln!("numaio mount: syncing the volume failed: {e}");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_builders_refuse_what_cannot_work() {
+        let c = MountConfig::new();
+        assert_eq!(c.threads_per_node(), MountConfig::DEFAULT_THREADS_PER_NODE);
+        assert_eq!(c.uring_depth(), uring::DEFAULT_DEPTH);
+        assert_eq!(c.transport(), TransportChoice::Auto);
+        let c = c
+            .with_threads_per_node(1)
+            .and_then(|c| c.with_uring_depth(64))
+            .and_then(|c| c.with_fs_name("/dev/nvme0n1"))
+            .unwrap();
+        assert_eq!((c.threads_per_node(), c.uring_depth()), (1, 64));
+        assert_eq!(c.fs_name(), "/dev/nvme0n1");
+        for bad in [
+            MountConfig::new().with_threads_per_node(0),
+            MountConfig::new().with_threads_per_node(MountConfig::MAX_THREADS_PER_NODE + 1),
+            MountConfig::new().with_uring_depth(0),
+            MountConfig::new().with_uring_depth(uring::MAX_DEPTH + 1),
+            MountConfig::new().with_fs_name(""),
+            MountConfig::new().with_fs_name("a,allow_other"),
+            MountConfig::new().with_subtype("x\0y"),
+        ] {
+            let e = bad.unwrap_err();
+            assert!(matches!(e, MountError::Config(_)), "{e}");
+            assert!(e.to_string().contains("give"), "{e}");
+        }
+    }
+
+    #[test]
+    fn classic_is_always_available() {
+        assert_eq!(
+            TransportChoice::Classic.resolve().unwrap(),
+            FuseMode::Classic
+        );
+        // Auto never fails: it falls back to classic.
+        assert!(TransportChoice::Auto.resolve().is_ok());
+    }
+}

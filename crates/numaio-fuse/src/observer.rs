@@ -1,6 +1,6 @@
 //! What every transport reports about the requests it serves: who asked (thread, process,
 //! node), the per-node accounting, thread moves, and the statistics the mount answers on its
-//! root's `user.numaio.stats` xattr. Shared by the classic adapter and the io_uring workers.
+//! root's `user.numaio.stats` xattr. Shared by both transports through the one serving table.
 
 use crate::{accounting, caller, move_work, stats};
 use numaio_fs::{Caller, Fs};

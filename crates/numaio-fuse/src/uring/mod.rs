@@ -98,7 +98,7 @@ pub struct RequestCounts {
     pub listing_size: u64,
 }
 
-/// The transport state a mount shares between the fuser adapter and the ring workers.
+/// The transport state a mount shares between the classic adapter and the ring threads.
 #[derive(Clone)]
 pub struct Transport(Arc<Shared>);
 

@@ -294,8 +294,9 @@ fn with_len(e: squeue::Entry128, len: u32) -> squeue::Entry128 {
 
 impl Worker {
     fn start(spec: QueueSpec, stop: &OwnedFd) -> io::Result<Worker> {
-        // Bound to its CPU, the worker answers on the caller's CPU: the kernel queues each
-        // request on the queue of the CPU it was issued on.
+        // Bound to its CPU, the ring thread takes requests on the caller's CPU (the kernel
+        // queues each request on the queue of the CPU it was issued on) and its buffers are
+        // on that CPU's node; the node's serving threads answer them.
         let cpus = numaio_sys::CpuSet::from_ids(&[spec.cpu]);
         if let Err(e) = numaio_sys::set_affinity(0, &cpus) {
             eprintln!(
@@ -412,8 +413,8 @@ impl Worker {
 
     fn push(&mut self, sqe: squeue::Entry128) -> io::Result<()> {
         loop {
-            // SAFETY: the iovecs and buffers the SQE points to belong to this worker and
-            // outlive the ring, which is dropped first.
+            // SAFETY: the iovecs and buffers the SQE points to belong to this ring thread's
+            // queue and outlive the ring, which is dropped first.
             if unsafe { self.ring.submission().push(&sqe) }.is_ok() {
                 return Ok(());
             }
