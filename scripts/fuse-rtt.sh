@@ -16,7 +16,7 @@
 #   --jobs N         parallel jobs for the rates (default: the number of CPUs)
 #   --rounds N       rounds of both modes (default 3)
 #   --depths LIST    io_uring ring entries per queue to compare, e.g. 1,2,4,8 (each depth
-#                    is one more io_uring mount per round, through NUMAIO_FUSE_URING_DEPTH;
+#                    is one more io_uring mount per round, through -o uring_depth=N;
 #                    default: the server's default depth only)
 #   --json FILE      where to write the results (default: SCRATCH/fuse-rtt.json)
 #   --keep           leave the scratch directory in place
@@ -98,7 +98,9 @@ for mode in "${VARIANTS[@]}"; do
     fm="${mode%@*}" depth=""
     [ "$fm" != "$mode" ] && depth="${mode#*@}"
     [ "$fm" = io-uring ] && echo Y > "$SWITCH"
-    out="$(NUMAIO_FUSE_URING_DEPTH="$depth" "$NUMAIO" mount --json --fuse-mode "$fm" "$SCRATCH/d0" "$SCRATCH/d1" "$MNT")" \
+    opts=()
+    [ -n "$depth" ] && opts=(-o "uring_depth=$depth")
+    out="$("$NUMAIO" mount --json --fuse-mode "$fm" "${opts[@]}" "$SCRATCH/d0" "$SCRATCH/d1" "$MNT")" \
         || die "numaio mount --fuse-mode $fm failed (ring depth '${depth:-default}')"
     got="$(printf '%s' "$out" | python3 -c 'import json,sys; print(json.load(sys.stdin)["fuse_mode"])')"
     say "round $round, $mode: mounted, fuse_mode=$got"

@@ -1,6 +1,6 @@
 //! What every transport reports about the requests it serves: who asked (thread, process,
 //! node), the per-node accounting, thread moves, and the statistics the mount answers on its
-//! root's `user.numaio.stats` xattr. Shared by the classic adapter and the io_uring workers.
+//! root's `user.numaio.stats` xattr. Shared by both transports through the one serving table.
 
 use crate::{accounting, caller, move_work, stats};
 use numaio_fs::{Caller, Fs};
@@ -19,6 +19,18 @@ pub struct Observer {
     listings: AtomicU64,
     /// The largest reply buffer such a request asked for, where the transport says.
     listing_size: AtomicU64,
+    /// Requests being served now, and the most served at once so far.
+    in_flight: AtomicU64,
+    in_flight_max: AtomicU64,
+}
+
+/// One request being served; dropped when its reply is ready.
+pub(crate) struct InFlight<'a>(&'a AtomicU64);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Default for Observer {
@@ -37,7 +49,22 @@ impl Observer {
             server_checks: AtomicBool::new(false),
             listings: AtomicU64::new(0),
             listing_size: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
+            in_flight_max: AtomicU64::new(0),
         }
+    }
+
+    /// Counts a request as being served until the guard drops.
+    pub(crate) fn begin_request(&self) -> InFlight<'_> {
+        let now = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+        self.in_flight_max.fetch_max(now, Ordering::Relaxed);
+        InFlight(&self.in_flight)
+    }
+
+    /// The most requests served at once so far, in either transport: how many a request
+    /// waiting for its device did not hold up.
+    pub fn in_flight_max(&self) -> u64 {
+        self.in_flight_max.load(Ordering::Relaxed)
     }
 
     /// Says that other users reach the mount and the server, not the kernel, checks their
@@ -128,7 +155,19 @@ impl Observer {
         dir: accounting::Direction,
     ) {
         let parts = fs.range_nodes(ino, offset, len);
-        self.accounting.add(r.pid, r.tid, dir, r.node, &parts);
+        self.account_parts(r, ino, offset, dir, &parts);
+    }
+
+    /// [`Observer::account`] of a range whose bytes per node (`parts`) are known already.
+    pub fn account_parts(
+        &self,
+        r: &caller::Requester,
+        ino: u64,
+        offset: u64,
+        dir: accounting::Direction,
+        parts: &[(u32, u64)],
+    ) {
+        self.accounting.add(r.pid, r.tid, dir, r.node, parts);
         if let Some(m) = self.mover.get() {
             // The node holding most of the range is where the thread should be.
             if let Some(&(node, _)) = parts.iter().max_by_key(|(n, b)| (*b, u32::MAX - *n)) {
@@ -164,6 +203,15 @@ impl Observer {
 
     /// The mount's statistics as the JSON of [`stats::Stats`].
     pub fn stats_json(&self, fs: &Fs, fuse_mode: &str) -> Vec<u8> {
+        self.stats_built(fs, fuse_mode).1
+    }
+
+    /// The mount's statistics.
+    pub fn stats(&self, fs: &Fs, fuse_mode: &str) -> stats::Stats {
+        self.stats_built(fs, fuse_mode).0
+    }
+
+    fn stats_built(&self, fs: &Fs, fuse_mode: &str) -> (stats::Stats, Vec<u8>) {
         let s = fs.statfs();
         let cache = fs.cache_bytes();
         let space: Vec<stats::NodeSpace> = s
@@ -190,7 +238,7 @@ impl Observer {
         };
         let snap = self.accounting.snapshot();
         let mp = self.mountpoint.get().map_or("", String::as_str);
-        stats::Stats::build(mp, fuse_mode, &space, &snap, moves).1
+        stats::Stats::build(mp, fuse_mode, &space, &snap, moves)
     }
 
     /// The CPUs of each node, as the observer places threads.

@@ -5,8 +5,6 @@
 //! readdir cache, which a change drops. Needs root and /dev/fuse (the io_uring part: a kernel
 //! with FUSE over io_uring, which it turns on); skips visibly otherwise.
 
-// Not every helper of the shared module is used here.
-#[allow(dead_code)]
 mod common;
 use numaio_fs::store::MemStore;
 use numaio_fs::{Caller, Fs, MkfsOptions, MountOptions, PlacementPolicy};
@@ -126,7 +124,7 @@ fn list(
         getdents(&big, buf) == got,
         "{mode:?}: listing after the unlink"
     );
-    bg.umount_and_join().expect("umount");
+    bg.unmount().expect("umount");
 
     let mut seen: BTreeMap<Vec<u8>, u64> = BTreeMap::new();
     for (n, ino) in &got {

@@ -187,13 +187,20 @@ fn io_uring_mode_serves_the_file_operations() {
     exercise(&mnt);
     let n = t.requests();
     assert!(n.io_uring > 0, "no request came over the ring: {n:?}");
+    let s = bg.stats().expect("statistics while mounted");
+    assert_eq!(s.fuse_mode, "io_uring");
+    assert_eq!(Path::new(&s.mountpoint), mnt.canonicalize().unwrap());
+    assert!(
+        s.nodes.iter().map(|n| n.write_bytes).sum::<u64>() >= 300_000,
+        "writes not accounted: {s:?}"
+    );
     // The ring serves the requests; /dev/fuse sees at most forgets and interrupts, which
     // do not reach the volume.
     assert!(
         n.io_uring > 20 * n.classic.max(1) || n.classic == 0,
         "most requests went through /dev/fuse: {n:?}"
     );
-    bg.umount_and_join().expect("umount");
+    bg.unmount().expect("umount");
     assert_eq!(
         t.mode(),
         FuseMode::Classic,
@@ -217,6 +224,7 @@ fn classic_mode_serves_the_file_operations() {
     exercise(&mnt);
     let n = t.requests();
     assert!(n.classic > 0 && n.io_uring == 0, "{n:?}");
-    bg.umount_and_join().expect("umount");
+    assert_eq!(bg.stats().expect("statistics").fuse_mode, "classic");
+    bg.unmount().expect("umount");
     check_volume(&store);
 }

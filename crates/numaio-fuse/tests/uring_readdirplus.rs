@@ -89,7 +89,7 @@ fn listing(store: &Arc<MemStore>, mode: FuseMode) -> (Vec<Listed>, u64) {
     let (bg, t, started) = common::mount(store, &mnt, mode);
     assert_eq!(started, mode);
     let r = list_then_stat(&mnt.join("big"), &t);
-    bg.umount_and_join().expect("umount");
+    bg.unmount().expect("umount");
     r
 }
 

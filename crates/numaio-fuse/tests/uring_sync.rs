@@ -62,7 +62,7 @@ fn fsync_dir_and_statfs(mode: FuseMode) {
     assert_eq!(s.f_bfree, s.f_bavail);
     assert!(s.f_bfree < s.f_blocks);
     assert_eq!(s.f_namemax, 255);
-    bg.umount_and_join().expect("umount");
+    bg.unmount().expect("umount");
 }
 
 #[test]

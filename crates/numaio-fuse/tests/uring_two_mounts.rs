@@ -8,7 +8,7 @@ mod common;
 use common::volume;
 use numaio_fs::store::MemStore;
 use numaio_fs::{Caller, Fs, MountOptions};
-use numaio_fuse::{fuser, FuseMode};
+use numaio_fuse::FuseMode;
 use numaio_testkit::skip;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -20,7 +20,7 @@ use std::time::Duration;
 const WATCHDOG: Duration = Duration::from_secs(60);
 
 struct Mounted {
-    bg: fuser::BackgroundSession,
+    bg: numaio_fuse::Mount,
     t: numaio_fuse::Transport,
     store: Arc<MemStore>,
     mnt: PathBuf,
@@ -149,8 +149,8 @@ fn two_io_uring_mounts_in_one_process_serve_and_unmount() {
         }
         let (sa, sb) = (ma.store.clone(), mb.store.clone());
         let (ta, tb) = (ma.t.clone(), mb.t.clone());
-        ma.bg.umount_and_join().expect("umount a");
-        mb.bg.umount_and_join().expect("umount b");
+        ma.bg.unmount().expect("umount a");
+        mb.bg.unmount().expect("umount b");
         assert_eq!(ta.mode(), FuseMode::Classic, "rings of a still running");
         assert_eq!(tb.mode(), FuseMode::Classic, "rings of b still running");
         check_volume(&sa, 3);
@@ -208,7 +208,7 @@ fn umount_with_a_reader_in_flight_does_not_hang() {
         for h in readers {
             h.join().expect("reader");
         }
-        m.bg.join().expect("FUSE session");
+        m.bg.wait().expect("FUSE session");
         assert_eq!(t.mode(), FuseMode::Classic, "rings still running");
         let fs = Fs::mount(store, MountOptions::default()).expect("remount");
         let a = fs

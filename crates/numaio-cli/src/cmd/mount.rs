@@ -12,10 +12,9 @@ use anyhow::{bail, Context};
 use numaio_fs::store::ZoneSpec;
 use numaio_fs::volume::{Volume, ZoneVolume};
 use numaio_fs::{Fs, MountOptions, PlacementPolicy};
-use numaio_fuse::FuseMode;
+use numaio_fuse::{MountConfig, TransportChoice};
 use serde::Serialize;
 use std::io::BufRead;
-use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
@@ -36,7 +35,11 @@ pub struct MountArgs {
     foreground: bool,
     /// Mount options, comma-separated: ro, rw, allow_other (users other than the one
     /// mounting may enter), default_permissions (the kernel checks the mode bits; without it
-    /// the server does), noallow_other and nodefault_permissions to turn those off, and
+    /// the server does), noallow_other and nodefault_permissions to turn those off,
+    /// threads=N (serving threads per NUMA node, 1 to 256, default 8: each serves one request
+    /// at a time, so a request waiting for its device holds up none of the others while
+    /// threads are free), uring_depth=N (io_uring ring entries per CPU, 1 to 64, default 8:
+    /// the requests issued on one CPU that the server holds at once), and
     /// commit=SECS. Run as root, a mount has allow_other,default_permissions unless turned
     /// off (so services such as postgres can use it); otherwise neither, FUSE's default (only
     /// the mounting user). commit=SECS commits everything every SECS seconds (default 5, 0
@@ -114,61 +117,50 @@ struct Mounted<'a> {
     options: Vec<&'static str>,
 }
 
-/// The transport to ask the kernel for; errors only where io-uring was asked for explicitly.
-fn resolve_mode(m: FuseModeArg) -> anyhow::Result<FuseMode> {
+/// The transport to ask for, checked before the server starts so that errors reach the
+/// terminal; io-uring asked for explicitly turns on the kernel's switch (as root) if off.
+fn resolve_mode(m: FuseModeArg) -> anyhow::Result<TransportChoice> {
     use numaio_fuse::uring::{self, KernelSupport};
-    match m {
-        FuseModeArg::Classic => Ok(FuseMode::Classic),
-        FuseModeArg::Auto => Ok(
-            if uring::kernel_support() == KernelSupport::Enabled && uring::probe_ring().is_ok() {
-                FuseMode::IoUring
-            } else {
-                FuseMode::Classic
-            },
-        ),
+    let choice = match m {
+        FuseModeArg::Classic => TransportChoice::Classic,
+        FuseModeArg::Auto => TransportChoice::Auto,
         FuseModeArg::IoUring => {
-            match uring::kernel_support() {
-                KernelSupport::Missing => bail!(
-                    "FUSE over io_uring is not available: this kernel lacks it ({} is missing; \
-                     it needs Linux 6.14+ with CONFIG_FUSE_IO_URING): use --fuse-mode classic or auto",
-                    uring::ENABLE_URING
-                ),
-                KernelSupport::Disabled => {
-                    uring::enable_in_kernel().with_context(|| {
-                        format!(
-                            "turning on FUSE over io_uring by writing Y to {} (needs root; \
-                             or use --fuse-mode classic or auto)",
-                            uring::ENABLE_URING
-                        )
-                    })?;
-                    crate::warnln!(
-                        "turned on FUSE over io_uring in the kernel ({} = Y)",
+            if uring::kernel_support() == KernelSupport::Disabled {
+                uring::enable_in_kernel().with_context(|| {
+                    format!(
+                        "turning on FUSE over io_uring by writing Y to {} (needs root; \
+                         or use --fuse-mode classic or auto)",
                         uring::ENABLE_URING
-                    );
-                }
-                KernelSupport::Enabled => {}
+                    )
+                })?;
+                crate::warnln!(
+                    "turned on FUSE over io_uring in the kernel ({} = Y)",
+                    uring::ENABLE_URING
+                );
             }
-            uring::probe_ring().context(
-                "creating an io_uring failed (is kernel.io_uring_disabled set?): \
-                 use --fuse-mode classic or auto",
-            )?;
-            Ok(FuseMode::IoUring)
+            TransportChoice::IoUring
         }
-    }
+    };
+    choice
+        .resolve()
+        .map_err(|e| anyhow::anyhow!("{e} (--fuse-mode classic or auto)"))?;
+    Ok(choice)
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct Opts {
     read_only: bool,
     allow_other: bool,
     default_permissions: bool,
     /// The volume's mount options, the commit interval validated.
     mount: MountOptions,
+    /// How FUSE serves it: serving threads and ring depth validated.
+    fuse: MountConfig,
 }
 
 impl Opts {
     /// The effective options as `-o` would name them.
-    fn names(self) -> Vec<&'static str> {
+    fn names(&self) -> Vec<&'static str> {
         let mut v = vec![if self.read_only { "ro" } else { "rw" }];
         if self.allow_other {
             v.push("allow_other");
@@ -200,8 +192,17 @@ fn parse_opts(list: &[String], as_root: bool) -> anyhow::Result<Opts> {
         allow_other: as_root,
         default_permissions: as_root,
         mount: MountOptions::default(),
+        fuse: MountConfig::new(),
     };
     let mut commit = numaio_fs::DEFAULT_COMMIT_SECS;
+    let number = |opt: &str, v: &str, what: &str| -> anyhow::Result<usize> {
+        v.parse().map_err(|_| {
+            anyhow::anyhow!(
+                "mount option {opt:?}: give the {what} as a whole number, e.g. {}=8",
+                &opt[..opt.find('=').unwrap_or(0)]
+            )
+        })
+    };
     for opt in list.iter().flat_map(|s| s.split(',')) {
         match opt {
             "" => {}
@@ -211,6 +212,20 @@ fn parse_opts(list: &[String], as_root: bool) -> anyhow::Result<Opts> {
             "noallow_other" => o.allow_other = false,
             "default_permissions" => o.default_permissions = true,
             "nodefault_permissions" => o.default_permissions = false,
+            _ if opt.starts_with("threads=") => {
+                let n = number(opt, &opt["threads=".len()..], "serving threads per node")?;
+                o.fuse = o
+                    .fuse
+                    .with_threads_per_node(n)
+                    .map_err(|e| anyhow::anyhow!("-o {opt}: {e}"))?;
+            }
+            _ if opt.starts_with("uring_depth=") => {
+                let n = number(opt, &opt["uring_depth=".len()..], "io_uring depth")?;
+                o.fuse = o
+                    .fuse
+                    .with_uring_depth(n)
+                    .map_err(|e| anyhow::anyhow!("-o {opt}: {e}"))?;
+            }
             _ if opt.starts_with("commit=") => {
                 let v = &opt["commit=".len()..];
                 commit = v.parse().map_err(|_| {
@@ -222,7 +237,7 @@ fn parse_opts(list: &[String], as_root: bool) -> anyhow::Result<Opts> {
             }
             other => bail!(
                 "unknown mount option {other:?}: use ro, rw, allow_other, noallow_other, \
-                 default_permissions, nodefault_permissions, commit=SECS"
+                 default_permissions, nodefault_permissions, threads=N, uring_depth=N, commit=SECS"
             ),
         }
     }
@@ -417,75 +432,31 @@ pub fn run(a: MountArgs) -> anyhow::Result<ExitCode> {
             .to_string(),
         (Opened::Devices(_), None) => "numaio".to_string(),
     };
-    let mut mo = vec![
-        numaio_fuse::fuser::MountOption::FSName(fs_name),
-        numaio_fuse::fuser::MountOption::Subtype("numaio".into()),
-    ];
-    if opts.read_only {
-        mo.push(numaio_fuse::fuser::MountOption::RO);
-    }
-    if opts.default_permissions {
-        mo.push(numaio_fuse::fuser::MountOption::DefaultPermissions);
-    }
-    let mut cfg = numaio_fuse::fuser::Config::default();
-    cfg.mount_options = mo;
-    // One serving thread per NUMA node (at least two), each on its own cloned /dev/fuse fd,
-    // so requests from different nodes do not queue behind one reader.
-    let n_threads = node_count().max(2);
-    cfg.n_threads = Some(n_threads);
-    cfg.clone_fd = true;
-    if opts.allow_other {
-        cfg.acl = numaio_fuse::fuser::SessionACL::All;
-    }
-    let shown_mp = std::fs::canonicalize(mp).unwrap_or_else(|_| mp.clone());
-    let mut nfs = numaio_fuse::NumaFs::with_mode(fs, want)
-        .with_mountpoint(&shown_mp.display().to_string())
-        .with_server_checks(opts.allow_other && !opts.default_permissions);
+    let mut cfg = opts
+        .fuse
+        .clone()
+        .with_transport(want)
+        .with_read_only(opts.read_only)
+        .with_allow_other(opts.allow_other)
+        .with_default_permissions(opts.default_permissions)
+        .with_fs_name(&fs_name)
+        .and_then(|c| c.with_subtype("numaio"))
+        .with_context(|| format!("mounting {}", mp.display()))?;
     if let Some(mode) = a.move_work {
-        nfs = nfs.with_move_work(mode, a.move_work_override);
+        cfg = cfg.with_move_work(mode, a.move_work_override);
     }
-    let node_cpus = nfs.observer().node_cpus();
-    let transport = nfs.transport();
-    let session = numaio_fuse::fuser::Session::new(nfs, mp, &cfg).with_context(|| {
-        format!(
-            "mounting FUSE at {} (needs root or /dev/fuse access)",
-            mp.display()
-        )
+    let m = numaio_fuse::mount(fs, mp, &cfg).map_err(|e| match e {
+        numaio_fuse::MountError::UringRefused { .. }
+        | numaio_fuse::MountError::UringStart { .. }
+        | numaio_fuse::MountError::UringUnavailable(_) => {
+            anyhow::anyhow!("{e} (--fuse-mode classic or auto)")
+        }
+        e => anyhow::Error::new(e),
     })?;
-    // The rings must be registered before the kernel serves anything once INIT took
-    // io_uring; if that fails the kernel falls back to /dev/fuse.
-    let explicit = a.fuse_mode == FuseModeArg::IoUring;
-    if explicit && !transport.is_negotiated() {
-        bail!(
-            "mounting {}: the kernel did not accept FUSE over io_uring at INIT: use --fuse-mode classic or auto",
-            mp.display()
-        );
+    for w in m.warnings() {
+        crate::warnln!("{}: {w}", mp.display());
     }
-    let mode = match transport.start(session.as_fd()) {
-        Ok(m) => m,
-        Err(e) if explicit => {
-            return Err(e).with_context(|| format!("serving {} over io_uring", mp.display()))
-        }
-        Err(e) => {
-            crate::warnln!(
-                "{}: FUSE over io_uring failed ({e}); serving through /dev/fuse",
-                mp.display()
-            );
-            FuseMode::Classic
-        }
-    };
-    let bg = session
-        .spawn()
-        .with_context(|| format!("starting the FUSE server for {}", mp.display()))?;
-    // Each serving thread on its node's CPUs; a failure costs locality, not correctness.
-    if let Err(e) =
-        numaio_fuse::serving::bind_serving_threads(n_threads, &node_cpus, Duration::from_secs(5))
-    {
-        eprintln!(
-            "numaio mount: {}: serving threads left unbound: {e}",
-            mp.display()
-        );
-    }
+    let mode = m.mode();
     // The readiness line: the detaching parent reads the mode from it.
     let pid = std::process::id();
     if a.json {
@@ -512,19 +483,15 @@ pub fn run(a: MountArgs) -> anyhow::Result<ExitCode> {
         signal_hook::flag::register(sig, term.clone()).context("installing signal handlers")?;
     }
     // Serve until a signal asks to stop or the mount goes away (`numaio umount`, umount(8)).
-    loop {
-        if bg.guard.is_finished() {
-            break;
-        }
+    while !m.is_finished() {
         if term.load(std::sync::atomic::Ordering::Relaxed) {
-            bg.umount_and_join()
+            m.unmount()
                 .with_context(|| format!("unmounting {}", mp.display()))?;
             return Ok(ExitCode::SUCCESS);
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    bg.join()
-        .with_context(|| format!("serving {}", mp.display()))?;
+    m.wait()?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -678,23 +645,6 @@ fn detach(
     Ok(ExitCode::SUCCESS)
 }
 
-/// NUMA nodes on this machine (1 where sysfs does not say).
-fn node_count() -> usize {
-    std::fs::read_dir("/sys/devices/system/node")
-        .map(|d| {
-            d.filter_map(Result::ok)
-                .filter(|e| {
-                    let n = e.file_name();
-                    let n = n.to_string_lossy();
-                    n.strip_prefix("node")
-                        .is_some_and(|r| !r.is_empty() && r.bytes().all(|b| b.is_ascii_digit()))
-                })
-                .count()
-        })
-        .unwrap_or(1)
-        .max(1)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -734,5 +684,36 @@ mod tests {
         );
         let e = parse_opts(&["acl".to_string()], true).err().unwrap();
         assert!(e.to_string().contains("nodefault_permissions"), "{e}");
+    }
+
+    #[test]
+    fn serving_threads_and_ring_depth_are_mount_options() {
+        let parse = |o: &str| parse_opts(&[o.to_string()], true);
+        let d = parse("").unwrap().fuse;
+        assert_eq!(
+            (d.threads_per_node(), d.uring_depth()),
+            (
+                MountConfig::DEFAULT_THREADS_PER_NODE,
+                numaio_fuse::uring::DEFAULT_DEPTH
+            )
+        );
+        let o = parse("threads=3,uring_depth=16").unwrap().fuse;
+        assert_eq!((o.threads_per_node(), o.uring_depth()), (3, 16));
+        for (bad, says) in [
+            ("threads=0", "1 to 256"),
+            ("threads=257", "1 to 256"),
+            ("uring_depth=0", "1 to 64"),
+            ("uring_depth=65", "1 to 64"),
+            ("threads=x", "whole number"),
+            ("uring_depth=", "whole number"),
+        ] {
+            let e = parse(bad).err().unwrap().to_string();
+            assert!(e.contains(says) && e.contains(bad), "{bad}: {e}");
+        }
+        // Not among the reported options, which name access and permissions only.
+        assert_eq!(
+            parse("threads=2").unwrap().names(),
+            ["rw", "allow_other", "default_permissions"]
+        );
     }
 }

@@ -1,153 +1,181 @@
-//! Decodes one FUSE request taken from a ring entry and answers it through the same
-//! `numaio_fs::Fs` calls the classic adapter makes, writing the reply into the entry's
-//! payload buffer.
+//! The io_uring transport's adapter: a ring entry's bytes become a typed request through
+//! the one decoder ([`crate::request::decode`]), the serving table answers it, and the reply
+//! is encoded into the entry's payload buffer.
 //!
-//! Requests and replies share the payload buffer, so every handler finishes reading its
-//! input (names, write data) before it writes the reply.
+//! Requests and replies share the payload buffer. Requests that carry names or data in it
+//! are answered with small owned replies, encoded once the request is done with the input;
+//! READ and the listings carry no input, so their data is written straight over the whole
+//! payload.
 
-use super::abi::{self, fattr, op, Out};
-use crate::accounting::Direction;
-use crate::caller::Requester;
-use crate::Observer;
-use numaio_fs::meta::Kind;
-use numaio_fs::{Fs, FsError, SetAttr};
-
-/// Seconds the kernel may cache entries and attributes: the classic adapter's TTL.
-const TTL_SECS: u64 = crate::TTL.as_secs();
+use super::abi::{self, Out};
+use crate::request::{self, Request};
+use crate::serve::{self, Ctx, Output, Reply};
+use crate::{FuseMode, Observer};
+use numaio_fs::{DirEntry, FileAttr, Fs};
+use std::time::Duration;
 
 /// What a handler produced: payload bytes of a successful reply, or a positive errno.
 pub type Answer = Result<usize, i32>;
 
-/// Serves `h` given its per-op header `op_in` and the first `in_len` bytes of `payload`.
-/// `cpu` is the CPU of the worker's queue, which is the one the requesting thread issued
-/// the request on: the kernel queues a request on the ring of that CPU.
-#[allow(clippy::too_many_arguments)]
+/// Serves the request in a ring entry: `in_header` is `fuse_in_header`, `op_in` the per-op
+/// header area, `payload` the entry's payload buffer of which the first `in_len` bytes are
+/// the request's. `cpu` is the CPU of the entry's queue, the one the requesting thread
+/// issued the request on. Returns the request's `unique` (0 where the header was too short
+/// to have one) and the answer.
 pub fn dispatch(
     fs: &Fs,
     obs: &Observer,
     cpu: u32,
-    h: &abi::InHeader,
+    in_header: &[u8],
     op_in: &[u8],
     payload: &mut [u8],
     in_len: usize,
-) -> Answer {
-    // The header's pid is the requesting thread's id; the observer knows its process.
-    let r: Requester = obs.requester_on_cpu(h.pid, cpu);
-    let c = Observer::caller(&r, h.uid, h.gid);
-    let ino = h.nodeid;
-    let input = &payload[..in_len.min(payload.len())];
-    // Names stay cached unless the server checks permissions (see Observer::entry_ttl).
-    let ttl = obs.entry_ttl().as_secs();
-    match h.opcode {
-        op::LOOKUP => {
-            // A missing name is answered as a negative entry (inode 0) the kernel keeps for
-            // the TTL, as the classic adapter does.
-            match crate::negative_lookup(fs.lookup(ino, name(input)?, &c)) {
-                Ok(Some(a)) => entry(payload, ttl, Ok(a)),
-                Ok(None) => {
-                    let mut o = Out::new(payload);
-                    o.u64(0)
-                        .u64(0)
-                        .u64(ttl)
-                        .u64(ttl)
-                        .u32(0)
-                        .u32(0)
-                        .zeros(abi::ATTR_SZ);
-                    Ok(o.written())
-                }
-                Err(e) => Err(errno(e)),
+) -> (u64, Answer) {
+    let opcode = abi::u32_at(in_header, 4);
+    let unique = abi::u64_at(in_header, 8);
+    // Only requests with names or data read the payload; the others may fill all of it.
+    let in_len = if request::takes_payload(opcode) {
+        in_len.min(payload.len())
+    } else {
+        0
+    };
+    let answer = {
+        let (input, rest) = payload.split_at_mut(in_len);
+        match request::decode(in_header, op_in, input) {
+            Err(e) => Err(e),
+            Ok((o, req)) => {
+                let ctx = Ctx {
+                    pid: o.pid,
+                    uid: o.uid,
+                    gid: o.gid,
+                    cpu: Some(cpu),
+                    mode: FuseMode::IoUring,
+                };
+                let limit = match &req {
+                    Request::Readdir { size, .. } | Request::Readdirplus { size, .. } => {
+                        size.map_or(0, |s| s as usize)
+                    }
+                    _ => rest.len(),
+                };
+                let mut out = PayloadOut::new(rest, limit);
+                let r = serve::serve(fs, obs, &ctx, req, &mut out);
+                let listed = out.len;
+                r.map(|r| (r, listed))
             }
         }
-        op::GETATTR => attr_reply(payload, fs.getattr(ino)),
-        op::SETATTR => {
-            let s = setattr(op_in);
-            attr_reply(payload, fs.setattr(ino, &s, &c))
+    };
+    let answer = answer.and_then(|(r, listed)| {
+        // Data and listings were written after the input (which is empty for them).
+        match r {
+            Reply::Data(n) => {
+                payload.copy_within(in_len..in_len + n, 0);
+                Ok(n)
+            }
+            Reply::Listed => {
+                payload.copy_within(in_len..in_len + listed, 0);
+                Ok(listed)
+            }
+            r => encode(payload, &r),
         }
-        op::READLINK => {
-            let t = fs.readlink(ino).map_err(errno)?;
-            data(payload, &t)
+    });
+    (unique, answer)
+}
+
+/// The payload after the request's input, as the table's [`Output`]: file data, or
+/// listing entries up to `limit` bytes (the kernel's reply size).
+struct PayloadOut<'a> {
+    buf: &'a mut [u8],
+    limit: usize,
+    len: usize,
+}
+
+impl<'a> PayloadOut<'a> {
+    fn new(buf: &'a mut [u8], limit: usize) -> PayloadOut<'a> {
+        let limit = limit.min(buf.len());
+        PayloadOut { buf, limit, len: 0 }
+    }
+
+    fn room(&self) -> usize {
+        self.limit - self.len
+    }
+}
+
+impl Output for PayloadOut<'_> {
+    fn data(&mut self, size: usize) -> &mut [u8] {
+        let n = size.min(self.buf.len());
+        &mut self.buf[..n]
+    }
+
+    fn dir_room(&self) -> usize {
+        self.room() / serve::DIRENTPLUS_MIN
+    }
+
+    fn dir_add(&mut self, e: &DirEntry, plus: Option<(&FileAttr, Duration)>) -> bool {
+        let head = if plus.is_some() { abi::ENTRY_OUT_SZ } else { 0 } + abi::DIRENT_SZ;
+        // fuse_direntplus: fuse_entry_out, then fuse_dirent, padded to 8 bytes.
+        let rec = (head + e.name.len()).next_multiple_of(8);
+        if rec > self.room() {
+            return true;
         }
-        op::SYMLINK => {
-            let (n, rest) = abi::cstr(input).ok_or(libc::EINVAL)?;
-            let (target, _) = abi::cstr(rest).ok_or(libc::EINVAL)?;
-            let r = fs.symlink(ino, n, target, &c);
-            entry(payload, ttl, r)
+        let mut o = Out::new(&mut self.buf[self.len..self.limit]);
+        if let Some((a, ttl)) = plus {
+            put_entry(&mut o, a, ttl.as_secs());
         }
-        op::MKNOD => {
-            // fuse_mknod_in: mode, rdev, umask, padding.
-            let (mode, rdev, umask) = (
-                abi::u32_at(op_in, 0),
-                abi::u32_at(op_in, 4),
-                abi::u32_at(op_in, 8),
-            );
-            let k = match mode & libc::S_IFMT {
-                libc::S_IFREG => Kind::File,
-                libc::S_IFIFO => Kind::Fifo,
-                libc::S_IFSOCK => Kind::Socket,
-                libc::S_IFCHR => Kind::CharDev(rdev),
-                libc::S_IFBLK => Kind::BlockDev(rdev),
-                _ => return Err(libc::EINVAL),
-            };
-            let r = fs.mknod(ino, name(input)?, k, mode & !umask & 0o7777, &c);
-            entry(payload, ttl, r)
+        o.u64(e.ino)
+            .u64(e.cookie)
+            .u32(e.name.len() as u32)
+            .u32(serve::mode_bits(e.kind) >> 12)
+            .bytes(&e.name)
+            .zeros(rec - head - e.name.len());
+        self.len += rec;
+        false
+    }
+}
+
+/// Encodes an owned reply at the start of `payload`.
+fn encode(payload: &mut [u8], r: &Reply) -> Answer {
+    let mut o = Out::new(payload);
+    match r {
+        Reply::Empty => {}
+        Reply::Entry { attr, ttl } => put_entry(&mut o, attr, ttl.as_secs()),
+        Reply::Negative { ttl } => {
+            let ttl = ttl.as_secs();
+            o.u64(0)
+                .u64(0)
+                .u64(ttl)
+                .u64(ttl)
+                .u32(0)
+                .u32(0)
+                .zeros(abi::ATTR_SZ);
         }
-        op::MKDIR => {
-            let (mode, umask) = (abi::u32_at(op_in, 0), abi::u32_at(op_in, 4));
-            let r = fs.mkdir(ino, name(input)?, mode & !umask, &c);
-            entry(payload, ttl, r)
+        Reply::Attr { attr, ttl } => {
+            o.u64(ttl.as_secs()).u32(0).u32(0);
+            put_attr(&mut o, attr);
         }
-        op::UNLINK => empty(fs.unlink(ino, name(input)?, &c)),
-        op::RMDIR => empty(fs.rmdir(ino, name(input)?, &c)),
-        op::RENAME | op::RENAME2 => {
-            let newdir = abi::u64_at(op_in, 0);
-            let flags = if h.opcode == op::RENAME2 {
-                abi::u32_at(op_in, 8)
-            } else {
-                0
-            };
-            let (old, rest) = abi::cstr(input).ok_or(libc::EINVAL)?;
-            let (new, _) = abi::cstr(rest).ok_or(libc::EINVAL)?;
-            empty(fs.rename(ino, old, newdir, new, flags, &c))
+        Reply::Created { attr, ttl, flags } => {
+            put_entry(&mut o, attr, ttl.as_secs());
+            o.u64(0).u32(*flags).u32(0);
         }
-        op::LINK => {
-            let old = abi::u64_at(op_in, 0);
-            let n = name(input)?;
-            let r = crate::link_check(fs, obs, old, &c).and_then(|()| fs.link(old, ino, n, &c));
-            entry(payload, ttl, r)
+        // fh 0, the FOPEN_* flags, no backing file.
+        Reply::Opened { flags } => {
+            o.u64(0).u32(*flags).u32(0);
         }
-        op::OPEN => {
-            let mask = crate::open_mask(abi::u32_at(op_in, 0) as i32);
-            fs.access(ino, mask, &c)
-                .and_then(|()| fs.open(ino))
-                .map_err(errno)?;
-            opened(payload, OPEN_FLAGS)
+        Reply::Bytes(v) => {
+            if v.len() > o.room() {
+                return Err(libc::ERANGE);
+            }
+            o.bytes(v);
         }
-        op::OPENDIR => {
-            crate::opendir_check(fs, obs, ino, &c).map_err(errno)?;
-            opened(payload, crate::DIR_OPEN_FLAGS.bits())
+        // fuse_getxattr_out: size, padding.
+        Reply::Size(n) => {
+            o.u32(*n).u32(0);
         }
-        op::READ => {
-            let (offset, size) = (abi::u64_at(op_in, 8), abi::u32_at(op_in, 16) as usize);
-            let n = size.min(payload.len());
-            // fuse_read_in: fh, offset, size, read_flags, lock_owner, then the open flags.
-            let flags = abi::u32_at(op_in, 32) as i32;
-            let got = crate::read_for(fs, ino, offset, &mut payload[..n], flags).map_err(errno)?;
-            obs.account(fs, &r, ino, offset, got as u64, Direction::Read);
-            Ok(got)
+        // fuse_write_out: size, padding.
+        Reply::Written(n) => {
+            o.u32(*n).u32(0);
         }
-        op::WRITE => {
-            let (offset, size) = (abi::u64_at(op_in, 8), abi::u32_at(op_in, 16) as usize);
-            let n = fs
-                .write(ino, offset, &input[..size.min(input.len())], &c)
-                .map_err(errno)?;
-            obs.account(fs, &r, ino, offset, n as u64, Direction::Write);
-            let mut o = Out::new(payload);
-            o.u32(n as u32).u32(0);
-            Ok(o.written())
-        }
-        op::STATFS => {
-            let s = crate::Statfs::of(fs);
-            let mut o = Out::new(payload);
+        // fuse_kstatfs: 5 u64, then bsize, namelen, frsize, padding, 6 spare u32.
+        Reply::Statfs(s) => {
             o.u64(s.blocks)
                 .u64(s.bfree)
                 .u64(s.bavail)
@@ -157,223 +185,14 @@ pub fn dispatch(
                 .u32(s.namelen)
                 .u32(s.frsize)
                 .zeros(4 + 6 * 4);
-            Ok(o.written())
         }
-        op::RELEASE => empty(fs.release(ino)),
-        op::RELEASEDIR | op::FLUSH | op::DESTROY => Ok(0),
-        op::FSYNC => empty(fs.fsync(ino, abi::u32_at(op_in, 8) & 1 != 0)),
-        op::FSYNCDIR => empty(fs.fsync_dir(ino)),
-        op::SYNCFS => empty(fs.sync()),
-        op::SETXATTR => {
-            let (size, flags) = (abi::u32_at(op_in, 0) as usize, abi::u32_at(op_in, 4));
-            let (n, value) = abi::cstr(input).ok_or(libc::EINVAL)?;
-            if Observer::is_stats_xattr(ino, n) {
-                return Err(libc::EPERM);
-            }
-            let value = value.get(..size).ok_or(libc::EINVAL)?;
-            empty(fs.setxattr(ino, n, value, flags, &c))
+        // fuse_lseek_out: offset.
+        Reply::Offset(off) => {
+            o.u64(*off);
         }
-        op::GETXATTR => {
-            let size = abi::u32_at(op_in, 0);
-            let n = name(input)?;
-            if Observer::is_stats_xattr(ino, n) {
-                return xattr(payload, size, &obs.stats_json(fs, "io_uring"));
-            }
-            crate::getxattr_check(fs, obs, ino, n, &c).map_err(errno)?;
-            let v = fs.getxattr(ino, n).map_err(errno)?;
-            xattr(payload, size, &v)
-        }
-        op::LISTXATTR => {
-            let size = abi::u32_at(op_in, 0);
-            let mut v = Vec::new();
-            for n in fs.listxattr(ino).map_err(errno)? {
-                v.extend_from_slice(&n);
-                v.push(0);
-            }
-            xattr(payload, size, &v)
-        }
-        op::REMOVEXATTR => {
-            let n = name(input)?;
-            if Observer::is_stats_xattr(ino, n) {
-                return Err(libc::EPERM);
-            }
-            empty(fs.removexattr(ino, n, &c))
-        }
-        op::ACCESS => empty(fs.access(ino, abi::u32_at(op_in, 0), &c)),
-        op::CREATE => {
-            let (mode, umask) = (abi::u32_at(op_in, 4), abi::u32_at(op_in, 8));
-            let a = fs
-                .create(ino, name(input)?, mode & !umask, &c)
-                .and_then(|a| fs.open(a.ino).map(|()| a))
-                .map_err(errno)?;
-            let mut o = Out::new(payload);
-            put_entry(&mut o, &a, ttl);
-            o.u64(0).u32(OPEN_FLAGS).u32(0);
-            Ok(o.written())
-        }
-        op::READDIR => {
-            let (offset, size) = (abi::u64_at(op_in, 8), abi::u32_at(op_in, 16) as usize);
-            obs.note_listing(Some(size as u32));
-            let cap = size.min(payload.len());
-            let mut o = Out::new(&mut payload[..cap]);
-            crate::fill_readdir(fs, ino, offset, |e| {
-                let rec = (abi::DIRENT_SZ + e.name.len()).next_multiple_of(8);
-                if rec > o.room() {
-                    return true;
-                }
-                o.u64(e.ino)
-                    .u64(e.cookie)
-                    .u32(e.name.len() as u32)
-                    .u32(mode_bits(e.kind) >> 12)
-                    .bytes(&e.name)
-                    .zeros(rec - abi::DIRENT_SZ - e.name.len());
-                false
-            })
-            .map_err(errno)?;
-            Ok(o.written())
-        }
-        op::READDIRPLUS => {
-            let (offset, size) = (abi::u64_at(op_in, 8), abi::u32_at(op_in, 16) as usize);
-            obs.note_listing(Some(size as u32));
-            let cap = size.min(payload.len());
-            let o = std::cell::RefCell::new(Out::new(&mut payload[..cap]));
-            crate::fill_readdirplus(
-                fs,
-                ino,
-                offset,
-                // What the rest of the buffer can hold at most, so no attributes are looked
-                // up in vain.
-                || o.borrow().room() / crate::DIRENTPLUS_MIN,
-                |e, a| {
-                    let mut o = o.borrow_mut();
-                    // fuse_direntplus: fuse_entry_out, then fuse_dirent, padded to 8 bytes.
-                    let rec =
-                        (abi::ENTRY_OUT_SZ + abi::DIRENT_SZ + e.name.len()).next_multiple_of(8);
-                    if rec > o.room() {
-                        return true;
-                    }
-                    put_entry(&mut o, a, ttl);
-                    o.u64(e.ino)
-                        .u64(e.cookie)
-                        .u32(e.name.len() as u32)
-                        .u32(mode_bits(e.kind) >> 12)
-                        .bytes(&e.name)
-                        .zeros(rec - abi::ENTRY_OUT_SZ - abi::DIRENT_SZ - e.name.len());
-                    false
-                },
-            )
-            .map_err(errno)?;
-            let written = o.borrow().written();
-            Ok(written)
-        }
-        op::FALLOCATE => {
-            let (offset, length, mode) = (
-                abi::u64_at(op_in, 8),
-                abi::u64_at(op_in, 16),
-                abi::u32_at(op_in, 24),
-            );
-            empty(fs.fallocate(ino, offset, length, mode, &c))
-        }
-        op::LSEEK => {
-            // fuse_lseek_in: fh, offset, whence, padding; fuse_lseek_out: offset.
-            let (offset, whence) = (abi::u64_at(op_in, 8) as i64, abi::u32_at(op_in, 16));
-            let o = crate::lseek_for(fs, ino, offset, whence)?;
-            let mut out = Out::new(payload);
-            out.u64(o);
-            Ok(out.written())
-        }
-        // Everything else is what the classic adapter leaves to fuser's defaults: ENOSYS.
-        _ => Err(libc::ENOSYS),
+        Reply::Data(_) | Reply::Listed => return Err(libc::EIO),
     }
-}
-
-fn errno(e: FsError) -> i32 {
-    e.errno()
-}
-
-fn name(input: &[u8]) -> Result<&[u8], i32> {
-    abi::cstr(input).map(|(n, _)| n).ok_or(libc::EINVAL)
-}
-
-fn empty(r: Result<(), FsError>) -> Answer {
-    r.map(|()| 0).map_err(errno)
-}
-
-fn data(payload: &mut [u8], d: &[u8]) -> Answer {
-    if d.len() > payload.len() {
-        return Err(libc::ERANGE);
-    }
-    payload[..d.len()].copy_from_slice(d);
-    Ok(d.len())
-}
-
-/// The classic adapter's open flags: files keep the kernel's cached pages across opens
-/// (every change passes through this mount, so they cannot be stale) and close sends no
-/// FLUSH (data reaches `Fs` on each write).
-const OPEN_FLAGS: u32 = crate::OPEN_FLAGS.bits();
-
-fn opened(payload: &mut [u8], flags: u32) -> Answer {
-    let mut o = Out::new(payload);
-    // fh 0, the FOPEN_* flags, no backing file.
-    o.u64(0).u32(flags).u32(0);
     Ok(o.written())
-}
-
-/// A size probe (size 0) gets the length; a too-small buffer gets ERANGE.
-fn xattr(payload: &mut [u8], size: u32, v: &[u8]) -> Answer {
-    if size == 0 {
-        let mut o = Out::new(payload);
-        o.u32(v.len() as u32).u32(0);
-        Ok(o.written())
-    } else if v.len() > size as usize {
-        Err(libc::ERANGE)
-    } else {
-        data(payload, v)
-    }
-}
-
-fn setattr(op_in: &[u8]) -> SetAttr {
-    let valid = abi::u32_at(op_in, 0);
-    let has = |bit: u32| valid & bit != 0;
-    let time = |now: u32, secs_off: usize, nsec_off: usize| {
-        if has(now) {
-            now_nanos()
-        } else {
-            let secs = abi::u64_at(op_in, secs_off) as i64;
-            secs.saturating_mul(1_000_000_000)
-                .saturating_add(i64::from(abi::u32_at(op_in, nsec_off)))
-        }
-    };
-    SetAttr {
-        mode: has(fattr::MODE).then(|| abi::u32_at(op_in, 68) & 0o7777),
-        uid: has(fattr::UID).then(|| abi::u32_at(op_in, 76)),
-        gid: has(fattr::GID).then(|| abi::u32_at(op_in, 80)),
-        size: has(fattr::SIZE).then(|| abi::u64_at(op_in, 16)),
-        atime: has(fattr::ATIME).then(|| time(fattr::ATIME_NOW, 32, 56)),
-        mtime: has(fattr::MTIME).then(|| time(fattr::MTIME_NOW, 40, 60)),
-        atime_now: has(fattr::ATIME) && has(fattr::ATIME_NOW),
-        mtime_now: has(fattr::MTIME) && has(fattr::MTIME_NOW),
-        through_writable_fd: has(fattr::FH),
-    }
-}
-
-fn now_nanos() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0)
-}
-
-fn mode_bits(k: Kind) -> u32 {
-    match k {
-        Kind::File => libc::S_IFREG,
-        Kind::Dir => libc::S_IFDIR,
-        Kind::Symlink => libc::S_IFLNK,
-        Kind::Fifo => libc::S_IFIFO,
-        Kind::Socket => libc::S_IFSOCK,
-        Kind::CharDev(_) => libc::S_IFCHR,
-        Kind::BlockDev(_) => libc::S_IFBLK,
-    }
 }
 
 /// `fuse_attr` of `a`, as the classic adapter's conversion produces it.
@@ -393,7 +212,7 @@ fn put_attr(o: &mut Out, a: &numaio_fs::FileAttr) {
         .u32(at.1)
         .u32(mt.1)
         .u32(ct.1)
-        .u32(mode_bits(a.kind) | (a.mode & 0o7777))
+        .u32(serve::mode_bits(a.kind) | (a.mode & 0o7777))
         .u32(a.nlink)
         .u32(a.uid)
         .u32(a.gid)
@@ -408,52 +227,10 @@ fn put_entry(o: &mut Out, a: &numaio_fs::FileAttr, ttl: u64) {
     put_attr(o, a);
 }
 
-fn entry(payload: &mut [u8], ttl: u64, r: Result<numaio_fs::FileAttr, FsError>) -> Answer {
-    let a = r.map_err(errno)?;
-    let mut o = Out::new(payload);
-    put_entry(&mut o, &a, ttl);
-    Ok(o.written())
-}
-
-fn attr_reply(payload: &mut [u8], r: Result<numaio_fs::FileAttr, FsError>) -> Answer {
-    let a = r.map_err(errno)?;
-    let mut o = Out::new(payload);
-    o.u64(TTL_SECS).u32(0).u32(0);
-    put_attr(&mut o, &a);
-    Ok(o.written())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn setattr_decodes_only_the_valid_fields() {
-        let mut b = [0u8; 88];
-        b[0..4].copy_from_slice(&(fattr::MODE | fattr::SIZE | fattr::MTIME).to_le_bytes());
-        b[16..24].copy_from_slice(&4096u64.to_le_bytes());
-        b[40..48].copy_from_slice(&3u64.to_le_bytes());
-        b[60..64].copy_from_slice(&5u32.to_le_bytes());
-        b[68..72].copy_from_slice(&(libc::S_IFREG | 0o640).to_le_bytes());
-        let s = setattr(&b);
-        assert_eq!(s.mode, Some(0o640));
-        assert_eq!(s.size, Some(4096));
-        assert_eq!(s.mtime, Some(3_000_000_005));
-        assert_eq!((s.uid, s.gid, s.atime), (None, None, None));
-        assert!(!s.mtime_now, "an explicit mtime is not now");
-    }
-
-    #[test]
-    fn setattr_says_which_times_are_now() {
-        let mut b = [0u8; 88];
-        let valid = fattr::ATIME | fattr::ATIME_NOW | fattr::MTIME;
-        b[0..4].copy_from_slice(&valid.to_le_bytes());
-        b[40..48].copy_from_slice(&3u64.to_le_bytes());
-        let s = setattr(&b);
-        assert!(s.atime_now && s.atime.is_some_and(|t| t > 0));
-        assert!(!s.mtime_now);
-        assert_eq!(s.mtime, Some(3_000_000_000));
-    }
+    use crate::uring::abi::op;
 
     fn volume() -> Fs {
         use numaio_fs::store::MemStore;
@@ -468,16 +245,18 @@ mod tests {
         Fs::mount(s, numaio_fs::MountOptions::default()).unwrap()
     }
 
+    fn header(opcode: u32, nodeid: u64) -> [u8; 40] {
+        let mut h = [0u8; 40];
+        h[4..8].copy_from_slice(&opcode.to_le_bytes());
+        h[8..16].copy_from_slice(&1u64.to_le_bytes());
+        h[16..24].copy_from_slice(&nodeid.to_le_bytes());
+        h[32..36].copy_from_slice(&std::process::id().to_le_bytes());
+        h
+    }
+
     fn call(fs: &Fs, opcode: u32, nodeid: u64, payload: &mut [u8]) -> Answer {
-        let h = abi::InHeader {
-            opcode,
-            unique: 1,
-            nodeid,
-            uid: 0,
-            gid: 0,
-            pid: std::process::id(),
-        };
-        dispatch(fs, &Observer::new(), 0, &h, &[0u8; 16], payload, 0)
+        let h = header(opcode, nodeid);
+        dispatch(fs, &Observer::new(), 0, &h, &[0u8; 128], payload, 0).1
     }
 
     #[test]
@@ -509,7 +288,7 @@ mod tests {
         let n = call(&fs, op::STATFS, 1, &mut payload).unwrap();
         // fuse_kstatfs: 5 u64, then bsize, namelen, frsize, padding, 6 spare u32.
         assert_eq!(n, 80);
-        let s = crate::Statfs::of(&fs);
+        let s = crate::serve::Statfs::of(&fs);
         let u = |i: usize| abi::u64_at(&payload, i * 8);
         assert_eq!(
             (u(0), u(1), u(2), u(3), u(4)),
@@ -524,5 +303,67 @@ mod tests {
         assert_eq!(s.files - s.ffree, 1);
         assert_eq!(abi::u32_at(&payload, 40), 4096);
         assert_eq!(abi::u32_at(&payload, 44), 255);
+    }
+
+    #[test]
+    fn malformed_requests_are_errnos_and_replies_fit_the_buffer() {
+        let fs = volume();
+        let c = numaio_fs::Caller::root_on(0);
+        let f = fs.create(1, b"f", 0o644, &c).unwrap();
+        fs.write(f.ino, 0, &[7u8; 10_000], &c).unwrap();
+        for i in 0..40 {
+            fs.create(1, format!("entry-{i:02}").as_bytes(), 0o644, &c)
+                .unwrap();
+        }
+        let obs = Observer::new();
+        // A short in-header.
+        let mut payload = vec![0u8; 4096];
+        let (_, a) = dispatch(&fs, &obs, 0, &[0u8; 39], &[0u8; 128], &mut payload, 0);
+        assert_eq!(a, Err(libc::EINVAL));
+        // A READ larger than the payload buffer reads what fits.
+        let mut op_in = [0u8; 128];
+        op_in[16..20].copy_from_slice(&1_000_000u32.to_le_bytes());
+        let mut small = vec![0u8; 512];
+        let h = header(op::READ, f.ino);
+        let (unique, a) = dispatch(&fs, &obs, 0, &h, &op_in, &mut small, 0);
+        assert_eq!((unique, a), (1, Ok(512)));
+        assert!(small.iter().all(|&b| b == 7));
+        // A stated input length beyond the buffer, a name without its NUL.
+        let h = header(op::LOOKUP, 1);
+        let mut p = b"f".to_vec();
+        let (_, a) = dispatch(&fs, &obs, 0, &h, &op_in, &mut p, 1 << 30);
+        assert_eq!(a, Err(libc::EINVAL));
+        let mut p = b"f\0".to_vec();
+        p.resize(4096, 0);
+        let (_, a) = dispatch(&fs, &obs, 0, &h, &op_in, &mut p, 2);
+        assert_eq!(a, Ok(abi::ENTRY_OUT_SZ));
+        assert_eq!(abi::u64_at(&p, 0), f.ino);
+        // A listing stops at the kernel's reply size and at the buffer's end.
+        for (size, buf) in [(100u32, 4096usize), (4096, 300), (0, 4096)] {
+            let mut op_in = [0u8; 128];
+            op_in[16..20].copy_from_slice(&size.to_le_bytes());
+            let mut p = vec![0u8; buf];
+            for opcode in [op::READDIR, op::READDIRPLUS] {
+                let (_, a) = dispatch(&fs, &obs, 0, &header(opcode, 1), &op_in, &mut p, 0);
+                let n = a.unwrap();
+                assert!(n <= (size as usize).min(buf), "{opcode}: {n} bytes");
+            }
+        }
+        // An xattr value larger than the buffer is ERANGE, not a panic.
+        fs.setxattr(f.ino, b"user.big", &[1u8; 600], 0, &c).unwrap();
+        let mut op_in = [0u8; 128];
+        op_in[0..4].copy_from_slice(&4096u32.to_le_bytes());
+        let mut p = b"user.big\0".to_vec();
+        p.resize(300, 0);
+        let (_, a) = dispatch(
+            &fs,
+            &obs,
+            0,
+            &header(op::GETXATTR, f.ino),
+            &op_in,
+            &mut p,
+            9,
+        );
+        assert_eq!(a, Err(libc::ERANGE));
     }
 }

@@ -1,9 +1,10 @@
 //! FUSE over io_uring (Linux 6.14+): after INIT accepts `FUSE_OVER_IO_URING`, one queue per
-//! possible CPU serves requests, each with a worker thread bound to its CPU and buffers on
-//! that CPU's node. `/dev/fuse` stays served by fuser for what the kernel keeps sending
-//! there (forget, interrupt), and for everything when the kernel falls back.
+//! possible CPU carries requests, each with a ring thread bound to its CPU and buffers on
+//! that CPU's node; the serving threads of each node answer the requests of that node's
+//! queues. `/dev/fuse` stays served by fuser for what the kernel keeps sending there
+//! (forget, interrupt), and for everything when the kernel falls back.
 
-mod abi;
+pub(crate) mod abi;
 mod dispatch;
 mod ring;
 
@@ -11,7 +12,7 @@ use crate::Observer;
 use numaio_fs::Fs;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -21,22 +22,14 @@ pub const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
 /// Largest write the kernel may send; it also sizes every ring entry's payload buffer.
 pub const MAX_WRITE: u32 = 1 << 20;
 
-/// Ring entries per queue unless [`DEPTH_ENV`] says otherwise. Each entry holds a payload
-/// buffer of [`MAX_WRITE`] bytes (touched only as far as requests fill it).
-pub const DEFAULT_DEPTH: usize = 4;
+/// Ring entries per queue unless the mount says otherwise
+/// ([`crate::MountConfig::with_uring_depth`]). Each entry holds a payload buffer of
+/// [`MAX_WRITE`] bytes (touched only as far as requests fill it); an entry stays taken while
+/// its request is served, so the depth bounds the requests of one CPU served at once.
+pub const DEFAULT_DEPTH: usize = 8;
 
-/// Environment variable that overrides the ring entries per queue (1 to 64), read when a
-/// mount is created: a knob for measuring, not a mount option.
-pub const DEPTH_ENV: &str = "NUMAIO_FUSE_URING_DEPTH";
-
-/// The ring depth `value` of [`DEPTH_ENV`] asks for: [`DEFAULT_DEPTH`] when unset or not a
-/// number in 1..=64.
-pub fn depth_from(value: Option<&str>) -> usize {
-    value
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .filter(|d| (1..=ring::MAX_DEPTH).contains(d))
-        .unwrap_or(DEFAULT_DEPTH)
-}
+/// Ring entries per queue at most.
+pub const MAX_DEPTH: usize = ring::MAX_DEPTH;
 
 /// How requests travel between the kernel and this server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,7 +98,7 @@ pub struct RequestCounts {
     pub listing_size: u64,
 }
 
-/// The transport state a mount shares between the fuser adapter and the ring workers.
+/// The transport state a mount shares between the classic adapter and the ring threads.
 #[derive(Clone)]
 pub struct Transport(Arc<Shared>);
 
@@ -113,7 +106,9 @@ struct Shared {
     want_uring: bool,
     negotiated: AtomicBool,
     payload_sz: AtomicU64,
-    depth: AtomicUsize,
+    depth: usize,
+    /// Serving threads per node.
+    threads_per_node: usize,
     active: AtomicBool,
     classic: AtomicU64,
     served: Arc<[ring::Counter]>,
@@ -125,16 +120,26 @@ struct Shared {
 struct Running {
     stop: Arc<OwnedFd>,
     workers: Vec<JoinHandle<()>>,
+    pools: Vec<Arc<ring::Pool>>,
+    serving: Vec<JoinHandle<()>>,
 }
 
 impl Transport {
-    pub(crate) fn new(fs: Arc<Fs>, obs: Arc<Observer>, want_uring: bool) -> Transport {
+    /// `depth` ring entries per queue, `threads_per_node` serving threads per node.
+    pub(crate) fn new(
+        fs: Arc<Fs>,
+        obs: Arc<Observer>,
+        want_uring: bool,
+        depth: usize,
+        threads_per_node: usize,
+    ) -> Transport {
         let queues = possible_cpus().len();
         let t = Transport(Arc::new(Shared {
             want_uring,
             negotiated: AtomicBool::new(false),
             payload_sz: AtomicU64::new(0),
-            depth: AtomicUsize::new(depth_from(std::env::var(DEPTH_ENV).ok().as_deref())),
+            depth: depth.clamp(1, ring::MAX_DEPTH),
+            threads_per_node: threads_per_node.max(1),
             active: AtomicBool::new(false),
             classic: AtomicU64::new(0),
             served: (0..queues).map(|_| ring::Counter::default()).collect(),
@@ -152,16 +157,14 @@ impl Transport {
         t
     }
 
-    /// Sets the ring entries per queue (clamped to 1..=64) for rings started after this.
-    pub fn set_depth(&self, depth: usize) {
-        self.0
-            .depth
-            .store(depth.clamp(1, ring::MAX_DEPTH), Ordering::Relaxed);
-    }
-
     /// Ring entries per queue.
     pub fn depth(&self) -> usize {
-        self.0.depth.load(Ordering::Relaxed)
+        self.0.depth
+    }
+
+    /// The most requests served at once so far, in either transport.
+    pub fn in_flight_max(&self) -> u64 {
+        self.0.obs.in_flight_max()
     }
 
     pub(crate) fn wants_uring(&self) -> bool {
@@ -192,6 +195,7 @@ impl Transport {
         }
     }
 
+    /// Requests served so far, per transport.
     pub fn requests(&self) -> RequestCounts {
         RequestCounts {
             classic: self.0.classic.load(Ordering::Relaxed),
@@ -209,7 +213,7 @@ impl Transport {
     /// Starts one queue per possible CPU on `dev` (the session's `/dev/fuse`) if INIT
     /// accepted io_uring, and returns the mode in use. On an error the kernel falls back to
     /// `/dev/fuse`, so the mount keeps working in classic mode.
-    pub fn start(&self, dev: BorrowedFd<'_>) -> io::Result<FuseMode> {
+    pub(crate) fn start(&self, dev: BorrowedFd<'_>) -> io::Result<FuseMode> {
         // The mount exists once INIT is done: widen its readahead window (either mode).
         // Only speed depends on it, so a failure is a warning.
         if let Some(mp) = self.0.obs.mountpoint() {
@@ -241,6 +245,43 @@ impl Transport {
         let mut running = Running {
             stop: stop.clone(),
             workers: Vec::new(),
+            pools: Vec::new(),
+            serving: Vec::new(),
+        };
+        // The serving threads, per node with CPUs (one pool for all where none is known).
+        let node_cpus: Vec<(u32, Vec<u32>)> = self
+            .0
+            .obs
+            .node_cpus()
+            .into_iter()
+            .filter(|(_, c)| !c.is_empty())
+            .collect();
+        let node_cpus = if node_cpus.is_empty() {
+            vec![(0, Vec::new())]
+        } else {
+            node_cpus
+        };
+        let mut pool_of_node = Vec::new();
+        for (node, cpus) in &node_cpus {
+            let (pool, handles) = match ring::Pool::start(*node, cpus, self.0.threads_per_node) {
+                Ok(p) => p,
+                Err(e) => {
+                    *self.0.running.lock().expect("transport lock") = Some(running);
+                    self.stop();
+                    return Err(e);
+                }
+            };
+            running.serving.extend(handles);
+            running.pools.push(pool.clone());
+            pool_of_node.push((*node, cpus.clone(), pool));
+        }
+        let pool_for = |cpu: u32| {
+            pool_of_node
+                .iter()
+                .find(|(_, cpus, _)| cpus.contains(&cpu))
+                .unwrap_or(&pool_of_node[0])
+                .2
+                .clone()
         };
         let payload_sz = self.0.payload_sz.load(Ordering::Relaxed) as usize;
         let mut result = Ok(());
@@ -255,11 +296,19 @@ impl Transport {
                 fs: fs.clone(),
                 obs: self.0.obs.clone(),
                 served: self.0.served.clone(),
+                pool: pool_for(cpu),
             };
             let stop = stop.clone();
-            let h = std::thread::Builder::new()
+            let h = match std::thread::Builder::new()
                 .name(format!("fuse-uring-{qid}"))
-                .spawn(move || ring::run(spec, stop, tx))?;
+                .spawn(move || ring::run(spec, stop, tx))
+            {
+                Ok(h) => h,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            };
             running.workers.push(h);
             match rx.recv() {
                 Ok(Ok(())) => {}
@@ -291,9 +340,9 @@ impl Transport {
         }
     }
 
-    /// Stops the ring workers and waits for them; their references to the volume are
-    /// dropped, so it can be unmounted.
-    pub fn stop(&self) {
+    /// Stops the ring threads and the serving threads and waits for them; their references
+    /// to the volume are dropped, so it can be unmounted.
+    pub(crate) fn stop(&self) {
         let running = self.0.running.lock().expect("transport lock").take();
         if let Some(r) = running {
             let one = 1u64.to_ne_bytes();
@@ -301,6 +350,13 @@ impl Transport {
             unsafe { libc::write(r.stop.as_raw_fd(), one.as_ptr().cast(), one.len()) };
             for w in r.workers {
                 let _ = w.join();
+            }
+            // The rings are closed: what a serving thread still answers goes nowhere.
+            for p in &r.pools {
+                p.close();
+            }
+            for s in r.serving {
+                let _ = s.join();
             }
         }
         self.0.active.store(false, Ordering::Release);
@@ -315,20 +371,4 @@ fn possible_cpus() -> Vec<u32> {
         .and_then(|s| numaio_sys::cpulist::parse(s.trim()).ok())
         .filter(|v| !v.is_empty())
         .unwrap_or_else(|| vec![0])
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn depth_knob_accepts_only_1_to_64() {
-        assert_eq!(depth_from(None), DEFAULT_DEPTH);
-        assert_eq!(depth_from(Some("8")), 8);
-        assert_eq!(depth_from(Some(" 1\n")), 1);
-        assert_eq!(depth_from(Some("64")), 64);
-        for bad in ["0", "65", "-1", "x", ""] {
-            assert_eq!(depth_from(Some(bad)), DEFAULT_DEPTH, "{bad:?}");
-        }
-    }
 }

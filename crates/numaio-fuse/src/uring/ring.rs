@@ -1,14 +1,21 @@
-//! One FUSE-over-io_uring queue: a worker thread bound to the queue's CPU, its ring entries'
+//! One FUSE-over-io_uring queue: a ring thread bound to the queue's CPU, its ring entries'
 //! buffers on that CPU's node, registration with the kernel, then the COMMIT_AND_FETCH loop.
+//!
+//! The ring thread only moves entries: each request the kernel places in an entry is served
+//! by a serving thread of the queue's node ([`Pool`]), which hands the entry back with its
+//! reply. So a request waiting for its device holds one serving thread and one entry, and
+//! the queue's other entries keep being served.
 
 use super::abi;
 use super::dispatch;
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use numaio_fs::Fs;
+use std::collections::VecDeque;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
 
 /// Ring entries per queue at most: each holds a payload buffer of the largest request.
 pub const MAX_DEPTH: usize = 64;
@@ -16,6 +23,8 @@ pub const MAX_DEPTH: usize = 64;
 const HDR_STRIDE: usize = 512;
 /// `user_data` of the stop poll; entries use their index.
 const STOP: u64 = u64::MAX;
+/// `user_data` of the poll that says serving threads handed entries back.
+const WAKE: u64 = u64::MAX - 1;
 /// The session's `/dev/fuse`, registered as the ring's only fixed file.
 const DEV: types::Fixed = types::Fixed(0);
 
@@ -24,7 +33,7 @@ const DEV: types::Fixed = types::Fixed(0);
 #[derive(Default)]
 pub struct Counter(pub AtomicU64);
 
-/// What a queue worker needs.
+/// What a queue's ring thread needs.
 pub struct QueueSpec {
     pub qid: u16,
     pub cpu: u32,
@@ -35,6 +44,159 @@ pub struct QueueSpec {
     pub fs: Arc<Fs>,
     pub obs: Arc<crate::Observer>,
     pub served: Arc<[Counter]>,
+    /// The serving threads of the queue's node.
+    pub pool: Arc<Pool>,
+}
+
+/// The serving threads of one node: they take entries the ring threads of that node's
+/// queues hand them, serve them, and hand them back.
+pub struct Pool {
+    state: Mutex<PoolState>,
+    ready: Condvar,
+}
+
+struct PoolState {
+    jobs: VecDeque<(Arc<Queue>, usize)>,
+    closed: bool,
+}
+
+impl Pool {
+    /// Starts `threads` serving threads bound to `cpus` (the node's), named after `node`.
+    pub fn start(
+        node: u32,
+        cpus: &[u32],
+        threads: usize,
+    ) -> io::Result<(Arc<Pool>, Vec<JoinHandle<()>>)> {
+        let pool = Arc::new(Pool {
+            state: Mutex::new(PoolState {
+                jobs: VecDeque::new(),
+                closed: false,
+            }),
+            ready: Condvar::new(),
+        });
+        let mut handles = Vec::with_capacity(threads);
+        for i in 0..threads.max(1) {
+            let (p, cpus) = (pool.clone(), cpus.to_vec());
+            let h = std::thread::Builder::new()
+                .name(format!("fuse-serve-{node}-{i}"))
+                .spawn(move || {
+                    // On the node's CPUs, so what it allocates and touches stays local; a
+                    // failure costs locality, not correctness.
+                    if !cpus.is_empty() {
+                        let _ = numaio_sys::set_affinity(0, &numaio_sys::CpuSet::from_ids(&cpus));
+                    }
+                    p.run()
+                });
+            match h {
+                Ok(h) => handles.push(h),
+                Err(e) => {
+                    pool.close();
+                    for h in handles {
+                        let _ = h.join();
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok((pool, handles))
+    }
+
+    fn push(&self, q: Arc<Queue>, entry: usize) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.jobs.push_back((q, entry));
+        drop(s);
+        self.ready.notify_one();
+    }
+
+    /// Ends the serving threads once their current request is served; entries not yet
+    /// served are dropped (the rings are gone by then, and the connection with them).
+    pub fn close(&self) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.closed = true;
+        s.jobs.clear();
+        drop(s);
+        self.ready.notify_all();
+    }
+
+    fn run(&self) {
+        loop {
+            let (q, i) = {
+                let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+                loop {
+                    if s.closed {
+                        return;
+                    }
+                    if let Some(j) = s.jobs.pop_front() {
+                        break j;
+                    }
+                    s = self.ready.wait(s).unwrap_or_else(|p| p.into_inner());
+                }
+            };
+            let commit_id = q.serve_entry(i);
+            q.hand_back(i, commit_id);
+        }
+    }
+}
+
+/// What a queue's ring thread shares with the serving threads: the entries' buffers, and
+/// the entries served and waiting to be committed.
+pub struct Queue {
+    qid: u16,
+    cpu: u32,
+    bufs: Buffers,
+    fs: Arc<Fs>,
+    obs: Arc<crate::Observer>,
+    served: Arc<[Counter]>,
+    /// (entry, commit id) of entries whose reply is ready.
+    done: Mutex<Vec<(usize, u64)>>,
+    /// An eventfd the ring thread polls: written after each hand-back.
+    wake: OwnedFd,
+}
+
+impl Queue {
+    /// Answers the request the kernel placed in entry `i`; returns its commit id.
+    fn serve_entry(&self, i: usize) -> u64 {
+        // SAFETY: the kernel completed this entry's command, so until the next command for
+        // the entry is submitted it does not touch the entry's header or payload; the ring
+        // thread hands an entry to one serving thread at a time and touches it again only
+        // once it is handed back (`done`); the two ranges lie inside this queue's mapping,
+        // which lives as long as this `Queue`, and overlap no other entry's.
+        let (hdr, payload) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(self.bufs.header_ptr(i), abi::REQ_HEADER_SZ),
+                std::slice::from_raw_parts_mut(self.bufs.payload_ptr(i), self.bufs.payload_sz),
+            )
+        };
+        let (in_out, rest) = hdr.split_at_mut(abi::IN_OUT_SZ);
+        let (op_in, ent) = rest.split_at_mut(abi::OP_IN_SZ);
+        let commit_id = abi::u64_at(ent, abi::ENT_COMMIT_ID);
+        let in_len = abi::u32_at(ent, abi::ENT_PAYLOAD_SZ) as usize;
+        let (unique, answer) = dispatch::dispatch(
+            &self.fs, &self.obs, self.cpu, in_out, op_in, payload, in_len,
+        );
+        let (error, len) = match answer {
+            Ok(n) => (0, n),
+            Err(e) => (-e, 0),
+        };
+        abi::put_out_header(in_out, (16 + len) as u32, error, unique);
+        ent[abi::ENT_PAYLOAD_SZ..abi::ENT_PAYLOAD_SZ + 4]
+            .copy_from_slice(&(len as u32).to_le_bytes());
+        if let Some(c) = self.served.get(self.qid as usize) {
+            c.0.fetch_add(1, Ordering::Relaxed);
+        }
+        commit_id
+    }
+
+    fn hand_back(&self, i: usize, commit_id: u64) {
+        self.done
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((i, commit_id));
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: writes 8 bytes from a live buffer to an eventfd this queue owns. It cannot
+        // fail short of the counter overflowing, which 2^64 hand-backs do not reach.
+        unsafe { libc::write(self.wake.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+    }
 }
 
 /// The queue's headers and payloads: one mapping bound to the queue's node.
@@ -78,13 +240,17 @@ impl Buffers {
     }
 }
 
-/// The ring is declared before the buffers so it is closed (and its commands cancelled)
-/// before the buffers are unmapped (fields drop in declaration order).
+/// The ring is declared before the queue so it is closed (and its commands cancelled)
+/// before the buffers can be unmapped (fields drop in declaration order; serving threads
+/// still holding the queue keep the buffers until they are done).
 struct Worker {
     ring: IoUring<squeue::Entry128, cqueue::Entry>,
     iov: Vec<[libc::iovec; 2]>,
-    bufs: Buffers,
-    spec: QueueSpec,
+    q: Arc<Queue>,
+    pool: Arc<Pool>,
+    /// The session's `/dev/fuse`, kept open while the ring uses it.
+    _dev: Arc<OwnedFd>,
+    depth: usize,
     /// Per entry, the last command sent and its commit id, to resend after EINTR/EAGAIN.
     last: Vec<(u32, u64)>,
     cqes: Vec<cqueue::Entry>,
@@ -103,7 +269,7 @@ pub fn run(spec: QueueSpec, stop: Arc<OwnedFd>, ready: std::sync::mpsc::Sender<i
     let _ = ready.send(Ok(()));
     drop(ready);
     if let Err(e) = w.serve() {
-        eprintln!("numaio mount: io_uring queue {} stopped: {e}", w.spec.qid);
+        eprintln!("numaio mount: io_uring queue {} stopped: {e}", w.q.qid);
     }
 }
 
@@ -128,8 +294,9 @@ fn with_len(e: squeue::Entry128, len: u32) -> squeue::Entry128 {
 
 impl Worker {
     fn start(spec: QueueSpec, stop: &OwnedFd) -> io::Result<Worker> {
-        // Bound to its CPU, the worker answers on the caller's CPU: the kernel queues each
-        // request on the queue of the CPU it was issued on.
+        // Bound to its CPU, the ring thread takes requests on the caller's CPU (the kernel
+        // queues each request on the queue of the CPU it was issued on) and its buffers are
+        // on that CPU's node; the node's serving threads answer them.
         let cpus = numaio_sys::CpuSet::from_ids(&[spec.cpu]);
         if let Err(e) = numaio_sys::set_affinity(0, &cpus) {
             eprintln!(
@@ -140,10 +307,17 @@ impl Worker {
         let node = numaio_sys::getcpu().map(|c| c.node).unwrap_or(0);
         let depth = spec.depth.clamp(1, MAX_DEPTH);
         let bufs = Buffers::new(spec.payload_sz, depth, node)?;
+        // SAFETY: eventfd has no memory preconditions; the result is checked below.
+        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if efd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `efd` is a fresh descriptor owned by nothing else.
+        let wake = unsafe { OwnedFd::from_raw_fd(efd) };
         // Only this thread submits and waits, so the kernel may defer completion work
         // (the FUSE request copies into the entry) until it waits: no interrupting task-work
         // signal per request. Kernels without these flags get a plain ring.
-        let entries = (2 * depth + 2).next_power_of_two() as u32;
+        let entries = (2 * depth + 4).next_power_of_two() as u32;
         let ring = match IoUring::<squeue::Entry128, cqueue::Entry>::builder()
             .setup_single_issuer()
             .setup_defer_taskrun()
@@ -172,18 +346,31 @@ impl Worker {
                 iov_len: bufs.payload_sz,
             };
         }
+        let q = Arc::new(Queue {
+            qid: spec.qid,
+            cpu: spec.cpu,
+            bufs,
+            fs: spec.fs,
+            obs: spec.obs,
+            served: spec.served,
+            done: Mutex::new(Vec::with_capacity(depth)),
+            wake,
+        });
         let mut w = Worker {
             ring,
             iov,
-            bufs,
-            spec,
+            q,
+            pool: spec.pool,
+            _dev: spec.dev,
+            depth,
             last: vec![(abi::CMD_REGISTER, 0); depth],
-            cqes: Vec::with_capacity(2 * depth + 2),
+            cqes: Vec::with_capacity(2 * depth + 4),
         };
         let poll = opcode::PollAdd::new(types::Fd(stop.as_raw_fd()), libc::POLLIN as u32)
             .build()
             .user_data(STOP);
         w.push(poll.into())?;
+        w.push(w.wake_sqe())?;
         for i in 0..depth {
             w.push(w.register_sqe(i))?;
         }
@@ -194,16 +381,23 @@ impl Worker {
         if let Some(bad) = w
             .cqes
             .iter()
-            .find(|c| c.result() < 0 && c.user_data() != STOP)
+            .find(|c| c.result() < 0 && c.user_data() < WAKE)
         {
             return Err(io::Error::from_raw_os_error(-bad.result()));
         }
         Ok(w)
     }
 
+    fn wake_sqe(&self) -> squeue::Entry128 {
+        opcode::PollAdd::new(types::Fd(self.q.wake.as_raw_fd()), libc::POLLIN as u32)
+            .build()
+            .user_data(WAKE)
+            .into()
+    }
+
     fn register_sqe(&self, i: usize) -> squeue::Entry128 {
         let e = opcode::UringCmd80::new(DEV, abi::CMD_REGISTER)
-            .cmd(cmd_req(0, self.spec.qid))
+            .cmd(cmd_req(0, self.q.qid))
             .addr(Some(self.iov[i].as_ptr() as u64))
             .build()
             .user_data(i as u64);
@@ -212,15 +406,15 @@ impl Worker {
 
     fn commit_sqe(&self, i: usize, commit_id: u64) -> squeue::Entry128 {
         opcode::UringCmd80::new(DEV, abi::CMD_COMMIT_AND_FETCH)
-            .cmd(cmd_req(commit_id, self.spec.qid))
+            .cmd(cmd_req(commit_id, self.q.qid))
             .build()
             .user_data(i as u64)
     }
 
     fn push(&mut self, sqe: squeue::Entry128) -> io::Result<()> {
         loop {
-            // SAFETY: the iovecs and buffers the SQE points to belong to this worker and
-            // outlive the ring, which is dropped first.
+            // SAFETY: the iovecs and buffers the SQE points to belong to this ring thread's
+            // queue and outlive the ring, which is dropped first.
             if unsafe { self.ring.submission().push(&sqe) }.is_ok() {
                 return Ok(());
             }
@@ -229,7 +423,7 @@ impl Worker {
     }
 
     fn serve(&mut self) -> io::Result<()> {
-        let depth = self.bufs.depth;
+        let depth = self.depth;
         let mut live = depth;
         let mut first_err = None;
         loop {
@@ -247,16 +441,17 @@ impl Worker {
                 if ud == STOP {
                     return Ok(());
                 }
+                if ud == WAKE {
+                    self.commit_served()?;
+                    continue;
+                }
                 let i = ud as usize;
                 if i >= depth {
                     continue;
                 }
                 match -cqe.result() {
-                    0 => {
-                        let commit_id = self.serve_one(i);
-                        self.last[i] = (abi::CMD_COMMIT_AND_FETCH, commit_id);
-                        self.push(self.commit_sqe(i, commit_id))?;
-                    }
+                    // A request: a serving thread of the node answers it.
+                    0 => self.pool.push(self.q.clone(), i),
                     libc::EINTR | libc::EAGAIN => {
                         let sqe = match self.last[i] {
                             (abi::CMD_REGISTER, _) => self.register_sqe(i),
@@ -281,41 +476,18 @@ impl Worker {
         }
     }
 
-    /// Answers the request the kernel placed in entry `i`; returns its commit id.
-    fn serve_one(&mut self, i: usize) -> u64 {
-        // SAFETY: the kernel completed this entry's command, so until the next command for
-        // the entry is submitted it does not touch the entry's header or payload; the two
-        // ranges lie inside this worker's mapping and overlap no other entry's.
-        let (hdr, payload) = unsafe {
-            (
-                std::slice::from_raw_parts_mut(self.bufs.header_ptr(i), abi::REQ_HEADER_SZ),
-                std::slice::from_raw_parts_mut(self.bufs.payload_ptr(i), self.bufs.payload_sz),
-            )
-        };
-        let (in_out, rest) = hdr.split_at_mut(abi::IN_OUT_SZ);
-        let (op_in, ent) = rest.split_at_mut(abi::OP_IN_SZ);
-        let h = abi::InHeader::parse(in_out);
-        let commit_id = abi::u64_at(ent, abi::ENT_COMMIT_ID);
-        let in_len = abi::u32_at(ent, abi::ENT_PAYLOAD_SZ) as usize;
-        let answer = dispatch::dispatch(
-            &self.spec.fs,
-            &self.spec.obs,
-            self.spec.cpu,
-            &h,
-            op_in,
-            payload,
-            in_len,
-        );
-        let (error, len) = match answer {
-            Ok(n) => (0, n),
-            Err(e) => (-e, 0),
-        };
-        abi::put_out_header(in_out, (16 + len) as u32, error, h.unique);
-        ent[abi::ENT_PAYLOAD_SZ..abi::ENT_PAYLOAD_SZ + 4]
-            .copy_from_slice(&(len as u32).to_le_bytes());
-        if let Some(c) = self.spec.served.get(self.spec.qid as usize) {
-            c.0.fetch_add(1, Ordering::Relaxed);
+    /// Commits the replies the serving threads handed back, each fetching the entry's next
+    /// request, and polls for the next hand-back.
+    fn commit_served(&mut self) -> io::Result<()> {
+        let mut counter = [0u8; 8];
+        // SAFETY: reads 8 bytes into a live buffer from this queue's non-blocking eventfd;
+        // it is reset before the list is taken, so a later hand-back wakes the ring again.
+        unsafe { libc::read(self.q.wake.as_raw_fd(), counter.as_mut_ptr().cast(), 8) };
+        let done = std::mem::take(&mut *self.q.done.lock().unwrap_or_else(|p| p.into_inner()));
+        for (i, commit_id) in done {
+            self.last[i] = (abi::CMD_COMMIT_AND_FETCH, commit_id);
+            self.push(self.commit_sqe(i, commit_id))?;
         }
-        commit_id
+        self.push(self.wake_sqe())
     }
 }

@@ -1,11 +1,13 @@
-//! What the in-process mount tests share: a small in-memory volume and mounting it through
-//! fuser in a chosen transport mode.
+// Each test crate uses some of these helpers.
+#![allow(dead_code)]
+
+//! What the in-process mount tests share: a small in-memory volume and mounting it with
+//! `numaio_fuse::mount`, as `numaio mount` does, in a chosen transport mode.
 
 use numaio_fs::store::MemStore;
 use numaio_fs::{Fs, MkfsOptions, MountOptions, PlacementPolicy};
 use numaio_fuse::uring::{self, KernelSupport};
-use numaio_fuse::{fuser, FuseMode, NumaFs, Transport};
-use std::os::fd::AsFd;
+use numaio_fuse::{FuseMode, Mount, MountConfig, Transport, TransportChoice};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -24,29 +26,34 @@ pub fn volume() -> Arc<MemStore> {
     s
 }
 
-/// Mounts `store` at `mnt` asking for `mode` (two serving threads on cloned fds); returns
-/// the session, the transport handle and the mode the transport reports once started.
-pub fn mount(
+/// The tests' mount configuration in `mode` (file system name `numaio-test`).
+pub fn config(mode: FuseMode) -> MountConfig {
+    let t = match mode {
+        FuseMode::Classic => TransportChoice::Classic,
+        FuseMode::IoUring => TransportChoice::IoUring,
+    };
+    MountConfig::new()
+        .with_transport(t)
+        .with_fs_name("numaio-test")
+        .expect("file system name")
+}
+
+/// Mounts `store` at `mnt` asking for `mode`; returns the mount, its transport handle and
+/// the mode the mount serves in.
+pub fn mount(store: &Arc<MemStore>, mnt: &Path, mode: FuseMode) -> (Mount, Transport, FuseMode) {
+    mount_with(store, mnt, &config(mode))
+}
+
+/// [`mount`] with a configuration of the test's own.
+pub fn mount_with(
     store: &Arc<MemStore>,
     mnt: &Path,
-    mode: FuseMode,
-) -> (fuser::BackgroundSession, Transport, FuseMode) {
+    cfg: &MountConfig,
+) -> (Mount, Transport, FuseMode) {
     let fs = Fs::mount(store.clone(), MountOptions::default()).expect("mount volume");
-    // The canonical mount point, as the CLI passes it (the readahead window is found by it).
-    let shown = mnt.canonicalize().expect("mount point");
-    let nfs = NumaFs::with_mode(fs, mode).with_mountpoint(&shown.display().to_string());
-    let t = nfs.transport();
-    let mut cfg = fuser::Config::default();
-    cfg.mount_options = vec![
-        fuser::MountOption::FSName("numaio-test".into()),
-        fuser::MountOption::Subtype("numaio".into()),
-    ];
-    cfg.n_threads = Some(2);
-    cfg.clone_fd = true;
-    let session = fuser::Session::new(nfs, mnt, &cfg).expect("FUSE mount");
-    let started = t.start(session.as_fd()).expect("starting the rings");
-    let bg = session.spawn().expect("spawn");
-    (bg, t, started)
+    let m = numaio_fuse::mount(fs, mnt, cfg).expect("FUSE mount");
+    let (t, mode) = (m.transport(), m.mode());
+    (m, t, mode)
 }
 
 /// Root, /dev/fuse, FUSE over io_uring turned on (as root, turned on here if off; the
