@@ -243,7 +243,13 @@ pub(crate) fn serve(
             flags,
         } => {
             let buf = out.data(size as usize);
-            let (n, parts) = read_accounted(fs, ino, offset, buf, flags & libc::O_DIRECT == 0)
+            // One plan gives the data and the bytes per node. A reader without O_DIRECT
+            // keeps what it gets in the mount's page cache, so the store drops its own copy
+            // and file data is cached once; an O_DIRECT reader keeps nothing, so the
+            // store's cache stays the one copy.
+            let kept = flags & libc::O_DIRECT == 0;
+            let (n, parts) = fs
+                .read_accounted(ino, offset, buf, kept)
                 .map_err(|e| e.errno())?;
             obs.account_parts(&requester(), ino, offset, Direction::Read, &parts);
             Ok(Reply::Data(n))
@@ -356,26 +362,6 @@ fn xattr(size: u32, v: Vec<u8>) -> Result<Reply, i32> {
     } else {
         Ok(Reply::Bytes(v))
     }
-}
-
-/// The one place a READ touches the volume: the bytes read into `buf` and how many of them
-/// came from each node (for the accounting). `kept`: the kernel keeps what it gets in the
-/// mount's page cache (a reader without `O_DIRECT`), so the volume's store drops its own
-/// copy (`Fs::read_kept`) and file data is cached once; an `O_DIRECT` reader keeps nothing,
-/// so the store's cache (the devices' page cache) stays the one copy.
-fn read_accounted(
-    fs: &Fs,
-    ino: u64,
-    offset: u64,
-    buf: &mut [u8],
-    kept: bool,
-) -> Result<(usize, Vec<(u32, u64)>), FsError> {
-    let n = if kept {
-        fs.read_kept(ino, offset, buf)?
-    } else {
-        fs.read(ino, offset, buf)?
-    };
-    Ok((n, fs.range_nodes(ino, offset, n as u64)))
 }
 
 /// The permission an OPEN with `flags` takes: execve's open (flagged `__FMODE_EXEC`) takes
