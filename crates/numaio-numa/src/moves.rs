@@ -120,5 +120,4 @@ mod tests {
         let total: usize = m.shards.iter().map(|s| s.lock().unwrap().len()).sum();
         assert!(total <= 64 * 64);
     }
-
 }

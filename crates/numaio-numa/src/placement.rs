@@ -78,8 +78,14 @@ pub enum PlacementError {
     NoPlaces,
     #[error("fixed:{node}: node {node} holds no data here (nodes: {nodes})")]
     NoSuchNode { node: u32, nodes: String },
-    #[error("stripe:{width} stripes over {width} places, but there are {have} here (nodes: {nodes})")]
-    StripeTooWide { width: u32, have: usize, nodes: String },
+    #[error(
+        "stripe:{width} stripes over {width} places, but there are {have} here (nodes: {nodes})"
+    )]
+    StripeTooWide {
+        width: u32,
+        have: usize,
+        nodes: String,
+    },
 }
 
 impl FromStr for PlacementPolicy {
@@ -286,9 +292,10 @@ impl PlacementPolicy {
             PlacementPolicy::WriterLocal => at.caller.or(at.home).map_or_else(seeded, on_node),
             PlacementPolicy::Directory => at.home.or(at.caller).map_or_else(seeded, on_node),
             PlacementPolicy::Fixed(node) => on_node(node),
-            PlacementPolicy::Interleave => {
-                by_index(at.seed.wrapping_add(at.block), if n == 1 { rest } else { 1 })
-            }
+            PlacementPolicy::Interleave => by_index(
+                at.seed.wrapping_add(at.block),
+                if n == 1 { rest } else { 1 },
+            ),
             PlacementPolicy::Stripe { nodes, chunk } => {
                 let k = u64::from(nodes).clamp(1, n);
                 let chunk_blocks = (chunk / block_size.max(1)).max(1);
@@ -390,7 +397,13 @@ mod tests {
             assert!(msg.contains(FORMS), "{bad:?}: {msg}");
         }
         let long = "x".repeat(10_000);
-        assert!(long.parse::<PlacementPolicy>().unwrap_err().to_string().len() < 400);
+        assert!(
+            long.parse::<PlacementPolicy>()
+                .unwrap_err()
+                .to_string()
+                .len()
+                < 400
+        );
     }
 
     #[test]
@@ -428,7 +441,9 @@ mod tests {
         let places = [0, 0, 1, 1];
         for b in 0..10 {
             assert_eq!(
-                PlacementPolicy::Fixed(1).place(&places, 4096, &at(3, b)).place,
+                PlacementPolicy::Fixed(1)
+                    .place(&places, 4096, &at(3, b))
+                    .place,
                 Some(3)
             );
         }

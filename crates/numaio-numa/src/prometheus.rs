@@ -271,7 +271,10 @@ mod tests {
         .gauge_f64("local_ratio", "Share", [(Vec::new(), 0.5)])
         .counter("events", "Events", [(Vec::new(), 3)]);
         let om = e.render(Format::OpenMetrics);
-        assert!(om.contains("# HELP numaio_test_io_bytes Bytes by node.\n"), "{om}");
+        assert!(
+            om.contains("# HELP numaio_test_io_bytes Bytes by node.\n"),
+            "{om}"
+        );
         assert!(om.contains("# TYPE numaio_test_io_bytes counter\n"), "{om}");
         assert!(
             om.contains(
@@ -308,6 +311,9 @@ mod tests {
             Format::from_accept(Some("application/openmetrics-text; version=1.0.0")),
             Format::OpenMetrics
         );
-        assert_eq!(Format::from_accept(None).content_type(), CLASSIC_CONTENT_TYPE);
+        assert_eq!(
+            Format::from_accept(None).content_type(),
+            CLASSIC_CONTENT_TYPE
+        );
     }
 }
