@@ -237,7 +237,7 @@ impl NumaFs {
     /// affinity someone else narrowed.
     pub fn with_move_work(
         self,
-        mode: numaio_engine::move_work::MoveWork,
+        mode: numaio_numa::moves::MoveWork,
         override_user_affinity: bool,
     ) -> NumaFs {
         self.obs.set_move_work(mode, override_user_affinity);
