@@ -7,9 +7,11 @@
 //! statistics are) from plain values, so no caller handles prometheus-client's metric types.
 
 use prometheus_client::encoding::text::encode as encode_openmetrics;
+use prometheus_client::encoding::EncodeMetric;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::TypedMetric;
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 
@@ -150,19 +152,9 @@ impl Exposition {
         help: &str,
         samples: impl IntoIterator<Item = (Labels, u64)>,
     ) -> &mut Self {
-        let mut samples: Vec<(Labels, u64)> = samples.into_iter().collect();
-        if samples.len() == 1 && samples[0].0.is_empty() {
-            let c = Counter::<u64, AtomicU64>::default();
-            c.inc_by(samples.remove(0).1);
-            self.registry.register(name, help, c);
-        } else {
-            let f = Family::<Labels, Counter<u64, AtomicU64>>::default();
-            for (l, v) in samples {
-                f.get_or_create(&l).inc_by(v);
-            }
-            self.registry.register(name, help, f);
-        }
-        self
+        self.family(name, help, samples, |c: &Counter<u64, AtomicU64>, v| {
+            c.inc_by(v);
+        })
     }
 
     /// A gauge family of whole numbers (values above `i64::MAX` are written as `i64::MAX`).
@@ -172,20 +164,9 @@ impl Exposition {
         help: &str,
         samples: impl IntoIterator<Item = (Labels, u64)>,
     ) -> &mut Self {
-        let clamp = |v: u64| v.min(i64::MAX as u64) as i64;
-        let mut samples: Vec<(Labels, u64)> = samples.into_iter().collect();
-        if samples.len() == 1 && samples[0].0.is_empty() {
-            let g = Gauge::<i64>::default();
-            g.set(clamp(samples.remove(0).1));
-            self.registry.register(name, help, g);
-        } else {
-            let f = Family::<Labels, Gauge<i64>>::default();
-            for (l, v) in samples {
-                f.get_or_create(&l).set(clamp(v));
-            }
-            self.registry.register(name, help, f);
-        }
-        self
+        self.family(name, help, samples, |g: &Gauge<i64>, v: u64| {
+            g.set(v.min(i64::MAX as u64) as i64);
+        })
     }
 
     /// A gauge family of fractions or rates.
@@ -195,15 +176,31 @@ impl Exposition {
         help: &str,
         samples: impl IntoIterator<Item = (Labels, f64)>,
     ) -> &mut Self {
-        let mut samples: Vec<(Labels, f64)> = samples.into_iter().collect();
+        self.family(name, help, samples, |g: &Gauge<f64, AtomicU64>, v| {
+            g.set(v);
+        })
+    }
+
+    /// Registers the samples as one metric of type `M`, each value applied with `set`.
+    fn family<M, V>(
+        &mut self,
+        name: &str,
+        help: &str,
+        samples: impl IntoIterator<Item = (Labels, V)>,
+        set: impl Fn(&M, V),
+    ) -> &mut Self
+    where
+        M: EncodeMetric + TypedMetric + Default + std::fmt::Debug + Send + Sync + 'static,
+    {
+        let mut samples: Vec<(Labels, V)> = samples.into_iter().collect();
         if samples.len() == 1 && samples[0].0.is_empty() {
-            let g = Gauge::<f64, AtomicU64>::default();
-            g.set(samples.remove(0).1);
-            self.registry.register(name, help, g);
+            let m = M::default();
+            set(&m, samples.remove(0).1);
+            self.registry.register(name, help, m);
         } else {
-            let f = Family::<Labels, Gauge<f64, AtomicU64>>::default();
+            let f = Family::<Labels, M>::default();
             for (l, v) in samples {
-                f.get_or_create(&l).set(v);
+                set(&f.get_or_create(&l), v);
             }
             self.registry.register(name, help, f);
         }
