@@ -269,10 +269,15 @@ impl PlacementPolicy {
         // A node chosen by name: among several places on it (several cache slices on one
         // node), the file's seed picks one, so the answer holds for the whole file.
         let on_node = |node: u32| {
-            let on: Vec<usize> = (0..places.len()).filter(|&i| places[i] == node).collect();
+            let count = places.iter().filter(|&&p| p == node).count() as u64;
+            let place = (count > 0).then(|| {
+                let pick = (at.seed % count) as usize;
+                let mut on = (0..places.len()).filter(|&i| places[i] == node);
+                on.nth(pick).unwrap_or(0)
+            });
             Placed {
                 node,
-                place: (!on.is_empty()).then(|| on[(at.seed % on.len() as u64) as usize]),
+                place,
                 run: rest.max(1),
             }
         };
