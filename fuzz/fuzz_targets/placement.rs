@@ -14,7 +14,10 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(back.parse::<PlacementPolicy>().as_ref(), Ok(&p), "{s:?}");
             let mut b = [0u8; 17];
             b[..head.len()].copy_from_slice(head);
-            let places: Vec<u32> = b[..(b[0] % 6) as usize].iter().map(|x| u32::from(x % 4)).collect();
+            let places: Vec<u32> = b[..(b[0] % 6) as usize]
+                .iter()
+                .map(|x| u32::from(x % 4))
+                .collect();
             let word = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
             let at = BlockRef {
                 seed: word(1),
