@@ -13,14 +13,15 @@ say() { printf '[package-check] %s\n' "$*"; }
 target="${CARGO_TARGET_DIR:-$PWD/target}"
 # Every library crate packages and its package builds (cargo package verifies each against
 # the others' packages); the binaries (numaio, numaio-lab) are not published.
-libs=(numaio-testkit numaio-sys numaio-engine numaio-proc numaio-pagecache numaio-model numaio-cli-support numaio-fs numaio-fuse)
+libs=(numaio-testkit numaio-sys numaio-numa numaio-engine numaio-proc numaio-pagecache numaio-model numaio-cli-support numaio-fs numaio-fuse)
 say "cargo package ${libs[*]}"
 cargo package --quiet --allow-dirty "${libs[@]/#/-p}"
 version="$(cargo pkgid -p numaio-engine | sed 's/.*[#@]//')"
 sys_version="$(cargo pkgid -p numaio-sys | sed 's/.*[#@]//')"
 kit_version="$(cargo pkgid -p numaio-testkit | sed 's/.*[#@]//')"
+numa_version="$(cargo pkgid -p numaio-numa | sed 's/.*[#@]//')"
 pkg="$target/package"
-for c in "numaio-engine-$version" "numaio-sys-$sys_version" "numaio-testkit-$kit_version"; do
+for c in "numaio-engine-$version" "numaio-sys-$sys_version" "numaio-testkit-$kit_version" "numaio-numa-$numa_version"; do
     [ -f "$pkg/$c.crate" ] || { echo "[package-check] ERROR: $pkg/$c.crate was not made" >&2; exit 1; }
 done
 
@@ -36,12 +37,14 @@ trap 'rm -rf "$work"' EXIT
 tar -xzf "$pkg/numaio-engine-$version.crate" -C "$work"
 tar -xzf "$pkg/numaio-sys-$sys_version.crate" -C "$work"
 tar -xzf "$pkg/numaio-testkit-$kit_version.crate" -C "$work"
+tar -xzf "$pkg/numaio-numa-$numa_version.crate" -C "$work"
 # The packaged tests build against the other packages (cargo package itself builds the
 # libraries only).
 say "building numaio-engine's packaged tests"
 CARGO_TARGET_DIR="$target" cargo test --quiet --no-run --manifest-path "$work/numaio-engine-$version/Cargo.toml" \
     --config "patch.crates-io.numaio-sys.path=\"$work/numaio-sys-$sys_version\"" \
-    --config "patch.crates-io.numaio-testkit.path=\"$work/numaio-testkit-$kit_version\""
+    --config "patch.crates-io.numaio-testkit.path=\"$work/numaio-testkit-$kit_version\"" \
+    --config "patch.crates-io.numaio-numa.path=\"$work/numaio-numa-$numa_version\""
 mkdir -p "$work/user/src"
 cat > "$work/user/Cargo.toml" <<TOML
 [package]
@@ -55,6 +58,7 @@ numaio-engine = { path = "../numaio-engine-$version", default-features = false }
 
 [patch.crates-io]
 numaio-sys = { path = "../numaio-sys-$sys_version" }
+numaio-numa = { path = "../numaio-numa-$numa_version" }
 
 [workspace]
 TOML

@@ -31,7 +31,7 @@ pub struct NumaBenchArgs {
     #[arg(long, value_name = "D", value_parser = crate::args::files)]
     pub dirs: Option<usize>,
     /// Data placement: range[:BLOCKS] | directory | writer-local | interleave |
-    /// stripe:K[:CHUNK] | fixed:N.
+    /// stripe:K[:CHUNK] | fixed:NODE (a NUMA node holding a slice).
     #[arg(long, value_name = "POLICY")]
     pub placement: Option<String>,
     /// Moving work to the data: none | migrate-thread | first-reader | forward.

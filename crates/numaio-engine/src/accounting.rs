@@ -9,13 +9,13 @@
 //!
 //! Four exports: [`Accounting::snapshot`] (a serde value), Tofalos's `/proc/<pid>/numa_io`
 //! text format ([`Snapshot::to_numa_io_text`]), JSON ([`Snapshot::to_json`]) and Prometheus
-//! text ([`Snapshot::to_prometheus`], prometheus-client encoding).
+//! text ([`Snapshot::to_prometheus`]); the text formats are numaio-numa's.
 
 use std::cell::RefCell;
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
+use numaio_numa::counters::{Fields, IoBytes, NodeIo};
 use serde::Serialize;
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -116,6 +116,18 @@ pub struct Counters {
 }
 
 impl Counters {
+    /// The bytes read and written per node, `nodes` giving the node of each index.
+    pub fn node_io(&self, nodes: &[u32]) -> NodeIo {
+        nodes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| {
+                let at = |v: &[u64]| v.get(i).copied().unwrap_or(0);
+                (n, IoBytes::new(at(&self.read_bytes), at(&self.write_bytes)))
+            })
+            .collect()
+    }
+
     fn merge(&mut self, o: &Counters) {
         fn add(a: &mut Vec<u64>, b: &[u64]) {
             if a.len() < b.len() {
@@ -419,157 +431,79 @@ impl Snapshot {
     /// Tofalos's `/proc/<pid>/numa_io` format for the process: one `numa<N>_read_bytes: <u64>`
     /// and one `numa<N>_write_bytes: <u64>` line per node.
     pub fn to_numa_io_text(&self) -> String {
-        numa_io_text(&self.nodes, &self.process)
+        self.process
+            .node_io(&self.nodes)
+            .numa_io_text(&self.nodes, Fields::ReadWrite)
     }
 
     /// The same format for one thread (Tofalos's `/proc/<pid>/task/<tid>/numa_io`).
     pub fn thread_numa_io_text(&self, tid: i32) -> Option<String> {
-        self.threads
-            .iter()
-            .find(|t| t.tid == tid)
-            .map(|t| numa_io_text(&self.nodes, &t.counters))
+        self.threads.iter().find(|t| t.tid == tid).map(|t| {
+            t.counters
+                .node_io(&self.nodes)
+                .numa_io_text(&self.nodes, Fields::ReadWrite)
+        })
     }
 
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
     }
 
-    /// Prometheus text exposition (OpenMetrics) via prometheus-client (feature
-    /// `prometheus`, on by default).
-    #[cfg(feature = "prometheus")]
+    /// Prometheus text exposition (OpenMetrics), through numaio-numa's encoder.
     pub fn to_prometheus(&self) -> String {
-        use prometheus_client::encoding::text::encode;
-        use prometheus_client::metrics::counter::Counter;
-        use prometheus_client::metrics::family::Family;
-        use prometheus_client::metrics::gauge::Gauge;
-        use prometheus_client::registry::Registry;
-        use std::sync::atomic::AtomicU64 as A;
-
-        type Labels = Vec<(String, String)>;
-        let mut reg = Registry::with_prefix("numaio_engine");
-        let bytes = Family::<Labels, Counter<u64, A>>::default();
-        let slice_ops = Family::<Labels, Counter<u64, A>>::default();
-        let accesses = Family::<Labels, Counter<u64, A>>::default();
-        let events = Family::<Labels, Counter<u64, A>>::default();
-        let local_fraction = Gauge::<f64, A>::default();
-        let l = |pairs: &[(&str, String)]| -> Labels {
-            pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.clone()))
-                .collect()
-        };
+        use numaio_numa::prometheus::{labels, Exposition, Format};
         let p = &self.process;
-        for (i, n) in self.nodes.iter().enumerate() {
-            for (dir, v) in [("read", &p.read_bytes), ("write", &p.write_bytes)] {
-                bytes
-                    .get_or_create(&l(&[("node", n.to_string()), ("op", dir.into())]))
-                    .inc_by(v.get(i).copied().unwrap_or(0));
-            }
-        }
-        for (s, n) in self.slice_nodes.iter().enumerate() {
-            for (res, v) in [("hit", &p.hits), ("miss", &p.misses)] {
-                slice_ops
-                    .get_or_create(&l(&[
-                        ("slice", s.to_string()),
-                        ("node", n.to_string()),
-                        ("result", res.into()),
-                    ]))
-                    .inc_by(v.get(s).copied().unwrap_or(0));
-            }
-        }
-        accesses
-            .get_or_create(&l(&[("locality", "local".into())]))
-            .inc_by(p.local_accesses);
-        accesses
-            .get_or_create(&l(&[("locality", "remote".into())]))
-            .inc_by(p.remote_accesses);
-        for (kind, v) in [
-            ("migration", p.migrations),
-            ("forward", p.forwards),
-            ("checksum_verified", p.checksums_verified),
-            ("checksum_error", p.checksum_errors),
-        ] {
-            events.get_or_create(&l(&[("kind", kind.into())])).inc_by(v);
-        }
-        local_fraction.set(self.local_fraction.unwrap_or(0.0));
-        reg.register(
+        let mut e = Exposition::new("numaio_engine");
+        let bytes = self.nodes.iter().enumerate().flat_map(|(i, n)| {
+            [("read", &p.read_bytes), ("write", &p.write_bytes)].map(|(op, v)| {
+                (
+                    labels(&[("node", n.to_string()), ("op", op.into())]),
+                    v.get(i).copied().unwrap_or(0),
+                )
+            })
+        });
+        e.counter(
             "bytes",
             "Bytes moved to or from cache buffers, by buffer node",
             bytes,
         );
-        reg.register("slice_requests", "Cache lookups per slice", slice_ops);
-        reg.register(
+        let slice_ops = self.slice_nodes.iter().enumerate().flat_map(|(s, n)| {
+            [("hit", &p.hits), ("miss", &p.misses)].map(|(res, v)| {
+                (
+                    labels(&[
+                        ("slice", s.to_string()),
+                        ("node", n.to_string()),
+                        ("result", res.into()),
+                    ]),
+                    v.get(s).copied().unwrap_or(0),
+                )
+            })
+        });
+        e.counter("slice_requests", "Cache lookups per slice", slice_ops);
+        e.counter(
             "buffer_accesses",
             "Buffer accesses by locality of the accessing thread",
-            accesses,
+            [("local", p.local_accesses), ("remote", p.remote_accesses)]
+                .map(|(l, v)| (labels(&[("locality", l)]), v)),
         );
-        reg.register(
+        e.counter(
             "events",
             "Thread migrations, forwards, checksum checks",
-            events,
+            [
+                ("migration", p.migrations),
+                ("forward", p.forwards),
+                ("checksum_verified", p.checksums_verified),
+                ("checksum_error", p.checksum_errors),
+            ]
+            .map(|(k, v)| (labels(&[("kind", k)]), v)),
         );
-        reg.register(
+        e.gauge_f64(
             "local_access_ratio",
             "Share of buffer accesses that were node-local",
-            local_fraction,
+            [(Vec::new(), self.local_fraction.unwrap_or(0.0))],
         );
-        let mut out = String::new();
-        if let Err(e) = encode(&mut out, &reg) {
-            let _ = writeln!(out, "# encoding error: {e}");
-        }
-        out
+        e.render(Format::OpenMetrics)
     }
-}
-
-fn numa_io_text(nodes: &[u32], c: &Counters) -> String {
-    let mut s = String::new();
-    for (i, n) in nodes.iter().enumerate() {
-        let _ = writeln!(
-            s,
-            "numa{n}_read_bytes: {}",
-            c.read_bytes.get(i).copied().unwrap_or(0)
-        );
-        let _ = writeln!(
-            s,
-            "numa{n}_write_bytes: {}",
-            c.write_bytes.get(i).copied().unwrap_or(0)
-        );
-    }
-    s
-}
-
-/// Parses the `numa<N>_read_bytes:` text back (for tools reading it, and for tests).
-pub fn parse_numa_io_text(s: &str) -> Result<Vec<(u32, u64, u64)>, String> {
-    let mut out: Vec<(u32, u64, u64)> = Vec::new();
-    for line in s.lines().filter(|l| !l.trim().is_empty()) {
-        let (key, val) = line
-            .split_once(':')
-            .ok_or_else(|| format!("line {line:?}: no ':'"))?;
-        let val: u64 = val
-            .trim()
-            .parse()
-            .map_err(|_| format!("line {line:?}: value is not a u64"))?;
-        let rest = key
-            .strip_prefix("numa")
-            .ok_or_else(|| format!("line {line:?}: no numa prefix"))?;
-        let (n, kind) = rest
-            .split_once('_')
-            .ok_or_else(|| format!("line {line:?}: bad key"))?;
-        let n: u32 = n.parse().map_err(|_| format!("line {line:?}: bad node"))?;
-        let idx = match out.iter().position(|e| e.0 == n) {
-            Some(i) => i,
-            None => {
-                out.push((n, 0, 0));
-                out.len() - 1
-            }
-        };
-        match kind {
-            "read_bytes" => out[idx].1 = val,
-            "write_bytes" => out[idx].2 = val,
-            _ => return Err(format!("line {line:?}: unknown counter")),
-        }
-    }
-    Ok(out)
 }
 
 #[cfg(test)]
@@ -675,14 +609,14 @@ mod tests {
             "numa0_read_bytes: 0\nnuma0_write_bytes: 7\nnuma2_read_bytes: 123\nnuma2_write_bytes: 0\n"
         );
         assert_eq!(
-            parse_numa_io_text(&text).unwrap(),
-            vec![(0, 0, 7), (2, 123, 0)]
+            NodeIo::parse_numa_io_text(&text).unwrap(),
+            [(0, IoBytes::new(0, 7)), (2, IoBytes::new(123, 0))]
+                .into_iter()
+                .collect()
         );
         // SAFETY: gettid cannot fail.
         let tid = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
         assert_eq!(s.thread_numa_io_text(tid).unwrap(), text);
-        assert!(parse_numa_io_text("numa0_foo: 1").is_err());
-        assert!(parse_numa_io_text("numaX_read_bytes: 1").is_err());
     }
 
     #[test]
@@ -697,7 +631,6 @@ mod tests {
         assert_eq!(v["process"]["read_bytes"][1], 8192);
         assert_eq!(v["local_fraction"], 0.5);
         assert_eq!(v["threads"][0]["migrations"], 1);
-        #[cfg(feature = "prometheus")]
         {
             let p = s.to_prometheus();
             assert!(

@@ -48,7 +48,7 @@ mod flush;
 mod gate;
 mod handle;
 mod hugemem;
-pub mod hysteresis;
+pub use numaio_numa::hysteresis;
 // The index and the slot word are public only for the loom models and the index benchmark
 // (feature `internals`): they are no API. Some of their parts serve only those.
 #[cfg(any(feature = "internals", numaio_loom))]

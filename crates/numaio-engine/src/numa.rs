@@ -60,7 +60,9 @@ pub struct NumaOptions {
 impl Default for NumaOptions {
     fn default() -> Self {
         Self {
-            placement: PlacementPolicy::default(),
+            placement: PlacementPolicy::Range {
+                range_blocks: crate::placement::DEFAULT_RANGE_BLOCKS,
+            },
             move_work: MoveWork::None,
             hysteresis: HysteresisConfig::default(),
             move_parent: false,
@@ -124,8 +126,8 @@ pub fn apply(cfg: &mut EngineConfig, opts: &NumaOptions) -> Result<NumaParts, St
         }
         None
     } else {
-        let mut placer =
-            Placer::new(opts.placement, slice_nodes.clone())?.with_devices(opts.devices.clone());
+        let mut placer = Placer::new(opts.placement.clone(), slice_nodes.clone())?
+            .with_devices(opts.devices.clone());
         if let Some(r) = &opts.root {
             placer = placer.with_root(r);
         }

@@ -43,6 +43,12 @@ fn two_node_topology() -> Option<Topology> {
     Topology::synthetic(&format!("n0={}@1G n1={}@1G", cpus[0], cpus[1])).ok()
 }
 
+/// One synthetic node on the first CPU we may use.
+fn one_node_topology() -> Topology {
+    let cpu = numaio_sys::get_affinity(0).unwrap().to_vec()[0];
+    Topology::synthetic(&format!("n0={cpu}@1G")).unwrap()
+}
+
 fn per_slice_misses(e: &Engine) -> Vec<u64> {
     e.stats().slices.iter().map(|s| s.misses).collect()
 }
@@ -128,11 +134,14 @@ fn fixed_and_interleave() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("x/f");
     let data = write_file(&p, 40, 2);
-    for (policy, want) in [
-        ("fixed:2", vec![0u64, 0, 40, 0]),
-        ("interleave", vec![10; 4]),
-    ] {
+    // fixed names a NUMA node: this host's four slices are all on node 0, and the file's
+    // seed (its inode number) picks one of them for the whole file.
+    let ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&p).unwrap());
+    let mut fixed = vec![0u64; 4];
+    fixed[(ino % 4) as usize] = 40;
+    for (policy, want) in [("fixed:0", fixed), ("interleave", vec![10; 4])] {
         let mut cfg = engine_cfg(4);
+        cfg.topology = Some(one_node_topology());
         apply(
             &mut cfg,
             &NumaOptions {
@@ -148,6 +157,18 @@ fn fixed_and_interleave() {
         assert!(back == data);
         assert_eq!(per_slice_misses(&e), want, "{policy}");
     }
+    // A node without a slice is refused, not clamped to the last slice.
+    let mut cfg = engine_cfg(4);
+    cfg.topology = Some(one_node_topology());
+    let e = apply(
+        &mut cfg,
+        &NumaOptions {
+            placement: "fixed:2".parse().unwrap(),
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    assert!(e.contains("node 2 holds no data here"), "{e}");
 }
 
 #[test]

@@ -166,7 +166,7 @@ pub fn mkfs(store: &dyn BlockStore, o: &MkfsOptions) -> Result<Header, FsError> 
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
-    o.policy.validate(&nodes)?;
+    crate::policy::check(&o.policy, &nodes)?;
     let mut uuid = [0u8; 16];
     getrandom::fill(&mut uuid).map_err(|e| {
         FsError::io(

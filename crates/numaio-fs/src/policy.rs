@@ -1,101 +1,56 @@
 //! Placement policies: which node a new block of a file should come from.
 //!
 //! Chosen at mkfs time as the volume default and per directory (inherited by what is created
-//! under it). The names are those of the seeds: `writer-local` is NUMA-aware ext4's `-o numa`,
-//! `directory` is JeriFS's directory → slice placement, `stripe:K:CHUNK` is ZonFS's striping.
+//! under it). The words and their meaning are numaio-numa's [`PlacementPolicy`], with the
+//! volume's storage nodes as the places and the inode number as the file's seed:
+//! `writer-local` is NUMA-aware ext4's `-o numa`, `directory` is JeriFS's directory → node
+//! placement, `stripe:K:CHUNK` is ZonFS's striping, `fixed:NODE` a node of the volume.
+//! `range` is the engine's cache placement and has no file-system meaning.
+//!
+//! The policy is stored in inodes and in the superblock (postcard): its variant order is
+//! part of the on-disk format.
 
 use crate::FsError;
-use std::fmt;
-use std::str::FromStr;
+use numaio_numa::placement::{ParseError, PlacementError};
 
-/// Where new blocks of a file go.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum PlacementPolicy {
-    /// On the node of the writing thread (the default).
-    WriterLocal,
-    /// Each top-level directory gets a node round robin; everything under it lives there.
-    Directory,
-    /// Block by block, round robin over the volume's nodes.
-    Interleave,
-    /// Chunks of `chunk` bytes round robin over `nodes` nodes.
-    Stripe { nodes: u32, chunk: u64 },
-    /// Always on this node.
-    Fixed(u32),
-}
+pub use numaio_numa::placement::PlacementPolicy;
 
-impl PlacementPolicy {
-    /// Checks the policy against the volume's nodes: a stripe over no more nodes than the
-    /// volume has, a chunk that is a non-zero multiple of the block size, a fixed node that
-    /// holds storage.
-    pub fn validate(&self, volume_nodes: &[u32]) -> Result<(), FsError> {
-        match self {
-            PlacementPolicy::Stripe { nodes, chunk } => {
-                if *nodes == 0 || *nodes as usize > volume_nodes.len() {
-                    return Err(FsError::Invalid(format!(
-                        "stripe over {nodes} nodes, but the volume has storage on {} node(s)",
-                        volume_nodes.len()
-                    )));
-                }
-                if *chunk == 0 || chunk % crate::BLOCK_SIZE != 0 {
-                    return Err(FsError::Invalid(format!(
-                        "stripe chunk {chunk} must be a non-zero multiple of {} bytes",
-                        crate::BLOCK_SIZE
-                    )));
-                }
-            }
-            PlacementPolicy::Fixed(n) if !volume_nodes.contains(n) => {
-                return Err(FsError::Invalid(format!(
-                    "fixed:{n}: node {n} has no device in this volume (nodes: {volume_nodes:?})"
-                )));
-            }
-            _ => {}
-        }
-        Ok(())
+impl From<ParseError> for FsError {
+    fn from(e: ParseError) -> Self {
+        FsError::Invalid(e.to_string())
     }
 }
 
-impl fmt::Display for PlacementPolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            PlacementPolicy::WriterLocal => f.write_str("writer-local"),
-            PlacementPolicy::Directory => f.write_str("directory"),
-            PlacementPolicy::Interleave => f.write_str("interleave"),
-            PlacementPolicy::Stripe { nodes, chunk } => write!(f, "stripe:{nodes}:{chunk}"),
-            PlacementPolicy::Fixed(n) => write!(f, "fixed:{n}"),
-        }
+impl From<PlacementError> for FsError {
+    fn from(e: PlacementError) -> Self {
+        FsError::Invalid(e.to_string())
     }
 }
 
-impl FromStr for PlacementPolicy {
-    type Err = FsError;
+/// Parses a file-system placement policy: any of numaio-numa's words but `range`.
+pub fn parse(s: &str) -> Result<PlacementPolicy, FsError> {
+    let p: PlacementPolicy = s.parse()?;
+    check_kind(&p)?;
+    Ok(p)
+}
 
-    /// Parses `writer-local`, `directory`, `interleave`, `stripe:K[:CHUNK]` (CHUNK with an
-    /// optional K/M/G suffix, 64K when left out) or `fixed:N`. The spelling is the engine's
-    /// (one parser for both); the engine's `range` placement has no file-system meaning.
-    fn from_str(s: &str) -> Result<Self, FsError> {
-        use numaio_engine::placement::PlacementPolicy as Engine;
-        let bad = |why: &str| {
-            FsError::Invalid(format!(
-                "placement {s:?}: {why} (expected writer-local, directory, interleave, \
-                 stripe:K[:CHUNK] or fixed:N)"
-            ))
-        };
-        match s.parse::<Engine>().map_err(|e| bad(&e.why))? {
-            Engine::WriterLocal => Ok(PlacementPolicy::WriterLocal),
-            Engine::Directory => Ok(PlacementPolicy::Directory),
-            Engine::Interleave => Ok(PlacementPolicy::Interleave),
-            Engine::Stripe { k, chunk } => Ok(PlacementPolicy::Stripe {
-                nodes: u32::try_from(k).map_err(|_| bad("stripe width K is too large"))?,
-                chunk,
-            }),
-            Engine::Fixed(n) => Ok(PlacementPolicy::Fixed(
-                u32::try_from(n).map_err(|_| bad("node is too large"))?,
-            )),
-            Engine::Range { .. } => Err(bad(
-                "range is a cache placement of the engine, not of the file system",
-            )),
-        }
+/// Checks a policy against the volume's storage nodes: not `range`, a stripe over no more
+/// nodes than the volume has, a fixed node that holds storage. (A stripe chunk is a multiple
+/// of the block size by the parser's rule.)
+pub fn check(p: &PlacementPolicy, volume_nodes: &[u32]) -> Result<(), FsError> {
+    check_kind(p)?;
+    p.validate(volume_nodes)?;
+    Ok(())
+}
+
+fn check_kind(p: &PlacementPolicy) -> Result<(), FsError> {
+    if let PlacementPolicy::Range { .. } = p {
+        return Err(FsError::Invalid(format!(
+            "placement {p}: range is a cache placement of the engine, not of the file \
+             system (use writer-local, directory, interleave, stripe:K[:CHUNK] or fixed:NODE)"
+        )));
     }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -103,55 +58,37 @@ mod tests {
     use super::*;
 
     #[test]
-    fn policies_round_trip_through_their_names() {
-        for s in [
-            "writer-local",
-            "directory",
-            "interleave",
-            "stripe:2:65536",
-            "fixed:3",
-        ] {
-            let p: PlacementPolicy = s.parse().unwrap();
-            assert_eq!(p.to_string(), s);
-        }
-        assert_eq!(
-            "stripe:4:1M".parse::<PlacementPolicy>().unwrap(),
-            PlacementPolicy::Stripe {
-                nodes: 4,
-                chunk: 1 << 20
-            }
-        );
-        assert_eq!(
-            "stripe:2".parse::<PlacementPolicy>().unwrap(),
-            PlacementPolicy::Stripe {
-                nodes: 2,
-                chunk: 64 << 10
-            }
-        );
-        for bad in [
-            "",
-            "local",
-            "fixed:",
-            "fixed:x",
-            "stripe:0:4K",
-            "stripe:2:0",
-            "stripe:x:4K",
-            "fixed:4294967296",
-            "range:8",
-        ] {
-            let e = bad.parse::<PlacementPolicy>().unwrap_err().to_string();
-            assert!(e.contains("expected writer-local"), "{bad:?}: {e}");
-        }
+    fn range_is_refused_and_nodes_are_checked() {
+        let e = parse("range:8").unwrap_err().to_string();
+        assert!(e.contains("cache placement of the engine"), "{e}");
+        let e = parse("fixed:x").unwrap_err().to_string();
+        assert!(e.contains("expected writer-local"), "{e}");
+        let nodes = [0, 1];
+        assert!(check(&parse("fixed:1").unwrap(), &nodes).is_ok());
+        let e = check(&parse("fixed:2").unwrap(), &nodes).unwrap_err();
+        assert!(e.to_string().contains("node 2 holds no data here"), "{e}");
+        assert!(check(&parse("stripe:3:8K").unwrap(), &nodes).is_err());
+        assert!(check(&PlacementPolicy::Range { range_blocks: 1 }, &nodes).is_err());
     }
 
+    /// Inodes and superblocks written before the policy moved to numaio-numa read back.
     #[test]
-    fn validation_checks_nodes_and_chunk() {
-        let nodes = [0, 1];
-        assert!(PlacementPolicy::Fixed(1).validate(&nodes).is_ok());
-        assert!(PlacementPolicy::Fixed(2).validate(&nodes).is_err());
-        let s = |k, chunk| PlacementPolicy::Stripe { nodes: k, chunk };
-        assert!(s(2, 8192).validate(&nodes).is_ok());
-        assert!(s(3, 8192).validate(&nodes).is_err());
-        assert!(s(2, 1000).validate(&nodes).is_err());
+    fn on_disk_encoding_is_unchanged() {
+        for (p, bytes) in [
+            (PlacementPolicy::WriterLocal, vec![0u8]),
+            (PlacementPolicy::Directory, vec![1]),
+            (PlacementPolicy::Interleave, vec![2]),
+            (
+                PlacementPolicy::Stripe {
+                    nodes: 2,
+                    chunk: 65536,
+                },
+                vec![3, 2, 0x80, 0x80, 0x04],
+            ),
+            (PlacementPolicy::Fixed(3), vec![4, 3]),
+        ] {
+            assert_eq!(postcard::to_allocvec(&p).unwrap(), bytes, "{p}");
+            assert_eq!(postcard::from_bytes::<PlacementPolicy>(&bytes).unwrap(), p);
+        }
     }
 }

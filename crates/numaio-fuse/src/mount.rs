@@ -4,7 +4,7 @@
 use crate::classic::Classic;
 use crate::uring::{self, KernelSupport};
 use crate::{stats, FuseMode, Observer, RequestCounts, Transport};
-use numaio_engine::move_work::MoveWork;
+use numaio_numa::moves::MoveWork;
 use numaio_fs::Fs;
 use std::fmt;
 use std::io;

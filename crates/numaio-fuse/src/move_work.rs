@@ -8,8 +8,8 @@
 //! `sched_setaffinity` of the thread to the target node's CPUs.
 
 use crate::caller::Requester;
-use numaio_engine::hysteresis::{Hysteresis, HysteresisConfig};
-use numaio_engine::move_work::{FirstReaderMap, MoveWork};
+use numaio_numa::hysteresis::{Hysteresis, HysteresisConfig};
+use numaio_numa::moves::{FirstReaderMap, MoveWork};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;

@@ -101,13 +101,13 @@ impl Observer {
 
     /// Moves requesting threads to their data (`MigrateThread` or `FirstReader`) with the
     /// engine's default hysteresis; set once, before the mount serves requests.
-    pub fn set_move_work(&self, mode: numaio_engine::move_work::MoveWork, override_user: bool) {
-        use numaio_engine::move_work::MoveWork;
+    pub fn set_move_work(&self, mode: numaio_numa::moves::MoveWork, override_user: bool) {
+        use numaio_numa::moves::MoveWork;
         if matches!(mode, MoveWork::MigrateThread | MoveWork::FirstReader) {
             let _ = self.mover.set(move_work::ThreadMover::new(
                 mode,
                 override_user,
-                numaio_engine::hysteresis::HysteresisConfig::default(),
+                numaio_numa::hysteresis::HysteresisConfig::default(),
                 self.callers.node_cpus(),
             ));
         }

@@ -95,7 +95,27 @@ fn node_io(m: &BTreeMap<u32, NodeBytes>) -> Vec<NodeIo> {
         .collect()
 }
 
+impl ProcessStats {
+    /// The process's bytes per node of the data, for the `numa_io` text.
+    pub fn node_io(&self) -> numaio_numa::NodeIo {
+        self.nodes
+            .iter()
+            .map(|x| {
+                (
+                    x.node,
+                    numaio_numa::IoBytes::new(x.read_bytes, x.write_bytes),
+                )
+            })
+            .collect()
+    }
+}
+
 impl Stats {
+    /// The mount's nodes, in the order of [`Stats::nodes`].
+    pub fn node_ids(&self) -> Vec<u32> {
+        self.nodes.iter().map(|n| n.node).collect()
+    }
+
     /// Builds the statistics from the store's space and the accounting, trimmed so that the
     /// JSON stays under [`MAX_BYTES`]: the top [`TOP_PROCESSES`] processes, and fewer threads
     /// (then fewer processes) per process where it would not fit.

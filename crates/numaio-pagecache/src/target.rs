@@ -5,7 +5,8 @@ use serde::Serialize;
 use std::fmt;
 
 /// Largest node id a target may name: the kernel's `MAX_NUMNODES` is at most 1024.
-pub const MAX_NODE_ID: u32 = 1023;
+pub use numaio_numa::placement::MAX_NODE_ID;
+use numaio_numa::placement::{BlockRef, PlacementPolicy};
 
 /// Most `NODE:WEIGHT` entries a weights list may have.
 pub const MAX_WEIGHTS: usize = 1024;
@@ -40,7 +41,9 @@ pub fn parse_chunk(s: &str) -> Result<u64, PagecacheError> {
         })
 }
 
-/// Where a file's pages should go.
+/// Where a file's pages should go. `interleave` and `stripe` follow numaio-numa's placement
+/// rule over the listed nodes with seed 0: the list is used in the order given, from its
+/// first node, for every file.
 /// Serialized as `{"kind":"node","node":N}`, `{"kind":"interleave","nodes":[..]}`,
 /// `{"kind":"stripe","nodes":[..],"chunk":BYTES}` or `{"kind":"weights","weights":[[N,W],..]}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,23 +60,25 @@ pub enum Target {
 
 impl Target {
     /// The node page `page_index` should be on. Call [`Target::validate`] first: an empty
-    /// node list or zero chunk/weights yield node 0 rather than a panic.
+    /// node list or zero weights yield node 0 rather than a panic.
     pub fn node_for_page(&self, page_index: u64, page_size: u64) -> u32 {
+        let listed = |policy: PlacementPolicy, nodes: &[u32]| {
+            let at = BlockRef {
+                block: page_index,
+                ..BlockRef::default()
+            };
+            policy.place(nodes, page_size, &at).node
+        };
         match self {
             Target::Node(n) => *n,
-            Target::Interleave(nodes) => {
-                if nodes.is_empty() {
-                    return 0;
-                }
-                nodes[(page_index % nodes.len() as u64) as usize]
-            }
-            Target::Stripe { nodes, chunk } => {
-                if nodes.is_empty() || *chunk == 0 {
-                    return 0;
-                }
-                let c = page_index.saturating_mul(page_size) / chunk;
-                nodes[(c % nodes.len() as u64) as usize]
-            }
+            Target::Interleave(nodes) => listed(PlacementPolicy::Interleave, nodes),
+            Target::Stripe { nodes, chunk } => listed(
+                PlacementPolicy::Stripe {
+                    nodes: u32::try_from(nodes.len()).unwrap_or(u32::MAX),
+                    chunk: *chunk,
+                },
+                nodes,
+            ),
             Target::Weights(w) => {
                 let total: u64 = w.iter().map(|&(_, w)| w as u64).sum();
                 if total == 0 {

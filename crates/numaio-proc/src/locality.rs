@@ -83,19 +83,6 @@ pub fn local_share(dist: &BTreeMap<u32, f64>, run_nodes: &[u32]) -> Option<f64> 
     )
 }
 
-/// Formats per-node read bytes like Tofalos's proposed `/proc/<pid>/numa_io`.
-pub fn numa_io_text(read: &BTreeMap<u32, u64>, node_ids: &[u32]) -> String {
-    node_ids
-        .iter()
-        .map(|n| {
-            format!(
-                "numa{n}_read_bytes: {}\n",
-                read.get(n).copied().unwrap_or(0)
-            )
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,11 +148,5 @@ mod tests {
         assert!(none.is_empty());
         assert!(attribute(5, &none).is_empty());
         assert_eq!(local_share(&none, &[0]), None);
-    }
-
-    #[test]
-    fn numa_io_format() {
-        let t = numa_io_text(&m(&[(1, 42)]), &[0, 1]);
-        assert_eq!(t, "numa0_read_bytes: 0\nnuma1_read_bytes: 42\n");
     }
 }

@@ -32,7 +32,6 @@ use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
@@ -46,39 +45,14 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-type Labels = Vec<(String, String)>;
+use numaio_numa::prometheus::encode;
+pub use numaio_numa::prometheus::{label, openmetrics_to_classic, Format, Labels};
 
 /// Most processes that may get series of their own (`metrics_top_processes`).
 pub const MAX_TOP_PROCESSES: usize = 100;
 
 /// Name of the file written in the textfile directory.
 pub const TEXTFILE_NAME: &str = "numaio.prom";
-
-/// The two text formats the metrics are rendered in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Format {
-    /// OpenMetrics 1.0 (ends with `# EOF`; counter families are named without `_total`).
-    OpenMetrics,
-    /// Prometheus' classic text format 0.0.4, which node_exporter's textfile collector reads.
-    Classic,
-}
-
-impl Format {
-    /// The format a client asks for with its `Accept` header.
-    pub fn from_accept(accept: Option<&str>) -> Format {
-        match accept {
-            Some(a) if a.contains("application/openmetrics-text") => Format::OpenMetrics,
-            _ => Format::Classic,
-        }
-    }
-
-    pub fn content_type(self) -> &'static str {
-        match self {
-            Format::OpenMetrics => OPENMETRICS,
-            Format::Classic => CLASSIC,
-        }
-    }
-}
 
 /// The daemon's metrics.
 pub struct Metrics {
@@ -276,74 +250,19 @@ impl Metrics {
 
     /// The metrics served over HTTP in `format`.
     pub fn render_as(&self, format: Format) -> String {
-        render_registry(&self.registry, format)
+        encode(&self.registry, format)
     }
 
     /// The textfile's contents: classic text format, the daemon's own figures named
     /// `numaio_daemon_*`.
     pub fn render_textfile(&self) -> String {
-        render_registry(&self.textfile_registry, Format::Classic)
+        encode(&self.textfile_registry, Format::Classic)
     }
 
     /// Writes the textfile into `dir` atomically; returns its path.
     pub fn write_textfile(&self, dir: &Path) -> std::io::Result<PathBuf> {
         write_atomically(dir, TEXTFILE_NAME, &self.render_textfile())
     }
-}
-
-fn render_registry(registry: &Registry, format: Format) -> String {
-    let mut s = String::new();
-    if let Err(e) = encode(&mut s, registry) {
-        tracing::warn!("encoding metrics: {e}");
-    }
-    match format {
-        Format::OpenMetrics => s,
-        Format::Classic => openmetrics_to_classic(&s),
-    }
-}
-
-/// Rewrites prometheus-client's OpenMetrics text into the classic format: a counter family's
-/// `# HELP`/`# TYPE` lines name its `_total` sample, `# UNIT` and `# EOF` are dropped, and an
-/// info family becomes a gauge. Samples and label escaping are the same in both formats.
-pub fn openmetrics_to_classic(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut help: Option<&str> = None;
-    for line in text.lines() {
-        if line == "# EOF" || line.starts_with("# UNIT ") {
-            continue;
-        }
-        if let Some(rest) = line.strip_prefix("# HELP ") {
-            if let Some(h) = help.replace(rest) {
-                push_line(&mut out, &format!("# HELP {h}"));
-            }
-            continue;
-        }
-        if let Some(rest) = line.strip_prefix("# TYPE ") {
-            let (name, ty) = rest.rsplit_once(' ').unwrap_or((rest, "untyped"));
-            let (name, ty) = match ty {
-                "counter" => (format!("{name}_total"), "counter"),
-                "info" => (format!("{name}_info"), "gauge"),
-                "gauge" | "histogram" | "summary" => (name.to_string(), ty),
-                _ => (name.to_string(), "untyped"),
-            };
-            if let Some(h) = help.take() {
-                let text = h.split_once(' ').map_or("", |(_, t)| t);
-                push_line(&mut out, &format!("# HELP {name} {text}"));
-            }
-            push_line(&mut out, &format!("# TYPE {name} {ty}"));
-            continue;
-        }
-        if let Some(h) = help.take() {
-            push_line(&mut out, &format!("# HELP {h}"));
-        }
-        push_line(&mut out, line);
-    }
-    out
-}
-
-fn push_line(out: &mut String, line: &str) {
-    out.push_str(line);
-    out.push('\n');
 }
 
 /// Replaces `dir/name` with `text` so that a reader sees the old or the new file whole,
@@ -462,11 +381,6 @@ impl Collector for SelfCollector {
     }
 }
 
-/// One label pair.
-pub fn label(k: &str, v: impl ToString) -> Labels {
-    vec![(k.to_string(), v.to_string())]
-}
-
 /// Largest request head (request line and headers) the endpoint reads; larger requests get
 /// 431 and the connection is closed. hyper's smallest read buffer is this size too.
 pub const MAX_HEAD_BYTES: usize = 8 * 1024;
@@ -501,8 +415,6 @@ pub struct Reply {
     pub body: String,
 }
 
-const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-const CLASSIC: &str = "text/plain; version=0.0.4; charset=utf-8";
 const TEXT: &str = "text/plain; charset=utf-8";
 
 /// Decides the answer to a request from its method, target path (a query string is
@@ -664,6 +576,9 @@ fn into_response(reply: Reply) -> Response<Full<Bytes>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use numaio_numa::prometheus::{
+        CLASSIC_CONTENT_TYPE as CLASSIC, OPENMETRICS_CONTENT_TYPE as OPENMETRICS,
+    };
     use std::collections::{BTreeMap, BTreeSet};
     use std::io::{Read, Write};
 

@@ -622,16 +622,11 @@ pub fn build_view(
     let run_nodes: Vec<u32> = thread_nodes.keys().copied().collect();
     let locality = locality::local_share(&dist, &run_nodes);
     let numa_read_bytes = locality::attribute(dio.rchar, &dist);
-    let numa_io = topo
-        .node_ids()
-        .into_iter()
-        .map(|n| {
-            (
-                format!("numa{n}_read_bytes"),
-                numa_read_bytes.get(&n).copied().unwrap_or(0),
-            )
-        })
-        .collect();
+    let numa_io = numa_read_bytes
+        .iter()
+        .map(|(&n, &b)| (n, numaio_numa::IoBytes::new(b, 0)))
+        .collect::<numaio_numa::NodeIo>()
+        .numa_io_map(&topo.node_ids(), numaio_numa::counters::Fields::Read);
     let tck = clock_ticks_per_sec();
     ProcessView {
         pid: cur.pid,

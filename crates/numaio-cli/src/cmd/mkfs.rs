@@ -63,7 +63,7 @@ fn parse_rule(s: &str) -> Result<NodeRule, String> {
 }
 
 pub(crate) fn parse_policy(s: &str) -> Result<PlacementPolicy, String> {
-    s.parse().map_err(|e: numaio_fs::FsError| e.to_string())
+    numaio_fs::policy::parse(s).map_err(|e| e.to_string())
 }
 
 pub(crate) fn parse_zone(s: &str) -> Result<ZoneSpec, String> {

@@ -76,14 +76,14 @@ pub fn mount_of(file: &Path) -> Option<(PathBuf, Stats)> {
 /// scrape wrapper): space and I/O per node, I/O per process and node, thread moves. Counters
 /// count since the mount started.
 pub fn prometheus(s: &Stats) -> String {
-    use prometheus_client::metrics::counter::Counter;
-    use prometheus_client::metrics::family::Family;
-    use prometheus_client::metrics::gauge::Gauge;
-    use prometheus_client::registry::Registry;
-    type L = Vec<(String, String)>;
-    let mp = ("mountpoint".to_string(), s.mountpoint.clone());
-    let node_l = |n: u32| -> L { vec![mp.clone(), ("node".into(), n.to_string())] };
-    let mut r = Registry::with_prefix("numaio_mount");
+    use numaio_numa::prometheus::{labels, Exposition, Format, Labels};
+    let node_l = |n: u32| -> Labels {
+        labels(&[
+            ("mountpoint", s.mountpoint.clone()),
+            ("node", n.to_string()),
+        ])
+    };
+    let mut e = Exposition::new("numaio_mount");
     type Field = fn(&numaio_fuse::stats::NodeStats) -> u64;
     let gauges: [(&str, &str, Field); 4] = [
         (
@@ -104,27 +104,26 @@ pub fn prometheus(s: &Stats) -> String {
         ),
     ];
     for (name, help, get) in gauges {
-        let f = Family::<L, Gauge>::default();
-        for n in &s.nodes {
-            f.get_or_create(&node_l(n.node))
-                .set(get(n).min(i64::MAX as u64) as i64);
-        }
-        r.register(name, help, f);
+        e.gauge(name, help, s.nodes.iter().map(|n| (node_l(n.node), get(n))));
     }
-    let node_io = Family::<L, Counter>::default();
-    for n in &s.nodes {
-        for (dir, v) in [("read", n.read_bytes), ("write", n.write_bytes)] {
-            let mut l = node_l(n.node);
-            l.push(("direction".into(), dir.into()));
-            node_io.get_or_create(&l).inc_by(v);
-        }
-    }
-    r.register(
+    let node_io: numaio_numa::NodeIo = s
+        .nodes
+        .iter()
+        .map(|n| {
+            (
+                n.node,
+                numaio_numa::IoBytes::new(n.read_bytes, n.write_bytes),
+            )
+        })
+        .collect();
+    e.node_io(
         "io_bytes",
         "Bytes read or written whose data lies on a node",
-        node_io,
+        &labels(&[("mountpoint", s.mountpoint.as_str())]),
+        &node_io,
+        &s.node_ids(),
     );
-    let proc_io = Family::<L, Counter>::default();
+    let mut proc_io = Vec::new();
     for p in &s.processes {
         for x in &p.nodes {
             for (dir, v, local) in [
@@ -133,53 +132,41 @@ pub fn prometheus(s: &Stats) -> String {
             ] {
                 for (caller, v) in [("local", local), ("remote", v.saturating_sub(local))] {
                     let mut l = node_l(x.node);
-                    l.push(("pid".into(), p.pid.to_string()));
-                    l.push(("comm".into(), p.comm.clone()));
-                    l.push(("direction".into(), dir.into()));
-                    l.push(("caller".into(), caller.into()));
-                    proc_io.get_or_create(&l).inc_by(v);
+                    l.extend(labels(&[
+                        ("pid", p.pid.to_string()),
+                        ("comm", p.comm.clone()),
+                        ("direction", dir.into()),
+                        ("caller", caller.into()),
+                    ]));
+                    proc_io.push((l, v));
                 }
             }
         }
     }
-    r.register(
+    e.counter(
         "process_io_bytes",
         "Bytes a process read or wrote per node of the data; caller=local when it ran on that node",
         proc_io,
     );
-    let moves = Family::<L, Counter>::default();
-    for (what, v) in [("moved", s.moves.moved), ("skipped", s.moves.skipped)] {
-        moves
-            .get_or_create(&vec![mp.clone(), ("outcome".into(), what.into())])
-            .inc_by(v);
-    }
-    r.register(
+    e.counter(
         "thread_moves",
         "Threads moved to their data's node, or left",
-        moves,
+        [("moved", s.moves.moved), ("skipped", s.moves.skipped)].map(|(what, v)| {
+            (
+                labels(&[("mountpoint", s.mountpoint.as_str()), ("outcome", what)]),
+                v,
+            )
+        }),
     );
-    let mut text = String::new();
-    if prometheus_client::encoding::text::encode(&mut text, &r).is_err() {
-        return String::new();
-    }
-    numaio_proc::metrics::openmetrics_to_classic(&text)
+    e.render(Format::Classic)
 }
 
 /// Tofalos's `/proc/PID/numa_io` text: `numa<N>_read_bytes` and `numa<N>_write_bytes` for
-/// every node of the mount.
+/// every node of the mount (zeros for a process that did no I/O there, or for none).
 pub fn numa_io_text(s: &Stats, p: Option<&ProcessStats>) -> String {
-    let mut out = String::new();
-    for n in &s.nodes {
-        let io = p.and_then(|p| p.nodes.iter().find(|x| x.node == n.node));
-        out += &format!(
-            "numa{}_read_bytes: {}\nnuma{}_write_bytes: {}\n",
-            n.node,
-            io.map_or(0, |x| x.read_bytes),
-            n.node,
-            io.map_or(0, |x| x.write_bytes)
-        );
-    }
-    out
+    p.map(ProcessStats::node_io)
+        .unwrap_or_default()
+        .numa_io_text(&s.node_ids(), numaio_numa::counters::Fields::ReadWrite)
 }
 
 fn io_summary(nodes: &[NodeIo]) -> String {
@@ -342,9 +329,21 @@ mod tests {
             format!("numaio_mount_process_io_bytes_total{{mountpoint=\"{mp}\",node=\"0\",pid=\"77\",comm=\"dd\",direction=\"write\",caller=\"remote\"}} 4096"),
             format!("numaio_mount_thread_moves_total{{mountpoint=\"{mp}\",outcome=\"moved\"}} 2"),
             "# TYPE numaio_mount_free_bytes gauge".to_string(),
+            "# TYPE numaio_mount_io_bytes_total counter".to_string(),
         ] {
             assert!(out.contains(&want), "missing {want} in:\n{out}");
         }
         assert!(!out.contains("# EOF"), "classic text format: {out}");
+        // A hostile mount point or process name stays inside its label.
+        let mut s = stats();
+        s.mountpoint = "/mnt/\"x\"\n{y}".into();
+        s.processes[0].comm = "a\\b\"} 1\nevil 2".into();
+        let out = prometheus(&s);
+        assert!(
+            out.lines()
+                .all(|l| l.starts_with('#') || l.starts_with("numaio_mount_")),
+            "{out}"
+        );
+        assert!(out.contains(r#"comm="a\\b\"} 1\nevil 2""#), "{out}");
     }
 }

@@ -185,18 +185,10 @@ fn exact_numa_io(views: &mut [ProcessView]) -> HashMap<i32, String> {
             .processes
             .iter()
             .find(|p| i64::from(p.pid) == i64::from(v.pid));
-        let mut io = BTreeMap::new();
-        for n in &stats.nodes {
-            let x = p.and_then(|p| p.nodes.iter().find(|x| x.node == n.node));
-            io.insert(
-                format!("numa{}_read_bytes", n.node),
-                x.map_or(0, |x| x.read_bytes),
-            );
-            io.insert(
-                format!("numa{}_write_bytes", n.node),
-                x.map_or(0, |x| x.write_bytes),
-            );
-        }
+        let io = p
+            .map(|p| p.node_io())
+            .unwrap_or_default()
+            .numa_io_map(&stats.node_ids(), numaio_numa::counters::Fields::ReadWrite);
         v.numa_io = io;
         out.insert(v.pid, mp.display().to_string());
     }

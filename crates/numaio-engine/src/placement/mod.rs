@@ -1,137 +1,45 @@
 //! Data placement: which slice caches a block.
 //!
-//! The policies are the user-space counterparts of the seeds' placements:
+//! The policies are the user-space counterparts of the seeds' placements, with the meaning
+//! numaio-numa gives them ([`PlacementPolicy`]; the places are the cache's slices):
 //! - `range`: fixed block ranges per slice (Jericho's JeriCache "home" ranges);
 //! - `directory`: each top-level directory gets a slice, round robin in order of first use (JeriFS);
 //! - `writer-local`: the writing thread's node (Tofalos's NUMA-aware ext4);
 //! - `interleave`: block-granular round robin over all slices (ZonFS "Fair");
 //! - `stripe:K:CHUNK`: a file's CHUNK-sized chunks alternate over K slices (ZonFS striping);
-//! - `fixed:N`: everything in slice N (ZonFS "Single").
+//! - `fixed:N`: everything on NUMA node N (ZonFS "Single").
 //!
-//! [`PlacementPolicy::slice_for`] is a pure function of the block, the file's home slice and
-//! the calling thread's node. Policies whose answer depends on *who* touched a block first
-//! (`writer-local`) need memory so that later lookups find the block in the same slice: the
-//! [`Placer`] keeps those decisions in a per-file extent map ([`StickyMap`]).
+//! A file's seed is its inode number, read when the engine opens it, as the file system
+//! uses it: a stripe or an interleave starts on the same place in both. Policies whose
+//! answer depends on *who* touched a block first (`writer-local`) need memory so that later
+//! lookups find the block in the same slice: the [`Placer`] keeps those decisions in a
+//! per-file extent map ([`StickyMap`]).
 //!
 //! Backing devices: a file whose device reports a NUMA node (`/sys/dev/block/M:m/device/numa_node`)
 //! or that matches a configured path prefix gets that node's slice as its home, which `range`
 //! and `directory` then use (slices aligned with devices).
 
 use std::collections::{BTreeMap, HashMap};
-use std::fmt;
 use std::path::{Component, Path, PathBuf};
-use std::str::FromStr;
 use std::sync::{Mutex, RwLock};
 
 mod range;
 
+pub use numaio_numa::placement::{
+    ParseError as PlacementParseError, PlacementPolicy, DEFAULT_RANGE_BLOCKS, DEFAULT_STRIPE_CHUNK,
+};
 pub use range::RangePlacement;
 
+use numaio_numa::placement::BlockRef;
 use serde::Serialize;
-
-/// Default stripe chunk when `stripe:K` gives none.
-pub const DEFAULT_STRIPE_CHUNK: u64 = 64 * 1024;
-
-/// How blocks are assigned to slices. Parse with `str::parse` from the CLI spelling.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum PlacementPolicy {
-    /// Fixed ranges of `range_blocks` blocks, assigned to slices round robin. With the file's
-    /// home slice known (device node), the whole file goes there.
-    Range { range_blocks: u64 },
-    /// The file's top-level directory's slice.
-    Directory,
-    /// The slice of the node of the first thread that writes (or, for never-written blocks,
-    /// first reads) the block.
-    WriterLocal,
-    /// Block `b` of a file goes to slice `(b + file) mod n`.
-    Interleave,
-    /// Chunks of `chunk` bytes alternate over `k` consecutive slices starting at the file's
-    /// home slice.
-    Stripe { k: usize, chunk: u64 },
-    /// Always slice `n`.
-    Fixed(usize),
-}
-
-impl Default for PlacementPolicy {
-    fn default() -> Self {
-        PlacementPolicy::Range {
-            range_blocks: 1 << 18,
-        }
-    }
-}
-
-/// Error parsing a placement policy or a device-node rule.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid placement policy {input:?}: {why} (expected range[:BLOCKS] | directory | writer-local | interleave | stripe:K[:CHUNK] | fixed:N)")]
-pub struct PlacementParseError {
-    pub input: String,
-    pub why: String,
-}
-
-impl FromStr for PlacementPolicy {
-    type Err = PlacementParseError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let err = |why: &str| PlacementParseError {
-            input: s.to_string(),
-            why: why.to_string(),
-        };
-        let parts: Vec<&str> = s.trim().split(':').collect();
-        let num = |p: &str, what: &str| -> Result<u64, PlacementParseError> {
-            p.parse::<u64>()
-                .map_err(|_| err(&format!("{what} {p:?} is not a number")))
-        };
-        match parts.as_slice() {
-            ["range"] => Ok(PlacementPolicy::default()),
-            ["range", b] => {
-                let range_blocks = num(b, "range length")?;
-                if range_blocks == 0 {
-                    return Err(err("range length must be > 0"));
-                }
-                Ok(PlacementPolicy::Range { range_blocks })
-            }
-            ["directory"] | ["dir"] => Ok(PlacementPolicy::Directory),
-            ["writer-local"] | ["writer"] => Ok(PlacementPolicy::WriterLocal),
-            ["interleave"] => Ok(PlacementPolicy::Interleave),
-            ["stripe", rest @ ..] if rest.len() == 1 || rest.len() == 2 => {
-                let k = num(rest[0], "stripe width")? as usize;
-                if k == 0 {
-                    return Err(err("stripe width K must be >= 1"));
-                }
-                let chunk = match rest.get(1) {
-                    None => DEFAULT_STRIPE_CHUNK,
-                    Some(c) => numaio_sys::topology::parse_size(c)
-                        .ok_or_else(|| err(&format!("chunk size {c:?} is not a size")))?,
-                };
-                if chunk == 0 {
-                    return Err(err("chunk size must be > 0"));
-                }
-                Ok(PlacementPolicy::Stripe { k, chunk })
-            }
-            ["fixed", n] => Ok(PlacementPolicy::Fixed(num(n, "slice")? as usize)),
-            _ => Err(err("unknown policy")),
-        }
-    }
-}
-
-impl fmt::Display for PlacementPolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            PlacementPolicy::Range { range_blocks } => write!(f, "range:{range_blocks}"),
-            PlacementPolicy::Directory => f.write_str("directory"),
-            PlacementPolicy::WriterLocal => f.write_str("writer-local"),
-            PlacementPolicy::Interleave => f.write_str("interleave"),
-            PlacementPolicy::Stripe { k, chunk } => write!(f, "stripe:{k}:{chunk}"),
-            PlacementPolicy::Fixed(n) => write!(f, "fixed:{n}"),
-        }
-    }
-}
 
 /// Everything a placement decision may look at.
 #[derive(Debug, Clone, Copy)]
 pub struct BlockCtx {
-    /// Stable id of the file (or device).
+    /// Stable id of the file (or device) in this cache.
     pub file: u64,
+    /// The file's seed: its inode number (see the module doc).
+    pub seed: u64,
     /// Block number within the file.
     pub block: u64,
     /// Block size in bytes (for `stripe` chunks).
@@ -140,59 +48,6 @@ pub struct BlockCtx {
     pub home: Option<usize>,
     /// The node of the thread asking (writer or reader), if known.
     pub caller_node: Option<u32>,
-}
-
-impl PlacementPolicy {
-    /// Checks the policy against a cache with `nslices` slices.
-    pub fn validate(&self, nslices: usize) -> Result<(), String> {
-        match *self {
-            PlacementPolicy::Fixed(n) if n >= nslices => Err(format!(
-                "fixed:{n} names slice {n}, but the cache has {nslices} slice(s) (0..{})",
-                nslices.saturating_sub(1)
-            )),
-            PlacementPolicy::Stripe { k, .. } if k > nslices => Err(format!(
-                "stripe:{k} needs {k} slices, but the cache has {nslices}"
-            )),
-            _ => Ok(()),
-        }
-    }
-
-    /// The slice for a block. Pure: the same inputs always give the same slice.
-    /// `slice_of_node` maps a node id to its slice (None: node has no slice).
-    pub fn slice_for(
-        &self,
-        ctx: &BlockCtx,
-        nslices: usize,
-        slice_of_node: impl Fn(u32) -> Option<usize>,
-    ) -> usize {
-        let n = nslices.max(1);
-        let home = ctx.home.map(|h| h % n);
-        match *self {
-            PlacementPolicy::Range { range_blocks } => match home {
-                Some(h) => h,
-                None => range::range_slice(ctx.file, ctx.block, range_blocks, n),
-            },
-            PlacementPolicy::Directory => home.unwrap_or((mix(ctx.file) % n as u64) as usize),
-            PlacementPolicy::WriterLocal => ctx
-                .caller_node
-                .and_then(slice_of_node)
-                .map(|s| s % n)
-                .or(home)
-                .unwrap_or(0),
-            PlacementPolicy::Interleave => ((ctx.block.wrapping_add(ctx.file)) % n as u64) as usize,
-            PlacementPolicy::Stripe { k, chunk } => {
-                let base = home.unwrap_or((mix(ctx.file) % n as u64) as usize);
-                let chunk_no = ctx.block.saturating_mul(ctx.block_size.max(1)) / chunk.max(1);
-                (base + (chunk_no % k.clamp(1, n) as u64) as usize) % n
-            }
-            PlacementPolicy::Fixed(s) => s.min(n - 1),
-        }
-    }
-
-    /// Whether the policy's answer depends on the caller, so decisions must be remembered.
-    pub fn is_sticky(&self) -> bool {
-        matches!(self, PlacementPolicy::WriterLocal)
-    }
 }
 
 /// A 64-bit mix so consecutive file ids spread over slices.
@@ -437,11 +292,16 @@ pub struct Placer {
 }
 
 impl Placer {
+    /// The placement of a cache whose slice `i` lives on node `slice_nodes[i]`. Fails when
+    /// the policy does not fit the slices (`fixed:N` on a node without a slice, a stripe
+    /// wider than the slices).
     pub fn new(policy: PlacementPolicy, slice_nodes: Vec<u32>) -> Result<Self, String> {
         if slice_nodes.is_empty() {
             return Err("a cache needs at least one slice".into());
         }
-        policy.validate(slice_nodes.len())?;
+        policy
+            .validate(&slice_nodes)
+            .map_err(|e| format!("placement {policy}: {e}"))?;
         Ok(Self {
             policy,
             slice_nodes,
@@ -475,7 +335,7 @@ impl Placer {
     }
 
     /// The home slice of a file, decided when it is opened: its device's node if the device
-    /// map knows it, else (for `directory`, `stripe`) its top-level directory's slice.
+    /// map knows it, else (for `directory`) its top-level directory's slice.
     pub fn home_of(&self, path: &Path) -> Option<usize> {
         if let Some(s) = self
             .devices
@@ -485,7 +345,7 @@ impl Placer {
             return Some(s);
         }
         match self.policy {
-            PlacementPolicy::Directory | PlacementPolicy::Stripe { .. } => {
+            PlacementPolicy::Directory => {
                 let root = self.root.clone().unwrap_or_else(|| {
                     path.parent()
                         .and_then(|p| p.parent())
@@ -500,18 +360,46 @@ impl Placer {
 
     /// The slice for a block; for sticky policies the first decision is remembered.
     pub fn slice_for(&self, ctx: &BlockCtx) -> usize {
-        let n = self.nslices();
         if self.policy.is_sticky() {
             if let Some(s) = self.sticky.get(ctx.file, ctx.block) {
                 return s;
             }
-            let s = self
-                .policy
-                .slice_for(ctx, n, |node| self.slice_of_node(node));
+            let s = self.decide(ctx).0;
             return self.sticky.get_or_insert(ctx.file, ctx.block, s);
         }
-        self.policy
-            .slice_for(ctx, n, |node| self.slice_of_node(node))
+        self.decide(ctx).0
+    }
+
+    /// The policy's slice for a block, and how many blocks from it get the same slice
+    /// (sticky decisions aside).
+    fn decide(&self, ctx: &BlockCtx) -> (usize, u64) {
+        let n = self.nslices();
+        let home = ctx.home.map(|h| h % n);
+        let at = BlockRef {
+            seed: ctx.seed,
+            block: ctx.block,
+            home: home.map(|h| self.slice_nodes[h]),
+            caller: ctx.caller_node,
+        };
+        let p = self.policy.place(&self.slice_nodes, ctx.block_size, &at);
+        let slice = match (p.place, home) {
+            // The file's own home slice, not just any slice on its node (the directory map
+            // spreads directories over all slices).
+            (Some(_), Some(h))
+                if p.node == self.slice_nodes[h]
+                    && matches!(
+                        self.policy,
+                        PlacementPolicy::Directory | PlacementPolicy::Range { .. }
+                    ) =>
+            {
+                h
+            }
+            (Some(s), _) => s,
+            // A caller on a node without a slice: the home, else the seed's slice.
+            (None, Some(h)) => h,
+            (None, None) => (ctx.seed % n as u64) as usize,
+        };
+        (slice, p.run)
     }
 
     /// Drops remembered placements of blocks that left the cache.
@@ -533,16 +421,20 @@ impl Placer {
 /// Files whose home slice is kept in the lock-free table; later ones use a map.
 const DENSE_FILES: usize = 1 << 16;
 const NO_HOME: u32 = u32::MAX;
+const NO_SEED: u64 = u64::MAX;
 
 /// The engine-facing placement: a [`Placer`] behind the core's [`crate::Placement`] trait.
-/// The engine reports each opened file (`Placement::file_opened`) so `directory`,
-/// `stripe` and device-bound files know their home slice.
+/// The engine reports each opened file (`Placement::file_opened`) so files know their seed
+/// and `directory` and device-bound files their home slice.
 #[derive(Debug)]
 pub struct PolicyPlacement {
     placer: Placer,
     block_size: u64,
     homes: Box<[std::sync::atomic::AtomicU32]>,
     homes_sparse: RwLock<HashMap<u32, u32>>,
+    /// Each file's seed (its inode number), as `homes`.
+    seeds: Box<[std::sync::atomic::AtomicU64]>,
+    seeds_sparse: RwLock<HashMap<u32, u64>>,
     cpus: Option<crate::types::NodeCpus>,
 }
 
@@ -555,6 +447,10 @@ impl PolicyPlacement {
                 .map(|_| std::sync::atomic::AtomicU32::new(NO_HOME))
                 .collect(),
             homes_sparse: RwLock::new(HashMap::new()),
+            seeds: (0..DENSE_FILES)
+                .map(|_| std::sync::atomic::AtomicU64::new(NO_SEED))
+                .collect(),
+            seeds_sparse: RwLock::new(HashMap::new()),
             cpus: None,
         }
     }
@@ -570,17 +466,58 @@ impl PolicyPlacement {
         &self.placer
     }
 
-    /// Records the home slice of a newly opened file.
+    /// Records the home slice and the seed (inode number) of a newly opened file.
     pub fn register_file(&self, file: crate::FileId, path: &Path) {
+        use std::os::unix::fs::MetadataExt;
         let home = self.placer.home_of(path).map_or(NO_HOME, |h| h as u32);
-        match self.homes.get(file.0 as usize) {
-            Some(a) => a.store(home, std::sync::atomic::Ordering::Relaxed),
-            None => {
+        // A file that cannot be looked up (gone already) is seeded by its cache id.
+        let seed = std::fs::metadata(path).map_or(NO_SEED, |m| m.ino());
+        match (
+            self.homes.get(file.0 as usize),
+            self.seeds.get(file.0 as usize),
+        ) {
+            (Some(h), Some(s)) => {
+                h.store(home, std::sync::atomic::Ordering::Relaxed);
+                s.store(seed, std::sync::atomic::Ordering::Relaxed);
+            }
+            _ => {
                 self.homes_sparse
                     .write()
                     .unwrap_or_else(|e| e.into_inner())
                     .insert(file.0, home);
+                self.seeds_sparse
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(file.0, seed);
             }
+        }
+    }
+
+    fn seed(&self, file: crate::FileId) -> u64 {
+        let s = match self.seeds.get(file.0 as usize) {
+            Some(a) => a.load(std::sync::atomic::Ordering::Relaxed),
+            None => *self
+                .seeds_sparse
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&file.0)
+                .unwrap_or(&NO_SEED),
+        };
+        if s == NO_SEED {
+            u64::from(file.0)
+        } else {
+            s
+        }
+    }
+
+    fn block_ctx(&self, file: crate::FileId, block: u64, caller_node: Option<u32>) -> BlockCtx {
+        BlockCtx {
+            file: file.0 as u64,
+            seed: self.seed(file),
+            block,
+            block_size: self.block_size,
+            home: self.home(file),
+            caller_node,
         }
     }
 
@@ -620,30 +557,16 @@ impl crate::Placement for PolicyPlacement {
         } else {
             None
         };
-        self.placer.slice_for(&BlockCtx {
-            file: file.0 as u64,
-            block,
-            block_size: self.block_size,
-            home: self.home(file),
-            caller_node,
-        })
+        self.placer
+            .slice_for(&self.block_ctx(file, block, caller_node))
     }
 
     fn slice_run(&self, file: crate::FileId, block: u64, ctx: &crate::AccessCtx) -> (usize, u64) {
-        let slice = self.slice_for(file, block, ctx);
-        // How far the same answer holds: the rest of a range, or the whole file for the
-        // policies that give a file one slice; other policies are asked block by block.
-        let run = match self.placer.policy {
-            PlacementPolicy::Range { range_blocks } if self.home(file).is_none() => {
-                let rb = range_blocks.max(1);
-                rb - block % rb
-            }
-            PlacementPolicy::Range { .. }
-            | PlacementPolicy::Directory
-            | PlacementPolicy::Fixed(_) => u64::MAX - block,
-            _ => 1,
-        };
-        (slice, run.max(1))
+        if self.placer.policy.is_sticky() {
+            // Remembered block by block: asked block by block.
+            return (self.slice_for(file, block, ctx), 1);
+        }
+        self.placer.decide(&self.block_ctx(file, block, None))
     }
 }
 
@@ -654,6 +577,7 @@ mod tests {
     fn ctx(file: u64, block: u64) -> BlockCtx {
         BlockCtx {
             file,
+            seed: file,
             block,
             block_size: 4096,
             home: None,
@@ -662,100 +586,50 @@ mod tests {
     }
 
     #[test]
-    fn parse_and_display_roundtrip() {
-        for s in [
-            "range:1024",
-            "directory",
-            "writer-local",
-            "interleave",
-            "stripe:2:65536",
-            "fixed:3",
-        ] {
-            let p: PlacementPolicy = s.parse().unwrap();
-            assert_eq!(p.to_string(), s);
-        }
-        assert_eq!(
-            "stripe:2:1M".parse::<PlacementPolicy>().unwrap(),
-            PlacementPolicy::Stripe {
-                k: 2,
-                chunk: 1 << 20
-            }
-        );
-        assert_eq!(
-            "stripe:4".parse::<PlacementPolicy>().unwrap(),
-            PlacementPolicy::Stripe {
-                k: 4,
-                chunk: DEFAULT_STRIPE_CHUNK
-            }
-        );
-        for bad in [
-            "",
-            "bogus",
-            "stripe",
-            "stripe:0",
-            "stripe:x",
-            "stripe:2:0",
-            "fixed",
-            "fixed:-1",
-            "range:0",
-        ] {
-            let e = bad.parse::<PlacementPolicy>().unwrap_err();
-            assert!(e.to_string().contains("expected range"), "{e}");
-        }
-    }
-
-    #[test]
-    fn validate_against_slice_count() {
-        assert!(PlacementPolicy::Fixed(3).validate(4).is_ok());
-        assert!(PlacementPolicy::Fixed(4).validate(4).is_err());
-        assert!(PlacementPolicy::Stripe { k: 3, chunk: 4096 }
-            .validate(2)
-            .is_err());
-        assert!(Placer::new(PlacementPolicy::Fixed(2), vec![0, 1]).is_err());
+    fn policies_are_checked_against_the_slices() {
+        assert!(Placer::new(PlacementPolicy::Fixed(3), vec![0, 1, 2, 3]).is_ok());
+        let e = Placer::new(PlacementPolicy::Fixed(2), vec![0, 1]).unwrap_err();
+        assert!(e.contains("node 2 holds no data here"), "{e}");
+        let stripe3 = PlacementPolicy::Stripe {
+            nodes: 3,
+            chunk: 4096,
+        };
+        assert!(Placer::new(stripe3.clone(), vec![0, 1]).is_err());
+        // Two slices on one node are two places of a stripe.
+        assert!(Placer::new(stripe3, vec![0, 0, 1]).is_ok());
         assert!(Placer::new(PlacementPolicy::Interleave, vec![]).is_err());
     }
 
     #[test]
-    fn range_interleave_fixed() {
-        let r = PlacementPolicy::Range { range_blocks: 10 };
+    fn fixed_names_a_node_and_stripes_start_at_the_seed() {
+        // Slices on nodes 2 and 5: fixed:5 is slice 1 (it used to be a clamped slice index).
+        let p = Placer::new(PlacementPolicy::Fixed(5), vec![2, 5]).unwrap();
+        assert!((0..20).all(|b| p.slice_for(&ctx(b, b)) == 1));
+        let p = Placer::new("stripe:2:16K".parse().unwrap(), vec![0, 1, 2, 3]).unwrap();
+        let slices: Vec<usize> = (0..16).map(|b| p.slice_for(&ctx(5, b))).collect();
+        // Seed 5 → slice 1; chunks of 4 blocks alternate over slices 1 and 2.
+        assert_eq!(slices, vec![1, 1, 1, 1, 2, 2, 2, 2, 1, 1, 1, 1, 2, 2, 2, 2]);
+        // The file's home (its directory or device) does not move a stripe.
+        let mut c = ctx(5, 4);
+        c.home = Some(3);
+        assert_eq!(p.slice_for(&c), 2);
+        let r = Placer::new(
+            PlacementPolicy::Range { range_blocks: 10 },
+            vec![0, 1, 2, 3],
+        )
+        .unwrap();
         let got: Vec<usize> = (0..40)
             .step_by(10)
-            .map(|b| r.slice_for(&ctx(1, b), 4, |_| None))
+            .map(|b| r.slice_for(&ctx(1, b)))
             .collect();
-        // The same rule as the core's RangePlacement: ranges rotate from `file mod slices`.
+        // The same rule as the core's RangePlacement: ranges rotate from `seed mod slices`.
         assert_eq!(got, vec![1, 2, 3, 0]);
-        assert_eq!(r.slice_for(&ctx(1, 9), 4, |_| None), 1);
-        let i = PlacementPolicy::Interleave;
+        let i = Placer::new(PlacementPolicy::Interleave, vec![0, 1, 2, 3]).unwrap();
         let mut counts = [0; 4];
         for b in 0..400 {
-            counts[i.slice_for(&ctx(7, b), 4, |_| None)] += 1;
+            counts[i.slice_for(&ctx(7, b))] += 1;
         }
         assert_eq!(counts, [100; 4]);
-        for b in 0..50 {
-            assert_eq!(
-                PlacementPolicy::Fixed(2).slice_for(&ctx(b, b), 4, |_| None),
-                2
-            );
-        }
-    }
-
-    #[test]
-    fn stripe_alternates_between_k_slices() {
-        let p = PlacementPolicy::Stripe { k: 2, chunk: 16384 };
-        let mut c = ctx(5, 0);
-        c.home = Some(1);
-        let slices: Vec<usize> = (0..16)
-            .map(|b| {
-                c.block = b;
-                p.slice_for(&c, 4, |_| None)
-            })
-            .collect();
-        // 4 blocks per chunk; chunks alternate 1,2,1,2.
-        assert_eq!(slices, vec![1, 1, 1, 1, 2, 2, 2, 2, 1, 1, 1, 1, 2, 2, 2, 2]);
-        // Wraps around the last slice.
-        c.home = Some(3);
-        c.block = 4;
-        assert_eq!(p.slice_for(&c, 4, |_| None), 0);
     }
 
     #[test]

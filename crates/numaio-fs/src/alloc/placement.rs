@@ -4,11 +4,12 @@
 //! device).
 
 use crate::{PlacementPolicy, BLOCK_SIZE};
+use numaio_numa::placement::BlockRef;
 use std::collections::BTreeMap;
 
 /// The node the policy wants `file_block` on, and how many blocks from `file_block` (up to
-/// `end`) want that same node.
-#[allow(clippy::too_many_arguments)]
+/// `end`) want that same node: numaio-numa's rule, over the volume's storage nodes, seeded by
+/// the inode number. The node may have no storage (a writer on a CPU-only node).
 pub(crate) fn policy_run(
     policy: &PlacementPolicy,
     nodes: &[u32],
@@ -18,34 +19,14 @@ pub(crate) fn policy_run(
     file_block: u64,
     end: u64,
 ) -> (u32, u64) {
-    let rest = end.saturating_sub(file_block).max(1);
-    let n = nodes.len() as u64;
-    if n == 0 {
-        return (caller_node, rest);
-    }
-    match policy {
-        PlacementPolicy::WriterLocal => (caller_node, rest),
-        PlacementPolicy::Directory => (home_node.unwrap_or(caller_node), rest),
-        PlacementPolicy::Fixed(node) => (*node, rest),
-        PlacementPolicy::Interleave => {
-            let node = nodes[(ino.wrapping_add(file_block) % n) as usize];
-            (node, if n == 1 { rest } else { 1 })
-        }
-        PlacementPolicy::Stripe { nodes: k, chunk } => {
-            let k = (*k as u64).clamp(1, n);
-            let chunk_blocks = (chunk / BLOCK_SIZE).max(1);
-            let c = file_block / chunk_blocks;
-            let node = nodes[(ino.wrapping_add(c % k) % n) as usize];
-            if k == 1 {
-                (node, rest)
-            } else {
-                // The next chunk belongs to another node: k ≤ n, so k consecutive chunks
-                // map to k distinct nodes.
-                let chunk_end = (c + 1).saturating_mul(chunk_blocks);
-                (node, chunk_end.min(end).saturating_sub(file_block).max(1))
-            }
-        }
-    }
+    let at = BlockRef {
+        seed: ino,
+        block: file_block,
+        home: home_node,
+        caller: Some(caller_node),
+    };
+    let p = policy.place(nodes, BLOCK_SIZE, &at);
+    (p.node, p.run.min(end.saturating_sub(file_block)).max(1))
 }
 
 /// The storage node nearest to `node` by the distance table, ties spread by `spread`; None

@@ -53,7 +53,7 @@ impl Fs {
             let p: PlacementPolicy = std::str::from_utf8(value)
                 .map_err(|_| FsError::Invalid("placement policy is not UTF-8".into()))?
                 .parse()?;
-            p.validate(&g.nodes)?;
+            crate::policy::check(&p, &g.nodes)?;
             a.policy = p;
             a.policy_set = true;
             a.ctime = now;
