@@ -95,11 +95,11 @@ fn wait_exited(pid: u32) -> anyhow::Result<()> {
     let start = std::time::Instant::now();
     loop {
         // Bounded: a server stuck in the kernel must not hang this command too.
-        match numaio_proc::bounded::global()
+        match numaio_procfs::bounded::global()
             .read_stat(pid as i32, std::time::Duration::from_millis(200))
         {
             Ok(st) if st.state != 'Z' => {}
-            Err(numaio_proc::ProcError::Unresponsive { .. }) => {}
+            Err(e) if e.is_unresponsive() => {}
             _ => return Ok(()),
         }
         if start.elapsed() > std::time::Duration::from_secs(60) {
