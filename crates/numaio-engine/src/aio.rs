@@ -19,7 +19,7 @@
 //! evictor); only the partial edge blocks, which must be read first, are awaited.
 
 use crate::blockio::{complete_load, run_request, runs, Seg, Segs, Transfer};
-use crate::engine::Inner;
+use crate::inner::Inner;
 use crate::error::EngineError;
 use crate::ext::AccessCtx;
 use crate::file::FileEntry;

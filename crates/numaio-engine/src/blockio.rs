@@ -9,8 +9,8 @@
 //! block as soon as they meet it, so a writer only ever waits for a block above every fill
 //! slot it holds and waits cannot form a cycle.
 
-use crate::engine::Inner;
-use crate::error::EngineError;
+use crate::inner::Inner;
+use crate::error::{EngineError, ReadFailed};
 use crate::ext::{AccessCtx, BlockIntegrity};
 use crate::file::FileEntry;
 use crate::index::EntryPin;
@@ -606,15 +606,6 @@ impl Inner {
         }
         Ok(done)
     }
-}
-
-/// A device read failed: names the file and keeps the device's error (and its errno) as the
-/// source.
-#[derive(Debug, thiserror::Error)]
-#[error("read of {} failed: {source}", path.display())]
-pub(crate) struct ReadFailed {
-    pub path: std::path::PathBuf,
-    pub source: io::Error,
 }
 
 /// Ends the loads of one run read from the device (demand loads and readahead alike):

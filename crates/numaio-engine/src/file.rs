@@ -1,9 +1,8 @@
 //! The file table: every file the engine has opened, by id and by path.
 
-use crate::error::EngineError;
+use crate::error::{EngineError, WriteBackError};
 use crate::ext::Placement;
 use crate::key::FileId;
-use crate::slice::WriteBackError;
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::ffi::{CStr, CString};

@@ -2,7 +2,7 @@
 //! `get`/`put` ([`Pinned`]), `sync_range` and `fsync`.
 
 use crate::blockio::{Seg, Segs};
-use crate::engine::Inner;
+use crate::inner::Inner;
 use crate::error::EngineError;
 use crate::file::FileEntry;
 use crate::key::FileId;

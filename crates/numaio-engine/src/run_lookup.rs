@@ -7,7 +7,7 @@
 //! slice, not once per block — and computes every block's index position, prefetching it;
 //! the lookups that follow find their lines arriving or already there.
 
-use crate::engine::Inner;
+use crate::inner::Inner;
 use crate::ext::{AccessCtx, AccessHook};
 use crate::file::FileEntry;
 use crate::key::{BlockKey, FileId};

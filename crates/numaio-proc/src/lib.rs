@@ -38,6 +38,7 @@ pub mod pin;
 pub mod policy;
 pub mod sample;
 
-pub use cache::{CacheOps, FileNodes, FileRef, MoveOutcome, PageCache};
+pub use cache::{CacheOps, FileNodes, FileRef, MoveOutcome};
+pub use pagecache_glue::PageCache;
 pub use error::{ProcError, ProcResult};
 pub use sample::{ProcessView, ScanOptions, Scanner};
