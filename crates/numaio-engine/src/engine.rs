@@ -3,13 +3,13 @@
 
 use crate::arena::PlacementCheck;
 use crate::config::{EngineConfig, Resolved};
-use crate::inner::Inner;
 use crate::error::EngineError;
 use crate::ext::{AccessHook, BlockIntegrity, Placement, Router};
 use crate::file::{FileTable, OpenOptions};
 use crate::gate::Gate;
 use crate::handle::FileHandle;
 use crate::index::IndexKind;
+use crate::inner::Inner;
 use crate::io::ring::Ring;
 use crate::io::uring::UringBackend;
 use crate::io::worker::Msg;

@@ -2,9 +2,9 @@
 //! The per-block protocol (one write-back of a block at a time) is `slice::writeback`.
 
 use crate::blockio::{runs, Transfer};
-use crate::inner::Inner;
 use crate::error::{EngineError, WriteBackError};
 use crate::file::FileEntry;
+use crate::inner::Inner;
 use crate::io::IoKind;
 use crate::key::{BlockKey, SlotId};
 use crate::slice::Claimed;

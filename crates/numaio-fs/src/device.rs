@@ -186,7 +186,11 @@ fn probe_one(path: &Path, mounted: &[(u32, u32)], swaps: &[PathBuf]) -> Result<P
             kind,
         },
         id,
-        sysfs_node: BlockDev { major: maj, minor: min }.numa_node(),
+        sysfs_node: BlockDev {
+            major: maj,
+            minor: min,
+        }
+        .numa_node(),
     })
 }
 
@@ -261,7 +265,12 @@ pub fn probe_devices<P: AsRef<Path>>(
         ));
     }
     let mounted: Vec<(u32, u32)> = std::fs::read_to_string(mountinfo::SELF_MOUNTINFO)
-        .map(|t| mountinfo::parse(&t).iter().map(|m| (m.major, m.minor)).collect())
+        .map(|t| {
+            mountinfo::parse(&t)
+                .iter()
+                .map(|m| (m.major, m.minor))
+                .collect()
+        })
         .map_err(|e| FsError::io(mountinfo::SELF_MOUNTINFO, "reading the mount table", e))?;
     // No /proc/swaps means no swap support, hence no swap device.
     let swaps = std::fs::read_to_string("/proc/swaps")

@@ -7,9 +7,9 @@ mod common;
 mod engine_store;
 
 use common::{Loop, LOOP_DEVICE};
+use engine_store::EngineStore;
 use numaio_engine::power_loss::{PowerLossBackend, PowerLossOptions};
 use numaio_engine::{Backend, PsyncBackend};
-use engine_store::EngineStore;
 use numaio_fs::store::{
     BlockStore, DeviceInfo, DeviceKind, FileStore, MemStore, ZoneSpec, ZoneStore,
 };

@@ -273,7 +273,10 @@ enum ReadOp {
 fn piece_bytes(f: &OpenFile, ps: u64) -> u64 {
     use std::os::unix::fs::MetadataExt;
     let dev = numaio_sys::blockdev::BlockDev::from_dev(f.meta.dev());
-    match (dev.queue_kb("read_ahead_kb"), dev.queue_kb("max_sectors_kb")) {
+    match (
+        dev.queue_kb("read_ahead_kb"),
+        dev.queue_kb("max_sectors_kb"),
+    ) {
         (Some(ra), Some(io)) => {
             let b = ra.max(io).saturating_mul(1024).clamp(MIN_PIECE, MAX_PIECE);
             (b / ps).max(1) * ps

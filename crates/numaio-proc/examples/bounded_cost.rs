@@ -4,8 +4,8 @@
 //!
 //! `cargo run --release -p numaio-proc --example bounded_cost [ROUNDS]`
 
-use numaio_procfs::bounded::{Readers, DEFAULT_LIMIT};
 use numaio_proc::{sample, ScanOptions, Scanner};
+use numaio_procfs::bounded::{Readers, DEFAULT_LIMIT};
 use std::time::Instant;
 
 fn main() {

@@ -327,7 +327,10 @@ impl<'a> Daemon<'a> {
             .copied()
             .filter(|(pid, st)| {
                 // One that does not answer is kept: it may well still run.
-                match self.scanner.read_stat(*pid, numaio_procfs::bounded::DEFAULT_LIMIT) {
+                match self
+                    .scanner
+                    .read_stat(*pid, numaio_procfs::bounded::DEFAULT_LIMIT)
+                {
                     Ok(s) => s.start_ticks == *st,
                     Err(e) => e.is_unresponsive(),
                 }

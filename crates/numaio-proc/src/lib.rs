@@ -39,6 +39,6 @@ pub mod policy;
 pub mod sample;
 
 pub use cache::{CacheOps, FileNodes, FileRef, MoveOutcome};
-pub use pagecache_glue::PageCache;
 pub use error::{ProcError, ProcResult};
+pub use pagecache_glue::PageCache;
 pub use sample::{ProcessView, ScanOptions, Scanner};

@@ -4,10 +4,10 @@
 //! processes that did I/O get the *deep* look (threads, open files, mappings, numa_maps,
 //! cgroup, cpuset), which is what keeps the daemon cheap with hundreds of processes.
 
-use numaio_procfs::bounded::Readers;
 use crate::cache::{CacheOps, FileNodes, FileRef};
 use crate::error::{ProcError, ProcResult};
 use crate::locality::{self, FileWeight};
+use numaio_procfs::bounded::Readers;
 use numaio_procfs::{Io, MappedFile, OpenFd, ProcfsError, ProcfsResult, Status};
 use numaio_sys::Topology;
 use serde::Serialize;

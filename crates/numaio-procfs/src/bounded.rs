@@ -340,9 +340,7 @@ impl Readers {
         out.into_iter()
             .zip(pids)
             .map(|(o, &pid)| {
-                o.unwrap_or_else(|| {
-                    Err(ProcfsError::ReaderFailed { path: path(pid) })
-                })
+                o.unwrap_or_else(|| Err(ProcfsError::ReaderFailed { path: path(pid) }))
             })
             .collect()
     }
