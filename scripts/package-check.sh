@@ -13,7 +13,7 @@ say() { printf '[package-check] %s\n' "$*"; }
 target="${CARGO_TARGET_DIR:-$PWD/target}"
 # Every library crate packages and its package builds (cargo package verifies each against
 # the others' packages); the binaries (numaio, numaio-lab) are not published.
-libs=(numaio-testkit numaio-sys numaio-numa numaio-engine numaio-proc numaio-pagecache numaio-model numaio-cli-support numaio-fs numaio-fuse)
+libs=(numaio-testkit numaio-sys numaio-numa numaio-procfs numaio-engine numaio-proc numaio-pagecache numaio-model numaio-cli-support numaio-fs numaio-fuse)
 say "cargo package ${libs[*]}"
 cargo package --quiet --allow-dirty "${libs[@]/#/-p}"
 version="$(cargo pkgid -p numaio-engine | sed 's/.*[#@]//')"

@@ -1,7 +1,7 @@
 //! `/proc/PID/io`: every non-zero counter comes from a `key: value` line of the text.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use numaio_proc::procfs::parse_io;
+use numaio_procfs::parse_io;
 
 fuzz_target!(|data: &[u8]| {
     let s = String::from_utf8_lossy(data);

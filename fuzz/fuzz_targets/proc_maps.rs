@@ -2,7 +2,7 @@
 //! per mapping line, and none of them is also mapped executable.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use numaio_proc::procfs::parse_maps_files;
+use numaio_procfs::parse_maps_files;
 
 fuzz_target!(|data: &[u8]| {
     let s = String::from_utf8_lossy(data);

@@ -1,7 +1,7 @@
 //! `/proc/PID/numa_maps`: bytes per node only for nodes named by an `N<node>=` token.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use numaio_proc::procfs::parse_numa_maps;
+use numaio_procfs::parse_numa_maps;
 
 fuzz_target!(|data: &[u8]| {
     let s = String::from_utf8_lossy(data);

@@ -2,7 +2,7 @@
 //! `)` (a process chooses its own name, parentheses and spaces included).
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use numaio_proc::procfs::parse_stat;
+use numaio_procfs::parse_stat;
 
 fuzz_target!(|data: &[u8]| {
     let s = String::from_utf8_lossy(data);

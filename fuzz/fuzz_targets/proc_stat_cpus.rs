@@ -1,7 +1,7 @@
 //! `/proc/stat`: per-CPU busy ticks never exceed total ticks.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use numaio_proc::procfs::parse_proc_stat_cpus;
+use numaio_procfs::parse_proc_stat_cpus;
 
 fuzz_target!(|data: &[u8]| {
     let s = String::from_utf8_lossy(data);

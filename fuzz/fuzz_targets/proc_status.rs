@@ -1,7 +1,7 @@
 //! `/proc/PID/status`: the allowed CPU and node lists are sorted sets, RSS is whole KiB.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use numaio_proc::procfs::parse_status;
+use numaio_procfs::parse_status;
 
 fuzz_target!(|data: &[u8]| {
     let s = String::from_utf8_lossy(data);

@@ -2,6 +2,7 @@
 //! plain memcpy loop (the physical limit for cached reads), with the same threads, offsets
 //! and duration, so results can be compared as ratios.
 
+use crate::bench_numa;
 use crate::benchfile::{self, Permissions};
 use crate::output::{describe_io_error, human_bytes, print_json, quote};
 use crate::usage_bail;
@@ -173,7 +174,7 @@ pub struct BenchArgs {
     pub json: bool,
     /// Placement, work moving, accounting, checksums, the --files workload.
     #[command(flatten)]
-    pub numa: super::bench_numa::NumaBenchArgs,
+    pub numa: bench_numa::NumaBenchArgs,
 }
 
 #[derive(Serialize, Debug, Default)]
@@ -297,7 +298,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
         if a.target != Target::Engine {
             usage_bail!("--files runs the engine only (--target engine)");
         }
-        return super::bench_numa::run_bench(&a);
+        return run_files_bench(&a);
     }
     let perm = Permissions {
         write: a.workload.is_write(),
@@ -404,9 +405,53 @@ where
     Ok((ops?, t0.elapsed().as_secs_f64()))
 }
 
+/// `numaio bench --files N --dir PATH ...` from the core bench's arguments.
+fn run_files_bench(b: &BenchArgs) -> anyhow::Result<std::process::ExitCode> {
+    let a = &b.numa;
+    let files = a.files.unwrap_or(1).max(1) as u64;
+    let policy = parse_policy(&b.policy, b.lru_factor)?;
+    let total = b.size.saturating_mul(files);
+    let cfg = EngineConfig {
+        // Default: every file fits, in whichever slices the placement puts it.
+        cache_bytes: b
+            .cache
+            .unwrap_or(total.saturating_add(total / 16 + (16 << 20))),
+        slices: b.slices,
+        policy,
+        queue_depth: b.queue_depth,
+        direct_io: !b.no_direct,
+        hit_gating: !b.no_hit_gating,
+        io_workers_per_slice: b.io_workers.max(1),
+        readahead: b.readahead,
+        block_size: b.block_size as usize,
+        ..Default::default()
+    };
+    check_cache_fits(cfg.cache_bytes)?;
+    a.options()?;
+    let c = bench_numa::Common {
+        workload: format!("{:?}", b.workload).to_lowercase(),
+        bs: b.bs as usize,
+        // Each file has its own thread; more threads share files round robin.
+        threads: Some(b.threads.max(files as usize)),
+        size: b.size,
+        duration: Duration::from_secs_f64(b.duration),
+        warm: b.warm,
+        cfg,
+        overwrite: b.overwrite,
+        allow_device: b.allow_device,
+    };
+    let v = bench_numa::run_files(&c, a)?;
+    if b.json {
+        crate::output::print_json(&v)?;
+    } else {
+        bench_numa::print_human(&v)?;
+    }
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
 /// The replacement policy from `--policy` and `--lru-factor`, with LRU_FACTOR bounded
 /// (the engine allocates that many sub-lists).
-pub(crate) fn parse_policy(policy: &str, lru_factor: Option<usize>) -> anyhow::Result<PolicyKind> {
+fn parse_policy(policy: &str, lru_factor: Option<usize>) -> anyhow::Result<PolicyKind> {
     let mut p: PolicyKind = policy
         .parse()
         .map_err(|e: String| crate::args::UsageError(format!("--policy: {e}")))?;
@@ -463,7 +508,7 @@ fn engine_cache(a: &BenchArgs) -> anyhow::Result<u64> {
 }
 
 /// Refuses an engine cache larger than the machine's memory (a usage error).
-pub(crate) fn check_cache_fits(cache: u64) -> anyhow::Result<()> {
+fn check_cache_fits(cache: u64) -> anyhow::Result<()> {
     if let Some(mem) = total_memory().filter(|&m| cache > m) {
         usage_bail!(
             "the engine cache would be {} but this machine has {} of memory; give a smaller --cache (or --size)",
@@ -492,7 +537,7 @@ fn run_engine(a: &BenchArgs) -> anyhow::Result<BenchResult> {
             .max(1),
         ..Default::default()
     };
-    let numa = super::bench_numa::apply_if_active(&mut cfg, &a.numa)?;
+    let numa = bench_numa::apply_if_active(&mut cfg, &a.numa)?;
     let engine = Engine::new(cfg).context("cannot start the engine")?;
     let f = engine
         .open(
@@ -665,7 +710,7 @@ fn run_engine(a: &BenchArgs) -> anyhow::Result<BenchResult> {
         warm_s,
         file_created: None,
         file_bytes: None,
-        numa: super::bench_numa::result_fields(numa.as_ref(), &a.numa)?,
+        numa: bench_numa::result_fields(numa.as_ref(), &a.numa)?,
     };
     drop(f);
     engine.close().context("closing the engine")?;

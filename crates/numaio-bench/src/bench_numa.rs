@@ -203,50 +203,6 @@ fn export(parts: &NumaParts, a: &NumaBenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `numaio bench --files N --dir PATH ...` from the core bench's arguments.
-pub fn run_bench(b: &super::bench::BenchArgs) -> anyhow::Result<std::process::ExitCode> {
-    let a = &b.numa;
-    let files = a.files.unwrap_or(1).max(1) as u64;
-    let policy = super::bench::parse_policy(&b.policy, b.lru_factor)?;
-    let total = b.size.saturating_mul(files);
-    let cfg = EngineConfig {
-        // Default: every file fits, in whichever slices the placement puts it.
-        cache_bytes: b
-            .cache
-            .unwrap_or(total.saturating_add(total / 16 + (16 << 20))),
-        slices: b.slices,
-        policy,
-        queue_depth: b.queue_depth,
-        direct_io: !b.no_direct,
-        hit_gating: !b.no_hit_gating,
-        io_workers_per_slice: b.io_workers.max(1),
-        readahead: b.readahead,
-        block_size: b.block_size as usize,
-        ..Default::default()
-    };
-    super::bench::check_cache_fits(cfg.cache_bytes)?;
-    a.options()?;
-    let c = Common {
-        workload: format!("{:?}", b.workload).to_lowercase(),
-        bs: b.bs as usize,
-        // Each file has its own thread; more threads share files round robin.
-        threads: Some(b.threads.max(files as usize)),
-        size: b.size,
-        duration: Duration::from_secs_f64(b.duration),
-        warm: b.warm,
-        cfg,
-        overwrite: b.overwrite,
-        allow_device: b.allow_device,
-    };
-    let v = run_files(&c, a)?;
-    if b.json {
-        crate::output::print_json(&v)?;
-    } else {
-        print_human(&v)?;
-    }
-    Ok(std::process::ExitCode::SUCCESS)
-}
-
 fn file_path(dir: &Path, i: usize, dirs: usize) -> PathBuf {
     dir.join(format!("d{}", i % dirs)).join(format!("file{i}"))
 }

@@ -128,9 +128,34 @@ count_parser!(
     node, u32, 0, numaio_pagecache::target::MAX_NODE_ID as u64
 );
 
+/// Parses `OFF:LEN` (sizes with optional K/M/G/T suffix; an empty LEN means to the end).
+pub fn parse_range(s: &str) -> Result<(u64, u64), String> {
+    let (o, l) = s
+        .split_once(':')
+        .ok_or_else(|| format!("range {s:?} is not OFF:LEN (e.g. 1G:64M)"))?;
+    let off = numaio_sys::topology::parse_size(o)
+        .ok_or_else(|| format!("bad offset {o:?} in range {s:?}"))?;
+    let len = if l.trim().is_empty() {
+        u64::MAX
+    } else {
+        numaio_sys::topology::parse_size(l)
+            .ok_or_else(|| format!("bad length {l:?} in range {s:?}"))?
+    };
+    Ok((off, len))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ranges_parse() {
+        assert_eq!(parse_range("1M:4K"), Ok((1 << 20, 4096)));
+        assert_eq!(parse_range("0:"), Ok((0, u64::MAX)));
+        assert!(parse_range("12").is_err());
+        assert!(parse_range("x:1").is_err());
+        assert!(parse_range("1:y").is_err());
+    }
 
     #[test]
     fn numbers_are_finite_and_in_range() {

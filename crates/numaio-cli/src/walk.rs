@@ -55,7 +55,7 @@ pub struct Selection {
     #[arg(short = 'b', long, value_name = "FILE")]
     pub batch: Option<PathBuf>,
     /// Only this byte range of each file: OFF:LEN with K/M/G suffixes; OFF: means to the end (vmtouch -p).
-    #[arg(long, value_name = "OFF:LEN", value_parser = crate::cmd::where_::parse_range)]
+    #[arg(long, value_name = "OFF:LEN", value_parser = crate::args::parse_range)]
     pub range: Option<(u64, u64)>,
 }
 

@@ -19,12 +19,12 @@
 //! evictor); only the partial edge blocks, which must be read first, are awaited.
 
 use crate::blockio::{complete_load, run_request, runs, Seg, Segs, Transfer};
-use crate::engine::Inner;
 use crate::error::EngineError;
 use crate::ext::AccessCtx;
 use crate::file::FileEntry;
 use crate::handle::{FileHandle, Pinned};
 use crate::index::EntryPin;
+use crate::inner::Inner;
 use crate::io::IoKind;
 use crate::key::BlockKey;
 use crate::slot::{ERROR, LOADING};

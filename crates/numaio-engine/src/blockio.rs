@@ -9,11 +9,11 @@
 //! block as soon as they meet it, so a writer only ever waits for a block above every fill
 //! slot it holds and waits cannot form a cycle.
 
-use crate::engine::Inner;
-use crate::error::EngineError;
+use crate::error::{EngineError, ReadFailed};
 use crate::ext::{AccessCtx, BlockIntegrity};
 use crate::file::FileEntry;
 use crate::index::EntryPin;
+use crate::inner::Inner;
 use crate::io::{IoKind, IoRequest, Pending};
 use crate::key::{BlockKey, SlotId};
 use crate::run_lookup::{HookRuns, Located, Plan};
@@ -500,19 +500,19 @@ impl Inner {
         }
     }
 
-    /// Sequential reads: keep up to two chunks read ahead of `from`, asynchronously (the
-    /// I/O worker ends the loads). Never stalls: stops at the first busy slot or full queue.
-    pub(crate) fn readahead(&self, f: &FileEntry, from: u64) {
-        use std::sync::atomic::Ordering;
-        let bs = self.bs as u64;
-        let chunk = self.chunk_blocks as u64;
-        let file_blocks = f.len().div_ceil(bs);
-        let start = from.max(f.ra_until.load(Ordering::Relaxed));
-        let end = (from + 2 * chunk).min(file_blocks);
-        if start >= end || start >= from + chunk {
+    /// Sequential reads: the read of `blocks` continues a stream, so keep up to two chunks
+    /// read ahead of it (`numaio_sys::readahead`), asynchronously (the I/O worker ends the
+    /// loads). Never stalls: stops at the first busy slot or full queue.
+    pub(crate) fn readahead(&self, f: &FileEntry, blocks: Range<u64>) {
+        let window = 2 * self.chunk_blocks as u64;
+        let file_blocks = f.len().div_ceil(self.bs as u64);
+        let Some(ahead) = f
+            .readahead
+            .advance(blocks.start, blocks.end, window, file_blocks)
+        else {
             return;
-        }
-        f.ra_until.fetch_max(end, Ordering::Relaxed);
+        };
+        let (start, end) = (ahead.start, ahead.end);
         let ctx = AccessCtx::new(false);
         let mut loads: Vec<Transfer> = Vec::new();
         for b in start..end {
@@ -606,15 +606,6 @@ impl Inner {
         }
         Ok(done)
     }
-}
-
-/// A device read failed: names the file and keeps the device's error (and its errno) as the
-/// source.
-#[derive(Debug, thiserror::Error)]
-#[error("read of {} failed: {source}", path.display())]
-pub(crate) struct ReadFailed {
-    pub path: std::path::PathBuf,
-    pub source: io::Error,
 }
 
 /// Ends the loads of one run read from the device (demand loads and readahead alike):

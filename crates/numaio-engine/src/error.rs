@@ -1,8 +1,6 @@
 //! The engine's error type.
 
-use crate::blockio::ReadFailed;
-use crate::ext::IntegrityFailure;
-use crate::slice::WriteBackError;
+use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -231,3 +229,65 @@ pub(crate) fn clone_io(e: &io::Error) -> io::Error {
     }
     io::Error::new(e.kind(), e.to_string())
 }
+
+/// Why a block failed its integrity check.
+pub type IntegrityFailure = Box<dyn std::error::Error + Send + Sync>;
+
+/// A device read failed: names the file and keeps the device's error (and its errno) as the
+/// source.
+#[derive(Debug, thiserror::Error)]
+#[error("read of {} failed: {source}", path.display())]
+pub(crate) struct ReadFailed {
+    pub path: std::path::PathBuf,
+    pub source: io::Error,
+}
+
+/// A write-back failure, kept with its errno so that callers far from the device (a writer
+/// waiting for a free buffer, the next `fsync`) can tell ENOSPC from EIO.
+#[derive(Debug, Clone)]
+pub struct WriteBackError {
+    /// What failed, naming the file.
+    pub what: String,
+    /// The file whose data could not be written back, where known.
+    pub path: Option<PathBuf>,
+    /// The device's errno, if the failure came from a system call.
+    pub errno: Option<i32>,
+    pub(crate) kind: io::ErrorKind,
+    cause: String,
+}
+
+impl WriteBackError {
+    /// The `io::ErrorKind` of the failed operation.
+    pub fn kind(&self) -> io::ErrorKind {
+        self.kind
+    }
+
+    pub(crate) fn new(what: String, path: Option<&Path>, e: &io::Error) -> Self {
+        WriteBackError {
+            what,
+            path: path.map(Path::to_path_buf),
+            errno: os_error(e),
+            kind: e.kind(),
+            cause: e.to_string(),
+        }
+    }
+    /// The same failure, explained from a caller's point of view.
+    pub(crate) fn context(&self, what: impl fmt::Display) -> Self {
+        WriteBackError {
+            what: format!("{what}: {}", self.what),
+            ..self.clone()
+        }
+    }
+    /// As an `io::Error` of the original kind; [`crate::os_error`] finds the errno again.
+    pub(crate) fn to_io(&self) -> io::Error {
+        io::Error::new(self.kind, self.clone())
+    }
+}
+
+impl fmt::Display for WriteBackError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.what, self.cause)
+    }
+}
+
+impl std::error::Error for WriteBackError {}

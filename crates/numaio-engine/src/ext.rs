@@ -88,8 +88,7 @@ pub trait Router: Send + Sync {
     fn run_on(&self, node: u32, job: &mut (dyn FnMut() + Send)) -> io::Result<()>;
 }
 
-/// Why a block failed its integrity check.
-pub type IntegrityFailure = Box<dyn std::error::Error + Send + Sync>;
+pub use crate::error::IntegrityFailure;
 
 /// Per-block integrity: sums computed while a block is written back, checked on every load
 /// from the device.

@@ -1,9 +1,9 @@
 //! The file table: every file the engine has opened, by id and by path.
 
-use crate::error::EngineError;
+use crate::error::{EngineError, WriteBackError};
 use crate::ext::Placement;
 use crate::key::FileId;
-use crate::slice::WriteBackError;
+use numaio_sys::readahead::Readahead;
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::ffi::{CStr, CString};
@@ -59,10 +59,8 @@ pub(crate) struct FileEntry {
     /// First write-back error since the last fsync (reported once, like errseq).
     wb_error: Mutex<Option<WriteBackError>>,
     fell_back: AtomicBool,
-    /// The block after the last chunk read (sequential detection) and the end of the
-    /// readahead window already issued.
-    pub seq_next: AtomicU64,
-    pub ra_until: AtomicU64,
+    /// Sequential reads of the file, in blocks.
+    pub readahead: Readahead,
 }
 
 impl FileEntry {
@@ -280,8 +278,7 @@ impl FileTable {
             size: AtomicU64::new(len),
             wb_error: Mutex::new(None),
             fell_back: AtomicBool::new(fell_back),
-            seq_next: AtomicU64::new(u64::MAX),
-            ra_until: AtomicU64::new(0),
+            readahead: Readahead::new(),
         });
         if opts.write {
             let _ =

@@ -2,12 +2,12 @@
 //! The per-block protocol (one write-back of a block at a time) is `slice::writeback`.
 
 use crate::blockio::{runs, Transfer};
-use crate::engine::Inner;
-use crate::error::EngineError;
+use crate::error::{EngineError, WriteBackError};
 use crate::file::FileEntry;
+use crate::inner::Inner;
 use crate::io::IoKind;
 use crate::key::{BlockKey, SlotId};
-use crate::slice::{Claimed, WriteBackError};
+use crate::slice::Claimed;
 use crate::stats::SliceCounters;
 use std::io;
 

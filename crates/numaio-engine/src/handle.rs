@@ -2,14 +2,13 @@
 //! `get`/`put` ([`Pinned`]), `sync_range` and `fsync`.
 
 use crate::blockio::{Seg, Segs};
-use crate::engine::Inner;
 use crate::error::EngineError;
 use crate::file::FileEntry;
+use crate::inner::Inner;
 use crate::key::FileId;
 use smallvec::SmallVec;
 use std::io;
 use std::path::Path;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// A file opened through the engine. Handles are cheap to clone and may be used from any
@@ -40,8 +39,8 @@ impl Inner {
             let lb = (off + len as u64 - 1) / bs;
             let n = ((lb - fb + 1) as usize).min(self.chunk_blocks);
             self.acquire_into(f, fb..fb + n as u64, n, None, &mut segs)?;
-            if self.cfg.readahead && f.seq_next.swap(fb + n as u64, Ordering::Relaxed) == fb {
-                self.readahead(f, fb + n as u64);
+            if self.cfg.readahead {
+                self.readahead(f, fb..fb + n as u64);
             }
             for (i, s) in segs.iter().enumerate() {
                 let start = if i == 0 { (cur % bs) as usize } else { 0 };

@@ -40,6 +40,7 @@ mod aio;
 mod arena;
 mod blockio;
 pub mod checksum;
+mod config;
 mod engine;
 mod error;
 mod ext;
@@ -57,6 +58,7 @@ pub mod index;
 #[cfg(not(any(feature = "internals", numaio_loom)))]
 #[allow(dead_code)]
 mod index;
+mod inner;
 pub mod integrity;
 mod io;
 mod key;
@@ -80,8 +82,9 @@ mod types;
 
 pub use aio::{GetFuture, ReadFuture, ReadIntoFuture, WriteFuture};
 pub use arena::PlacementCheck;
-pub use engine::{Engine, EngineBuilder, EngineConfig, DEFAULT_MAX_FILE_BYTES};
-pub use error::{os_error, EngineError};
+pub use config::{EngineConfig, DEFAULT_MAX_FILE_BYTES};
+pub use engine::{Engine, EngineBuilder};
+pub use error::{os_error, EngineError, WriteBackError};
 pub use ext::{AccessCtx, AccessHook, BlockIntegrity, IntegrityFailure, Placement, Router};
 pub use file::OpenOptions;
 pub use handle::{FileHandle, Pinned, PinnedBatch, PinnedMut};
@@ -95,7 +98,6 @@ pub use io::{FaultBackend, FaultState};
 pub use key::{BlockKey, FileId, SlotId};
 pub use placement::RangePlacement;
 pub use policy::{PolicyKind, ReplacementPolicy};
-pub use slice::WriteBackError;
 pub use slot::Reclaim;
 pub use stats::{EngineStats, SliceStats};
 pub use types::NodeCpus;

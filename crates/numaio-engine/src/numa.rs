@@ -87,7 +87,7 @@ pub struct NumaParts {
 
 /// The slice nodes the engine will use for `cfg` (the rule `Engine::new` uses).
 pub fn slice_nodes_for(cfg: &EngineConfig, topo: &Topology) -> Vec<u32> {
-    crate::engine::slice_nodes(topo, cfg.slice_nodes.as_deref(), cfg.slices)
+    crate::config::slice_nodes(topo, cfg.slice_nodes.as_deref(), cfg.slices)
 }
 
 impl EngineBuilder {

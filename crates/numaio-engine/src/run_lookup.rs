@@ -7,9 +7,9 @@
 //! slice, not once per block — and computes every block's index position, prefetching it;
 //! the lookups that follow find their lines arriving or already there.
 
-use crate::engine::Inner;
 use crate::ext::{AccessCtx, AccessHook};
 use crate::file::FileEntry;
+use crate::inner::Inner;
 use crate::key::{BlockKey, FileId};
 use smallvec::SmallVec;
 use std::sync::Arc;

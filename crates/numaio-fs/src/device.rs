@@ -2,17 +2,19 @@
 //! and refusing the ones that must not be formatted.
 //!
 //! A device is a block device or a regular file standing in for one. Its node comes from
-//! sysfs (`/sys/dev/block/MAJ:MIN/device/numa_node`, a partition's from its disk) unless a
+//! sysfs (numaio-sys [`BlockDev::numa_node`], a partition's from its disk) unless a
 //! `DEV=NODE` rule says otherwise; a device that reports no node needs a rule. Block devices
 //! that are mounted, used as swap or held open exclusively by someone else are refused, and
 //! so is a device given twice (also through another path, a symlink or a hard link).
 //!
-//! The text parsers ([`parse_mountinfo_devs`], [`parse_swaps`], [`parse_numa_node`]) are pure
-//! functions, so they are unit tested and fuzzed without a machine that has such devices.
+//! The text parsers ([`parse_swaps`] here, the mount table and `numa_node` in numaio-sys)
+//! are pure functions, so they are unit tested and fuzzed without a machine that has such
+//! devices.
 
 use crate::store::{DeviceInfo, DeviceKind};
 use crate::FsError;
-use numaio_sys::Topology;
+use numaio_sys::blockdev::BlockDev;
+use numaio_sys::{mountinfo, Topology};
 use std::fmt;
 use std::fs::File;
 use std::io;
@@ -86,68 +88,14 @@ pub(crate) fn block_device_size(f: &File, path: &Path) -> Result<u64, FsError> {
     Ok(bytes)
 }
 
-/// The `MAJ:MIN` of every mounted file system's source device, from the text of
-/// `/proc/self/mountinfo` (third field of each line). Lines that do not parse are skipped.
-pub fn parse_mountinfo_devs(text: &str) -> Vec<(u32, u32)> {
-    text.lines()
-        .filter_map(|line| {
-            let field = line.split_ascii_whitespace().nth(2)?;
-            let (maj, min) = field.split_once(':')?;
-            Some((maj.parse().ok()?, min.parse().ok()?))
-        })
-        .collect()
-}
-
 /// The file names in the text of `/proc/swaps` (first column, after the header), with the
 /// kernel's octal escapes (`\040` for a space) decoded.
 pub fn parse_swaps(text: &str) -> Vec<PathBuf> {
-    use std::os::unix::ffi::OsStringExt;
     text.lines()
         .filter(|l| !l.starts_with("Filename"))
         .filter_map(|l| l.split_ascii_whitespace().next())
-        .map(|name| PathBuf::from(std::ffi::OsString::from_vec(unescape_octal(name))))
+        .map(|name| PathBuf::from(mountinfo::unescape(name)))
         .collect()
-}
-
-/// Decodes `\NNN` octal escapes as the kernel writes them in `/proc` path fields.
-fn unescape_octal(s: &str) -> Vec<u8> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 4 <= b.len() {
-            let d = &b[i + 1..i + 4];
-            if d.iter().all(|c| (b'0'..=b'7').contains(c)) {
-                let v = (d[0] - b'0') as u16 * 64 + (d[1] - b'0') as u16 * 8 + (d[2] - b'0') as u16;
-                if v <= 255 {
-                    out.push(v as u8);
-                    i += 4;
-                    continue;
-                }
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    out
-}
-
-/// The node in the text of a sysfs `numa_node` file: `None` for `-1` (the device reports
-/// none) or anything that is not a node number.
-pub fn parse_numa_node(text: &str) -> Option<u32> {
-    let n: i64 = text.trim().parse().ok()?;
-    u32::try_from(n).ok()
-}
-
-/// The node sysfs reports for the block device `maj:min` (for a partition, its disk's).
-fn sysfs_node(maj: u32, min: u32) -> Option<u32> {
-    let base = PathBuf::from(format!("/sys/dev/block/{maj}:{min}"));
-    let file = if base.join("partition").exists() {
-        base.join("../device/numa_node")
-    } else {
-        base.join("device/numa_node")
-    };
-    parse_numa_node(&std::fs::read_to_string(file).ok()?)
 }
 
 /// What identifies a device whatever path names it: the device number of a block device,
@@ -164,7 +112,7 @@ struct Probed {
     sysfs_node: Option<u32>,
 }
 
-fn probe_one(path: &Path, mountinfo: &[(u32, u32)], swaps: &[PathBuf]) -> Result<Probed, FsError> {
+fn probe_one(path: &Path, mounted: &[(u32, u32)], swaps: &[PathBuf]) -> Result<Probed, FsError> {
     let invalid = |what: &str| FsError::Invalid(format!("{}: {what}", path.display()));
     // stat first: it opens nothing, so a FIFO or socket is refused without blocking.
     let meta = stat_device(path)?;
@@ -195,7 +143,7 @@ fn probe_one(path: &Path, mountinfo: &[(u32, u32)], swaps: &[PathBuf]) -> Result
     if block {
         // Before opening: a mounted device may not even be openable here, and "mounted"
         // is the error that tells the user what to do.
-        check_not_mounted_or_swap(path, meta.rdev(), mountinfo, swaps)?;
+        check_not_mounted_or_swap(path, meta.rdev(), mounted, swaps)?;
     }
     // O_NONBLOCK: should the path have been swapped for a FIFO since the stat, the open does
     // not wait for a writer.
@@ -238,7 +186,11 @@ fn probe_one(path: &Path, mountinfo: &[(u32, u32)], swaps: &[PathBuf]) -> Result
             kind,
         },
         id,
-        sysfs_node: sysfs_node(maj, min),
+        sysfs_node: BlockDev {
+            major: maj,
+            minor: min,
+        }
+        .numa_node(),
     })
 }
 
@@ -255,11 +207,11 @@ fn identity_of(path: &Path) -> io::Result<Identity> {
 fn check_not_mounted_or_swap(
     path: &Path,
     rdev: u64,
-    mountinfo: &[(u32, u32)],
+    mounted: &[(u32, u32)],
     swaps: &[PathBuf],
 ) -> Result<(), FsError> {
     let (maj, min) = (libc::major(rdev), libc::minor(rdev));
-    if mountinfo.contains(&(maj, min)) {
+    if mounted.contains(&(maj, min)) {
         return Err(FsError::Invalid(format!(
             "{}: device {maj}:{min} is mounted (see /proc/self/mountinfo); unmount it first",
             path.display()
@@ -312,9 +264,14 @@ pub fn probe_devices<P: AsRef<Path>>(
             "no device given; name at least one block device or file".into(),
         ));
     }
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")
-        .map(|t| parse_mountinfo_devs(&t))
-        .map_err(|e| FsError::io("/proc/self/mountinfo", "reading the mount table", e))?;
+    let mounted: Vec<(u32, u32)> = std::fs::read_to_string(mountinfo::SELF_MOUNTINFO)
+        .map(|t| {
+            mountinfo::parse(&t)
+                .iter()
+                .map(|m| (m.major, m.minor))
+                .collect()
+        })
+        .map_err(|e| FsError::io(mountinfo::SELF_MOUNTINFO, "reading the mount table", e))?;
     // No /proc/swaps means no swap support, hence no swap device.
     let swaps = std::fs::read_to_string("/proc/swaps")
         .map(|t| parse_swaps(&t))
@@ -322,7 +279,7 @@ pub fn probe_devices<P: AsRef<Path>>(
 
     let mut probed: Vec<Probed> = Vec::with_capacity(paths.len());
     for p in paths {
-        let p = probe_one(p.as_ref(), &mountinfo, &swaps)?;
+        let p = probe_one(p.as_ref(), &mounted, &swaps)?;
         if let Some(first) = probed.iter().find(|q| q.id == p.id) {
             return Err(FsError::Invalid(format!(
                 "{} is the same device as {}; list each device once",
@@ -421,17 +378,6 @@ mod tests {
     }
 
     #[test]
-    fn mountinfo_gives_the_source_device_of_each_mount() {
-        let t = "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n\
-                 23 22 0:21 / /proc rw - proc proc rw\n\
-                 garbage\n\
-                 24 22 259:3 /sub /mnt\\040x rw - xfs /dev/nvme0n1p3 rw\n\
-                 25 22 x:1 / /bad rw - x x rw\n";
-        assert_eq!(parse_mountinfo_devs(t), vec![(8, 1), (0, 21), (259, 3)]);
-        assert!(parse_mountinfo_devs("").is_empty());
-    }
-
-    #[test]
     fn swaps_list_file_names_with_escapes_decoded() {
         let t = "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n\
                  /dev/sda2                               partition\t8388604\t\t0\t\t-2\n\
@@ -440,16 +386,5 @@ mod tests {
             parse_swaps(t),
             vec![PathBuf::from("/dev/sda2"), PathBuf::from("/swap file")]
         );
-        assert_eq!(unescape_octal("a\\"), b"a\\");
-        assert_eq!(unescape_octal("\\777x"), b"\\777x");
-        assert_eq!(unescape_octal("\\01"), b"\\01");
-    }
-
-    #[test]
-    fn numa_node_text() {
-        assert_eq!(parse_numa_node("1\n"), Some(1));
-        assert_eq!(parse_numa_node("-1\n"), None);
-        assert_eq!(parse_numa_node(""), None);
-        assert_eq!(parse_numa_node("99999999999"), None);
     }
 }

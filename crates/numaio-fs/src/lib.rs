@@ -9,8 +9,8 @@
 //!
 //! * [`store`]: where blocks live. A volume is a list of devices, each belonging to one NUMA
 //!   node; a [`store::BlockStore`] reads, writes and syncs blocks of a device (plain file I/O,
-//!   the numaio engine with one cache slice per device node, a memory zone bound to its node,
-//!   or an in-memory image that can simulate a power cut for tests).
+//!   a memory zone bound to its node, or an in-memory image that can simulate a power cut
+//!   for tests).
 //! * [`alloc`]: the block allocator. Each device is split into allocation groups, so every
 //!   group belongs to one node; a [`policy::PlacementPolicy`] (writer-local, directory,
 //!   interleave, stripe, fixed) picks the node each new block should come from, and the

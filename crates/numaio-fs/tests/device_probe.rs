@@ -6,7 +6,6 @@ use common::{Loop, LOOP_DEVICE};
 use numaio_fs::device::{probe_devices, NodeRule};
 use numaio_fs::store::{BlockStore, DeviceKind, FileStore};
 use numaio_sys::Topology;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 fn topo() -> Topology {
@@ -31,12 +30,7 @@ fn probe_err<P: AsRef<Path>>(paths: &[P], rules: &[NodeRule]) -> String {
 
 /// What sysfs says about the device holding `p`'s file system.
 fn sysfs_node_of_fs(p: &Path) -> Option<u32> {
-    let dev = std::fs::metadata(p).unwrap().dev();
-    let base = format!("/sys/dev/block/{}:{}", libc::major(dev), libc::minor(dev));
-    let t = std::fs::read_to_string(format!("{base}/device/numa_node"))
-        .or_else(|_| std::fs::read_to_string(format!("{base}/../device/numa_node")))
-        .ok()?;
-    numaio_fs::device::parse_numa_node(&t)
+    numaio_sys::blockdev::node_of_path(p)
 }
 
 #[test]
@@ -159,16 +153,11 @@ fn rules_must_name_a_listed_device_and_a_node_with_memory() {
 
 #[test]
 fn a_mounted_block_device_is_refused() {
-    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else {
+    let Ok(mounts) = numaio_sys::mountinfo::read_self() else {
         numaio_testkit::skip!("procfs", "no /proc/self/mountinfo");
     };
     // The source of the root file system, if it is a block device node we can see.
-    let root = text.lines().find_map(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        let sep = f.iter().position(|&x| x == "-")?;
-        let src = f.get(sep + 2)?;
-        (f.get(4) == Some(&"/")).then(|| PathBuf::from(src))
-    });
+    let root = numaio_sys::mountinfo::topmost(&mounts, Path::new("/")).map(|m| m.source.clone());
     let Some(root) = root.filter(|p| {
         std::fs::metadata(p)
             .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_block_device(&m.file_type()))

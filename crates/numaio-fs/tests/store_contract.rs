@@ -4,12 +4,14 @@
 //! durability of synced writes over a power cut (engine), node placement (zones, engine).
 
 mod common;
+mod engine_store;
 
 use common::{Loop, LOOP_DEVICE};
+use engine_store::EngineStore;
 use numaio_engine::power_loss::{PowerLossBackend, PowerLossOptions};
 use numaio_engine::{Backend, PsyncBackend};
 use numaio_fs::store::{
-    BlockStore, DeviceInfo, DeviceKind, EngineStore, FileStore, MemStore, ZoneSpec, ZoneStore,
+    BlockStore, DeviceInfo, DeviceKind, FileStore, MemStore, ZoneSpec, ZoneStore,
 };
 use numaio_fs::{FsError, BLOCK_SIZE};
 use std::path::Path;

@@ -7,7 +7,7 @@
 //! is read once per thread and kept while the thread's start time stays the same (a changed
 //! start time means the kernel reused the thread id).
 
-use numaio_proc::bounded;
+use numaio_procfs::bounded;
 use std::collections::{HashMap, HashSet};
 use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
@@ -218,7 +218,7 @@ type TgidFn = fn(u32) -> Option<u32>;
 /// wait forever, and with it the mount. A resolver thread does the reads and fills the cache;
 /// a serving thread uses what is cached (refreshed behind its back when stale) and waits at
 /// most [`RESOLVE_WAIT`] for a new thread. A thread is queued once until its lookup is done,
-/// and the resolver's own reads give up after [`PROC_READ_LIMIT`] (numaio-proc's bounded
+/// and the resolver's own reads give up after [`PROC_READ_LIMIT`] (numaio-procfs's bounded
 /// readers), so one stuck thread cannot stall the lookups of the others.
 pub struct CallerNodes {
     cache: Arc<Cache>,

@@ -4,8 +4,8 @@
 use crate::classic::Classic;
 use crate::uring::{self, KernelSupport};
 use crate::{stats, FuseMode, Observer, RequestCounts, Transport};
-use numaio_numa::moves::MoveWork;
 use numaio_fs::Fs;
+use numaio_numa::moves::MoveWork;
 use std::fmt;
 use std::io;
 use std::os::fd::AsFd;

@@ -165,11 +165,11 @@ impl ThreadMover {
     }
 }
 
-/// `/proc/TID/stat` read on numaio-proc's bounded readers, waiting at most `wait`: the read
+/// `/proc/TID/stat` read on numaio-procfs's bounded readers, waiting at most `wait`: the read
 /// takes locks of the requesting process, which may be exiting while it waits for this very
 /// request (see `caller::CallerNodes`), so a serving thread must not block on it.
-fn stat_within(tid: u32, wait: std::time::Duration) -> Option<numaio_proc::procfs::Stat> {
-    numaio_proc::bounded::global()
+fn stat_within(tid: u32, wait: std::time::Duration) -> Option<numaio_procfs::Stat> {
+    numaio_procfs::bounded::global()
         .read_stat(i32::try_from(tid).ok()?, wait)
         .ok()
 }

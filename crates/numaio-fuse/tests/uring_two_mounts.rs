@@ -61,12 +61,13 @@ fn abort_fuse_connections() {
         .args(["-t", "fusectl", "none"])
         .arg(dir)
         .status();
-    let mine: Vec<u64> = std::fs::read_to_string("/proc/self/mountinfo")
+    let mine: Vec<u32> = numaio_sys::mountinfo::read_self()
         .unwrap_or_default()
-        .lines()
-        .filter(|l| l.contains(" - fuse.numaio numaio-test"))
-        .filter_map(|l| l.split_whitespace().nth(2))
-        .filter_map(|d| d.split(':').nth(1)?.parse().ok())
+        .into_iter()
+        .filter(|m| {
+            m.fs_type == "fuse.numaio" && m.source.to_string_lossy().starts_with("numaio-test")
+        })
+        .map(|m| m.minor)
         .collect();
     for m in mine {
         let _ = std::fs::write(dir.join(m.to_string()).join("abort"), "1");

@@ -55,14 +55,9 @@ pub fn open_regular(path: &Path) -> Result<OpenFile, PagecacheError> {
     open_checked(path, true, false)
 }
 
-/// Opens a file of a walk: one that the directory listing reported as a regular file is
-/// opened without a `stat` first (the type is checked again on the descriptor), and with
-/// `O_NOFOLLOW` when the walk does not follow links. Operands get [`open_regular`].
-pub fn open_entry(e: &crate::walk::WalkEntry) -> Result<OpenFile, PagecacheError> {
-    open_checked(&e.path, !e.from_walk, e.no_follow)
-}
-
-fn open_checked(
+/// Opens `path` if it is a regular file: `stat_first` checks the type before opening (else
+/// only on the descriptor), `no_follow` refuses a symbolic link.
+pub(crate) fn open_checked(
     path: &Path,
     stat_first: bool,
     no_follow: bool,

@@ -53,14 +53,14 @@ pub mod warm;
 
 pub use error::PagecacheError;
 pub use evict::{evict_file, evict_open, EvictReport};
-pub use file::{collect_files, mincore_is_truthful, open_entry, open_regular, OpenFile};
+pub use file::{collect_files, mincore_is_truthful, open_regular, OpenFile};
 pub use migrate::{move_file, move_opened, MoveOptions, MoveReport};
 pub use residency::{
     file_residency, page_span, residency_of, resident_in_range, resident_pages_mincore,
     single_memory_node, ByteRange, FileResidency, MapCell, Totals, WhereOptions,
 };
 pub use target::Target;
-pub use walk::{glob_set, walk, FileFilter, Skip, WalkEntry, WalkOptions, Walker};
+pub use walk::{glob_set, open_entry, walk, FileFilter, Skip, WalkEntry, WalkOptions, Walker};
 pub use warm::{warm_file, warm_needs, warm_opened, Progress, WarmOptions, WarmReport};
 
 /// Serializes a path as a JSON string: exact for UTF-8 names; bytes that are not UTF-8

@@ -61,6 +61,13 @@ pub struct WalkEntry {
     pub no_follow: bool,
 }
 
+/// Opens a file of a walk: one that the directory listing reported as a regular file is
+/// opened without a `stat` first (the type is checked again on the descriptor), and with
+/// `O_NOFOLLOW` when the walk does not follow links. Operands get [`crate::open_regular`].
+pub fn open_entry(e: &WalkEntry) -> Result<OpenFile, PagecacheError> {
+    crate::file::open_checked(&e.path, !e.from_walk, e.no_follow)
+}
+
 /// Expands operands into [`WalkEntry`]s, lazily. Errors name their path; the walk goes on.
 pub struct Walker<I: Iterator<Item = PathBuf>> {
     operands: I,

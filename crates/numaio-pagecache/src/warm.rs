@@ -272,29 +272,17 @@ enum ReadOp {
 /// so the file's block device is asked; 128 KiB (the default window) when unknown.
 fn piece_bytes(f: &OpenFile, ps: u64) -> u64 {
     use std::os::unix::fs::MetadataExt;
-    let dev = f.meta.dev();
-    let (ma, mi) = (libc::major(dev), libc::minor(dev));
-    let read_kb = |dir: &str, name: &str| -> Option<u64> {
-        std::fs::read_to_string(format!("{dir}/{name}"))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()
-    };
-    // A partition's queue is its disk's.
-    for dir in [
-        format!("/sys/dev/block/{ma}:{mi}/queue"),
-        format!("/sys/dev/block/{ma}:{mi}/../queue"),
-    ] {
-        if let (Some(ra), Some(io)) = (
-            read_kb(&dir, "read_ahead_kb"),
-            read_kb(&dir, "max_sectors_kb"),
-        ) {
+    let dev = numaio_sys::blockdev::BlockDev::from_dev(f.meta.dev());
+    match (
+        dev.queue_kb("read_ahead_kb"),
+        dev.queue_kb("max_sectors_kb"),
+    ) {
+        (Some(ra), Some(io)) => {
             let b = ra.max(io).saturating_mul(1024).clamp(MIN_PIECE, MAX_PIECE);
-            return (b / ps).max(1) * ps;
+            (b / ps).max(1) * ps
         }
+        _ => MIN_PIECE,
     }
-    MIN_PIECE
 }
 
 /// Reads the holes (`(first page, pages)`, none cached) as planned by

@@ -4,8 +4,8 @@
 //!
 //! `cargo run --release -p numaio-proc --example bounded_cost [ROUNDS]`
 
-use numaio_proc::bounded::{Readers, DEFAULT_LIMIT};
-use numaio_proc::{procfs, sample, ScanOptions, Scanner};
+use numaio_proc::{sample, ScanOptions, Scanner};
+use numaio_procfs::bounded::{Readers, DEFAULT_LIMIT};
 use std::time::Instant;
 
 fn main() {
@@ -14,7 +14,7 @@ fn main() {
         .and_then(|a| a.parse().ok())
         .unwrap_or(50);
     let topo = numaio_sys::Topology::detect().expect("topology");
-    let pids = procfs::list_pids().expect("list /proc");
+    let pids = numaio_procfs::list_pids().expect("list /proc");
     let n = pids.len() as f64;
     let opts = ScanOptions {
         memory: false,
@@ -39,10 +39,10 @@ fn main() {
             for (st, io) in &held {
                 use std::os::unix::fs::FileExt;
                 if let Ok(k) = st.read_at(&mut buf, 0) {
-                    let _ = procfs::parse_stat(&String::from_utf8_lossy(&buf[..k]));
+                    let _ = numaio_procfs::parse_stat(&String::from_utf8_lossy(&buf[..k]));
                 }
                 if let Some(Ok(k)) = io.as_ref().map(|f| f.read_at(&mut buf, 0)) {
-                    let _ = procfs::parse_io(&String::from_utf8_lossy(&buf[..k]));
+                    let _ = numaio_procfs::parse_io(&String::from_utf8_lossy(&buf[..k]));
                 }
             }
         }

@@ -2,8 +2,8 @@
 //!
 //! The daemon and `ps` only need three things from the page-cache layer: where a file's
 //! cached pages are, moving them to a node, and warming a file on a node. Going through
-//! [`CacheOps`] keeps the decision code testable with a fake, and [`PageCache`] is the real
-//! implementation over `numaio-pagecache`.
+//! [`CacheOps`] keeps the decision code testable with a fake, and [`crate::PageCache`] is the
+//! real implementation over `numaio-pagecache`.
 
 use crate::error::{ProcError, ProcResult};
 use serde::Serialize;
@@ -62,22 +62,6 @@ pub trait CacheOps {
     fn residency(&self, f: &FileRef) -> ProcResult<FileNodes>;
     fn move_to(&self, f: &FileRef, node: u32) -> ProcResult<MoveOutcome>;
     fn warm(&self, f: &FileRef, node: u32) -> ProcResult<()>;
-}
-
-/// The real page cache, through `numaio-pagecache`.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct PageCache;
-
-impl CacheOps for PageCache {
-    fn residency(&self, f: &FileRef) -> ProcResult<FileNodes> {
-        crate::pagecache_glue::residency(f)
-    }
-    fn move_to(&self, f: &FileRef, node: u32) -> ProcResult<MoveOutcome> {
-        crate::pagecache_glue::move_to(f, node)
-    }
-    fn warm(&self, f: &FileRef, node: u32) -> ProcResult<()> {
-        crate::pagecache_glue::warm(f, node)
-    }
 }
 
 /// An in-memory page cache for unit tests: residency is a table, moves rewrite it.

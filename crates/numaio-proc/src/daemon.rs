@@ -12,7 +12,7 @@ use crate::error::{ProcError, ProcResult};
 use crate::metrics::{label, Metrics};
 use crate::pin;
 use crate::policy::{self, Action, Decision, History, NodeState, Verdict, World};
-use crate::procfs;
+
 use crate::sample::{FileKey, ProcessView, ScanOptions, Scanner};
 use numaio_sys::Topology;
 use serde::Serialize;
@@ -132,7 +132,7 @@ impl<'a> Daemon<'a> {
     /// Busy fraction of each node's CPUs since the previous call.
     fn node_utils(&mut self, topo: &Topology) -> BTreeMap<u32, f64> {
         let cur = std::fs::read_to_string("/proc/stat")
-            .map(|t| procfs::parse_proc_stat_cpus(&t))
+            .map(|t| numaio_procfs::parse_proc_stat_cpus(&t))
             .unwrap_or_default();
         let mut out = BTreeMap::new();
         for n in &topo.nodes {
@@ -327,7 +327,10 @@ impl<'a> Daemon<'a> {
             .copied()
             .filter(|(pid, st)| {
                 // One that does not answer is kept: it may well still run.
-                match self.scanner.read_stat(*pid, crate::bounded::DEFAULT_LIMIT) {
+                match self
+                    .scanner
+                    .read_stat(*pid, numaio_procfs::bounded::DEFAULT_LIMIT)
+                {
                     Ok(s) => s.start_ticks == *st,
                     Err(e) => e.is_unresponsive(),
                 }
@@ -365,18 +368,18 @@ impl<'a> Daemon<'a> {
     fn execute(&mut self, d: &Decision, views: &[ProcessView]) -> ProcResult<serde_json::Value> {
         let st = self
             .scanner
-            .read_stat(d.pid, crate::bounded::DEFAULT_LIMIT)?;
+            .read_stat(d.pid, numaio_procfs::bounded::DEFAULT_LIMIT)?;
         // A zombie has exited; only its parent has not collected it yet.
         if st.start_ticks != d.start_ticks || matches!(st.state, 'Z' | 'X') {
-            return Err(ProcError::Gone { pid: d.pid });
+            return Err(ProcError::gone(d.pid));
         }
         if let Some(t) = self.act_delay {
             std::thread::sleep(t);
             let st = self
                 .scanner
-                .read_stat(d.pid, crate::bounded::DEFAULT_LIMIT)?;
+                .read_stat(d.pid, numaio_procfs::bounded::DEFAULT_LIMIT)?;
             if matches!(st.state, 'Z' | 'X') {
-                return Err(ProcError::Gone { pid: d.pid });
+                return Err(ProcError::gone(d.pid));
             }
         }
         match &d.action {
@@ -713,7 +716,7 @@ mod tests {
             .spawn()
             .unwrap();
         let pid = child.id() as i32;
-        let st = procfs::read_stat(pid).unwrap().start_ticks;
+        let st = numaio_procfs::read_stat(pid).unwrap().start_ticks;
         let pull = |files: &[&str]| Action::PullData {
             to: 0,
             files: files
@@ -748,7 +751,7 @@ mod tests {
         // Killed but not yet collected (a zombie): gone too.
         child.kill().unwrap();
         std::thread::sleep(Duration::from_millis(100));
-        assert_eq!(procfs::read_stat(pid).unwrap().state, 'Z');
+        assert_eq!(numaio_procfs::read_stat(pid).unwrap().state, 'Z');
         assert!(d
             .execute(&decision(pid, st, follow.clone()), &[])
             .unwrap_err()

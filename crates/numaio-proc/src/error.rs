@@ -1,5 +1,5 @@
 //! Errors of the process-locality layer. A process that exits while we look at it is
-//! [`ProcError::Gone`], which callers usually skip rather than report.
+//! [`ProcError::is_gone`], which callers usually skip rather than report.
 
 use std::path::PathBuf;
 
@@ -7,36 +7,11 @@ pub type ProcResult<T> = Result<T, ProcError>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProcError {
-    #[error("process {pid} does not exist (it may have exited)")]
-    Gone { pid: i32 },
-    #[error("permission denied reading {}: run as the process's owner or as root (CAP_SYS_PTRACE)", .path.display())]
-    Permission { pid: i32, path: PathBuf },
-    #[error("cannot read {}: {source}", .path.display())]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("cannot parse {}: {what}", .path.display())]
-    Parse { path: PathBuf, what: String },
+    /// Reading the process's `/proc` files failed (it exited, did not answer, ...).
+    #[error(transparent)]
+    Procfs(#[from] numaio_procfs::ProcfsError),
     #[error("refusing to act on pid {pid}: {why}")]
     Refused { pid: i32, why: String },
-    #[error("process {pid} does not answer: reading {} gave up ({why}); a thread of it is \
-             probably stuck in the kernel (e.g. waiting on a FUSE or NFS server); it was skipped, \
-             look at its state (D) and wchan with `ps -o pid,stat,wchan -p {pid}`", .path.display())]
-    Unresponsive {
-        pid: i32,
-        path: PathBuf,
-        why: String,
-    },
-    #[error("not reading {} of process {pid}: {stuck} earlier /proc reads are still stuck \
-             (the limit); find the processes in state D (`ps -eo pid,stat,wchan`) and restart \
-             numaio once they are gone", .path.display())]
-    ReadersExhausted {
-        pid: i32,
-        path: PathBuf,
-        stuck: usize,
-    },
     #[error("{0}")]
     Invalid(String),
     #[error(transparent)]
@@ -48,19 +23,21 @@ pub enum ProcError {
 }
 
 impl ProcError {
+    /// The process `pid` exited (or never existed).
+    pub fn gone(pid: i32) -> ProcError {
+        ProcError::Procfs(numaio_procfs::ProcfsError::Gone { pid })
+    }
+
     /// Whether a read of the process's /proc files gave up on a time limit (or could not be
     /// tried because too many reads are stuck): the process may still exist.
     pub fn is_unresponsive(&self) -> bool {
-        matches!(
-            self,
-            ProcError::Unresponsive { .. } | ProcError::ReadersExhausted { .. }
-        )
+        matches!(self, ProcError::Procfs(e) if e.is_unresponsive())
     }
 
     /// Whether the error means the process vanished.
     pub fn is_gone(&self) -> bool {
         match self {
-            ProcError::Gone { .. } => true,
+            ProcError::Procfs(e) => e.is_gone(),
             ProcError::Sys(e) => e.errno() == Some(libc::ESRCH),
             _ => false,
         }

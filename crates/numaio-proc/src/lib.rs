@@ -4,7 +4,7 @@
 //! relates *processes* to them. It answers "which nodes do this process's file reads come
 //! from?" and acts on the answer, in user space, for unmodified programs:
 //!
-//! * [`procfs`] parses `/proc/PID/{stat,status,io,numa_maps,maps,fd,fdinfo,cgroup}`.
+//! * `numaio-procfs` parses `/proc/PID/{stat,status,io,numa_maps,maps,fd,fdinfo,cgroup}`.
 //! * [`sample`] samples processes twice and builds a [`sample::ProcessView`] per process:
 //!   nodes its threads ran on, memory per node, I/O rates, open and mapped files with their
 //!   cache per node, and [`locality`]'s estimate of read bytes per node (Tofalos's
@@ -18,14 +18,13 @@
 //!   [`daemon`], which samples, decides, acts and logs one JSON line per decision, with
 //!   [`metrics`] for Prometheus. [`config`] reads the TOML file.
 //!
-//! Every read of another process's `/proc` files in a scan goes through [`bounded`], which
-//! gives up after a time limit, so one process stuck in the kernel cannot stall a listing
-//! or the daemon.
+//! Every read of another process's `/proc` files in a scan goes through
+//! `numaio_procfs::bounded`, which gives up after a time limit, so one process stuck in the
+//! kernel cannot stall a listing or the daemon.
 //!
 //! Page-cache operations go through the [`cache::CacheOps`] trait so the decision code is
 //! tested with a fake cache and synthetic topologies.
 
-pub mod bounded;
 pub mod cache;
 pub mod config;
 pub mod daemon;
@@ -37,9 +36,9 @@ pub mod near;
 mod pagecache_glue;
 pub mod pin;
 pub mod policy;
-pub mod procfs;
 pub mod sample;
 
-pub use cache::{CacheOps, FileNodes, FileRef, MoveOutcome, PageCache};
+pub use cache::{CacheOps, FileNodes, FileRef, MoveOutcome};
 pub use error::{ProcError, ProcResult};
+pub use pagecache_glue::PageCache;
 pub use sample::{ProcessView, ScanOptions, Scanner};

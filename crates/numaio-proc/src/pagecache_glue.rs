@@ -1,9 +1,26 @@
-//! Adapter from `numaio-pagecache` to [`crate::cache::CacheOps`]: pages become bytes, and
-//! a residency that `mincore` cannot see truthfully becomes an error instead of a zero.
+//! [`PageCache`], the adapter from `numaio-pagecache` to [`crate::cache::CacheOps`]: pages
+//! become bytes, and a residency that `mincore` cannot see truthfully becomes an error
+//! instead of a zero.
 
-use crate::cache::{FileNodes, FileRef, MoveOutcome};
+use crate::cache::{CacheOps, FileNodes, FileRef, MoveOutcome};
 use crate::error::{ProcError, ProcResult};
 use numaio_pagecache::{MoveOptions, Target, WarmOptions, WhereOptions};
+
+/// The real page cache, through `numaio-pagecache`.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct PageCache;
+
+impl CacheOps for PageCache {
+    fn residency(&self, f: &FileRef) -> ProcResult<FileNodes> {
+        residency(f)
+    }
+    fn move_to(&self, f: &FileRef, node: u32) -> ProcResult<MoveOutcome> {
+        move_to(f, node)
+    }
+    fn warm(&self, f: &FileRef, node: u32) -> ProcResult<()> {
+        warm(f, node)
+    }
+}
 
 /// Errors name the path the user knows: the page-cache layer names what it opened, which
 /// for another process's file is a `/proc` handle, so that is replaced (and kept in
@@ -23,7 +40,7 @@ fn err(f: &FileRef, e: impl std::fmt::Display) -> ProcError {
     }
 }
 
-pub fn residency(f: &FileRef) -> ProcResult<FileNodes> {
+fn residency(f: &FileRef) -> ProcResult<FileNodes> {
     let r = numaio_pagecache::file_residency(&f.open, &WhereOptions::default())
         .map_err(|e| err(f, e))?;
     if !r.mincore_truthful {
@@ -40,7 +57,7 @@ pub fn residency(f: &FileRef) -> ProcResult<FileNodes> {
     })
 }
 
-pub fn move_to(f: &FileRef, node: u32) -> ProcResult<MoveOutcome> {
+fn move_to(f: &FileRef, node: u32) -> ProcResult<MoveOutcome> {
     let r = numaio_pagecache::move_file(&f.open, &Target::Node(node), &MoveOptions::default())
         .map_err(|e| err(f, e))?;
     let ps = numaio_sys::page_size() as u64;
@@ -51,7 +68,7 @@ pub fn move_to(f: &FileRef, node: u32) -> ProcResult<MoveOutcome> {
     })
 }
 
-pub fn warm(f: &FileRef, node: u32) -> ProcResult<()> {
+fn warm(f: &FileRef, node: u32) -> ProcResult<()> {
     let r = numaio_pagecache::warm_file(&f.open, &Target::Node(node), WarmOptions::default())
         .map_err(|e| err(f, e))?;
     if !r.target_reached {

@@ -7,7 +7,7 @@
 //! bounded batch and the biggest win comes first if the process exits midway.
 
 use crate::error::{ProcError, ProcResult};
-use crate::procfs;
+
 use numaio_sys::{CpuSet, NodeMask, Topology};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -17,7 +17,7 @@ pub fn refusal(pid: i32) -> ProcResult<Option<String>> {
     if pid <= 1 {
         return Ok(Some("pid 1 (init) and pid <= 0 are never moved".into()));
     }
-    let st = procfs::read_stat(pid)?;
+    let st = numaio_procfs::read_stat(pid)?;
     if st.is_kernel_thread() {
         return Ok(Some(format!("{} is a kernel thread", st.comm)));
     }
@@ -65,7 +65,7 @@ pub fn set_process_affinity(pid: i32, cpus: &[u32]) -> ProcResult<AffinityReport
     let mut done: Vec<i32> = Vec::new();
     let mut rep = AffinityReport::default();
     for _pass in 0..4 {
-        let tids = procfs::list_tids(pid)?;
+        let tids = numaio_procfs::list_tids(pid)?;
         let new: Vec<i32> = tids.into_iter().filter(|t| !done.contains(t)).collect();
         if new.is_empty() {
             break;
@@ -85,7 +85,7 @@ pub fn set_process_affinity(pid: i32, cpus: &[u32]) -> ProcResult<AffinityReport
                 "could not set the affinity of any thread of pid {pid}: {f} (moving another user's process needs CAP_SYS_NICE)"
             )));
         }
-        return Err(ProcError::Gone { pid });
+        return Err(ProcError::gone(pid));
     }
     Ok(rep)
 }
@@ -114,7 +114,7 @@ pub fn migration_order(per_node: &BTreeMap<u32, u64>, to: u32) -> Vec<(u32, u64)
 
 /// Migrates the memory of `pid` to node `to`, one source node at a time.
 pub fn migrate_memory(pid: i32, to: u32) -> ProcResult<Vec<MigrateStep>> {
-    let per_node = procfs::memory_per_node(pid)?;
+    let per_node = numaio_procfs::memory_per_node(pid)?;
     let mut steps = Vec::new();
     for (from, bytes) in migration_order(&per_node, to) {
         let r = numaio_sys::migrate_pages(
@@ -129,7 +129,7 @@ pub fn migrate_memory(pid: i32, to: u32) -> ProcResult<Vec<MigrateStep>> {
                 pages_not_moved: left,
                 error: None,
             }),
-            Err(e) if e.errno() == Some(libc::ESRCH) => return Err(ProcError::Gone { pid }),
+            Err(e) if e.errno() == Some(libc::ESRCH) => return Err(ProcError::gone(pid)),
             Err(e) => steps.push(MigrateStep {
                 from,
                 bytes_before: bytes,
@@ -160,14 +160,14 @@ pub fn pin(topo: &Topology, pid: i32, node: u32, migrate: bool) -> ProcResult<Pi
     if let Some(why) = refusal(pid)? {
         return Err(ProcError::Refused { pid, why });
     }
-    let st = procfs::read_stat(pid)?;
+    let st = numaio_procfs::read_stat(pid)?;
     if matches!(st.state, 'Z' | 'X') {
-        return Err(ProcError::Gone { pid });
+        return Err(ProcError::gone(pid));
     }
-    let cpuset = procfs::cpuset_cpus(pid);
+    let cpuset = numaio_procfs::cpuset_cpus(pid);
     let cpus = target_cpus(topo, node, cpuset.as_deref())?;
     if migrate {
-        let status = procfs::read_status(pid)?;
+        let status = numaio_procfs::read_status(pid)?;
         if !status.mems_allowed.is_empty() && !status.mems_allowed.contains(&node) {
             return Err(ProcError::Invalid(format!(
                 "pid {pid} may not use memory of node {node} (its cpuset allows nodes {})",
@@ -175,7 +175,7 @@ pub fn pin(topo: &Topology, pid: i32, node: u32, migrate: bool) -> ProcResult<Pi
             )));
         }
     }
-    let before = procfs::memory_per_node(pid).unwrap_or_default();
+    let before = numaio_procfs::memory_per_node(pid).unwrap_or_default();
     let affinity = set_process_affinity(pid, &cpus)?;
     let memory_steps = if migrate {
         migrate_memory(pid, node)?
@@ -183,7 +183,7 @@ pub fn pin(topo: &Topology, pid: i32, node: u32, migrate: bool) -> ProcResult<Pi
         Vec::new()
     };
     let after = if migrate {
-        procfs::memory_per_node(pid).unwrap_or_default()
+        numaio_procfs::memory_per_node(pid).unwrap_or_default()
     } else {
         before.clone()
     };
@@ -248,13 +248,13 @@ mod tests {
             .spawn()
             .unwrap();
         let pid = child.id() as i32;
-        let cpus = target_cpus(&topo, node, procfs::cpuset_cpus(pid).as_deref()).unwrap();
+        let cpus = target_cpus(&topo, node, numaio_procfs::cpuset_cpus(pid).as_deref()).unwrap();
         let first = vec![cpus[0]];
         set_process_affinity(pid, &first).unwrap();
-        assert_eq!(procfs::read_status(pid).unwrap().cpus_allowed, first);
+        assert_eq!(numaio_procfs::read_status(pid).unwrap().cpus_allowed, first);
         let rep = pin(&topo, pid, node, true).unwrap();
         assert_eq!(rep.affinity.threads_set, 1);
-        assert_eq!(procfs::read_status(pid).unwrap().cpus_allowed, cpus);
+        assert_eq!(numaio_procfs::read_status(pid).unwrap().cpus_allowed, cpus);
         child.kill().unwrap();
         child.wait().unwrap();
         assert!(pin(&topo, pid, node, false).unwrap_err().is_gone());

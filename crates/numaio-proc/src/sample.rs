@@ -4,11 +4,11 @@
 //! processes that did I/O get the *deep* look (threads, open files, mappings, numa_maps,
 //! cgroup, cpuset), which is what keeps the daemon cheap with hundreds of processes.
 
-use crate::bounded::Readers;
 use crate::cache::{CacheOps, FileNodes, FileRef};
 use crate::error::{ProcError, ProcResult};
 use crate::locality::{self, FileWeight};
-use crate::procfs::{self, Io, MappedFile, OpenFd, Status};
+use numaio_procfs::bounded::Readers;
+use numaio_procfs::{Io, MappedFile, OpenFd, ProcfsError, ProcfsResult, Status};
 use numaio_sys::Topology;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
@@ -34,16 +34,16 @@ pub struct LightSample {
 }
 
 pub fn light(pid: i32) -> ProcResult<LightSample> {
-    let st = procfs::read_stat(pid)?;
-    let io = match procfs::read_io(pid) {
+    let st = numaio_procfs::read_stat(pid)?;
+    let io = match numaio_procfs::read_io(pid) {
         Ok(io) => Some(io),
-        Err(ProcError::Gone { pid }) => return Err(ProcError::Gone { pid }),
+        Err(e) if e.is_gone() => return Err(e.into()),
         Err(_) => None,
     };
     Ok(light_from(pid, st, io))
 }
 
-fn light_from(pid: i32, st: procfs::Stat, io: Option<Io>) -> LightSample {
+fn light_from(pid: i32, st: numaio_procfs::Stat, io: Option<Io>) -> LightSample {
     LightSample {
         pid,
         ppid: st.ppid,
@@ -88,11 +88,11 @@ fn sample_held(
 ) -> (ProcResult<LightSample>, Option<Held>) {
     let mut buf = vec![0u8; 4096];
     if let Some((st_f, io_f)) = held {
-        if let Some(st) = pread_text(&st_f, &mut buf).and_then(|t| procfs::parse_stat(&t)) {
+        if let Some(st) = pread_text(&st_f, &mut buf).and_then(|t| numaio_procfs::parse_stat(&t)) {
             let io = io_f
                 .as_ref()
                 .and_then(|f| pread_text(f, &mut buf))
-                .map(|t| procfs::parse_io(&t));
+                .map(|t| numaio_procfs::parse_io(&t));
             return (Ok(light_from(pid, st, io)), Some((st_f, io_f)));
         }
         // Exited (ESRCH) or odd: drop the handles, look at the pid afresh.
@@ -161,7 +161,7 @@ impl ProcHandles {
                 r
             })
             .into_iter()
-            .map(|r| r.and_then(|r| r))
+            .map(|r| r.map_err(ProcError::from).and_then(|r| r))
             .collect()
     }
 
@@ -216,7 +216,7 @@ pub struct Deep {
 /// `numa_maps` (memory per node) is the costly part — the kernel walks the page tables —
 /// and is skipped when `memory` is false.
 pub fn deep(pid: i32, memory: bool) -> ProcResult<Deep> {
-    deep_steps(pid, memory, &AtomicUsize::new(0))
+    Ok(deep_steps(pid, memory, &AtomicUsize::new(0))?)
 }
 
 /// The files of the deep look in the order it reads them; `step` holds the index of the
@@ -232,14 +232,14 @@ const DEEP_FILES: [&str; 8] = [
     "cpuset",
 ];
 
-fn deep_steps(pid: i32, memory: bool, step: &AtomicUsize) -> ProcResult<Deep> {
+fn deep_steps(pid: i32, memory: bool, step: &AtomicUsize) -> ProcfsResult<Deep> {
     let at = |i: usize| step.store(i, Ordering::Relaxed);
-    let status = procfs::read_status(pid)?;
+    let status = numaio_procfs::read_status(pid)?;
     let mut d = Deep {
         status,
         ..Default::default()
     };
-    let note = |r: ProcError, d: &mut Deep| -> ProcResult<()> {
+    let note = |r: ProcfsError, d: &mut Deep| -> ProcfsResult<()> {
         if r.is_gone() {
             return Err(r);
         }
@@ -247,46 +247,46 @@ fn deep_steps(pid: i32, memory: bool, step: &AtomicUsize) -> ProcResult<Deep> {
         Ok(())
     };
     at(1);
-    match procfs::thread_processors(pid) {
+    match numaio_procfs::thread_processors(pid) {
         Ok(t) => d.threads = t,
         Err(e) => note(e, &mut d)?,
     }
     at(2);
-    match procfs::open_files(pid) {
+    match numaio_procfs::open_files(pid) {
         Ok(f) => d.fds = f,
         Err(e) => note(e, &mut d)?,
     }
     at(3);
-    d.mount_ns_inode = procfs::mount_ns(pid);
+    d.mount_ns_inode = numaio_procfs::mount_ns(pid);
     at(4);
     let same_ns = match (d.mount_ns_inode, own_mount_ns()) {
         (Some(a), Some(b)) => Some(a == b),
         _ => None,
     };
-    match procfs::mapped_files(pid, same_ns) {
+    match numaio_procfs::mapped_files(pid, same_ns) {
         Ok(m) => d.mapped = m,
         Err(e) => note(e, &mut d)?,
     }
     if memory {
         at(5);
-        match procfs::memory_per_node(pid) {
+        match numaio_procfs::memory_per_node(pid) {
             Ok(m) => d.memory_per_node = m,
             Err(e) => note(e, &mut d)?,
         }
     }
     at(6);
-    d.cgroup = procfs::read_proc(pid, "cgroup")
-        .map(|t| procfs::parse_cgroup(&t))
+    d.cgroup = numaio_procfs::read_proc(pid, "cgroup")
+        .map(|t| numaio_procfs::parse_cgroup(&t))
         .unwrap_or_else(|_| "/".into());
     at(7);
-    d.cpuset = procfs::cpuset_cpus(pid);
+    d.cpuset = numaio_procfs::cpuset_cpus(pid);
     Ok(d)
 }
 
 /// Our own mount namespace's inode, read once: it does not change while we run.
 fn own_mount_ns() -> Option<u64> {
     static OWN: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
-    *OWN.get_or_init(procfs::own_mount_ns)
+    *OWN.get_or_init(numaio_procfs::own_mount_ns)
 }
 
 /// Whether a process (and so the paths it sees) lives in our mount namespace.
@@ -693,8 +693,10 @@ pub struct Unresponsive {
 impl Unresponsive {
     pub(crate) fn of(e: &ProcError, comm: Option<&str>) -> Option<Self> {
         let (pid, path) = match e {
-            ProcError::Unresponsive { pid, path, .. }
-            | ProcError::ReadersExhausted { pid, path, .. } => (*pid, path.clone()),
+            ProcError::Procfs(
+                ProcfsError::Unresponsive { pid, path, .. }
+                | ProcfsError::ReadersExhausted { pid, path, .. },
+            ) => (*pid, path.clone()),
             _ => return None,
         };
         Some(Unresponsive {
@@ -742,7 +744,7 @@ impl Default for ScanOptions {
             deep_all: false,
             memory: true,
             max_files: 64,
-            read_limit: crate::bounded::DEFAULT_LIMIT,
+            read_limit: numaio_procfs::bounded::DEFAULT_LIMIT,
             stall_pids: Vec::new(),
         }
     }
@@ -776,7 +778,7 @@ impl Default for Scanner {
             prev: HashMap::new(),
             memo: ResidencyMemo::default(),
             handles: ProcHandles::new(),
-            readers: Readers::new(1, crate::bounded::DEFAULT_ABANDON_CAP),
+            readers: Readers::new(1, numaio_procfs::bounded::DEFAULT_ABANDON_CAP),
         }
     }
 }
@@ -795,8 +797,8 @@ impl Scanner {
     }
 
     /// `/proc/PID/stat` within `limit`, on the scan's readers.
-    pub fn read_stat(&self, pid: i32, limit: Duration) -> ProcResult<procfs::Stat> {
-        self.readers.read_stat(pid, limit)
+    pub fn read_stat(&self, pid: i32, limit: Duration) -> ProcResult<numaio_procfs::Stat> {
+        Ok(self.readers.read_stat(pid, limit)?)
     }
 
     /// Reads memory per node for a view taken without it, within the deep look's limit.
@@ -807,11 +809,11 @@ impl Scanner {
         let r = self
             .readers
             .run(pid, "numa_maps", read_limit * DEEP_FACTOR, move || {
-                procfs::memory_per_node(pid)
+                numaio_procfs::memory_per_node(pid)
             })?;
         match r {
             Ok(m) => v.memory_per_node = m,
-            Err(e) if e.is_gone() => return Err(e),
+            Err(e) if e.is_gone() => return Err(e.into()),
             Err(e) => v.errors.push(e.to_string()),
         }
         Ok(())
@@ -825,16 +827,17 @@ impl Scanner {
             .readers
             .run(pid, "status", limit, move || deep_steps(pid, memory, &st));
         match r {
-            Ok(r) => r,
-            Err(ProcError::Unresponsive { pid, why, .. }) if why.starts_with("no answer") => {
+            Ok(r) => Ok(r?),
+            Err(ProcfsError::Unresponsive { pid, why, .. }) if why.starts_with("no answer") => {
                 let file = DEEP_FILES[step.load(Ordering::Relaxed).min(DEEP_FILES.len() - 1)];
-                Err(ProcError::Unresponsive {
+                Err(ProcfsError::Unresponsive {
                     pid,
                     path: PathBuf::from(format!("/proc/{pid}/{file}")),
                     why,
-                })
+                }
+                .into())
             }
-            Err(e) => Err(e),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -847,7 +850,7 @@ impl Scanner {
     ) -> ScanResult {
         let pids = match &opts.pids {
             Some(p) => p.clone(),
-            None => procfs::list_pids().unwrap_or_default(),
+            None => numaio_procfs::list_pids().unwrap_or_default(),
         };
         let me = std::process::id() as i32;
         let mut res = ScanResult::default();
@@ -868,7 +871,7 @@ impl Scanner {
                     res.unresponsive.extend(Unresponsive::of(&e, None));
                     continue;
                 }
-                Err(ProcError::Gone { .. }) => {
+                Err(e) if e.is_gone() => {
                     res.gone += 1;
                     continue;
                 }
@@ -1090,7 +1093,7 @@ mod tests {
         assert!(b.io.is_some());
         child.kill().unwrap();
         child.wait().unwrap();
-        assert!(matches!(h.sample(pid), Err(ProcError::Gone { .. })));
+        assert!(matches!(h.sample(pid), Err(e) if e.is_gone()));
         assert!(!h.holds(pid));
     }
 }

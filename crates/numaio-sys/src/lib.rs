@@ -13,10 +13,16 @@
 //!   `mbind`, `move_pages` (batched query and move, each page's status decoded as
 //!   [`PageStatus`]), `migrate_pages`, and `sched_{get,set}affinity` for any task id.
 //!
+//! * **Where is a device?** [`blockdev`] reads a block device's NUMA node and queue limits
+//!   from sysfs (a partition's are its disk's); [`mountinfo`] parses the mount table.
+//! * **What to read ahead?** [`readahead::Readahead`] detects a sequential reader and keeps
+//!   a window requested ahead of it, for every cache above.
+//!
 //! Node masks ([`NodeMask`]) are sized from the kernel's *possible* nodes, not fixed at 64,
 //! because the kernel rejects masks shorter than `nr_node_ids` with `EINVAL`.
 
 pub mod affinity;
+pub mod blockdev;
 pub mod buffer;
 pub mod cpulist;
 pub mod error;
@@ -24,7 +30,9 @@ pub mod getcpu;
 pub mod mask;
 pub mod mempolicy;
 pub mod migrate;
+pub mod mountinfo;
 pub mod move_pages;
+pub mod readahead;
 pub mod topology;
 pub mod units;
 

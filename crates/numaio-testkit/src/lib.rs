@@ -6,8 +6,13 @@
 //! `NUMAIO_SKIP_LOG` (so a test runner can count skips in its summary). Where the machine is
 //! known to have everything, `NUMAIO_REQUIRE` turns a skip into a failure: it holds a comma
 //! list of requirement names, or `all`. `scripts/test.sh` sets `NUMAIO_REQUIRE=all` in CI.
+//!
+//! [`power_cut`] is the one model of what a disk holds after a power cut, for every crash
+//! test (the engine's power-loss backend, the file system's in-memory store).
 
 use std::io::Write;
+
+pub mod power_cut;
 
 /// Requirement names used across the workspace, so `NUMAIO_REQUIRE` lists are stable.
 pub mod needs {
@@ -104,6 +109,11 @@ impl Rng {
     /// A number below `n` (0 when `n` is 0).
     pub fn below(&mut self, n: u64) -> u64 {
         self.next_u64() % n.max(1)
+    }
+
+    /// True with probability `p`; draws nothing for `p <= 0`.
+    pub fn chance(&mut self, p: f64) -> bool {
+        p > 0.0 && ((self.next_u64() >> 11) as f64 / (1u64 << 53) as f64) < p
     }
 }
 

@@ -59,7 +59,7 @@ pub fn run(a: PsArgs) -> anyhow::Result<ExitCode> {
     }
     let limit = Duration::from_secs_f64(a.read_timeout);
     for &p in &a.pids {
-        match numaio_proc::bounded::global().read_stat(p, limit) {
+        match numaio_procfs::bounded::global().read_stat(p, limit) {
             // A process that does not answer exists; the scan reports it.
             Err(e) if !e.is_unresponsive() => crate::usage_bail!(
                 "no process with pid {p} (it may have exited); list processes with `numaio ps --all`"

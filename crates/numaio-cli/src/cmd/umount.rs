@@ -69,25 +69,9 @@ pub fn run(a: UmountArgs) -> anyhow::Result<ExitCode> {
 /// The first device of the numaio mount at `mp` (the mount's source), from mountinfo.
 fn mount_source(mp: &std::path::Path) -> Option<PathBuf> {
     let want = std::fs::canonicalize(mp).ok()?;
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    info.lines().find_map(|l| {
-        let (left, right) = l.split_once(" - ")?;
-        let point = left.split(' ').nth(4)?;
-        let mut r = right.split(' ');
-        let fstype = r.next()?;
-        let source = r.next()?;
-        ((fstype == "fuse.numaio" || fstype == "fuse")
-            && std::path::Path::new(&unescape(point)) == want)
-            .then(|| PathBuf::from(unescape(source)))
-    })
-}
-
-/// mountinfo escapes space, tab, newline and backslash as octal.
-fn unescape(s: &str) -> String {
-    s.replace("\\040", " ")
-        .replace("\\011", "\t")
-        .replace("\\012", "\n")
-        .replace("\\134", "\\")
+    let mounts = numaio_sys::mountinfo::read_self().ok()?;
+    let m = numaio_sys::mountinfo::topmost(&mounts, &want)?;
+    (m.fs_type == "fuse.numaio" || m.fs_type == "fuse").then(|| m.source.clone())
 }
 
 /// Waits until process `pid` has exited (or only its zombie is left).
@@ -95,11 +79,11 @@ fn wait_exited(pid: u32) -> anyhow::Result<()> {
     let start = std::time::Instant::now();
     loop {
         // Bounded: a server stuck in the kernel must not hang this command too.
-        match numaio_proc::bounded::global()
+        match numaio_procfs::bounded::global()
             .read_stat(pid as i32, std::time::Duration::from_millis(200))
         {
             Ok(st) if st.state != 'Z' => {}
-            Err(numaio_proc::ProcError::Unresponsive { .. }) => {}
+            Err(e) if e.is_unresponsive() => {}
             _ => return Ok(()),
         }
         if start.elapsed() > std::time::Duration::from_secs(60) {

@@ -31,7 +31,7 @@ pub struct WhereArgs {
     #[arg(long, value_name = "CELL", num_args = 0..=1, default_missing_value = "auto", require_equals = true, value_parser = map_cell)]
     map: Option<String>,
     /// Only this byte range: OFF:LEN with K/M/G suffixes; OFF: means to the end.
-    #[arg(long, value_name = "OFF:LEN", value_parser = parse_range)]
+    #[arg(long, value_name = "OFF:LEN", value_parser = crate::args::parse_range)]
     range: Option<(u64, u64)>,
     /// Print sizes in bytes rather than in human units.
     #[arg(short = 'b', long)]
@@ -218,22 +218,6 @@ fn nodes_cell(nodes: &BTreeMap<u32, u64>, out: &mut String) {
         }
         let _ = write!(out, "{n}:{c}");
     }
-}
-
-/// Parses `OFF:LEN` (sizes with optional K/M/G/T suffix; an empty LEN means to the end).
-pub(crate) fn parse_range(s: &str) -> Result<(u64, u64), String> {
-    let (o, l) = s
-        .split_once(':')
-        .ok_or_else(|| format!("range {s:?} is not OFF:LEN (e.g. 1G:64M)"))?;
-    let off = numaio_sys::topology::parse_size(o)
-        .ok_or_else(|| format!("bad offset {o:?} in range {s:?}"))?;
-    let len = if l.trim().is_empty() {
-        u64::MAX
-    } else {
-        numaio_sys::topology::parse_size(l)
-            .ok_or_else(|| format!("bad length {l:?} in range {s:?}"))?
-    };
-    Ok((off, len))
 }
 
 /// `auto` or a cell size from 1 byte to 1 TiB.
@@ -538,14 +522,5 @@ mod tests {
         let out = t.row(&r);
         assert_eq!(out.lines().count(), 1, "{out}");
         assert!(out.starts_with("$'/d/a\\n/fake: 0 B\\033[2J' "), "{out}");
-    }
-
-    #[test]
-    fn ranges_parse() {
-        assert_eq!(parse_range("1M:4K"), Ok((1 << 20, 4096)));
-        assert_eq!(parse_range("0:"), Ok((0, u64::MAX)));
-        assert!(parse_range("12").is_err());
-        assert!(parse_range("x:1").is_err());
-        assert!(parse_range("1:y").is_err());
     }
 }

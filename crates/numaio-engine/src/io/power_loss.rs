@@ -49,6 +49,7 @@
 //! ```
 
 use crate::io::{Backend, IoKind, IoQueue, IoRequest};
+use numaio_testkit::power_cut::{CutCounts, CutRule, Rng, Volatile};
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::io;
@@ -125,19 +126,13 @@ pub struct CutReport {
     pub torn_writes: u64,
 }
 
-/// One completed but unsynced write.
-struct Volatile {
-    off: u64,
-    data: Vec<u8>,
-}
-
 /// The model of one file.
 struct FileModel {
     /// Our own descriptor (not the engine's, which may be O_DIRECT or closed at the cut).
     fd: OwnedFd,
     path: PathBuf,
-    durable: Vec<u8>,
-    volatile: Vec<Volatile>,
+    /// Its durable image and the writes completed since its last sync.
+    image: Volatile,
     /// Completed syncs of this file (to spot writes that straddle one).
     syncs: u64,
     /// Writes in flight: (id, start, end).
@@ -240,31 +235,6 @@ fn write_all(fd: RawFd, data: &[u8]) -> io::Result<()> {
     borrowed(fd).write_all_at(data, 0)
 }
 
-/// Small deterministic generator for the cut's choices (splitmix64).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn chance(&mut self, p: f64) -> bool {
-        p > 0.0 && ((self.next() >> 11) as f64 / (1u64 << 53) as f64) < p
-    }
-}
-
-/// Copies `data` into `image` at `off`, growing it with zeros as needed.
-fn apply(image: &mut Vec<u8>, off: u64, data: &[u8]) {
-    let end = off as usize + data.len();
-    if image.len() < end {
-        image.resize(end, 0);
-    }
-    image[off as usize..end].copy_from_slice(data);
-}
-
 impl PowerLossControl {
     /// The model of the file behind `fd`, tracking it from now on if it is new.
     fn model(
@@ -305,8 +275,7 @@ impl PowerLossControl {
             v.insert(FileModel {
                 fd: own,
                 path,
-                durable,
-                volatile: Vec::new(),
+                image: Volatile::new(durable),
                 syncs: 0,
                 in_flight: Vec::new(),
             });
@@ -351,49 +320,19 @@ impl PowerLossControl {
         }
         *cut = true;
         let mut rng = Rng(self.opts.seed ^ 0x5EED_0FC0_FFEE);
-        let sector = self.opts.sector.max(1);
+        let rule = CutRule {
+            keep_unsynced: self.opts.keep_unsynced,
+            torn: self.opts.torn,
+            sector: self.opts.sector as u64,
+        };
+        let mut counts = CutCounts::default();
         let mut files = self.files.lock();
         // Same seed, same choices: visit files in a fixed order.
         let mut keys: Vec<FileKey> = files.keys().copied().collect();
         keys.sort_unstable();
         for key in keys {
             let m = files.get_mut(&key).expect("key from the map");
-            let mut image = std::mem::take(&mut m.durable);
-            for w in m.volatile.drain(..) {
-                if !rng.chance(self.opts.keep_unsynced) {
-                    report.dropped_writes += 1;
-                    continue;
-                }
-                if !self.opts.torn {
-                    apply(&mut image, w.off, &w.data);
-                    report.kept_writes += 1;
-                    continue;
-                }
-                // Sectors are aligned to the file, not to the write.
-                let (start, end) = (w.off, w.off + w.data.len() as u64);
-                let mut s = start - start % sector as u64;
-                let mut kept = 0;
-                let mut total = 0;
-                while s < end {
-                    let a = s.max(start);
-                    let b = (s + sector as u64).min(end);
-                    total += 1;
-                    if rng.chance(0.5) {
-                        kept += 1;
-                        apply(
-                            &mut image,
-                            a,
-                            &w.data[(a - start) as usize..(b - start) as usize],
-                        );
-                    }
-                    s += sector as u64;
-                }
-                match kept {
-                    0 => report.dropped_writes += 1,
-                    k if k == total => report.kept_writes += 1,
-                    _ => report.torn_writes += 1,
-                }
-            }
+            let image = m.image.cut(&rule, &mut rng, &mut counts);
             let fd = m.fd.as_raw_fd();
             let what = |e: io::Error, op: &str| {
                 io::Error::new(
@@ -404,14 +343,16 @@ impl PowerLossControl {
                     ),
                 )
             };
-            write_all(fd, &image).map_err(|e| what(e, "write"))?;
+            write_all(fd, image).map_err(|e| what(e, "write"))?;
             // SAFETY: ftruncate on our own descriptor.
             if unsafe { libc::ftruncate(fd, image.len() as libc::off_t) } != 0 {
                 return Err(what(io::Error::last_os_error(), "truncate"));
             }
-            m.durable = image;
             report.files += 1;
         }
+        report.kept_writes = counts.kept;
+        report.torn_writes = counts.torn;
+        report.dropped_writes = counts.dropped;
         Ok(report)
     }
 }
@@ -544,10 +485,7 @@ unsafe impl IoQueue for PowerLossQueue {
                                         m.syncs
                                     );
                                 }
-                                m.volatile.push(Volatile {
-                                    off,
-                                    data: w.copy.as_slice()[..n].to_vec(),
-                                });
+                                m.image.write(off, &w.copy.as_slice()[..n]);
                                 ctl.writes.fetch_add(1, Ordering::Relaxed);
                                 ctl.write_bytes.fetch_add(n as u64, Ordering::Relaxed);
                             }
@@ -585,11 +523,8 @@ impl Backend for PowerLossBackend {
         }
         let mut files = self.ctl.files.lock();
         let (m, st) = PowerLossControl::model(&mut files, fd)?;
-        for w in m.volatile.drain(..) {
-            apply(&mut m.durable, w.off, &w.data);
-        }
         // fdatasync makes the size durable too (it is needed to read the data back).
-        m.durable.resize(st.st_size as usize, 0);
+        m.image.sync(Some(st.st_size as u64));
         m.syncs += 1;
         if self.ctl.opts.trace {
             eprintln!(

@@ -212,24 +212,9 @@ impl StickyMap {
 }
 
 /// The NUMA node of the block device holding `path`, from sysfs (`None` when the device
-/// reports none, e.g. -1 or a virtual filesystem).
+/// reports none, e.g. -1 or a virtual filesystem); a partition's is its disk's.
 pub fn device_node_of(path: &Path) -> Option<u32> {
-    use std::os::unix::fs::MetadataExt;
-    let dev = std::fs::metadata(path).ok()?.dev();
-    let (maj, min) = (libc::major(dev), libc::minor(dev));
-    let base = PathBuf::from(format!("/sys/dev/block/{maj}:{min}"));
-    // A partition's node is its parent disk's.
-    for cand in [
-        base.join("device/numa_node"),
-        base.join("../device/numa_node"),
-    ] {
-        if let Ok(s) = std::fs::read_to_string(&cand) {
-            if let Ok(n) = s.trim().parse::<i64>() {
-                return (n >= 0).then_some(n as u32);
-            }
-        }
-    }
-    None
+    numaio_sys::blockdev::node_of_path(path)
 }
 
 /// Maps files to the node of their backing device: explicit path-prefix rules first, then

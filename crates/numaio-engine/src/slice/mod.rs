@@ -15,10 +15,9 @@
 mod writeback;
 
 pub(crate) use writeback::Claimed;
-pub use writeback::WriteBackError;
 
 use crate::arena::{Arena, PlacementCheck};
-use crate::error::EngineError;
+use crate::error::{EngineError, WriteBackError};
 use crate::hugemem::HugeArray;
 use crate::index::{self, EntryPin, Hit, Index, IndexKind};
 use crate::io::{IoPath, IoRequest, Pending};

@@ -12,13 +12,11 @@
 //!   waiting for a timeout.
 
 use super::Slice;
-use crate::error::EngineError;
+use crate::error::{EngineError, WriteBackError};
 use crate::key::{BlockKey, SlotId};
 use crate::slot::{WritebackClaim, WRITEBACK};
 use parking_lot::Mutex;
-use std::fmt;
 use std::io;
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -102,56 +100,6 @@ impl Slice {
         Ok(())
     }
 }
-
-/// A write-back failure, kept with its errno so that callers far from the device (a writer
-/// waiting for a free buffer, the next `fsync`) can tell ENOSPC from EIO.
-#[derive(Debug, Clone)]
-pub struct WriteBackError {
-    /// What failed, naming the file.
-    pub what: String,
-    /// The file whose data could not be written back, where known.
-    pub path: Option<PathBuf>,
-    /// The device's errno, if the failure came from a system call.
-    pub errno: Option<i32>,
-    pub(crate) kind: io::ErrorKind,
-    cause: String,
-}
-
-impl WriteBackError {
-    /// The `io::ErrorKind` of the failed operation.
-    pub fn kind(&self) -> io::ErrorKind {
-        self.kind
-    }
-
-    pub(crate) fn new(what: String, path: Option<&Path>, e: &io::Error) -> Self {
-        WriteBackError {
-            what,
-            path: path.map(Path::to_path_buf),
-            errno: crate::error::os_error(e),
-            kind: e.kind(),
-            cause: e.to_string(),
-        }
-    }
-    /// The same failure, explained from a caller's point of view.
-    pub(crate) fn context(&self, what: impl fmt::Display) -> Self {
-        WriteBackError {
-            what: format!("{what}: {}", self.what),
-            ..self.clone()
-        }
-    }
-    /// As an `io::Error` of the original kind; [`crate::os_error`] finds the errno again.
-    pub(crate) fn to_io(&self) -> io::Error {
-        io::Error::new(self.kind, self.clone())
-    }
-}
-
-impl fmt::Display for WriteBackError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.what, self.cause)
-    }
-}
-
-impl std::error::Error for WriteBackError {}
 
 /// The evictor's last failed write-back, with a sequence number so a stalled request can
 /// tell failures that happened while it waited, and whether it still stands (no write-back

@@ -8,14 +8,15 @@
 
 use super::{check_range, device, BlockStore, DeviceInfo, DeviceKind};
 use crate::FsError;
+use numaio_sys::readahead::Readahead;
 use parking_lot::Mutex;
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// How many reads' lengths a sequential stream is read ahead in cache-once mode.
-const READ_AHEAD_RUNS: u64 = 4;
+const READ_AHEAD_READS: u64 = 4;
 
 /// Written ranges remembered per device before the whole device is dropped at the next sync.
 const MAX_RANGES: usize = 256;
@@ -55,10 +56,8 @@ pub struct FileStore {
     read_only: bool,
     cache_once: AtomicBool,
     written: Vec<Mutex<Written>>,
-    /// Per device, where the last read ended and how far it was read ahead (cache-once
-    /// mode's own readahead).
-    read_end: Vec<AtomicU64>,
-    read_ahead: Vec<AtomicU64>,
+    /// Per device, its sequential reads in bytes (cache-once mode's own readahead).
+    read_ahead: Vec<Readahead>,
 }
 
 /// Opens one device: O_EXCL for a block device (so nothing mounts or formats it meanwhile),
@@ -136,8 +135,7 @@ impl FileStore {
             .collect::<Result<Vec<_>, _>>()?;
         Ok(FileStore {
             written: files.iter().map(|_| Mutex::default()).collect(),
-            read_end: files.iter().map(|_| AtomicU64::new(u64::MAX)).collect(),
-            read_ahead: files.iter().map(|_| AtomicU64::new(0)).collect(),
+            read_ahead: files.iter().map(|_| Readahead::new()).collect(),
             infos: devices.to_vec(),
             files,
             read_only,
@@ -149,10 +147,11 @@ impl FileStore {
     /// now on drop device pages it holds too, so the data is cached once.
     ///
     /// Also replaces the devices' own readahead (`POSIX_FADV_RANDOM`), whose pages would be a
-    /// second copy nobody drops, with one of the store's: a read that starts where the last
-    /// one on its device ended keeps the next four reads' length requested in the background
-    /// (`POSIX_FADV_WILLNEED`), which the next reads then take and drop. What is left over
-    /// when a stream ends is that stretch.
+    /// second copy nobody drops, with one of the store's (`numaio_sys::readahead`): a read
+    /// that starts where the last one on its device ended keeps up to the next four reads'
+    /// length requested in the background (`POSIX_FADV_WILLNEED`), topped up once half of it
+    /// is read, which the next reads then take and drop. What is left over when a stream
+    /// ends is that stretch.
     pub fn cache_once(&self, on: bool) -> Result<(), FsError> {
         self.cache_once.store(on, Ordering::Relaxed);
         let advice = if on {
@@ -213,16 +212,12 @@ impl BlockStore for FileStore {
             })?;
         if self.cache_once.load(Ordering::Relaxed) {
             let len = buf.len() as u64;
-            let end = offset + len;
-            let prev = self.read_end[dev as usize].swap(end, Ordering::Relaxed);
-            if prev == offset {
-                // Keep READ_AHEAD_RUNS requests' worth in flight ahead of a stream.
-                let want = (end + len * READ_AHEAD_RUNS).min(info.bytes);
-                let from = end.max(self.read_ahead[dev as usize].load(Ordering::Relaxed));
-                if want > from {
-                    self.read_ahead[dev as usize].store(want, Ordering::Relaxed);
-                    self.advise(dev, from, want - from, libc::POSIX_FADV_WILLNEED)?;
-                }
+            // Keep READ_AHEAD_READS requests' worth in flight ahead of a stream.
+            let window = len.saturating_mul(READ_AHEAD_READS);
+            let ahead =
+                self.read_ahead[dev as usize].advance(offset, offset + len, window, info.bytes);
+            if let Some(r) = ahead {
+                self.advise(dev, r.start, r.end - r.start, libc::POSIX_FADV_WILLNEED)?;
             }
         }
         Ok(())

@@ -1,13 +1,14 @@
 //! An in-memory volume that can lose power: the store of the model-based crash tests.
 //!
 //! Each device keeps its durable image (as of its last `sync`) and the writes completed
-//! since. [`MemStore::crash`] turns the volume into what a disk would hold after a power
-//! cut: the durable image, plus, depending on [`CrashMode`], none, all or a random subset of
-//! the unsynced writes (a disk may persist any of them, in any order, torn at 512-byte
-//! sectors).
+//! since, in numaio-testkit's power-cut model (the engine's power-loss backend uses the same).
+//! [`MemStore::crash`] turns the volume into what a disk would hold after a power cut: the
+//! durable image, plus, depending on [`CrashMode`], none, all or a random subset of the
+//! unsynced writes (a disk may persist any of them, in any order, torn at 512-byte sectors).
 
 use super::{BlockStore, DeviceInfo, DeviceKind};
 use crate::FsError;
+use numaio_testkit::power_cut::{CutCounts, CutRule, Rng, Volatile};
 use parking_lot::Mutex;
 
 /// What survives a crash besides the synced data.
@@ -22,10 +23,19 @@ pub enum CrashMode {
 }
 
 struct Dev {
-    durable: Vec<u8>,
+    /// What reads see: every write.
     current: Vec<u8>,
-    /// Sectors written since the last sync.
-    dirty: std::collections::BTreeSet<u64>,
+    /// What a power cut may leave.
+    model: Volatile,
+}
+
+impl Dev {
+    fn new(image: Vec<u8>) -> Dev {
+        Dev {
+            current: image.clone(),
+            model: Volatile::new(image),
+        }
+    }
 }
 
 /// In-memory devices with power-cut simulation.
@@ -33,8 +43,6 @@ pub struct MemStore {
     infos: Vec<DeviceInfo>,
     devs: Vec<Mutex<Dev>>,
 }
-
-const SECTOR: u64 = 512;
 
 impl MemStore {
     /// Zero-filled devices of `bytes` each, on the given nodes.
@@ -51,13 +59,7 @@ impl MemStore {
             .collect();
         let devs = devices
             .iter()
-            .map(|&(_, bytes)| {
-                Mutex::new(Dev {
-                    durable: vec![0; bytes as usize],
-                    current: vec![0; bytes as usize],
-                    dirty: Default::default(),
-                })
-            })
+            .map(|&(_, bytes)| Mutex::new(Dev::new(vec![0; bytes as usize])))
             .collect();
         MemStore { infos, devs }
     }
@@ -65,40 +67,19 @@ impl MemStore {
     /// A new store holding what each device would hold after a power cut now; `self` is
     /// left as it was.
     pub fn crash(&self, mode: CrashMode) -> MemStore {
-        let mut rng = match mode {
-            CrashMode::Random { seed } => seed ^ 0x9e37_79b9_7f4a_7c15,
-            _ => 0,
+        let (rule, seed) = match mode {
+            CrashMode::DropUnsynced => (CutRule::DROP_UNSYNCED, 0),
+            CrashMode::KeepAll => (CutRule::KEEP_ALL, 0),
+            CrashMode::Random { seed } => (CutRule::TORN_SECTORS, seed),
         };
+        let mut rng = Rng(seed ^ 0x9e37_79b9_7f4a_7c15);
+        let mut counts = CutCounts::default();
         let devs = self
             .devs
             .iter()
             .map(|d| {
-                let d = d.lock();
-                let mut image = d.durable.clone();
-                for &s in &d.dirty {
-                    let keep = match mode {
-                        CrashMode::DropUnsynced => false,
-                        CrashMode::KeepAll => true,
-                        CrashMode::Random { .. } => {
-                            // splitmix64
-                            rng = rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
-                            let mut z = rng;
-                            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-                            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-                            (z ^ (z >> 31)) & 1 == 1
-                        }
-                    };
-                    if keep {
-                        let a = (s * SECTOR) as usize;
-                        let b = (a + SECTOR as usize).min(image.len());
-                        image[a..b].copy_from_slice(&d.current[a..b]);
-                    }
-                }
-                Mutex::new(Dev {
-                    current: image.clone(),
-                    durable: image,
-                    dirty: Default::default(),
-                })
+                let mut model = d.lock().model.clone();
+                Mutex::new(Dev::new(model.cut(&rule, &mut rng, &mut counts).to_vec()))
             })
             .collect();
         MemStore {
@@ -142,25 +123,13 @@ impl BlockStore for MemStore {
         let d = self.dev(dev)?;
         let r = self.range(dev, offset, data.len())?;
         let mut d = d.lock();
-        d.current[r.clone()].copy_from_slice(data);
-        if !data.is_empty() {
-            let first = r.start as u64 / SECTOR;
-            let last = (r.end as u64 - 1) / SECTOR;
-            d.dirty.extend(first..=last);
-        }
+        d.current[r].copy_from_slice(data);
+        d.model.write(offset, data);
         Ok(())
     }
 
     fn sync(&self, dev: u16) -> Result<(), FsError> {
-        let d = self.dev(dev)?;
-        let mut d = d.lock();
-        let d = &mut *d;
-        for &s in &d.dirty {
-            let a = (s * SECTOR) as usize;
-            let b = (a + SECTOR as usize).min(d.current.len());
-            d.durable[a..b].copy_from_slice(&d.current[a..b]);
-        }
-        d.dirty.clear();
+        self.dev(dev)?.lock().model.sync(None);
         Ok(())
     }
 }

@@ -1,17 +1,14 @@
 //! Where a volume's blocks live: devices, each on one NUMA node.
 //!
 //! [`BlockStore`] is the one interface the file system uses to reach its devices; the
-//! implementations differ in what backs a device (a block device or file, through the numaio
-//! engine or plain positional I/O; a memory zone bound to a node; an in-memory image for
-//! tests) but not in their contract: `write_at` may be lost until `sync` of that device
+//! implementations differ in what backs a device (a block device or file through plain
+//! positional I/O; a memory zone bound to a node; an in-memory image for tests) but not in their contract: `write_at` may be lost until `sync` of that device
 //! returns, and a completed `sync` makes every write before it durable.
 
-mod engine;
 mod file;
 mod mem;
 mod zone;
 
-pub use engine::{EngineStore, EngineStoreBuilder};
 pub use file::FileStore;
 pub use mem::{CrashMode, MemStore};
 pub use zone::{ZonePlacement, ZoneSpec, ZoneStore};

@@ -5,15 +5,15 @@
 //! `numa_maps`, ...): a process exiting while one of its threads waits in `close` on a FUSE
 //! server that does not answer holds them forever. No signal or timeout ends such a read,
 //! so it runs on a reader thread and the caller waits for the answer with a deadline. Past
-//! the deadline the process is reported unresponsive ([`ProcError::Unresponsive`]) and the
+//! the deadline the process is reported unresponsive ([`ProcfsError::Unresponsive`]) and the
 //! stuck reader is abandoned: a new thread takes its place, and further reads of that pid
 //! fail at once until the stuck read returns (then its thread ends). The abandoned threads
-//! are capped; beyond the cap every read fails at once ([`ProcError::ReadersExhausted`])
+//! are capped; beyond the cap every read fails at once ([`ProcfsError::ReadersExhausted`])
 //! instead of spawning without bound. In the common case the same few threads serve every
 //! read.
 
-use crate::error::{ProcError, ProcResult};
-use crate::procfs;
+use crate::error::{ProcfsError, ProcfsResult};
+use crate::pid as procfs;
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI32, AtomicU8, Ordering};
@@ -102,7 +102,7 @@ impl Readers {
 
     /// Runs `f`, which reads `/proc/<pid>/<file>` (or several files of `pid`; `file` names
     /// the one reported), on a reader thread and waits at most `limit` for its answer.
-    pub fn run<T, F>(&self, pid: i32, file: &str, limit: Duration, f: F) -> ProcResult<T>
+    pub fn run<T, F>(&self, pid: i32, file: &str, limit: Duration, f: F) -> ProcfsResult<T>
     where
         T: Send + 'static,
         F: FnOnce() -> T + Send + 'static,
@@ -113,7 +113,7 @@ impl Readers {
         {
             let mut p = lock(&self.shared.pool);
             if let Some((_, since)) = p.stuck.get(&pid) {
-                return Err(ProcError::Unresponsive {
+                return Err(ProcfsError::Unresponsive {
                     pid,
                     path: path(),
                     why: format!(
@@ -123,13 +123,13 @@ impl Readers {
                 });
             }
             if p.abandoned >= self.shared.cap {
-                return Err(ProcError::ReadersExhausted {
+                return Err(ProcfsError::ReadersExhausted {
                     pid,
                     path: path(),
                     stuck: p.abandoned,
                 });
             }
-            self.fill(&mut p).map_err(|source| ProcError::Read {
+            self.fill(&mut p).map_err(|source| ProcfsError::Read {
                 path: path(),
                 source,
             })?;
@@ -145,10 +145,7 @@ impl Readers {
         let err = match rx.recv_timeout(limit) {
             Ok(v) => return Ok(v),
             Err(RecvTimeoutError::Disconnected) => {
-                return Err(ProcError::Invalid(format!(
-                    "reading {} failed on its reader thread",
-                    path().display()
-                )))
+                return Err(ProcfsError::ReaderFailed { path: path() })
             }
             Err(RecvTimeoutError::Timeout) => {
                 if state
@@ -175,7 +172,7 @@ impl Readers {
         // The answer may have arrived between the timeout and the state change.
         match rx.try_recv() {
             Ok(v) => Ok(v),
-            Err(_) => Err(ProcError::Unresponsive {
+            Err(_) => Err(ProcfsError::Unresponsive {
                 pid,
                 path: path(),
                 why: if err.is_empty() {
@@ -197,14 +194,14 @@ impl Readers {
         file: &str,
         limit: Duration,
         f: F,
-    ) -> Vec<ProcResult<T>>
+    ) -> Vec<ProcfsResult<T>>
     where
         T: Send + 'static,
         F: Fn(i32) -> T + Send + Sync + 'static,
     {
         let f = Arc::new(f);
         let path = |pid: i32| PathBuf::from(format!("/proc/{pid}/{file}"));
-        let mut out: Vec<Option<ProcResult<T>>> = (0..pids.len()).map(|_| None).collect();
+        let mut out: Vec<Option<ProcfsResult<T>>> = (0..pids.len()).map(|_| None).collect();
         let mut todo: Vec<usize> = (0..pids.len()).collect();
         while !todo.is_empty() {
             let (tx, rx) = std::sync::mpsc::channel::<(usize, T)>();
@@ -216,7 +213,7 @@ impl Readers {
                 for &i in &todo {
                     let pid = pids[i];
                     if let Some((_, since)) = p.stuck.get(&pid) {
-                        out[i] = Some(Err(ProcError::Unresponsive {
+                        out[i] = Some(Err(ProcfsError::Unresponsive {
                             pid,
                             path: path(pid),
                             why: format!(
@@ -225,7 +222,7 @@ impl Readers {
                             ),
                         }));
                     } else if p.abandoned >= self.shared.cap {
-                        out[i] = Some(Err(ProcError::ReadersExhausted {
+                        out[i] = Some(Err(ProcfsError::ReadersExhausted {
                             pid,
                             path: path(pid),
                             stuck: p.abandoned,
@@ -239,7 +236,7 @@ impl Readers {
                 }
                 if let Err(e) = self.fill(&mut p) {
                     for &i in &batch {
-                        out[i] = Some(Err(ProcError::Read {
+                        out[i] = Some(Err(ProcfsError::Read {
                             path: path(pids[i]),
                             source: std::io::Error::new(e.kind(), e.to_string()),
                         }));
@@ -309,7 +306,7 @@ impl Readers {
                                 }
                                 if pids[i] == stuck && !blamed {
                                     blamed = true;
-                                    out[i] = Some(Err(ProcError::Unresponsive {
+                                    out[i] = Some(Err(ProcfsError::Unresponsive {
                                         pid: stuck,
                                         path: path(stuck),
                                         why: format!("no answer within {} ms", limit.as_millis()),
@@ -328,7 +325,7 @@ impl Readers {
                         };
                         for &i in &batch {
                             if out[i].is_none() {
-                                out[i] = Some(Err(ProcError::Unresponsive {
+                                out[i] = Some(Err(ProcfsError::Unresponsive {
                                     pid: pids[i],
                                     path: path(pids[i]),
                                     why: why.clone().unwrap_or_default(),
@@ -343,12 +340,7 @@ impl Readers {
         out.into_iter()
             .zip(pids)
             .map(|(o, &pid)| {
-                o.unwrap_or_else(|| {
-                    Err(ProcError::Invalid(format!(
-                        "reading {} failed on its reader thread",
-                        path(pid).display()
-                    )))
-                })
+                o.unwrap_or_else(|| Err(ProcfsError::ReaderFailed { path: path(pid) }))
             })
             .collect()
     }
@@ -374,18 +366,18 @@ impl Readers {
     }
 
     /// Reads `/proc/<pid>/<name>` as text.
-    pub fn read(&self, pid: i32, name: &str, limit: Duration) -> ProcResult<String> {
+    pub fn read(&self, pid: i32, name: &str, limit: Duration) -> ProcfsResult<String> {
         let n = name.to_string();
         self.run(pid, name, limit, move || procfs::read_proc(pid, &n))?
     }
 
     /// Reads and parses `/proc/<pid>/stat`.
-    pub fn read_stat(&self, pid: i32, limit: Duration) -> ProcResult<procfs::Stat> {
+    pub fn read_stat(&self, pid: i32, limit: Duration) -> ProcfsResult<procfs::Stat> {
         self.run(pid, "stat", limit, move || procfs::read_stat(pid))?
     }
 
     /// Reads and parses `/proc/<pid>/status`.
-    pub fn read_status(&self, pid: i32, limit: Duration) -> ProcResult<procfs::Status> {
+    pub fn read_status(&self, pid: i32, limit: Duration) -> ProcfsResult<procfs::Status> {
         self.run(pid, "status", limit, move || procfs::read_status(pid))?
     }
 
@@ -515,7 +507,7 @@ mod tests {
         // Errors are the direct read's errors.
         assert!(matches!(
             r.read_stat(i32::MAX, Duration::from_secs(5)),
-            Err(ProcError::Gone { .. })
+            Err(ProcfsError::Gone { .. })
         ));
     }
 
@@ -609,7 +601,7 @@ mod tests {
         for _ in 0..10 {
             let e = r.read(2000, "status", limit).unwrap_err();
             assert!(
-                matches!(e, ProcError::ReadersExhausted { pid: 2000, .. }),
+                matches!(e, ProcfsError::ReadersExhausted { pid: 2000, .. }),
                 "{e}"
             );
             assert!(e.to_string().contains("/proc/2000/status"), "{e}");

@@ -1,16 +1,16 @@
-//! The devices through the numaio engine: one cache slice per volume node, and every block of
-//! a device cached in the slice of the device's node (JeriCache: cached data lives where its
-//! device is).
+//! A `BlockStore` through the numaio engine: one cache slice per volume node, and every block
+//! of a device cached in the slice of the device's node (JeriCache: cached data lives where
+//! its device is). The file system does not serve from it; the contract test runs it to hold
+//! the engine to the store's durability promise, over the engine's power-loss backend too.
 
-use super::{check_range, device, BlockStore, DeviceInfo, DeviceKind};
-use crate::FsError;
 use numaio_engine::{
     AccessCtx, Backend, Engine, EngineError, FileHandle, FileId, OpenOptions, Placement,
 };
+use numaio_fs::store::{BlockStore, DeviceInfo, FileStore};
+use numaio_fs::{FsError, BLOCK_SIZE};
 use numaio_sys::Topology;
 use parking_lot::RwLock;
 use std::collections::HashMap;
-use std::fs::File;
 use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -45,8 +45,6 @@ pub struct EngineStoreBuilder {
     cache_bytes: u64,
     backend: Option<Arc<dyn Backend>>,
     topology: Option<Topology>,
-    read_only: bool,
-    direct_io: bool,
     bind: bool,
 }
 
@@ -65,16 +63,6 @@ impl EngineStoreBuilder {
     /// The topology to build slices on instead of the detected one.
     pub fn with_topology(mut self, topo: Topology) -> Self {
         self.topology = Some(topo);
-        self
-    }
-    /// Refuse writes (default: read-write).
-    pub fn with_read_only(mut self, on: bool) -> Self {
-        self.read_only = on;
-        self
-    }
-    /// O_DIRECT device I/O (default on; falls back to buffered per device when refused).
-    pub fn with_direct_io(mut self, on: bool) -> Self {
-        self.direct_io = on;
         self
     }
 
@@ -97,13 +85,9 @@ impl EngineStoreBuilder {
         nodes.dedup();
         // Checks kind and size, and holds block devices exclusively while the store lives
         // (the engine's own descriptors cannot carry O_EXCL).
-        let mut guards = Vec::new();
+        let guard = FileStore::open(&self.devices, false)?;
         let mut slice_of_path = HashMap::new();
         for d in &self.devices {
-            let f = super::file::open_device(d, self.read_only)?;
-            if d.kind == DeviceKind::BlockDevice {
-                guards.push(f);
-            }
             let canon = std::fs::canonicalize(&d.path)
                 .map_err(|e| FsError::io(&d.path, "resolving the device path", e))?;
             let slice = nodes.binary_search(&d.node).unwrap_or(0);
@@ -119,11 +103,11 @@ impl EngineStoreBuilder {
             slice_of_file: RwLock::new(HashMap::new()),
         });
         let mut b = Engine::builder()
-            .with_block_size(crate::BLOCK_SIZE as usize)
+            .with_block_size(BLOCK_SIZE as usize)
             .with_cache_bytes(self.cache_bytes)
             .with_slice_nodes(nodes.clone())
             .with_placement(placement)
-            .with_direct_io(self.direct_io)
+            .with_direct_io(true)
             .with_bind_memory(self.bind)
             .with_pin_threads(self.bind);
         if let Some(be) = self.backend {
@@ -137,13 +121,9 @@ impl EngineStoreBuilder {
                 "starting the cache engine with one slice on each of nodes {nodes:?}: {e}"
             ))
         })?;
-        let opts = if self.read_only {
-            OpenOptions::read_only()
-        } else {
-            OpenOptions {
-                write: true,
-                create: false,
-            }
+        let opts = OpenOptions {
+            write: true,
+            create: false,
         };
         let mut handles = Vec::with_capacity(self.devices.len());
         for d in &self.devices {
@@ -155,9 +135,8 @@ impl EngineStoreBuilder {
         Ok(EngineStore {
             handles,
             engine,
-            _guards: guards,
+            _guard: guard,
             infos: self.devices,
-            read_only: self.read_only,
         })
     }
 }
@@ -167,9 +146,8 @@ pub struct EngineStore {
     // Handles go before the engine: dropping the engine writes back what they left dirty.
     handles: Vec<FileHandle>,
     engine: Engine,
-    _guards: Vec<File>,
+    _guard: FileStore,
     infos: Vec<DeviceInfo>,
-    read_only: bool,
 }
 
 fn engine_error(d: &DeviceInfo, what: impl Into<String>, e: EngineError) -> FsError {
@@ -185,8 +163,6 @@ impl EngineStore {
             cache_bytes: 256 << 20,
             backend: None,
             topology: None,
-            read_only: false,
-            direct_io: true,
             bind: true,
         }
     }
@@ -244,13 +220,6 @@ impl BlockStore for EngineStore {
                 data.len()
             )
         };
-        if self.read_only {
-            return Err(FsError::io(
-                &info.path,
-                format!("{}: the volume is open read-only", what()),
-                io::Error::from_raw_os_error(libc::EROFS),
-            ));
-        }
         check_range(info, "write", offset, data.len())?;
         let n = self.handles[dev as usize]
             .pwrite(data, offset)
@@ -267,11 +236,33 @@ impl BlockStore for EngineStore {
 
     fn sync(&self, dev: u16) -> Result<(), FsError> {
         let info = device(&self.infos, dev)?;
-        if self.read_only {
-            return Ok(());
-        }
         self.handles[dev as usize]
             .fsync()
             .map_err(|e| engine_error(info, "fsync through the cache", e))
+    }
+}
+
+/// The device `dev` of `infos`, or an error saying the volume has no such device.
+fn device(infos: &[DeviceInfo], dev: u16) -> Result<&DeviceInfo, FsError> {
+    infos.get(dev as usize).ok_or_else(|| {
+        FsError::Invalid(format!(
+            "no device {dev} in this volume (it has {})",
+            infos.len()
+        ))
+    })
+}
+
+/// Checks that `len` bytes at `offset` lie inside `info`, as every store does.
+fn check_range(info: &DeviceInfo, what: &str, offset: u64, len: usize) -> Result<(), FsError> {
+    match offset.checked_add(len as u64) {
+        Some(end) if end <= info.bytes => Ok(()),
+        _ => Err(FsError::io(
+            &info.path,
+            format!(
+                "{what} of {len} bytes at {offset} past the end ({} bytes)",
+                info.bytes
+            ),
+            io::Error::from_raw_os_error(libc::EIO),
+        )),
     }
 }

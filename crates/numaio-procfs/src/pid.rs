@@ -1,10 +1,10 @@
 //! Parsers and readers for the `/proc/PID/...` files numaio looks at.
 //!
 //! Parsers are pure functions over text so they are tested with fixtures; the readers wrap
-//! them and turn "the process is gone" (`ENOENT`/`ESRCH`) into [`ProcError::Gone`], because
+//! them and turn "the process is gone" (`ENOENT`/`ESRCH`) into [`ProcfsError::Gone`], because
 //! a process may exit between any two reads and callers treat that as normal.
 
-use crate::error::{ProcError, ProcResult};
+use crate::error::{ProcfsError, ProcfsResult};
 use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -264,49 +264,49 @@ fn is_gone(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ESRCH))
 }
 
-/// Reads `/proc/<pid>/<name>`, mapping a vanished process to [`ProcError::Gone`].
-pub fn read_proc(pid: i32, name: &str) -> ProcResult<String> {
+/// Reads `/proc/<pid>/<name>`, mapping a vanished process to [`ProcfsError::Gone`].
+pub fn read_proc(pid: i32, name: &str) -> ProcfsResult<String> {
     let path = PathBuf::from(format!("/proc/{pid}/{name}"));
     std::fs::read_to_string(&path).map_err(|e| classify(pid, path, e))
 }
 
-pub(crate) fn classify(pid: i32, path: PathBuf, e: io::Error) -> ProcError {
+pub(crate) fn classify(pid: i32, path: PathBuf, e: io::Error) -> ProcfsError {
     if is_gone(&e) {
-        ProcError::Gone { pid }
+        ProcfsError::Gone { pid }
     } else if e.kind() == io::ErrorKind::PermissionDenied {
-        ProcError::Permission { pid, path }
+        ProcfsError::Permission { pid, path }
     } else {
-        ProcError::Read { path, source: e }
+        ProcfsError::Read { path, source: e }
     }
 }
 
-pub fn read_stat(pid: i32) -> ProcResult<Stat> {
+pub fn read_stat(pid: i32) -> ProcfsResult<Stat> {
     let text = read_proc(pid, "stat")?;
-    parse_stat(&text).ok_or_else(|| ProcError::Parse {
+    parse_stat(&text).ok_or_else(|| ProcfsError::Parse {
         path: PathBuf::from(format!("/proc/{pid}/stat")),
         what: "unexpected format".into(),
     })
 }
 
-pub fn read_status(pid: i32) -> ProcResult<Status> {
+pub fn read_status(pid: i32) -> ProcfsResult<Status> {
     Ok(parse_status(&read_proc(pid, "status")?))
 }
 
-pub fn read_io(pid: i32) -> ProcResult<Io> {
+pub fn read_io(pid: i32) -> ProcfsResult<Io> {
     Ok(parse_io(&read_proc(pid, "io")?))
 }
 
 /// All numeric entries of `/proc` (process ids), sorted.
-pub fn list_pids() -> ProcResult<Vec<i32>> {
+pub fn list_pids() -> ProcfsResult<Vec<i32>> {
     list_numeric(Path::new("/proc"), 0)
 }
 
 /// The thread ids of `pid`.
-pub fn list_tids(pid: i32) -> ProcResult<Vec<i32>> {
+pub fn list_tids(pid: i32) -> ProcfsResult<Vec<i32>> {
     list_numeric(Path::new(&format!("/proc/{pid}/task")), pid)
 }
 
-fn list_numeric(dir: &Path, pid: i32) -> ProcResult<Vec<i32>> {
+fn list_numeric(dir: &Path, pid: i32) -> ProcfsResult<Vec<i32>> {
     let rd = std::fs::read_dir(dir).map_err(|e| classify(pid, dir.to_path_buf(), e))?;
     let mut v: Vec<i32> = rd
         .filter_map(|e| e.ok())
@@ -317,7 +317,7 @@ fn list_numeric(dir: &Path, pid: i32) -> ProcResult<Vec<i32>> {
 }
 
 /// The CPU each thread of `pid` last ran on (threads that exit meanwhile are skipped).
-pub fn thread_processors(pid: i32) -> ProcResult<Vec<(i32, u32)>> {
+pub fn thread_processors(pid: i32) -> ProcfsResult<Vec<(i32, u32)>> {
     let mut out = Vec::new();
     for tid in list_tids(pid)? {
         if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")) {
@@ -367,7 +367,7 @@ pub struct OpenFd {
 }
 
 /// The regular files `pid` has open (sockets, pipes, devices and deleted files skipped).
-pub fn open_files(pid: i32) -> ProcResult<Vec<OpenFd>> {
+pub fn open_files(pid: i32) -> ProcfsResult<Vec<OpenFd>> {
     use std::os::unix::fs::MetadataExt;
     let dir = PathBuf::from(format!("/proc/{pid}/fd"));
     let rd = std::fs::read_dir(&dir).map_err(|e| classify(pid, dir.clone(), e))?;
@@ -421,7 +421,7 @@ pub struct MappedFile {
 
 /// The data files mapped by `pid`. `same_ns` says whether the process shares our mount
 /// namespace (`None`: unknown, treated as not).
-pub fn mapped_files(pid: i32, same_ns: Option<bool>) -> ProcResult<Vec<MappedFile>> {
+pub fn mapped_files(pid: i32, same_ns: Option<bool>) -> ProcfsResult<Vec<MappedFile>> {
     let maps = parse_maps_files(&read_proc(pid, "maps")?);
     Ok(maps
         .into_iter()
@@ -476,7 +476,7 @@ fn resolve_mapping(pid: i32, m: MapsFile, same_ns: bool) -> MappedFile {
 }
 
 /// Bytes of the process's memory on each node.
-pub fn memory_per_node(pid: i32) -> ProcResult<BTreeMap<u32, u64>> {
+pub fn memory_per_node(pid: i32) -> ProcfsResult<BTreeMap<u32, u64>> {
     Ok(parse_numa_maps(&read_proc(pid, "numa_maps")?))
 }
 
@@ -663,7 +663,7 @@ mod tests {
         assert_eq!(o.handle, PathBuf::from(format!("/proc/{me}/fd/{}", o.fd)));
         assert_eq!(mount_ns(me), own_mount_ns());
         assert!(own_mount_ns().is_some());
-        assert!(matches!(read_stat(i32::MAX), Err(ProcError::Gone { .. })));
+        assert!(matches!(read_stat(i32::MAX), Err(ProcfsError::Gone { .. })));
     }
 
     /// A mapped file resolves to a handle that opens the mapped inode, by map_files or
