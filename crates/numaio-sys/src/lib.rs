@@ -16,7 +16,8 @@
 //! * **Where is a device?** [`blockdev`] reads a block device's NUMA node and queue limits
 //!   from sysfs (a partition's are its disk's); [`mountinfo`] parses the mount table.
 //! * **What to read ahead?** [`readahead::Readahead`] detects a sequential reader and keeps
-//!   a window requested ahead of it, for every cache above.
+//!   a window requested ahead of it, for every cache above; [`readahead::Streams`] follows
+//!   several such readers of one device.
 //!
 //! Node masks ([`NodeMask`]) are sized from the kernel's *possible* nodes, not fixed at 64,
 //! because the kernel rejects masks shorter than `nr_node_ids` with `EINVAL`.

@@ -52,6 +52,40 @@ impl Readahead {
     }
 }
 
+/// Several streams over one range of units (a device read by many files at once): a read
+/// continues the stream whose last read ended where it starts, or starts a new one in the
+/// slot used longest ago. One [`Readahead`] alone would see interleaved streams as jumps and
+/// read ahead for none of them.
+#[derive(Debug)]
+pub struct Streams {
+    slots: Box<[Readahead]>,
+    /// The slot the next new stream takes (round robin: the oldest start).
+    victim: AtomicU64,
+}
+
+impl Streams {
+    /// Room for `streams` concurrent streams (at least one).
+    pub fn new(streams: usize) -> Streams {
+        Streams {
+            slots: (0..streams.max(1)).map(|_| Readahead::new()).collect(),
+            victim: AtomicU64::new(0),
+        }
+    }
+
+    /// [`Readahead::advance`] on the stream `start..end` continues, or on a new one.
+    pub fn advance(&self, start: u64, end: u64, window: u64, limit: u64) -> Option<Range<u64>> {
+        let slot = self
+            .slots
+            .iter()
+            .find(|r| r.next.load(Ordering::Relaxed) == start)
+            .unwrap_or_else(|| {
+                let i = self.victim.fetch_add(1, Ordering::Relaxed) % self.slots.len() as u64;
+                &self.slots[i as usize]
+            });
+        slot.advance(start, end, window, limit)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,5 +127,38 @@ mod tests {
             r.advance(u64::MAX - 4, u64::MAX - 2, 16, u64::MAX),
             Some(u64::MAX - 2..u64::MAX)
         );
+    }
+
+    #[test]
+    fn interleaved_streams_each_keep_their_window() {
+        let s = Streams::new(4);
+        // Three readers of one device, their reads interleaved.
+        for base in [0u64, 1000, 2000] {
+            assert_eq!(s.advance(base, base + 4, 8, 10_000), None);
+        }
+        for base in [0u64, 1000, 2000] {
+            assert_eq!(
+                s.advance(base + 4, base + 8, 8, 10_000),
+                Some(base + 8..base + 16)
+            );
+        }
+        // One slot alone sees only jumps.
+        let one = Streams::new(1);
+        one.advance(0, 4, 8, 10_000);
+        one.advance(1000, 1004, 8, 10_000);
+        assert_eq!(one.advance(4, 8, 8, 10_000), None);
+    }
+
+    #[test]
+    fn more_streams_than_slots_replace_the_oldest() {
+        let s = Streams::new(2);
+        s.advance(0, 4, 8, 10_000);
+        s.advance(100, 104, 8, 10_000);
+        // A third stream takes the first one's slot.
+        s.advance(200, 204, 8, 10_000);
+        assert_eq!(s.advance(204, 208, 8, 10_000), Some(208..216));
+        assert_eq!(s.advance(104, 108, 8, 10_000), Some(108..116));
+        // The first stream lost its slot: its next read starts over.
+        assert_eq!(s.advance(4, 8, 8, 10_000), None);
     }
 }

@@ -8,7 +8,7 @@
 
 use super::{check_range, device, BlockStore, DeviceInfo, DeviceKind};
 use crate::FsError;
-use numaio_sys::readahead::Readahead;
+use numaio_sys::readahead::Streams;
 use parking_lot::Mutex;
 use std::fs::File;
 use std::os::fd::AsRawFd;
@@ -17,6 +17,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 /// How many reads' lengths a sequential stream is read ahead in cache-once mode.
 const READ_AHEAD_READS: u64 = 4;
+/// Sequential streams followed per device: files read side by side, each its own stream.
+const READ_STREAMS: usize = 16;
 
 /// Written ranges remembered per device before the whole device is dropped at the next sync.
 const MAX_RANGES: usize = 256;
@@ -56,8 +58,9 @@ pub struct FileStore {
     read_only: bool,
     cache_once: AtomicBool,
     written: Vec<Mutex<Written>>,
-    /// Per device, its sequential reads in bytes (cache-once mode's own readahead).
-    read_ahead: Vec<Readahead>,
+    /// Per device, its sequential readers' streams in bytes (cache-once mode's own
+    /// readahead): files read side by side each keep a stream.
+    read_ahead: Vec<Streams>,
 }
 
 /// Opens one device: O_EXCL for a block device (so nothing mounts or formats it meanwhile),
@@ -135,7 +138,7 @@ impl FileStore {
             .collect::<Result<Vec<_>, _>>()?;
         Ok(FileStore {
             written: files.iter().map(|_| Mutex::default()).collect(),
-            read_ahead: files.iter().map(|_| Readahead::new()).collect(),
+            read_ahead: files.iter().map(|_| Streams::new(READ_STREAMS)).collect(),
             infos: devices.to_vec(),
             files,
             read_only,
@@ -148,7 +151,8 @@ impl FileStore {
     ///
     /// Also replaces the devices' own readahead (`POSIX_FADV_RANDOM`), whose pages would be a
     /// second copy nobody drops, with one of the store's (`numaio_sys::readahead`): a read
-    /// that starts where the last one on its device ended keeps up to the next four reads'
+    /// that starts where an earlier one on its device ended (one of up to [`READ_STREAMS`]
+    /// streams per device, so files read side by side each keep theirs) keeps up to the next four reads'
     /// length requested in the background (`POSIX_FADV_WILLNEED`), topped up once half of it
     /// is read, which the next reads then take and drop. What is left over when a stream
     /// ends is that stretch.
