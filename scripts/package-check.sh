@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The engine as an embedder gets it: packages every library crate (`cargo package`, which
-# builds each packaged library against the others' packages), builds numaio-engine's
-# packaged tests against the packages, then
+# The engine as an embedder gets it: packages every library crate (`cargo package`), builds
+# every packaged library against the others' packages, builds numaio-engine's packaged tests
+# against the packages, then
 # builds and runs a small program in a new crate outside the workspace that depends on the
 # unpacked packages only: opens a file, writes, reads back, closes, and checks the bytes.
 # Exit 0 when all of that worked.
@@ -11,11 +11,14 @@ cd "$(dirname "$0")/.."
 say() { printf '[package-check] %s\n' "$*"; }
 
 target="${CARGO_TARGET_DIR:-$PWD/target}"
-# Every library crate packages and its package builds (cargo package verifies each against
-# the others' packages); the binaries (numaio, numaio-lab) are not published.
+# Every library crate packages and its package builds against the others' packages; the
+# binaries (numaio, numaio-lab) are not published. Not `cargo package`'s own verification:
+# it builds against a temporary registry, and cargo takes registry crates as immutable, so
+# in a reused target directory it links a build of an earlier run's package of the same
+# version. The packages unpacked below are path dependencies, rebuilt from what they hold.
 libs=(numaio-testkit numaio-sys numaio-numa numaio-procfs numaio-engine numaio-proc numaio-pagecache numaio-model numaio-cli-support numaio-fs numaio-fuse)
 say "cargo package ${libs[*]}"
-cargo package --quiet --allow-dirty "${libs[@]/#/-p}"
+cargo package --quiet --allow-dirty --no-verify "${libs[@]/#/-p}"
 version="$(cargo pkgid -p numaio-engine | sed 's/.*[#@]//')"
 sys_version="$(cargo pkgid -p numaio-sys | sed 's/.*[#@]//')"
 kit_version="$(cargo pkgid -p numaio-testkit | sed 's/.*[#@]//')"
@@ -38,8 +41,22 @@ tar -xzf "$pkg/numaio-engine-$version.crate" -C "$work"
 tar -xzf "$pkg/numaio-sys-$sys_version.crate" -C "$work"
 tar -xzf "$pkg/numaio-testkit-$kit_version.crate" -C "$work"
 tar -xzf "$pkg/numaio-numa-$numa_version.crate" -C "$work"
-# The packaged tests build against the other packages (cargo package itself builds the
-# libraries only).
+# Every library as its package, against the others' packages.
+patches=()
+deps=""
+for l in "${libs[@]}"; do
+    v="$(cargo pkgid -p "$l" | sed 's/.*[#@]//')"
+    [ -f "$pkg/$l-$v.crate" ] || { echo "[package-check] ERROR: $pkg/$l-$v.crate was not made" >&2; exit 1; }
+    [ -d "$work/$l-$v" ] || tar -xzf "$pkg/$l-$v.crate" -C "$work"
+    patches+=(--config "patch.crates-io.$l.path=\"$work/$l-$v\"")
+    deps+="$l = { path = \"../$l-$v\" }"$'\n'
+done
+mkdir -p "$work/all/src"
+printf '[package]\nname = "all-packages"\nversion = "0.0.0"\nedition = "2021"\npublish = false\n\n[dependencies]\n%s\n[workspace]\n' "$deps" > "$work/all/Cargo.toml"
+: > "$work/all/src/lib.rs"
+say "building every packaged library against the others' packages"
+CARGO_TARGET_DIR="$target" cargo build --quiet --manifest-path "$work/all/Cargo.toml" "${patches[@]}"
+# The engine's packaged tests build against the other packages.
 say "building numaio-engine's packaged tests"
 CARGO_TARGET_DIR="$target" cargo test --quiet --no-run --manifest-path "$work/numaio-engine-$version/Cargo.toml" \
     --config "patch.crates-io.numaio-sys.path=\"$work/numaio-sys-$sys_version\"" \

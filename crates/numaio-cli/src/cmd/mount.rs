@@ -445,6 +445,12 @@ pub fn run(a: MountArgs) -> anyhow::Result<ExitCode> {
     if let Some(mode) = a.move_work {
         cfg = cfg.with_move_work(mode, a.move_work_override);
     }
+    // Handlers before the mount: whoever started us may signal as soon as the readiness
+    // line is out, and the default action would leave the mount behind without a server.
+    let term = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, term.clone()).context("installing signal handlers")?;
+    }
     let m = numaio_fuse::mount(fs, mp, &cfg).map_err(|e| match e {
         numaio_fuse::MountError::UringRefused { .. }
         | numaio_fuse::MountError::UringStart { .. }
@@ -478,10 +484,6 @@ pub fn run(a: MountArgs) -> anyhow::Result<ExitCode> {
         )?;
     }
     crate::output::flush_out()?;
-    let term = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        signal_hook::flag::register(sig, term.clone()).context("installing signal handlers")?;
-    }
     // Serve until a signal asks to stop or the mount goes away (`numaio umount`, umount(8)).
     while !m.is_finished() {
         if term.load(std::sync::atomic::Ordering::Relaxed) {

@@ -349,7 +349,13 @@ impl Fs {
             .and_then(|()| self.write_runs(&runs, offset, data, blank, &mut dirty));
         let mut g = self.inner.lock();
         g.data_dirty.extend(dirty);
-        r?;
+        if let Err(e) = r {
+            // The new blocks may hold part of the data or none: they go, so the file
+            // reads zeros there (a hole), never what the device held before. The gate
+            // kept any commit from taking their mapping without this.
+            g.unmap_runs(ino, &fresh)?;
+            return Err(e);
+        }
         if !unwritten.is_empty() {
             g.rec(Record::MarkWritten {
                 ino,

@@ -444,15 +444,37 @@ impl Inner {
             return Err(FsError::NoSpace);
         }
         self.reserve(200, &[ino])?;
+        // On failure partway, the runs mapped so far are unmapped again: nothing was
+        // written to them, and a mapped block reads whatever the device holds there.
+        let mut mapped = Vec::new();
         for &(l, n) in &holes {
             let mut done = 0;
             while done < n {
                 let k = (n - done).min(FILL_STEP);
-                self.reserve(k * 48 + 200, &[ino])?;
-                self.allocate(ino, l + done, k, c, unwritten)?;
+                let r = self
+                    .reserve(k * 48 + 200, &[ino])
+                    .and_then(|()| self.allocate(ino, l + done, k, c, unwritten));
+                if let Err(e) = r {
+                    self.unmap_runs(ino, &mapped)?;
+                    return Err(e);
+                }
+                mapped.push((l + done, k));
                 done += k;
             }
         }
         Ok(holes)
+    }
+
+    /// Unmaps (and frees) the runs `(first logical block, count)` of `ino`: blocks mapped
+    /// for a write that failed before their data reached the device.
+    pub(super) fn unmap_runs(&mut self, ino: u64, runs: &[(u64, u64)]) -> Result<(), FsError> {
+        for &(from, n) in runs {
+            self.rec(Record::Unmap {
+                ino,
+                from,
+                to: from + n,
+            })?;
+        }
+        Ok(())
     }
 }
