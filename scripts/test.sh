@@ -91,7 +91,10 @@ step unit     cargo test --workspace --no-fail-fast
 # Every library crate packages (cargo package builds each package against the others'), the
 # engine's packaged tests build, and a new crate depending only on the packages builds and runs.
 step package  bash scripts/package-check.sh
-step pytest   .venv/bin/python -m pytest -q -rs python/tests
+# The advisor's tests mostly wait on the subprocesses they start: they run in the background
+# beside fsconf (which mostly waits on FUSE round trips and fsync); the pytest step below
+# collects them.
+bg_start pytest .venv/bin/python -m pytest -q -rs python/tests
 # loom, ASan and fuzzing each build the engine (and more) again with their own flags in their
 # own target directories; nothing else needs those builds. They compile in the background at
 # idle priority (SCHED_IDLE: only on a core that nothing else wants) while fsconf and lab wait
@@ -123,6 +126,7 @@ else
     echo "SKIPPED: fsconf step: needs pjdfstest and fsx (NUMAIO_CONFORMANCE=1 bash scripts/setup.sh)" | tee -a "$NUMAIO_SKIP_LOG"
     [ -n "${CI:-}" ] && { names+=(fsconf); results+=(FAIL); times+=(0); }
 fi
+step pytest   bg_wait pytest
 # The lab tests are `#[ignore]`d tests of numaio-lab that the unit step already built: run those
 # binaries (`cargo test -p numaio-lab` would resolve features for numaio-lab alone and rebuild
 # about 50 units, the workspace crates and every lab test binary included).

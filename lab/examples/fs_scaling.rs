@@ -13,7 +13,7 @@
 //! kernel.
 
 use clap::Parser;
-use numaio_lab::fs_scaling::{parse_results, sanity, table, Config};
+use numaio_lab::fs_scaling::{io_profile, parse_results, sanity, table, Config};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -55,7 +55,8 @@ fn main() -> ExitCode {
     if let Some(p) = &a.render {
         return match std::fs::read_to_string(p) {
             Ok(raw) => {
-                print!("{}", table(&parse_results(&raw), &c));
+                let runs = parse_results(&raw);
+                print!("{}{}", table(&runs, &c), io_profile(&runs, &c));
                 ExitCode::SUCCESS
             }
             Err(e) => {
@@ -87,7 +88,7 @@ fn main() -> ExitCode {
         started.elapsed().as_secs_f64(),
         out.exit_code
     );
-    let mut text = head + &table(&runs, &c);
+    let mut text = head + &table(&runs, &c) + &io_profile(&runs, &c);
     for w in sanity(&runs, &c) {
         text += &format!("warning: {w}\n");
     }

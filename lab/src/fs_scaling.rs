@@ -104,10 +104,16 @@ cold() {{ # FS DIR
   if [ "$1" = numaio ]; then numaio umount /v || exit 31; numaio mount $V /v >/dev/null || exit 32; fi
   echo 3 > /proc/sys/vm/drop_caches
 }}
-one() {{ # FS ROUND ARGS...: one timed run
+st() {{ # the delayed disks' reads, writes and flushes completed (/sys/block/DEV/stat)
+  for d in dly0 dly1; do n=$(basename "$(readlink -f /dev/mapper/$d)"); awk '{{printf "%s %s %s ", $1, $5, $15}}' /sys/block/$n/stat; done
+}}
+one() {{ # FS ROUND ARGS...: one timed run, and the disk I/O it caused
   f=$1; r=$2; shift 2
+  b=$(st)
   out=$({p} "$@") || {{ echo "probe failed: $f $*"; exit 33; }}
+  a=$(st)
   echo "RESULT $f $r $out"
+  echo "IOSTAT $b $a"
 }}
 prepare() {{ # DIR
   {p} --dir $1 --workload read --threads 1 --ops {ro} --block-size {rb} --set s --prepare || exit 34
@@ -186,15 +192,64 @@ pub struct Run {
     pub workload: String,
     pub threads: usize,
     pub secs: f64,
+    /// The disk I/O the run caused, where the guest reported it.
+    pub io: Option<DiskIo>,
 }
 
-/// The `RESULT FS ROUND {json}` lines of the scenario's output.
+/// Requests the two delayed disks completed during a run (each one waited the delay):
+/// per disk (node 0's, node 1's), from the kernel's `/sys/block/DEV/stat`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DiskIo {
+    pub reads: [u64; 2],
+    pub writes: [u64; 2],
+    pub flushes: [u64; 2],
+}
+
+impl DiskIo {
+    /// From the `IOSTAT` line's twelve counters: before, then after, each as `reads writes
+    /// flushes` of disk 0 then disk 1.
+    fn parse(line: &str) -> Option<DiskIo> {
+        let v: Vec<u64> = line
+            .split_whitespace()
+            .map(|w| w.parse().ok())
+            .collect::<Option<_>>()?;
+        if v.len() != 12 {
+            return None;
+        }
+        let d = |i: usize| v[6 + i].checked_sub(v[i]);
+        Some(DiskIo {
+            reads: [d(0)?, d(3)?],
+            writes: [d(1)?, d(4)?],
+            flushes: [d(2)?, d(5)?],
+        })
+    }
+
+    /// Every delayed request of both disks.
+    pub fn total(&self) -> u64 {
+        self.reads
+            .iter()
+            .chain(&self.writes)
+            .chain(&self.flushes)
+            .sum()
+    }
+}
+
+/// The `RESULT FS ROUND {json}` lines of the scenario's output, each with the `IOSTAT`
+/// line that follows it.
 pub fn parse_results(output: &str) -> Vec<Run> {
-    output
-        .lines()
-        .filter_map(|l| {
-            let rest = l.trim().strip_prefix("RESULT ")?;
-            let mut it = rest.splitn(3, ' ');
+    let mut runs: Vec<Run> = Vec::new();
+    for l in output.lines().map(str::trim) {
+        if let Some(rest) = l.strip_prefix("IOSTAT ") {
+            if let Some(last) = runs.last_mut().filter(|r| r.io.is_none()) {
+                last.io = DiskIo::parse(rest);
+            }
+            continue;
+        }
+        let Some(rest) = l.strip_prefix("RESULT ") else {
+            continue;
+        };
+        let mut it = rest.splitn(3, ' ');
+        let run = (|| {
             let fs = it.next()?.to_string();
             let round = it.next()?.parse().ok()?;
             let j: serde_json::Value = serde_json::from_str(it.next()?).ok()?;
@@ -204,9 +259,78 @@ pub fn parse_results(output: &str) -> Vec<Run> {
                 workload: j["workload"].as_str()?.to_string(),
                 threads: j["threads"].as_u64()? as usize,
                 secs: j["secs"].as_f64()?,
+                io: None,
             })
-        })
-        .collect()
+        })();
+        runs.extend(run);
+    }
+    runs
+}
+
+/// Operations per thread of `workload`.
+fn ops_of(w: &str, c: &Config) -> usize {
+    match w {
+        "read" | "read-seq" => c.read_ops,
+        "append" => c.append_ops,
+        _ => c.create_ops,
+    }
+}
+
+/// The disk-request profile of the fsync'd workloads: per file system and thread count,
+/// the delayed requests per operation (reads, writes and flushes, each disk), medians over
+/// the rounds, and the delay chain they imply against the time measured. Where requests
+/// of different threads share a delay, time per operation is below requests x delay.
+pub fn io_profile(runs: &[Run], c: &Config) -> String {
+    let mut s = format!(
+        "disk requests per operation (medians; disk 0 / disk 1; every request waits {} ms):\n\
+         {:<16}{:<8}{:>4}{:>10}{:>14}{:>14}{:>10}{:>12}{:>10}\n",
+        c.delay_ms,
+        "workload",
+        "fs",
+        "T",
+        "reads",
+        "writes",
+        "flushes",
+        "req/op",
+        "ms/op",
+        "req-ms/op"
+    );
+    for w in ["append", "create"] {
+        for fs in ["ext4", "numaio"] {
+            for t in [1, c.threads] {
+                let sel: Vec<&Run> = runs
+                    .iter()
+                    .filter(|r| r.fs == fs && r.workload == w && r.threads == t && r.io.is_some())
+                    .collect();
+                if sel.is_empty() {
+                    continue;
+                }
+                let ops = (ops_of(w, c) * t) as f64;
+                let per = |f: &dyn Fn(&DiskIo) -> u64| {
+                    median(sel.iter().map(|r| f(&r.io.unwrap()) as f64 / ops).collect())
+                        .unwrap_or(0.0)
+                };
+                let pair = |f: &dyn Fn(&DiskIo) -> [u64; 2]| {
+                    format!("{:.1} / {:.1}", per(&|d| f(d)[0]), per(&|d| f(d)[1]))
+                };
+                let req = per(&|d| d.total());
+                let ms = median(sel.iter().map(|r| r.secs * 1000.0 / ops).collect()).unwrap_or(0.0);
+                s += &format!(
+                    "{:<16}{:<8}{:>4}{:>10}{:>14}{:>14}{:>10.2}{:>12.1}{:>10.1}\n",
+                    w,
+                    fs,
+                    t,
+                    pair(&|d| d.reads),
+                    pair(&|d| d.writes),
+                    pair(&|d| d.flushes),
+                    req,
+                    ms,
+                    req * c.delay_ms as f64
+                );
+            }
+        }
+    }
+    s
 }
 
 fn median(mut v: Vec<f64>) -> Option<f64> {
@@ -323,6 +447,7 @@ mod tests {
                    RESULT bad\n";
         let runs = parse_results(out);
         assert_eq!(runs.len(), 6);
+        assert!(runs.iter().all(|r| r.io.is_none()));
         let m = medians(&runs);
         assert!((ratio(&m, "ext4", "read", 8).unwrap() - 1.2).abs() < 1e-9);
         assert!((ratio(&m, "numaio", "read", 8).unwrap() - 6.0).abs() < 1e-9);
@@ -335,6 +460,33 @@ mod tests {
         let fast =
             parse_results("RESULT ext4 1 {\"workload\":\"read\",\"threads\":1,\"secs\":0.1}");
         assert_eq!(sanity(&fast, &c).len(), 1);
+    }
+
+    #[test]
+    fn disk_requests_attach_to_their_run_and_profile_per_operation() {
+        let out = "RESULT numaio 1 {\"workload\":\"append\",\"threads\":1,\"secs\":3.2}\n\
+                   IOSTAT 5 100 10 0 7 3 5 164 74 0 7 3\n\
+                   RESULT numaio 1 {\"workload\":\"append\",\"threads\":8,\"secs\":6.4}\n\
+                   IOSTAT 5 164 74 0 7 3 6 420 202 0 263 131\n\
+                   IOSTAT 1 2 3\n";
+        let runs = parse_results(out);
+        assert_eq!(runs.len(), 2);
+        let io = runs[0].io.unwrap();
+        assert_eq!(
+            (io.reads, io.writes, io.flushes),
+            ([0, 0], [64, 0], [64, 0])
+        );
+        let io = runs[1].io.unwrap();
+        assert_eq!((io.writes, io.flushes), ([256, 256], [128, 128]));
+        assert_eq!(io.total(), 1 + 256 + 256 + 128 + 128);
+        assert_eq!(
+            DiskIo::parse("1 2 3 4 5 6 0 0 0 0 0 0"),
+            None,
+            "counters only grow"
+        );
+        let p = io_profile(&runs, &Config::default());
+        // 32 appends: 4 requests each at 1 thread, 100 ms per append.
+        assert!(p.contains("2.0 / 0.0") && p.contains("100.0"), "{p}");
     }
 
     #[test]

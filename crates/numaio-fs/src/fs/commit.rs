@@ -84,9 +84,7 @@ impl Fs {
             if need <= self.durable_gen.load(Ordering::Acquire) {
                 let devs: BTreeSet<u16> = i.extents.values().map(|e| e.dev).collect();
                 drop(g);
-                for d in devs {
-                    self.store.sync(d)?;
-                }
+                self.sync_devices(&devs.into_iter().collect::<Vec<_>>())?;
                 self.data_only_syncs.fetch_add(1, Ordering::Relaxed);
                 return Ok(());
             }
@@ -134,10 +132,9 @@ impl shared::FsCore {
         if self.read_only {
             return Ok(());
         }
-        while let Some(&d) = g.data_dirty.first() {
-            self.store.sync(d)?;
-            g.data_dirty.remove(&d);
-        }
+        let devs: Vec<u16> = g.data_dirty.iter().copied().collect();
+        self.sync_devices(&devs)?;
+        g.data_dirty.clear();
         if !g.pending.is_empty() {
             let seq = g.journal.seq + 1;
             let payload = crate::format::encode(&g.pending);
@@ -224,9 +221,8 @@ impl shared::FsCore {
         // A checkpoint in place of the record: the data it maps goes first.
         let instead = journal_write.is_none() && checkpoint.is_some();
         let r = match (&journal_write, &checkpoint) {
-            (None, Some(c)) => devs
-                .iter()
-                .try_for_each(|&d| self.store.sync(d))
+            (None, Some(c)) => self
+                .sync_devices(&devs)
                 .and_then(|()| c.write(&*self.store)),
             (w, _) => self.write_commit(&devs, ordered, w.as_ref()),
         };
@@ -281,23 +277,49 @@ impl shared::FsCore {
         w: Option<&journal::JournalWrite>,
     ) -> Result<(), FsError> {
         let Some(w) = w else {
-            for &d in devs {
-                self.store.sync(d)?;
-            }
-            return Ok(());
+            return self.sync_devices(devs);
+        };
+        let journal = || {
+            self.store
+                .write_at(0, w.offset, &w.buf)
+                .and_then(|()| self.store.sync(0))
         };
         if ordered {
-            for &d in devs {
-                self.store.sync(d)?;
-            }
+            self.sync_devices(devs)?;
+            return journal();
         }
-        self.store.write_at(0, w.offset, &w.buf)?;
-        self.store.sync(0)?;
-        if !ordered {
-            for &d in devs.iter().filter(|&&d| d != 0) {
-                self.store.sync(d)?;
-            }
+        // Nothing in the record points at unsynced data: the record and the other devices'
+        // syncs go at once.
+        let others: Vec<u16> = devs.iter().copied().filter(|&d| d != 0).collect();
+        if others.is_empty() {
+            return journal();
         }
-        Ok(())
+        std::thread::scope(|s| {
+            let rest = s.spawn(|| self.sync_devices(&others));
+            let r = journal();
+            let rest = rest.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+            r.and(rest)
+        })
+    }
+
+    /// Syncs the devices `devs`, all at once: each device's flush waits on its own
+    /// hardware, so a commit over several nodes' devices costs one flush, not one per device.
+    pub(super) fn sync_devices(&self, devs: &[u16]) -> Result<(), FsError> {
+        match devs {
+            [] => Ok(()),
+            [d] => self.store.sync(*d),
+            [first, rest @ ..] => std::thread::scope(|s| {
+                let others: Vec<_> = rest
+                    .iter()
+                    .map(|&d| s.spawn(move || self.store.sync(d)))
+                    .collect();
+                let mut r = self.store.sync(*first);
+                for h in others {
+                    let o = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+                    r = r.and(o);
+                }
+                r
+            }),
+        }
     }
 }
