@@ -252,6 +252,10 @@ mod shared {
         pub(super) info: MountInfo,
         pub(super) header: Header,
         pub(super) inner: Mutex<Inner>,
+        /// The block allocator (`Inner::alloc` is the same one): writes take blocks from
+        /// it with `inner` released. Its locks come after all the others (see the lock
+        /// order above).
+        pub(super) alloc: Arc<Allocator>,
         /// Held while a commit is written: syncs arriving meanwhile wait here and are
         /// covered by the next single commit (group commit). Taken before `inner`, never
         /// after.
