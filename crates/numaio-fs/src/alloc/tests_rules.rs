@@ -754,3 +754,135 @@ proptest! {
         }
     }
 }
+
+/// Overlapping extents among `all`, if any (as the first pair found).
+fn overlap(all: &[Extent]) -> Option<(Extent, Extent)> {
+    let mut v = all.to_vec();
+    v.sort();
+    v.windows(2)
+        .find(|w| w[0].dev == w[1].dev && w[0].start + w[0].len > w[1].start)
+        .map(|w| (w[0], w[1]))
+}
+
+#[test]
+fn threads_on_different_and_same_nodes_never_share_a_block_and_all_is_counted() {
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+    let sizes = [600, 900, 400, 700];
+    let total: u64 = sizes.iter().sum();
+    let a = Arc::new(volume(&sizes, 64).with_prealloc(32));
+    let il = PlacementPolicy::Interleave;
+    let st = PlacementPolicy::Stripe {
+        nodes: 2,
+        chunk: 4 * BLOCK_SIZE,
+    };
+    // Eight writers: two per node (two on one node wait only for each other), each
+    // appending to files of its own, freeing some, while a ninth commits the frees.
+    let stop = Arc::new(AtomicBool::new(false));
+    let committer = {
+        let (a, stop) = (a.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                a.commit_frees();
+                std::thread::yield_now();
+            }
+        })
+    };
+    let writers: Vec<_> = (0..8u64)
+        .map(|t| {
+            let (a, il, st) = (a.clone(), il.clone(), st.clone());
+            std::thread::spawn(move || {
+                let mut rng = fastrand::Rng::with_seed(t);
+                let node = (t % 4) as u32;
+                // Per file: its next logical block and the physical block after its last.
+                let mut files: HashMap<u64, (u64, Option<(u16, u64)>)> = HashMap::new();
+                let mut live: Vec<(u64, Extent)> = Vec::new();
+                for step in 0..3000u64 {
+                    let ino = 1000 * (t + 1) + rng.u64(0..6);
+                    let policy = match step % 5 {
+                        3 => &il,
+                        4 => &st,
+                        _ => &WL,
+                    };
+                    let (next, goal) = files.get(&ino).copied().unwrap_or((0, None));
+                    let r = AllocRequest {
+                        ino,
+                        file_block: next,
+                        blocks: rng.u64(1..=24),
+                        policy,
+                        caller_node: node,
+                        home_node: None,
+                        goal,
+                    };
+                    match a.alloc(&r) {
+                        Ok(got) => {
+                            let n: u64 = got.iter().map(|x| x.extent.len).sum();
+                            assert_eq!(n, r.blocks, "all or nothing");
+                            files.insert(ino, (next + n, end_of(&got)));
+                            live.extend(got.iter().map(|x| (ino, x.extent)));
+                        }
+                        Err(FsError::NoSpace) => {}
+                        Err(e) => panic!("{e}"),
+                    }
+                    // Free about as much as is allocated, so the volume fills and empties.
+                    while live.len() > 12 || (rng.u8(0..4) == 0 && !live.is_empty()) {
+                        let (ino, e) = live.swap_remove(rng.usize(0..live.len()));
+                        a.free_checked(e).unwrap();
+                        if rng.bool() {
+                            a.release_prealloc(ino);
+                            files.remove(&ino);
+                        }
+                    }
+                }
+                live.into_iter().map(|x| x.1).collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let mut live: Vec<Extent> = writers
+        .into_iter()
+        .flat_map(|w| w.join().unwrap())
+        .collect();
+    stop.store(true, Ordering::Relaxed);
+    committer.join().unwrap();
+    a.commit_frees();
+    assert_eq!(overlap(&live), None, "two allocations share blocks");
+    assert!(live.iter().all(|e| a.is_used(e.dev, e.start)));
+    let free: u64 = a.usage().iter().map(|u| u.free_blocks).sum();
+    let used: u64 = live.iter().map(|e| e.len).sum();
+    assert_eq!(free + used, total, "free {free} + used {used}");
+    assert_eq!(a.free_blocks(), free);
+    assert_eq!(a.rejected_frees(), 0);
+
+    // Then all at once fill the volume: one-block requests fail only once no block is
+    // left anywhere, reserved ones included.
+    let fillers: Vec<_> = (0..8u64)
+        .map(|t| {
+            let a = a.clone();
+            std::thread::spawn(move || {
+                let mut got = Vec::new();
+                let mut next = 0;
+                let mut blocks = 1 + t * 3;
+                loop {
+                    let r = req(50_000 + t, next, blocks, &WL, (t % 4) as u32);
+                    match a.alloc(&r) {
+                        Ok(g) => {
+                            next += blocks;
+                            got.extend(g.iter().map(|x| x.extent));
+                        }
+                        Err(FsError::NoSpace) if blocks > 1 => blocks = 1,
+                        Err(FsError::NoSpace) => break got,
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            })
+        })
+        .collect();
+    for f in fillers {
+        live.extend(f.join().unwrap());
+    }
+    assert_eq!(overlap(&live), None, "two allocations share blocks");
+    assert_eq!(live.iter().map(|e| e.len).sum::<u64>(), total);
+    assert!(a.usage().iter().all(|u| u.free_blocks == 0));
+    assert_eq!(a.free_blocks(), 0);
+    assert_eq!(a.reserved_blocks(), 0);
+}

@@ -1,5 +1,11 @@
 use super::*;
 
+/// Runs of logical blocks: `(first, count)`.
+type Runs = Vec<(u64, u64)>;
+/// Physically contiguous runs of a file: `(first logical block, count, dev, first physical
+/// block)`.
+type PhysRuns = Vec<(u64, u64, u16, u64)>;
+
 /// Part of one block to zero in place: bytes `lo..hi` of block `block` of device `dev`.
 pub(super) struct Zero {
     dev: u16,
@@ -70,13 +76,12 @@ impl Inner {
     /// The plan of a write into `first..last` of `ino`, all mapped now: the runs of
     /// unwritten blocks it converts, and the physically contiguous runs of the range as
     /// `(first logical block, count, dev, first physical block)`.
-    #[allow(clippy::type_complexity)]
     pub(super) fn write_plan(
         &mut self,
         ino: u64,
         first: u64,
         last: u64,
-    ) -> Result<(Vec<(u64, u64)>, Vec<(u64, u64, u16, u64)>), FsError> {
+    ) -> Result<(Runs, PhysRuns), FsError> {
         let i = self.inode(ino)?;
         // Blocks first written now (new or unwritten) are written whole: zeros around the
         // data, since they must read as zeros where the write does not reach.
@@ -127,7 +132,7 @@ impl Fs {
         to: u64,
         c: &Caller,
         unwritten: bool,
-    ) -> Result<(MutexGuard<'a, Inner>, Vec<(u64, u64)>), FsError> {
+    ) -> Result<(MutexGuard<'a, Inner>, Runs), FsError> {
         let holes = g.holes(ino, from, to)?;
         let need: u64 = holes.iter().map(|h| h.1).sum();
         if need > self.alloc.free_blocks() {
