@@ -14,6 +14,15 @@
 //! freed by an operation that is not yet durable must not be handed to another file, or a
 //! crash would leave the old file pointing at the new file's data.
 //!
+//! Each node's state (free map, reservations ahead, frees waiting for a commit, stream
+//! goal) has its own lock, as each of Tofalos's per-node block groups is allocated on its
+//! own: allocations on different nodes do not wait for each other, and the allocator is
+//! used through `&self`, without the file system's volume lock. An allocation that spans
+//! nodes locks them one after the other, never two at once. What an allocation reads about
+//! other nodes (free space, failed, full) and the fallback rotor are atomics; the volume's
+//! free count is one too, from which an allocation takes its share before it takes blocks,
+//! so concurrent allocations never make one fail while the volume has room for it.
+//!
 //! How blocks are chosen (NUMA-aware ext4's rules, in user space):
 //!
 //! * Each node's free space is one free-extent map indexed by address and by length, so a

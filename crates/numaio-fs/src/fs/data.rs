@@ -432,9 +432,10 @@ impl Fs {
         self.retry_for_space(|| self.write_once(ino, offset, data, c))
     }
 
-    /// One write: planned (blocks allocated and mapped) under the volume lock, written
-    /// to the devices with it released, then its records queued under it again; the
-    /// inode's lock (exclusive) and the gate (shared) are held throughout.
+    /// One write: planned under the volume lock (new blocks taken from the allocator with
+    /// it released, see [`Fs::fill_holes`], and mapped), written to the devices with it
+    /// released, then its records queued under it again; the inode's lock (exclusive) and
+    /// the gate (shared) are held throughout.
     fn write_once(&self, ino: u64, offset: u64, data: &[u8], c: &Caller) -> Result<usize, FsError> {
         self.writable()?;
         let _file = self.inodes.write(ino);
