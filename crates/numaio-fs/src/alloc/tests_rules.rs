@@ -886,3 +886,24 @@ fn threads_on_different_and_same_nodes_never_share_a_block_and_all_is_counted() 
     assert_eq!(a.free_blocks(), 0);
     assert_eq!(a.reserved_blocks(), 0);
 }
+
+#[test]
+fn blocks_given_back_are_free_at_once_and_only_once() {
+    let a = volume(&[100, 100], 32);
+    let got = a.alloc(&req(1, 0, 150, &WL, 0)).unwrap();
+    assert_eq!(a.free_blocks(), 50);
+    // Never recorded: free again without a commit, on the nodes they came from.
+    a.give_back(&got);
+    assert_eq!(a.free_blocks(), 200);
+    assert!(a.usage().iter().all(|u| u.free_blocks == 100));
+    assert!(!a.frees_waiting());
+    assert!(got.iter().all(|x| !a.is_used(x.extent.dev, x.extent.start)));
+    // Blocks not in use are refused, not counted twice.
+    a.give_back(&got[..1]);
+    assert_eq!(a.free_blocks(), 200);
+    assert_eq!(a.rejected_frees(), 1);
+    assert_eq!(
+        per_node(&a.alloc(&req(2, 0, 200, &WL, 1)).unwrap()),
+        BTreeMap::from([(0, 100), (1, 100)])
+    );
+}
