@@ -65,7 +65,7 @@ const WL: PlacementPolicy = PlacementPolicy::WriterLocal;
 
 #[test]
 fn writer_local_serves_each_writer_from_its_node() {
-    let mut a = volume(&[1000, 1000], 128);
+    let a = volume(&[1000, 1000], 128);
     for node in 0..2 {
         for ino in 0..10 {
             let got = a
@@ -86,7 +86,7 @@ fn writer_local_serves_each_writer_from_its_node() {
 #[test]
 fn fallback_rotates_over_the_other_nodes_when_the_local_one_is_full() {
     // Four nodes of unequal sizes; node 1 is the smallest.
-    let mut a = volume(&[400, 50, 300, 200], 64);
+    let a = volume(&[400, 50, 300, 200], 64);
     let got = a.alloc(&req(1, 0, 50, &WL, 1)).unwrap();
     assert_eq!(per_node(&got), BTreeMap::from([(1, 50)]));
     assert_eq!(usage_of(&a, 1).soft_errors, 0);
@@ -134,7 +134,7 @@ fn fallback_rotates_over_the_other_nodes_when_the_local_one_is_full() {
 
 #[test]
 fn two_nodes_spill_to_the_other_and_come_back_after_frees() {
-    let mut a = volume(&[100, 300], 32);
+    let a = volume(&[100, 300], 32);
     let first = a.alloc(&req(1, 0, 100, &WL, 0)).unwrap();
     assert_eq!(per_node(&first), BTreeMap::from([(0, 100)]));
     let spill = a.alloc(&req(2, 0, 30, &WL, 0)).unwrap();
@@ -150,7 +150,7 @@ fn two_nodes_spill_to_the_other_and_come_back_after_frees() {
 
 #[test]
 fn a_failed_node_goes_last_but_still_counts_as_room() {
-    let mut a = volume(&[100, 100], 50);
+    let a = volume(&[100, 100], 50);
     a.node_failed(0);
     assert_eq!(usage_of(&a, 0).soft_errors, 1);
     let got = a.alloc(&req(1, 0, 60, &WL, 0)).unwrap();
@@ -169,7 +169,7 @@ fn cpu_only_writers_get_the_nearest_node_or_round_robin() {
     let groups = volume(&[200, 200], 64).groups().to_vec();
     // Node 2 has CPUs but no storage; it is nearer to node 1.
     let d = [((2, 0), 30), ((2, 1), 20), ((0, 1), 20), ((1, 0), 20)];
-    let mut a = Allocator::new(groups.clone()).unwrap().with_distances(d);
+    let a = Allocator::new(groups.clone()).unwrap().with_distances(d);
     for ino in 0..4 {
         let got = a.alloc(&req(ino, 0, 8, &WL, 2)).unwrap();
         assert_eq!(per_node(&got), BTreeMap::from([(1, 8)]));
@@ -177,7 +177,7 @@ fn cpu_only_writers_get_the_nearest_node_or_round_robin() {
     }
     assert_eq!(usage_of(&a, 1).fallback_blocks, 0);
     // Without distances: new files round robin, a growing file stays where it is.
-    let mut a = Allocator::new(groups).unwrap();
+    let a = Allocator::new(groups).unwrap();
     let nodes: Vec<u32> = (0..4)
         .map(|ino| a.alloc(&req(ino, 0, 8, &WL, 7)).unwrap()[0].node)
         .collect();
@@ -200,7 +200,7 @@ fn four_nodes_cpu_only_writer_moves_on_when_its_nearest_node_fails_or_fills() {
             d.push(((a, b), if a == b { 10 } else { 10 + 5 * a.abs_diff(b) }));
         }
     }
-    let mut a = Allocator::new(groups).unwrap().with_distances(d);
+    let a = Allocator::new(groups).unwrap().with_distances(d);
     let got = a.alloc(&req(1, 0, 20, &WL, 4)).unwrap();
     assert_eq!(per_node(&got), BTreeMap::from([(3, 20)]));
     // Node 3 is full now: the next nearest serves node 4's writers.
@@ -218,7 +218,7 @@ fn four_nodes_cpu_only_writer_moves_on_when_its_nearest_node_fails_or_fills() {
 
 #[test]
 fn goal_keeps_a_file_contiguous_and_stream_goal_packs_files() {
-    let mut a = volume(&[1000], 1000).with_prealloc(0);
+    let a = volume(&[1000], 1000).with_prealloc(0);
     // Three files written one after the other by one node: back to back.
     let mut starts = Vec::new();
     for ino in 1..=3 {
@@ -260,7 +260,7 @@ fn goal_keeps_a_file_contiguous_and_stream_goal_packs_files() {
 
 #[test]
 fn big_requests_take_best_fit_then_largest_runs() {
-    let mut a = volume(&[1000], 100).with_prealloc(0);
+    let a = volume(&[1000], 100).with_prealloc(0);
     // Groups of 100 blocks: a 250-block request spans three groups, each a separate
     // extent (no extent crosses a group boundary... unless physically contiguous, then
     // merged in the answer).
@@ -272,7 +272,7 @@ fn big_requests_take_best_fit_then_largest_runs() {
 
 #[test]
 fn interleave_and_stripe_alternate_nodes_and_keep_each_node_contiguous() {
-    let mut a = volume(&[1000, 1000], 256).with_prealloc(0);
+    let a = volume(&[1000, 1000], 256).with_prealloc(0);
     let il = PlacementPolicy::Interleave;
     let got = a.alloc(&req(3, 0, 8, &il, 0)).unwrap();
     let nodes: Vec<u32> = got.iter().map(|x| x.node).collect();
@@ -296,7 +296,7 @@ fn interleave_and_stripe_alternate_nodes_and_keep_each_node_contiguous() {
     let got = a.alloc(&req(5, 0, 4, &st, 1)).unwrap();
     assert_eq!(got[0].node, 1, "another file starts on another node");
     // Four nodes, stripe over two: a file uses two neighbouring nodes.
-    let mut a = volume(&[100, 100, 100, 100], 50);
+    let a = volume(&[100, 100, 100, 100], 50);
     let st = PlacementPolicy::Stripe {
         nodes: 2,
         chunk: BLOCK_SIZE,
@@ -308,7 +308,7 @@ fn interleave_and_stripe_alternate_nodes_and_keep_each_node_contiguous() {
 
 #[test]
 fn directory_homes_round_robin_skip_full_nodes_and_hold_the_files() {
-    let mut a = volume(&[100, 20, 100], 50);
+    let a = volume(&[100, 20, 100], 50);
     let mut last = None;
     let mut homes = |a: &Allocator, k: usize| -> Vec<u32> {
         (0..k)
@@ -339,7 +339,7 @@ fn directory_homes_round_robin_skip_full_nodes_and_hold_the_files() {
 
 #[test]
 fn fixed_node_falls_back_when_full_and_counts_it() {
-    let mut a = volume(&[100, 30], 50);
+    let a = volume(&[100, 30], 50);
     let fx = PlacementPolicy::Fixed(1);
     let got = a.alloc(&req(1, 0, 40, &fx, 0)).unwrap();
     assert_eq!(per_node(&got), BTreeMap::from([(0, 10), (1, 30)]));
@@ -351,7 +351,7 @@ fn fixed_node_falls_back_when_full_and_counts_it() {
 
 #[test]
 fn preallocation_is_reused_released_and_stolen() {
-    let mut a = volume(&[300], 300).with_prealloc(32);
+    let a = volume(&[300], 300).with_prealloc(32);
     // File 1 grows sequentially; file 2 writes in between on the same node.
     let g1 = a.alloc(&req(1, 0, 4, &WL, 0)).unwrap();
     assert_eq!(a.reserved_blocks(), 0, "a first write reserves nothing");
@@ -390,7 +390,7 @@ fn preallocation_is_reused_released_and_stolen() {
     assert_eq!(usage_of(&a, 0).free_blocks, 300 - 24);
 
     // Steal: reservations hand their blocks to whoever needs them once nothing else is free.
-    let mut a = volume(&[100], 100).with_prealloc(64);
+    let a = volume(&[100], 100).with_prealloc(64);
     let g = a.alloc(&req(1, 0, 4, &WL, 0)).unwrap();
     let mut r = req(1, 4, 4, &WL, 0);
     r.goal = end_of(&g);
@@ -415,7 +415,7 @@ fn preallocation_is_reused_released_and_stolen() {
 
 #[test]
 fn reservations_leave_a_filling_node_room() {
-    let mut a = volume(&[100], 100).with_prealloc(64);
+    let a = volume(&[100], 100).with_prealloc(64);
     let mut ends: HashMap<u64, Option<(u16, u64)>> = HashMap::new();
     for round in 0..5 {
         for ino in 1..=8u64 {
@@ -441,7 +441,7 @@ fn reservations_leave_a_filling_node_room() {
 
 #[test]
 fn local_reservations_yield_before_blocks_go_remote() {
-    let mut a = volume(&[40, 100], 40).with_prealloc(16);
+    let a = volume(&[40, 100], 40).with_prealloc(16);
     let g = a.alloc(&req(1, 0, 4, &WL, 0)).unwrap();
     let mut r = req(1, 4, 4, &WL, 0);
     r.goal = end_of(&g);
@@ -456,7 +456,7 @@ fn local_reservations_yield_before_blocks_go_remote() {
 
 #[test]
 fn mark_used_rebuilds_state_across_group_boundaries() {
-    let mut a = volume(&[100], 50);
+    let a = volume(&[100], 50);
     a.mark_used(Extent {
         dev: 0,
         start: 50,
@@ -533,7 +533,7 @@ fn overlapping_groups_and_split_devices_are_refused() {
     let a = Allocator::new(vec![g(0, 0, 0, 10), g(1, 0, 0, 10)]).unwrap();
     assert_eq!(a.nodes(), [0]);
     // An empty volume has no room but does not panic.
-    let mut a = Allocator::new(vec![]).unwrap();
+    let a = Allocator::new(vec![]).unwrap();
     assert!(matches!(
         a.alloc(&req(1, 0, 1, &WL, 0)),
         Err(FsError::NoSpace)
@@ -549,7 +549,7 @@ fn alloc_throughput() {
     let blocks_per_node = (1u64 << 30) / BLOCK_SIZE / 2;
     let il = PlacementPolicy::Interleave;
     for (size, policy) in [(1u64, &WL), (256, &WL), (256, &il)] {
-        let mut a = volume(&[blocks_per_node, blocks_per_node], 32768);
+        let a = volume(&[blocks_per_node, blocks_per_node], 32768);
         let mut live = std::collections::VecDeque::new();
         let mut live_blocks = 0u64;
         let mut n = 0u64;
@@ -648,7 +648,7 @@ proptest! {
         let groups = vec![
             g(0, 0, 2, 16), g(0, 0, 18, 16), g(1, 1, 4, 20), g(2, 0, 0, 10), g(3, 2, 1, 7),
         ];
-        let mut a = Allocator::new(groups.clone()).unwrap().with_prealloc(8);
+        let a = Allocator::new(groups.clone()).unwrap().with_prealloc(8);
         let all: Vec<(u16, u64, u32)> = groups
             .iter()
             .flat_map(|g| (g.start..g.start + g.blocks).map(move |b| (g.dev, b, g.node)))
@@ -753,4 +753,157 @@ proptest! {
             }
         }
     }
+}
+
+/// Overlapping extents among `all`, if any (as the first pair found).
+fn overlap(all: &[Extent]) -> Option<(Extent, Extent)> {
+    let mut v = all.to_vec();
+    v.sort();
+    v.windows(2)
+        .find(|w| w[0].dev == w[1].dev && w[0].start + w[0].len > w[1].start)
+        .map(|w| (w[0], w[1]))
+}
+
+#[test]
+fn threads_on_different_and_same_nodes_never_share_a_block_and_all_is_counted() {
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+    let sizes = [600, 900, 400, 700];
+    let total: u64 = sizes.iter().sum();
+    let a = Arc::new(volume(&sizes, 64).with_prealloc(32));
+    let il = PlacementPolicy::Interleave;
+    let st = PlacementPolicy::Stripe {
+        nodes: 2,
+        chunk: 4 * BLOCK_SIZE,
+    };
+    // Eight writers: two per node (two on one node wait only for each other), each
+    // appending to files of its own, freeing some, while a ninth commits the frees.
+    let stop = Arc::new(AtomicBool::new(false));
+    let committer = {
+        let (a, stop) = (a.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                a.commit_frees();
+                std::thread::yield_now();
+            }
+        })
+    };
+    let writers: Vec<_> = (0..8u64)
+        .map(|t| {
+            let (a, il, st) = (a.clone(), il.clone(), st.clone());
+            std::thread::spawn(move || {
+                let mut rng = fastrand::Rng::with_seed(t);
+                let node = (t % 4) as u32;
+                // Per file: its next logical block and the physical block after its last.
+                let mut files: HashMap<u64, (u64, Option<(u16, u64)>)> = HashMap::new();
+                let mut live: Vec<(u64, Extent)> = Vec::new();
+                for step in 0..3000u64 {
+                    let ino = 1000 * (t + 1) + rng.u64(0..6);
+                    let policy = match step % 5 {
+                        3 => &il,
+                        4 => &st,
+                        _ => &WL,
+                    };
+                    let (next, goal) = files.get(&ino).copied().unwrap_or((0, None));
+                    let r = AllocRequest {
+                        ino,
+                        file_block: next,
+                        blocks: rng.u64(1..=24),
+                        policy,
+                        caller_node: node,
+                        home_node: None,
+                        goal,
+                    };
+                    match a.alloc(&r) {
+                        Ok(got) => {
+                            let n: u64 = got.iter().map(|x| x.extent.len).sum();
+                            assert_eq!(n, r.blocks, "all or nothing");
+                            files.insert(ino, (next + n, end_of(&got)));
+                            live.extend(got.iter().map(|x| (ino, x.extent)));
+                        }
+                        Err(FsError::NoSpace) => {}
+                        Err(e) => panic!("{e}"),
+                    }
+                    // Free about as much as is allocated, so the volume fills and empties.
+                    while live.len() > 12 || (rng.u8(0..4) == 0 && !live.is_empty()) {
+                        let (ino, e) = live.swap_remove(rng.usize(0..live.len()));
+                        a.free_checked(e).unwrap();
+                        if rng.bool() {
+                            a.release_prealloc(ino);
+                            files.remove(&ino);
+                        }
+                    }
+                }
+                live.into_iter().map(|x| x.1).collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let mut live: Vec<Extent> = writers
+        .into_iter()
+        .flat_map(|w| w.join().unwrap())
+        .collect();
+    stop.store(true, Ordering::Relaxed);
+    committer.join().unwrap();
+    a.commit_frees();
+    assert_eq!(overlap(&live), None, "two allocations share blocks");
+    assert!(live.iter().all(|e| a.is_used(e.dev, e.start)));
+    let free: u64 = a.usage().iter().map(|u| u.free_blocks).sum();
+    let used: u64 = live.iter().map(|e| e.len).sum();
+    assert_eq!(free + used, total, "free {free} + used {used}");
+    assert_eq!(a.free_blocks(), free);
+    assert_eq!(a.rejected_frees(), 0);
+
+    // Then all at once fill the volume: one-block requests fail only once no block is
+    // left anywhere, reserved ones included.
+    let fillers: Vec<_> = (0..8u64)
+        .map(|t| {
+            let a = a.clone();
+            std::thread::spawn(move || {
+                let mut got = Vec::new();
+                let mut next = 0;
+                let mut blocks = 1 + t * 3;
+                loop {
+                    let r = req(50_000 + t, next, blocks, &WL, (t % 4) as u32);
+                    match a.alloc(&r) {
+                        Ok(g) => {
+                            next += blocks;
+                            got.extend(g.iter().map(|x| x.extent));
+                        }
+                        Err(FsError::NoSpace) if blocks > 1 => blocks = 1,
+                        Err(FsError::NoSpace) => break got,
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            })
+        })
+        .collect();
+    for f in fillers {
+        live.extend(f.join().unwrap());
+    }
+    assert_eq!(overlap(&live), None, "two allocations share blocks");
+    assert_eq!(live.iter().map(|e| e.len).sum::<u64>(), total);
+    assert!(a.usage().iter().all(|u| u.free_blocks == 0));
+    assert_eq!(a.free_blocks(), 0);
+    assert_eq!(a.reserved_blocks(), 0);
+}
+
+#[test]
+fn blocks_given_back_are_free_at_once_and_only_once() {
+    let a = volume(&[100, 100], 32);
+    let got = a.alloc(&req(1, 0, 150, &WL, 0)).unwrap();
+    assert_eq!(a.free_blocks(), 50);
+    // Never recorded: free again without a commit, on the nodes they came from.
+    a.give_back(&got);
+    assert_eq!(a.free_blocks(), 200);
+    assert!(a.usage().iter().all(|u| u.free_blocks == 100));
+    assert!(!a.frees_waiting());
+    assert!(got.iter().all(|x| !a.is_used(x.extent.dev, x.extent.start)));
+    // Blocks not in use are refused, not counted twice.
+    a.give_back(&got[..1]);
+    assert_eq!(a.free_blocks(), 200);
+    assert_eq!(a.rejected_frees(), 1);
+    assert_eq!(
+        per_node(&a.alloc(&req(2, 0, 200, &WL, 1)).unwrap()),
+        BTreeMap::from([(0, 100), (1, 100)])
+    );
 }

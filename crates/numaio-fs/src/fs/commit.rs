@@ -174,9 +174,10 @@ impl shared::FsCore {
     /// half done then: every block a taken record maps was written and its device is among
     /// those the commit syncs first. A commit that needs a checkpoint encodes the metadata
     /// under the lock too (it must see exactly what the commit makes durable) and writes it
-    /// outside. Lock order: `commit_lock`, then `gate`, then `inner`. The caller holds no
-    /// inode lock that a data operation holding the gate could wait for (none does: the
-    /// gate is taken after the inode lock) and not the gate itself.
+    /// outside. Lock order: `commit_lock`, then `gate`, then `inner` (then the allocator's,
+    /// one at a time, to seal the frees). The caller holds no inode lock that a data
+    /// operation holding the gate could wait for (none does: the gate is taken after the
+    /// inode lock) and not the gate itself.
     pub(super) fn commit_upto(&self, ticket: u64) -> Result<(), FsError> {
         if self.read_only {
             return Ok(());

@@ -1,5 +1,11 @@
 use super::*;
 
+/// Runs of logical blocks: `(first, count)`.
+type Runs = Vec<(u64, u64)>;
+/// Physically contiguous runs of a file: `(first logical block, count, dev, first physical
+/// block)`.
+type PhysRuns = Vec<(u64, u64, u16, u64)>;
+
 /// Part of one block to zero in place: bytes `lo..hi` of block `block` of device `dev`.
 pub(super) struct Zero {
     dev: u16,
@@ -66,9 +72,161 @@ impl Inner {
             Ok(None)
         }
     }
+
+    /// The plan of a write into `first..last` of `ino`, all mapped now: the runs of
+    /// unwritten blocks it converts, and the physically contiguous runs of the range as
+    /// `(first logical block, count, dev, first physical block)`.
+    pub(super) fn write_plan(
+        &mut self,
+        ino: u64,
+        first: u64,
+        last: u64,
+    ) -> Result<(Runs, PhysRuns), FsError> {
+        let i = self.inode(ino)?;
+        // Blocks first written now (new or unwritten) are written whole: zeros around the
+        // data, since they must read as zeros where the write does not reach.
+        let unwritten: Vec<(u64, u64)> = i
+            .unwritten
+            .iter()
+            .filter(|(&l, &n)| l < last && l + n > first)
+            .map(|(&l, &n)| (l, n))
+            .collect();
+        if !unwritten.is_empty() {
+            self.reserve(200, &[ino])?;
+        }
+        let i = self.inode(ino)?;
+        // Physically contiguous runs of the range: `(first logical block, count, dev,
+        // first physical block)`.
+        let mut runs = Vec::new();
+        let mut lb = first;
+        while lb < last {
+            let (l, e) = i
+                .extents
+                .range(..=lb)
+                .next_back()
+                .filter(|(&l, e)| lb < l + e.len)
+                .map(|(&l, e)| (l, *e))
+                .ok_or_else(|| bug(format!("inode {ino} block {lb} unmapped after allocation")))?;
+            let n = (l + e.len).min(last) - lb;
+            runs.push((lb, n, e.dev, e.start + (lb - l)));
+            lb += n;
+        }
+        Ok((unwritten, runs))
+    }
 }
 
 impl Fs {
+    /// Allocates every hole of `from..to` of `ino` (as unwritten blocks when `unwritten`);
+    /// returns the volume lock and the runs allocated. The holes are found and their
+    /// records queued under `inner`, but the blocks come from the allocator with `inner`
+    /// released, so other operations, and allocations on other nodes, go on meanwhile: the
+    /// caller's exclusive lock of the inode keeps its block map as found, and the gate,
+    /// held shared, keeps a commit from taking a half-queued mapping. On failure nothing
+    /// stays allocated: blocks never recorded go straight back to the allocator, and those
+    /// mapped already are unmapped (nothing was written to them).
+    pub(super) fn fill_holes<'a>(
+        &'a self,
+        mut g: MutexGuard<'a, Inner>,
+        ino: u64,
+        from: u64,
+        to: u64,
+        c: &Caller,
+        unwritten: bool,
+    ) -> Result<(MutexGuard<'a, Inner>, Runs), FsError> {
+        let holes = g.holes(ino, from, to)?;
+        let need: u64 = holes.iter().map(|h| h.1).sum();
+        if need > self.alloc.free_blocks() {
+            return Err(FsError::NoSpace);
+        }
+        g.reserve(200, &[ino])?;
+        let i = g.inode(ino)?;
+        let (policy, home) = (i.attr.policy.clone(), i.attr.home);
+        let mut mapped = Vec::new();
+        for &(l, n) in &holes {
+            let mut done = 0;
+            while done < n {
+                let k = (n - done).min(FILL_STEP);
+                let lb = l + done;
+                if let Err(e) = self.map_new(&mut g, ino, lb, k, &policy, home, c, unwritten) {
+                    g.unmap_runs(ino, &mapped)?;
+                    return Err(e);
+                }
+                mapped.push((lb, k));
+                done += k;
+            }
+        }
+        Ok((g, holes))
+    }
+
+    /// Allocates and maps logical blocks `lb..lb + n` of `ino` (all unmapped), as
+    /// unwritten blocks when `unwritten`, with `g` released while the allocator chooses
+    /// the blocks (see [`Fs::fill_holes`]). On failure none of them stays allocated.
+    #[allow(clippy::too_many_arguments)]
+    fn map_new(
+        &self,
+        g: &mut MutexGuard<'_, Inner>,
+        ino: u64,
+        lb: u64,
+        n: u64,
+        policy: &PlacementPolicy,
+        home: Option<u32>,
+        c: &Caller,
+        unwritten: bool,
+    ) -> Result<(), FsError> {
+        // The room for the records is held while the lock is released, so the records can
+        // be queued whatever other operations queue meanwhile.
+        let extra = n * 48 + 200;
+        let meta_node = g.claim(extra, ino)?;
+        let goal = lb
+            .checked_sub(1)
+            .and_then(|p| g.inode(ino).ok()?.lookup_block(p))
+            .map(|(d, b)| (d, b + 1));
+        let req = AllocRequest {
+            ino,
+            file_block: lb,
+            blocks: n,
+            policy,
+            caller_node: c.node,
+            home_node: home,
+            goal,
+        };
+        let got = MutexGuard::unlocked(g, || self.alloc.alloc(&req));
+        g.unclaim(meta_node, extra);
+        let got = got?;
+        let mut l = lb;
+        for (k, a) in got.iter().enumerate() {
+            let ext = a.extent;
+            let r = g.rec(if unwritten {
+                Record::MapUnwritten {
+                    ino,
+                    lblock: l,
+                    ext,
+                }
+            } else {
+                Record::Map {
+                    ino,
+                    lblock: l,
+                    ext,
+                }
+            });
+            if let Err(e) = r {
+                self.alloc.give_back(&got[k..]);
+                if l > lb {
+                    g.unmap_runs(ino, &[(lb, l - lb)])?;
+                }
+                return Err(e);
+            }
+            l += ext.len;
+        }
+        if l != lb + n {
+            if l > lb {
+                g.unmap_runs(ino, &[(lb, l - lb)])?;
+            }
+            return Err(bug(format!("allocator returned {} of {n} blocks", l - lb)));
+        }
+        Ok(())
+    }
+
     /// Zeroes `z` on its device (a read, and a write when not all zeros already); the
     /// device written goes into `dirty`. Called with no lock but the inode's and the gate.
     fn zero(&self, z: &Zero, dirty: &mut BTreeSet<u16>) -> Result<(), FsError> {
@@ -274,14 +432,15 @@ impl Fs {
         self.retry_for_space(|| self.write_once(ino, offset, data, c))
     }
 
-    /// One write: planned (blocks allocated and mapped) under the volume lock, written
-    /// to the devices with it released, then its records queued under it again; the
-    /// inode's lock (exclusive) and the gate (shared) are held throughout.
+    /// One write: planned under the volume lock (new blocks taken from the allocator with
+    /// it released, see [`Fs::fill_holes`], and mapped), written to the devices with it
+    /// released, then its records queued under it again; the inode's lock (exclusive) and
+    /// the gate (shared) are held throughout.
     fn write_once(&self, ino: u64, offset: u64, data: &[u8], c: &Caller) -> Result<usize, FsError> {
         self.writable()?;
         let _file = self.inodes.write(ino);
         let _gate = self.gate.read();
-        let mut g = self.inner.lock();
+        let g = self.inner.lock();
         let a = g.attr(ino)?;
         match a.kind {
             Kind::Dir => return Err(FsError::IsDir),
@@ -305,36 +464,15 @@ impl Fs {
         } else {
             None
         };
-        let fresh = g.fill_holes(ino, first, last, c, false)?;
-        let i = g.inode(ino)?;
-        // Blocks first written now (new or unwritten) are written whole: zeros around the
-        // data, since they must read as zeros where the write does not reach.
-        let unwritten: Vec<(u64, u64)> = i
-            .unwritten
-            .iter()
-            .filter(|(&l, &n)| l < last && l + n > first)
-            .map(|(&l, &n)| (l, n))
-            .collect();
-        if !unwritten.is_empty() {
-            g.reserve(200, &[ino])?;
-        }
-        let i = g.inode(ino)?;
-        // Physically contiguous runs of the range: `(first logical block, count, dev,
-        // first physical block)`.
-        let mut runs = Vec::new();
-        let mut lb = first;
-        while lb < last {
-            let (l, e) = i
-                .extents
-                .range(..=lb)
-                .next_back()
-                .filter(|(&l, e)| lb < l + e.len)
-                .map(|(&l, e)| (l, *e))
-                .ok_or_else(|| bug(format!("inode {ino} block {lb} unmapped after allocation")))?;
-            let n = (l + e.len).min(last) - lb;
-            runs.push((lb, n, e.dev, e.start + (lb - l)));
-            lb += n;
-        }
+        let (mut g, fresh) = self.fill_holes(g, ino, first, last, c, false)?;
+        // From here on a failure unmaps the new blocks: nothing was written to them yet.
+        let (unwritten, runs) = match g.write_plan(ino, first, last) {
+            Ok(p) => p,
+            Err(e) => {
+                g.unmap_runs(ino, &fresh)?;
+                return Err(e);
+            }
+        };
         drop(g);
         let blank = |lb: u64| {
             fresh
@@ -494,7 +632,7 @@ impl Fs {
                 zeros.extend(g.tail_zero(ino, a.size)?);
             }
             // Unwritten: allocated, nothing written, read as zeros until written.
-            g.fill_holes(ino, first, last, c, true)?;
+            g = self.fill_holes(g, ino, first, last, c, true)?.0;
             if mode & FALLOC_ZERO_RANGE != 0 && whole_a < whole_b {
                 g.reserve(200, &[ino])?;
                 g.rec(Record::MarkUnwritten {

@@ -2,7 +2,9 @@ use super::*;
 
 pub(super) struct Inner {
     pub(super) meta: Meta,
-    pub(super) alloc: Allocator,
+    /// The allocator, shared with [`FsCore`](super::shared::FsCore): records free blocks
+    /// through it under this lock, writes take blocks from it without this lock.
+    pub(super) alloc: Arc<Allocator>,
     pub(super) journal: Journal,
     pub(super) pending: Vec<Record>,
     /// Per node, a bound on the framed size of its checkpoint shard.
@@ -28,6 +30,10 @@ pub(super) struct Inner {
     pub(super) last_setattr: HashMap<u64, usize>,
     /// An estimate of what `pending` holds, in bytes (see [`PENDING_COMMIT_BYTES`]).
     pub(super) pending_bytes: u64,
+    /// Per node, checkpoint-shard bytes claimed by operations that checked the room for
+    /// their records and released this lock before queuing them (an allocation): counted
+    /// by [`Inner::fits_on`], so operations meanwhile cannot take that room.
+    pub(super) meta_claimed: BTreeMap<u32, u64>,
 }
 
 pub(super) fn bug(e: String) -> FsError {
@@ -270,11 +276,30 @@ impl Inner {
     /// Whether `extra` more bytes fit in `node`'s checkpoint shard.
     pub(super) fn fits_on(&mut self, node: u32, extra: u64) -> bool {
         let cap = self.journal.slot_capacity();
-        if self.meta_bytes.get(&node).copied().unwrap_or(0) + extra <= cap {
+        let claimed = self.meta_claimed.get(&node).copied().unwrap_or(0);
+        if self.meta_bytes.get(&node).copied().unwrap_or(0) + claimed + extra <= cap {
             return true;
         }
         self.measure_meta();
-        self.meta_bytes.get(&node).copied().unwrap_or(0) + extra <= cap
+        self.meta_bytes.get(&node).copied().unwrap_or(0) + claimed + extra <= cap
+    }
+
+    /// [`Inner::reserve`] for `ino` that also holds the room until [`Inner::unclaim`], for
+    /// an operation that releases this lock before it queues its records; returns the node
+    /// to give to `unclaim`.
+    pub(super) fn claim(&mut self, extra: u64, ino: u64) -> Result<u32, FsError> {
+        self.reserve(extra, &[ino])?;
+        let n = self.node_of(ino);
+        *self.meta_claimed.entry(n).or_default() += extra;
+        Ok(n)
+    }
+
+    /// Gives back room held by [`Inner::claim`] (the records, once queued, count
+    /// themselves).
+    pub(super) fn unclaim(&mut self, node: u32, extra: u64) {
+        if let Some(c) = self.meta_claimed.get_mut(&node) {
+            *c = c.saturating_sub(extra);
+        }
     }
 
     /// Replaces the loose bound on every shard's size by its measured size.
@@ -354,49 +379,6 @@ impl Inner {
         self.set_attr(dir, a)
     }
 
-    /// Allocates and maps logical blocks `lb..lb + n` of `ino` (all unmapped), as unwritten
-    /// blocks when `unwritten`.
-    pub(super) fn allocate(
-        &mut self,
-        ino: u64,
-        lb: u64,
-        n: u64,
-        c: &Caller,
-        unwritten: bool,
-    ) -> Result<(), FsError> {
-        let i = self.inode(ino)?;
-        let policy = i.attr.policy.clone();
-        let home = i.attr.home;
-        let goal = lb
-            .checked_sub(1)
-            .and_then(|p| i.lookup_block(p))
-            .map(|(d, b)| (d, b + 1));
-        let req = AllocRequest {
-            ino,
-            file_block: lb,
-            blocks: n,
-            policy: &policy,
-            caller_node: c.node,
-            home_node: home,
-            goal,
-        };
-        let got = self.alloc.alloc(&req)?;
-        let mut l = lb;
-        for a in got {
-            let (lblock, ext) = (l, a.extent);
-            self.rec(if unwritten {
-                Record::MapUnwritten { ino, lblock, ext }
-            } else {
-                Record::Map { ino, lblock, ext }
-            })?;
-            l += a.extent.len;
-        }
-        if l != lb + n {
-            return Err(bug(format!("allocator returned {} of {n} blocks", l - lb)));
-        }
-        Ok(())
-    }
-
     /// Unmapped runs of logical blocks in `from..to`.
     pub(super) fn holes(&self, ino: u64, from: u64, to: u64) -> Result<Vec<(u64, u64)>, FsError> {
         let i = self.inode(ino)?;
@@ -422,47 +404,6 @@ impl Inner {
             out.push((b, to - b));
         }
         Ok(out)
-    }
-
-    pub(super) fn free_blocks(&self) -> u64 {
-        self.alloc.usage().iter().map(|u| u.free_blocks).sum()
-    }
-
-    /// Allocates every hole of `from..to` (as unwritten blocks when `unwritten`); returns
-    /// the runs allocated.
-    pub(super) fn fill_holes(
-        &mut self,
-        ino: u64,
-        from: u64,
-        to: u64,
-        c: &Caller,
-        unwritten: bool,
-    ) -> Result<Vec<(u64, u64)>, FsError> {
-        let holes = self.holes(ino, from, to)?;
-        let need: u64 = holes.iter().map(|h| h.1).sum();
-        if need > self.free_blocks() {
-            return Err(FsError::NoSpace);
-        }
-        self.reserve(200, &[ino])?;
-        // On failure partway, the runs mapped so far are unmapped again: nothing was
-        // written to them, and a mapped block reads whatever the device holds there.
-        let mut mapped = Vec::new();
-        for &(l, n) in &holes {
-            let mut done = 0;
-            while done < n {
-                let k = (n - done).min(FILL_STEP);
-                let r = self
-                    .reserve(k * 48 + 200, &[ino])
-                    .and_then(|()| self.allocate(ino, l + done, k, c, unwritten));
-                if let Err(e) = r {
-                    self.unmap_runs(ino, &mapped)?;
-                    return Err(e);
-                }
-                mapped.push((l + done, k));
-                done += k;
-            }
-        }
-        Ok(holes)
     }
 
     /// Unmaps (and frees) the runs `(first logical block, count)` of `ino`: blocks mapped

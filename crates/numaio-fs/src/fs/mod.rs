@@ -15,8 +15,17 @@
 //! 2. the data gate (`FsCore::gate`), shared by a write, truncate or fallocate from its
 //!    planning until its device writes are done and its records queued, exclusive for the
 //!    moment a commit takes what is queued;
-//! 3. `inner`, the volume state (metadata, allocator, journal position, queued records),
-//!    held only to plan an operation and to queue its records: never during device I/O.
+//! 3. `inner`, the volume state (metadata, journal position, queued records), held only to
+//!    plan an operation and to queue its records: never during device I/O;
+//! 4. the allocator's own locks (`crate::alloc`): one per node for its free space, one
+//!    for the per-file sequential detection, never two of them at once and never with
+//!    anything taken after them. A write or fallocate finds its holes under `inner`,
+//!    releases it while the allocator chooses the blocks (so writers on different nodes do
+//!    not wait for each other or for the volume lock to get blocks), and takes it again to
+//!    queue the mapping; the inode's lock keeps the file's block map as found meanwhile,
+//!    and the gate keeps a commit out. Frees (through the records under `inner`), and the
+//!    commit's sealing and release of them, still run under `inner`, so a commit seals one
+//!    instant's frees of all nodes.
 //!
 //! `commit_lock` (one commit written at a time) comes before the gate and `inner`, and is
 //! never taken with an inode lock or the gate held: a change that must commit first
@@ -252,6 +261,10 @@ mod shared {
         pub(super) info: MountInfo,
         pub(super) header: Header,
         pub(super) inner: Mutex<Inner>,
+        /// The block allocator (`Inner::alloc` is the same one): writes take blocks from
+        /// it with `inner` released. Its locks come after all the others (see the lock
+        /// order above).
+        pub(super) alloc: Arc<Allocator>,
         /// Held while a commit is written: syncs arriving meanwhile wait here and are
         /// covered by the next single commit (group commit). Taken before `inner`, never
         /// after.

@@ -165,7 +165,7 @@ impl Fs {
     fn load(store: &dyn BlockStore) -> Result<(Header, journal::Recovered, Allocator), FsError> {
         let header = Fs::check_labels(store)?;
         let rec = journal::recover(store, &header)?;
-        let mut alloc = Allocator::new(header.groups())?;
+        let alloc = Allocator::new(header.groups())?;
         let device = rec.journal.device.clone();
         for (ino, i) in &rec.meta.inodes {
             for (l, e) in &i.extents {
@@ -188,6 +188,7 @@ impl Fs {
             ));
         }
         let (header, rec, alloc) = Fs::load(&*store)?;
+        let alloc = Arc::new(alloc);
         let nodes = alloc.nodes();
         let info = MountInfo {
             checkpoint_seq: rec.checkpoint_seq,
@@ -200,7 +201,7 @@ impl Fs {
             .collect();
         let mut inner = Inner {
             meta: rec.meta,
-            alloc,
+            alloc: alloc.clone(),
             journal: rec.journal,
             pending: Vec::new(),
             meta_bytes,
@@ -214,6 +215,7 @@ impl Fs {
             datasync_gen: HashMap::new(),
             last_setattr: HashMap::new(),
             pending_bytes: 0,
+            meta_claimed: BTreeMap::new(),
         };
         let mut info = info;
         if !opts.read_only {
@@ -236,6 +238,7 @@ impl Fs {
             info,
             header,
             inner: Mutex::new(inner),
+            alloc,
             commit_lock: Mutex::new(()),
             gate: RwLock::new(()),
             inodes: super::locks::InodeLocks::new(),

@@ -50,7 +50,9 @@ impl Fs {
         StatFs {
             block_size: BLOCK_SIZE,
             total_blocks: nodes.iter().map(|u| u.total_blocks).sum(),
-            free_blocks: nodes.iter().map(|u| u.free_blocks).sum(),
+            // Less what allocations in flight were promised (the nodes' counts drop as
+            // they take it): what a new allocation can get now.
+            free_blocks: g.alloc.free_blocks(),
             files: g.meta.inodes.len() as u64,
             files_free,
             nodes,
