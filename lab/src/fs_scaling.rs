@@ -105,7 +105,7 @@ cold() {{ # FS DIR
   echo 3 > /proc/sys/vm/drop_caches
 }}
 st() {{ # the delayed disks' reads, writes and flushes completed (/sys/block/DEV/stat)
-  for d in dly0 dly1; do n=$(basename "$(readlink -f /dev/mapper/$d)"); awk '{{printf "%s %s %s ", $1, $5, $15}}' /sys/block/$n/stat; done
+  for d in dly0 dly1; do n=$(dmsetup info -c --noheadings -o major,minor --separator : $d | tr -d ' '); awk '{{printf "%s %s %s ", $1, $5, $15}}' /sys/dev/block/$n/stat; done
 }}
 one() {{ # FS ROUND ARGS...: one timed run, and the disk I/O it caused
   f=$1; r=$2; shift 2

@@ -2,11 +2,14 @@
 //! survives a power cut; fdatasync of a file whose size and blocks are durable commits
 //! nothing; repeated attribute changes queue one record.
 
-use numaio_fs::store::{BlockStore, CrashMode, DeviceInfo, MemStore};
+use numaio_fs::store::{CrashMode, MemStore};
 use numaio_fs::*;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+mod hooked;
+use hooked::Hooked;
 
 const ROOT: u64 = 1;
 const MIB: u64 = 1 << 20;
@@ -21,38 +24,15 @@ fn opts() -> MkfsOptions {
     }
 }
 
-/// A MemStore whose syncs take as long as a disk flush, so that fsyncs of several threads
-/// overlap the commit in flight.
-struct SlowSync {
-    mem: Arc<MemStore>,
-    delay: Duration,
-}
-
-impl BlockStore for SlowSync {
-    fn devices(&self) -> &[DeviceInfo] {
-        self.mem.devices()
-    }
-    fn read_at(&self, dev: u16, offset: u64, buf: &mut [u8]) -> Result<(), FsError> {
-        self.mem.read_at(dev, offset, buf)
-    }
-    fn write_at(&self, dev: u16, offset: u64, data: &[u8]) -> Result<(), FsError> {
-        self.mem.write_at(dev, offset, data)
-    }
-    fn sync(&self, dev: u16) -> Result<(), FsError> {
-        std::thread::sleep(self.delay);
-        self.mem.sync(dev)
-    }
-}
-
 /// One device, so that a power cut (which images each device under its lock) is one
 /// instant for the whole volume even while other threads commit.
 fn slow_volume(delay_ms: u64) -> (Arc<MemStore>, Arc<Fs>) {
     let mem = Arc::new(MemStore::new(&[(0, 16 * MIB)]));
     Fs::mkfs(&*mem, &opts()).unwrap();
-    let store = Arc::new(SlowSync {
-        mem: mem.clone(),
-        delay: Duration::from_millis(delay_ms),
-    });
+    // Syncs take as long as a disk flush, so that fsyncs of several threads overlap the
+    // commit in flight.
+    let delay = Duration::from_millis(delay_ms);
+    let store = Arc::new(Hooked::new(mem.clone()).on_sync(move |_| std::thread::sleep(delay)));
     let fs = Fs::mount(store, MountOptions::default()).unwrap();
     (mem, Arc::new(fs))
 }
@@ -220,42 +200,21 @@ fn repeated_attribute_changes_queue_one_record() {
     assert_eq!(u32::from_le_bytes(buf), 499);
 }
 
-/// A store that records how many of its syncs were in flight at once.
-struct OverlapSync {
-    mem: Arc<MemStore>,
-    in_flight: AtomicU64,
-    most: AtomicU64,
-}
-
-impl BlockStore for OverlapSync {
-    fn devices(&self) -> &[DeviceInfo] {
-        self.mem.devices()
-    }
-    fn read_at(&self, dev: u16, offset: u64, buf: &mut [u8]) -> Result<(), FsError> {
-        self.mem.read_at(dev, offset, buf)
-    }
-    fn write_at(&self, dev: u16, offset: u64, data: &[u8]) -> Result<(), FsError> {
-        self.mem.write_at(dev, offset, data)
-    }
-    fn sync(&self, dev: u16) -> Result<(), FsError> {
-        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-        self.most.fetch_max(now, Ordering::SeqCst);
-        std::thread::sleep(Duration::from_millis(50));
-        self.in_flight.fetch_sub(1, Ordering::SeqCst);
-        self.mem.sync(dev)
-    }
-}
-
 #[test]
 fn a_commit_syncs_every_nodes_device_at_once() {
     let mem = Arc::new(MemStore::new(&[(0, 8 * MIB), (1, 8 * MIB)]));
     Fs::mkfs(&*mem, &opts()).unwrap();
-    let store = Arc::new(OverlapSync {
-        mem: mem.clone(),
-        in_flight: AtomicU64::new(0),
-        most: AtomicU64::new(0),
+    // How many syncs were in flight at once, at most.
+    let in_flight = Arc::new(AtomicU64::new(0));
+    let most = Arc::new(AtomicU64::new(0));
+    let (i, m) = (in_flight.clone(), most.clone());
+    let store = Hooked::new(mem.clone()).on_sync(move |_| {
+        let now = i.fetch_add(1, Ordering::SeqCst) + 1;
+        m.fetch_max(now, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(50));
+        i.fetch_sub(1, Ordering::SeqCst);
     });
-    let fs = Fs::mount(store.clone(), MountOptions::default()).unwrap();
+    let fs = Fs::mount(Arc::new(store), MountOptions::default()).unwrap();
     // Writer-local: a file written from each node has its blocks on that node's device.
     let files: Vec<u64> = (0..2u32)
         .map(|n| {
@@ -274,19 +233,19 @@ fn a_commit_syncs_every_nodes_device_at_once() {
         .map(|(_, e, _)| e.dev)
         .collect();
     assert_eq!(devs.len(), 2, "one file on each device");
-    store.most.store(0, Ordering::SeqCst);
+    most.store(0, Ordering::SeqCst);
     fs.fsync(files[0], false).unwrap();
     assert_eq!(
-        store.most.load(Ordering::SeqCst),
+        most.load(Ordering::SeqCst),
         2,
         "both devices' syncs were in flight together"
     );
     // An fdatasync of data written in place syncs only the file's own device.
     fs.write(files[1], 0, &vec![9u8; BS], &Caller::root_on(1))
         .unwrap();
-    store.most.store(0, Ordering::SeqCst);
+    most.store(0, Ordering::SeqCst);
     fs.fsync(files[1], true).unwrap();
-    assert_eq!(store.most.load(Ordering::SeqCst), 1);
+    assert_eq!(most.load(Ordering::SeqCst), 1);
     fs.unmount().unwrap();
     let mut back = vec![0u8; BS];
     let fs = Fs::mount(mem, MountOptions::default()).unwrap();

@@ -3,53 +3,17 @@
 //! the volume stays consistent across a remount.
 
 use numaio_fs::fsck::{fsck, FsckOptions};
-use numaio_fs::store::{BlockStore, DeviceInfo, MemStore};
+use numaio_fs::store::MemStore;
 use numaio_fs::*;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+mod hooked;
+use hooked::Hooked;
+
 const ROOT: u64 = 1;
 const MIB: u64 = 1 << 20;
 const BS: u64 = BLOCK_SIZE;
-
-/// A store whose data writes fail once `fail_after` more of them have succeeded
-/// (`u64::MAX`: never).
-struct Failing {
-    inner: Arc<MemStore>,
-    fail_after: AtomicU64,
-}
-
-impl Failing {
-    fn fail_after(&self, n: u64) {
-        self.fail_after.store(n, Ordering::SeqCst);
-    }
-}
-
-impl BlockStore for Failing {
-    fn devices(&self) -> &[DeviceInfo] {
-        self.inner.devices()
-    }
-    fn read_at(&self, dev: u16, offset: u64, buf: &mut [u8]) -> Result<(), FsError> {
-        self.inner.read_at(dev, offset, buf)
-    }
-    fn write_at(&self, dev: u16, offset: u64, data: &[u8]) -> Result<(), FsError> {
-        let left = self.fail_after.load(Ordering::SeqCst);
-        if left == 0 {
-            return Err(FsError::io(
-                "failing-test-device",
-                format!("writing {} bytes at {offset}", data.len()),
-                std::io::Error::from_raw_os_error(libc::EIO),
-            ));
-        }
-        if left != u64::MAX {
-            self.fail_after.store(left - 1, Ordering::SeqCst);
-        }
-        self.inner.write_at(dev, offset, data)
-    }
-    fn sync(&self, dev: u16) -> Result<(), FsError> {
-        self.inner.sync(dev)
-    }
-}
 
 fn opts() -> MkfsOptions {
     MkfsOptions {
@@ -64,15 +28,29 @@ fn root() -> Caller {
     Caller::root_on(0)
 }
 
-fn vol() -> (Arc<MemStore>, Arc<Failing>, Fs) {
+/// A volume whose device writes fail once as many more as the counter says have
+/// succeeded (`u64::MAX`: never fail).
+fn vol() -> (Arc<MemStore>, Arc<AtomicU64>, Fs) {
     let mem = Arc::new(MemStore::new(&[(0, 4 * MIB), (1, 4 * MIB)]));
     Fs::mkfs(&*mem, &opts()).unwrap();
-    let store = Arc::new(Failing {
-        inner: mem.clone(),
-        fail_after: AtomicU64::new(u64::MAX),
+    let fail_after = Arc::new(AtomicU64::new(u64::MAX));
+    let left = fail_after.clone();
+    let store = Hooked::new(mem.clone()).on_write(move |_, offset, data| {
+        match left.load(Ordering::SeqCst) {
+            0 => Err(FsError::io(
+                "failing-test-device",
+                format!("writing {} bytes at {offset}", data.len()),
+                std::io::Error::from_raw_os_error(libc::EIO),
+            )),
+            u64::MAX => Ok(()),
+            n => {
+                left.store(n - 1, Ordering::SeqCst);
+                Ok(())
+            }
+        }
     });
-    let fs = Fs::mount(store.clone(), MountOptions::default()).unwrap();
-    (mem, store, fs)
+    let fs = Fs::mount(Arc::new(store), MountOptions::default()).unwrap();
+    (mem, fail_after, fs)
 }
 
 fn free_blocks(fs: &Fs) -> u64 {
@@ -81,7 +59,7 @@ fn free_blocks(fs: &Fs) -> u64 {
 
 #[test]
 fn a_failed_write_into_a_hole_leaves_the_hole() {
-    let (mem, store, fs) = vol();
+    let (mem, fail_after, fs) = vol();
     // Data a deleted file left on the devices.
     let old = fs.create(ROOT, b"old", 0o644, &root()).unwrap().ino;
     fs.write(old, 0, &vec![0xEE; (32 * BS) as usize], &root())
@@ -100,11 +78,11 @@ fn a_failed_write_into_a_hole_leaves_the_hole() {
     fs.sync().unwrap();
     let free = free_blocks(&fs);
     for after in [0, 1] {
-        store.fail_after(after);
+        fail_after.store(after, Ordering::SeqCst);
         let e = fs
             .write(f, 3 * BS + 100, &vec![0x11; (20 * BS) as usize], &root())
             .unwrap_err();
-        store.fail_after(u64::MAX);
+        fail_after.store(u64::MAX, Ordering::SeqCst);
         assert_eq!(e.errno(), libc::EIO, "{e}");
         assert!(
             fs.block_map(f).unwrap().is_empty(),

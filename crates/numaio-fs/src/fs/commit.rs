@@ -1,4 +1,56 @@
 use super::*;
+use std::time::Instant;
+
+/// The longest a commit waits for more syncs to join it (ext4's `max_batch_time`).
+const MAX_BATCH_WAIT: Duration = Duration::from_millis(15);
+
+/// The pace of recent commits, for group-commit batching as ext4's journal does it: when
+/// the last commit served more than one sync request, syncs are coming from several
+/// threads, and a thread whose sync the last commit answered is likely to ask again within
+/// about one commit's time. A commit that starts sooner than a commit takes after the
+/// previous one took its records waits for the rest of that time (at most
+/// [`MAX_BATCH_WAIT`]), so one commit covers them all instead of every other one. One
+/// thread syncing alone never waits.
+#[derive(Default)]
+pub(super) struct Pace {
+    /// When the newest commit took its records, and the sync requests counted by then.
+    took: Option<(Instant, u64)>,
+    /// Requests that arrived between the two newest commits' takes.
+    served: u64,
+    /// A moving average of how long a commit takes to write, in nanoseconds.
+    avg_ns: u64,
+}
+
+impl Pace {
+    /// How long a commit starting now waits, with `requests` sync requests counted so far.
+    fn batch_wait(&self, requests: u64) -> Option<Duration> {
+        let (at, before) = self.took?;
+        // Syncs from more than one thread lately, and more than this one now.
+        if self.served < 2 || requests.saturating_sub(before) < 1 {
+            return None;
+        }
+        let avg = Duration::from_nanos(self.avg_ns).min(MAX_BATCH_WAIT);
+        avg.checked_sub(at.elapsed()).filter(|w| !w.is_zero())
+    }
+
+    /// A commit takes its records now, `requests` sync requests counted.
+    fn taken(&mut self, requests: u64) {
+        self.served = self.took.map_or(0, |(_, before)| requests - before);
+        self.took = Some((Instant::now(), requests));
+    }
+
+    /// The commit that took its records last is durable.
+    fn written(&mut self) {
+        if let Some((at, _)) = self.took {
+            let ns = at.elapsed().as_nanos().min(u64::MAX as u128) as u64;
+            self.avg_ns = if self.avg_ns == 0 {
+                ns
+            } else {
+                (self.avg_ns * 7 + ns) / 8
+            };
+        }
+    }
+}
 
 impl Fs {
     /// Bytes of the journal in use since the last checkpoint, and its size. A checkpoint
@@ -182,10 +234,16 @@ impl shared::FsCore {
         if self.read_only {
             return Ok(());
         }
-        let _writer = self.commit_lock.lock();
+        let mut pace = self.commit_lock.lock();
         if self.durable_gen.load(Ordering::Acquire) >= ticket {
             return Ok(());
         }
+        if let Some(wait) = pace.batch_wait(self.sync_requests.load(Ordering::Relaxed)) {
+            // Other threads are syncing too: give those about to ask a moment to join
+            // this commit rather than wait for the next one.
+            std::thread::sleep(wait);
+        }
+        pace.taken(self.sync_requests.load(Ordering::Relaxed));
         let gate = self.gate.write();
         let mut g = self.inner.lock();
         let gen = g.gen;
@@ -243,6 +301,7 @@ impl shared::FsCore {
                 g.alloc.commit_sealed_frees();
                 g.datasync_gen.retain(|_, v| *v > gen);
                 self.durable_gen.store(gen, Ordering::Release);
+                pace.written();
             }
             Err(e) => {
                 // Nothing of this commit is known durable: queue it again ahead of what
@@ -322,5 +381,35 @@ impl shared::FsCore {
                 r
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_syncs_from_several_threads_make_a_commit_wait() {
+        let mut p = Pace::default();
+        assert_eq!(p.batch_wait(1), None, "no commit yet");
+        // One thread: one request per commit, never a wait.
+        for r in 1..5 {
+            p.taken(r);
+            p.avg_ns = 40_000_000;
+            p.written();
+            assert_eq!(p.batch_wait(r + 1), None);
+        }
+        // Three requests since the last take: the next commit waits, at most the cap.
+        p.taken(8);
+        p.written();
+        let w = p.batch_wait(9).expect("a wait");
+        assert!(w > Duration::ZERO && w <= MAX_BATCH_WAIT, "{w:?}");
+        // A periodic commit with no request since the take does not wait.
+        assert_eq!(p.batch_wait(8), None);
+        // Commits of a fast device: the wait is no longer than a commit takes.
+        p.avg_ns = 100_000;
+        assert!(p
+            .batch_wait(9)
+            .is_none_or(|w| w <= Duration::from_micros(100)));
     }
 }

@@ -267,8 +267,8 @@ mod shared {
         pub(super) alloc: Arc<Allocator>,
         /// Held while a commit is written: syncs arriving meanwhile wait here and are
         /// covered by the next single commit (group commit). Taken before `inner`, never
-        /// after.
-        pub(super) commit_lock: Mutex<()>,
+        /// after. It holds the pace of recent commits (see [`super::commit::Pace`]).
+        pub(super) commit_lock: Mutex<super::commit::Pace>,
         /// Held shared by a data operation (write, truncate, fallocate) from its planning
         /// until its device writes are done and its records queued; a commit holds it
         /// exclusively while it takes what is queued, so it never makes a record durable

@@ -239,7 +239,7 @@ impl Fs {
             header,
             inner: Mutex::new(inner),
             alloc,
-            commit_lock: Mutex::new(()),
+            commit_lock: Mutex::new(super::commit::Pace::default()),
             gate: RwLock::new(()),
             inodes: super::locks::InodeLocks::new(),
             durable_gen: AtomicU64::new(0),
