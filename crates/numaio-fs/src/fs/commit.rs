@@ -4,33 +4,41 @@ use std::time::Instant;
 /// The longest a commit waits for more syncs to join it (ext4's `max_batch_time`).
 const MAX_BATCH_WAIT: Duration = Duration::from_millis(15);
 
-/// The pace of recent commits, for group-commit batching as ext4's journal does it: when
-/// the last commit served more than one sync request, syncs are coming from several
-/// threads, and a thread whose sync the last commit answered is likely to ask again within
-/// about one commit's time. A commit that starts sooner than a commit takes after the
-/// previous one took its records waits for the rest of that time (at most
-/// [`MAX_BATCH_WAIT`]), so one commit covers them all instead of every other one. One
-/// thread syncing alone never waits.
+/// The pace of recent commits, for group-commit batching (as ext4's journal batches
+/// syncs). When syncs come from several threads, the threads a commit answered ask again
+/// soon after it ends, while the next commit may already start with only the syncs that
+/// arrived during the last one: the threads then split into groups that alternate, each
+/// commit serving one group. So a commit expects as many syncs as the last commit served
+/// plus those that arrived while it was written; with fewer waiting, it waits for the
+/// rest, at most half a commit's time (and [`MAX_BATCH_WAIT`]) from the previous commit's
+/// end. One thread syncing alone never waits.
 #[derive(Default)]
 pub(super) struct Pace {
     /// When the newest commit took its records, and the sync requests counted by then.
     took: Option<(Instant, u64)>,
-    /// Requests that arrived between the two newest commits' takes.
+    /// Requests that arrived between the takes of the newest commit and the one before:
+    /// those the newest commit served.
     served: u64,
+    /// When the newest commit became durable, and the requests that arrived while it was
+    /// written.
+    ended: Option<(Instant, u64)>,
     /// A moving average of how long a commit takes to write, in nanoseconds.
     avg_ns: u64,
 }
 
 impl Pace {
-    /// How long a commit starting now waits, with `requests` sync requests counted so far.
+    /// How long a commit starting now, with `requests` sync requests counted so far, may
+    /// still wait for more; `None` once it should go.
     fn batch_wait(&self, requests: u64) -> Option<Duration> {
-        let (at, before) = self.took?;
-        // Syncs from more than one thread lately, and more than this one now.
-        if self.served < 2 || requests.saturating_sub(before) < 1 {
+        let (_, before) = self.took?;
+        let (ended, during) = self.ended?;
+        let expected = self.served + during;
+        let waiting = requests.saturating_sub(before);
+        if expected <= 1 || waiting == 0 || waiting >= expected {
             return None;
         }
-        let avg = Duration::from_nanos(self.avg_ns).min(MAX_BATCH_WAIT);
-        avg.checked_sub(at.elapsed()).filter(|w| !w.is_zero())
+        let window = Duration::from_nanos(self.avg_ns / 2).min(MAX_BATCH_WAIT);
+        window.checked_sub(ended.elapsed()).filter(|w| !w.is_zero())
     }
 
     /// A commit takes its records now, `requests` sync requests counted.
@@ -39,15 +47,17 @@ impl Pace {
         self.took = Some((Instant::now(), requests));
     }
 
-    /// The commit that took its records last is durable.
-    fn written(&mut self) {
-        if let Some((at, _)) = self.took {
+    /// The commit that took its records last is durable, `requests` sync requests
+    /// counted.
+    fn written(&mut self, requests: u64) {
+        if let Some((at, before)) = self.took {
             let ns = at.elapsed().as_nanos().min(u64::MAX as u128) as u64;
             self.avg_ns = if self.avg_ns == 0 {
                 ns
             } else {
                 (self.avg_ns * 7 + ns) / 8
             };
+            self.ended = Some((Instant::now(), requests.saturating_sub(before)));
         }
     }
 }
@@ -238,10 +248,10 @@ impl shared::FsCore {
         if self.durable_gen.load(Ordering::Acquire) >= ticket {
             return Ok(());
         }
-        if let Some(wait) = pace.batch_wait(self.sync_requests.load(Ordering::Relaxed)) {
-            // Other threads are syncing too: give those about to ask a moment to join
-            // this commit rather than wait for the next one.
-            std::thread::sleep(wait);
+        // Other threads are syncing too: give those about to ask a moment to join this
+        // commit rather than wait for the next one.
+        while let Some(wait) = pace.batch_wait(self.sync_requests.load(Ordering::Relaxed)) {
+            std::thread::sleep(wait.min(Duration::from_micros(200)));
         }
         pace.taken(self.sync_requests.load(Ordering::Relaxed));
         let gate = self.gate.write();
@@ -301,7 +311,7 @@ impl shared::FsCore {
                 g.alloc.commit_sealed_frees();
                 g.datasync_gen.retain(|_, v| *v > gen);
                 self.durable_gen.store(gen, Ordering::Release);
-                pace.written();
+                pace.written(self.sync_requests.load(Ordering::Relaxed));
             }
             Err(e) => {
                 // Nothing of this commit is known durable: queue it again ahead of what
@@ -392,24 +402,37 @@ mod tests {
     fn only_syncs_from_several_threads_make_a_commit_wait() {
         let mut p = Pace::default();
         assert_eq!(p.batch_wait(1), None, "no commit yet");
-        // One thread: one request per commit, never a wait.
+        // One thread: one request per commit, none during it: never a wait.
         for r in 1..5 {
             p.taken(r);
             p.avg_ns = 40_000_000;
-            p.written();
+            p.written(r);
             assert_eq!(p.batch_wait(r + 1), None);
         }
-        // Three requests since the last take: the next commit waits, at most the cap.
+        // Eight threads in two groups of four: a commit served four while four more
+        // arrived; the next, with those four waiting, waits for the other four, at most
+        // half a commit's time, capped.
         p.taken(8);
-        p.written();
-        let w = p.batch_wait(9).expect("a wait");
+        p.avg_ns = 40_000_000;
+        p.written(12);
+        assert_eq!(p.served, 4);
+        let w = p.batch_wait(12).expect("a wait");
         assert!(w > Duration::ZERO && w <= MAX_BATCH_WAIT, "{w:?}");
+        assert!(p.batch_wait(15).is_some());
+        // All eight there: it goes.
+        assert_eq!(p.batch_wait(16), None);
+        // Merged: the commit served all eight and none arrived meanwhile; the next goes
+        // once the eight are back.
+        p.taken(16);
+        p.written(16);
+        assert!(p.batch_wait(20).is_some());
+        assert_eq!(p.batch_wait(24), None);
         // A periodic commit with no request since the take does not wait.
-        assert_eq!(p.batch_wait(8), None);
-        // Commits of a fast device: the wait is no longer than a commit takes.
+        assert_eq!(p.batch_wait(16), None);
+        // Commits of a fast device: the wait is no longer than half a commit.
         p.avg_ns = 100_000;
         assert!(p
-            .batch_wait(9)
-            .is_none_or(|w| w <= Duration::from_micros(100)));
+            .batch_wait(20)
+            .is_none_or(|w| w <= Duration::from_micros(50)));
     }
 }
