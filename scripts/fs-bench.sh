@@ -126,7 +126,11 @@ fuse_mode="classic"
 # ext4 on a loop-mounted image: the disk every peer sits on.
 EXT4="$SCRATCH/ext4"
 mkdir -p "$EXT4"
-truncate -s 4G "$SCRATCH/ext4.img" && mkfs.ext4 -q -F "$SCRATCH/ext4.img" || die "cannot make $SCRATCH/ext4.img"
+# Sparse; room for the peers' files plus each numaio target's 2 GiB volume image, which its
+# runs fill (four such targets on a 4 GiB image ran out of space).
+vols=0
+for t in ${TARGETS//,/ }; do case "$t" in numaio*|base*) vols=$((vols + 1)) ;; esac; done
+truncate -s $((4 + 2 * vols))G "$SCRATCH/ext4.img" && mkfs.ext4 -q -F "$SCRATCH/ext4.img" || die "cannot make $SCRATCH/ext4.img"
 mount -o loop "$SCRATCH/ext4.img" "$EXT4" || die "cannot loop-mount $SCRATCH/ext4.img on $EXT4"
 mounted+=("$EXT4")
 
