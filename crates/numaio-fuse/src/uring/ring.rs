@@ -1,10 +1,13 @@
 //! One FUSE-over-io_uring queue: a ring thread bound to the queue's CPU, its ring entries'
 //! buffers on that CPU's node, registration with the kernel, then the COMMIT_AND_FETCH loop.
 //!
-//! The ring thread only moves entries: each request the kernel places in an entry is served
-//! by a serving thread of the queue's node ([`Pool`]), which hands the entry back with its
-//! reply. So a request waiting for its device holds one serving thread and one entry, and
-//! the queue's other entries keep being served.
+//! A request that may wait for a device (data, sync, and every change, which may have to
+//! commit first) is served by a serving thread of the queue's node ([`Pool`]), which hands
+//! the entry back with its reply: so it holds one serving thread and one entry, and the
+//! queue's other entries keep being served. The requests that only read the volume's state
+//! in memory (lookups, attributes, listings, opens and closes) are answered by the ring
+//! thread itself ([`serves_inline`]): the hand-off would cost them two thread switches,
+//! more than their work.
 
 use super::abi;
 use super::dispatch;
@@ -138,6 +141,31 @@ impl Pool {
     }
 }
 
+/// Whether the ring thread answers requests with `opcode` itself: those that never wait for
+/// a device. A release may free an unlinked file's blocks, waiting for that file's reads in
+/// flight; it is answered inline all the same, as that wait is bounded by one read.
+pub(crate) fn serves_inline(opcode: u32) -> bool {
+    use abi::op;
+    matches!(
+        opcode,
+        op::LOOKUP
+            | op::GETATTR
+            | op::READLINK
+            | op::OPEN
+            | op::STATFS
+            | op::RELEASE
+            | op::GETXATTR
+            | op::LISTXATTR
+            | op::FLUSH
+            | op::OPENDIR
+            | op::READDIR
+            | op::RELEASEDIR
+            | op::ACCESS
+            | op::READDIRPLUS
+            | op::LSEEK
+    )
+}
+
 /// What a queue's ring thread shares with the serving threads: the entries' buffers, and
 /// the entries served and waiting to be committed.
 pub struct Queue {
@@ -154,6 +182,15 @@ pub struct Queue {
 }
 
 impl Queue {
+    /// The opcode of the request the kernel placed in entry `i`.
+    fn opcode(&self, i: usize) -> u32 {
+        // SAFETY: as in `serve_entry`: the entry's command completed and the ring thread,
+        // which calls this, has not handed the entry to a serving thread; the 8 bytes lie
+        // inside the entry's header.
+        let hdr = unsafe { std::slice::from_raw_parts(self.bufs.header_ptr(i), 8) };
+        abi::u32_at(hdr, 4)
+    }
+
     /// Answers the request the kernel placed in entry `i`; returns its commit id.
     fn serve_entry(&self, i: usize) -> u64 {
         // SAFETY: the kernel completed this entry's command, so until the next command for
@@ -450,7 +487,13 @@ impl Worker {
                     continue;
                 }
                 match -cqe.result() {
-                    // A request: a serving thread of the node answers it.
+                    // A request: answered here when it cannot wait for a device, else
+                    // by a serving thread of the node.
+                    0 if serves_inline(self.q.opcode(i)) => {
+                        let commit_id = self.q.serve_entry(i);
+                        self.last[i] = (abi::CMD_COMMIT_AND_FETCH, commit_id);
+                        self.push(self.commit_sqe(i, commit_id))?;
+                    }
                     0 => self.pool.push(self.q.clone(), i),
                     libc::EINTR | libc::EAGAIN => {
                         let sqe = match self.last[i] {
@@ -489,5 +532,47 @@ impl Worker {
             self.push(self.commit_sqe(i, commit_id))?;
         }
         self.push(self.wake_sqe())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use abi::op;
+
+    #[test]
+    fn requests_that_may_wait_for_a_device_go_to_the_pool() {
+        for o in [
+            op::READ,
+            op::WRITE,
+            op::FSYNC,
+            op::FSYNCDIR,
+            op::SYNCFS,
+            op::SETATTR,
+            op::CREATE,
+            op::MKDIR,
+            op::MKNOD,
+            op::SYMLINK,
+            op::LINK,
+            op::UNLINK,
+            op::RMDIR,
+            op::RENAME,
+            op::RENAME2,
+            op::SETXATTR,
+            op::REMOVEXATTR,
+            op::FALLOCATE,
+            op::DESTROY,
+        ] {
+            assert!(!serves_inline(o), "{o}");
+        }
+        for o in [
+            op::LOOKUP,
+            op::GETATTR,
+            op::OPEN,
+            op::RELEASE,
+            op::READDIRPLUS,
+        ] {
+            assert!(serves_inline(o), "{o}");
+        }
     }
 }
