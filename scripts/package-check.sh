@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The engine as an embedder gets it: packages every library crate (`cargo package`), builds
+# The engine as an embedder gets it: packages every library crate (`cargo package`), checks
 # every packaged library against the others' packages, builds numaio-engine's packaged tests
 # against the packages, then
 # builds and runs a small program in a new crate outside the workspace that depends on the
@@ -54,8 +54,10 @@ done
 mkdir -p "$work/all/src"
 printf '[package]\nname = "all-packages"\nversion = "0.0.0"\nedition = "2021"\npublish = false\n\n[dependencies]\n%s\n[workspace]\n' "$deps" > "$work/all/Cargo.toml"
 : > "$work/all/src/lib.rs"
-say "building every packaged library against the others' packages"
-CARGO_TARGET_DIR="$target" cargo build --quiet --manifest-path "$work/all/Cargo.toml" "${patches[@]}"
+# `cargo check`: whether each package compiles against the others is the question; the
+# packages the engine needs are built for real just below.
+say "checking every packaged library against the others' packages"
+CARGO_TARGET_DIR="$target" cargo check --quiet --manifest-path "$work/all/Cargo.toml" "${patches[@]}"
 # The engine's packaged tests build against the other packages.
 say "building numaio-engine's packaged tests"
 CARGO_TARGET_DIR="$target" cargo test --quiet --no-run --manifest-path "$work/numaio-engine-$version/Cargo.toml" \

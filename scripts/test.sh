@@ -88,7 +88,7 @@ step deb      bash scripts/test-deb.sh
 # It installs in the background from the start (bg_start above).
 step pysetup  bg_wait pysetup
 step unit     cargo test --workspace --no-fail-fast
-# Every library crate packages (cargo package builds each package against the others'), the
+# Every library crate packages and compiles against the others' packages, the
 # engine's packaged tests build, and a new crate depending only on the packages builds and runs.
 step package  bash scripts/package-check.sh
 # The advisor's tests mostly wait on the subprocesses they start: they run in the background

@@ -35,6 +35,18 @@ pub struct Args {
     /// per read) instead of being answered from the page cache after the first pass.
     #[arg(long)]
     direct: bool,
+    /// After the first report, wait (at most 10 s) until the process may run on more CPUs
+    /// than it started with, then read: a test can start it pinned away from its data and
+    /// unpin it before any read, so the file system sees only an unpinned reader.
+    #[arg(long)]
+    wait_unpinned: bool,
+}
+
+/// How many CPUs this process may run on.
+fn allowed_cpus() -> anyhow::Result<usize> {
+    Ok(numaio_sys::affinity::get_affinity(0)
+        .context("sched_getaffinity of the reader")?
+        .count())
 }
 
 fn report(out: &mut Option<std::fs::File>, line: &str) -> anyhow::Result<()> {
@@ -85,6 +97,11 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let every = Duration::from_millis(a.interval_ms.max(1));
     let mut next = start;
     let mut passes = 0u64;
+    let mut pinned = if a.wait_unpinned {
+        Some(allowed_cpus()?)
+    } else {
+        None
+    };
     loop {
         if Instant::now() >= next {
             let cn = numaio_sys::getcpu()?;
@@ -98,6 +115,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
                 ),
             )?;
             next += every;
+            if let Some(cpus) = pinned.take() {
+                let until = Instant::now() + Duration::from_secs(10);
+                while allowed_cpus()? <= cpus && Instant::now() < until {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
         }
         if a.duration
             .is_some_and(|d| start.elapsed().as_secs_f64() >= d)
