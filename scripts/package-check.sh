@@ -24,9 +24,6 @@ sys_version="$(cargo pkgid -p numaio-sys | sed 's/.*[#@]//')"
 kit_version="$(cargo pkgid -p numaio-testkit | sed 's/.*[#@]//')"
 numa_version="$(cargo pkgid -p numaio-numa | sed 's/.*[#@]//')"
 pkg="$target/package"
-for c in "numaio-engine-$version" "numaio-sys-$sys_version" "numaio-testkit-$kit_version" "numaio-numa-$numa_version"; do
-    [ -f "$pkg/$c.crate" ] || { echo "[package-check] ERROR: $pkg/$c.crate was not made" >&2; exit 1; }
-done
 
 # Outside the workspace (a package under it would be taken for a member), at the same path on
 # every run of this checkout: the builds below use the workspace's target directory, where
@@ -36,18 +33,14 @@ work="/var/tmp/numaio-package-check.$(printf '%s' "$PWD" | cksum | cut -d' ' -f1
 rm -rf "$work"
 mkdir -p "$work"
 trap 'rm -rf "$work"' EXIT
-# Unpack the .crate files themselves, so nothing of the workspace can leak in.
-tar -xzf "$pkg/numaio-engine-$version.crate" -C "$work"
-tar -xzf "$pkg/numaio-sys-$sys_version.crate" -C "$work"
-tar -xzf "$pkg/numaio-testkit-$kit_version.crate" -C "$work"
-tar -xzf "$pkg/numaio-numa-$numa_version.crate" -C "$work"
-# Every library as its package, against the others' packages.
+# Every library as its package, against the others' packages: the .crate files themselves
+# are unpacked, so nothing of the workspace can leak in.
 patches=()
 deps=""
 for l in "${libs[@]}"; do
     v="$(cargo pkgid -p "$l" | sed 's/.*[#@]//')"
     [ -f "$pkg/$l-$v.crate" ] || { echo "[package-check] ERROR: $pkg/$l-$v.crate was not made" >&2; exit 1; }
-    [ -d "$work/$l-$v" ] || tar -xzf "$pkg/$l-$v.crate" -C "$work"
+    tar -xzf "$pkg/$l-$v.crate" -C "$work"
     patches+=(--config "patch.crates-io.$l.path=\"$work/$l-$v\"")
     deps+="$l = { path = \"../$l-$v\" }"$'\n'
 done
