@@ -13,6 +13,11 @@ use std::path::Path;
 const MIB: usize = 1 << 20;
 /// Pages of the 32 MiB test file.
 const FILE_PAGES: u64 = (32 * MIB / 4096) as u64;
+/// Pages of the file the kernel may reclaim while the test runs: other work on the machine
+/// (CI downloads and builds beside the tests) presses on the page cache, and the file's
+/// pages are as reclaimable as any. The claim tested is where the data is cached, so a few
+/// reclaimed pages may be missing but none may be cached twice.
+const RECLAIMED_PAGES: u64 = FILE_PAGES / 64;
 /// What a sequential reader may leave in the devices' cache: the store reads four requests
 /// (of at most 1 MiB) ahead of it, plus metadata.
 const READ_AHEAD_PAGES: u64 = 4 * 256 + 64;
@@ -48,10 +53,10 @@ fn file_data_is_cached_in_the_mount_not_again_in_the_devices() {
             after <= before + 64,
             "device pages after a 32 MiB write and fsync: {before} → {after}"
         );
-        assert_eq!(
-            resident(&[&file]),
-            FILE_PAGES,
-            "the mount's cache holds the file"
+        let cached = resident(&[&file]);
+        assert!(
+            cached <= FILE_PAGES && cached >= FILE_PAGES - RECLAIMED_PAGES,
+            "the mount's cache holds the file: {cached} of {FILE_PAGES} pages"
         );
         ok(&vol.umount(), "umount");
     }
@@ -61,7 +66,11 @@ fn file_data_is_cached_in_the_mount_not_again_in_the_devices() {
     let before = resident(&devs);
     assert_eq!(std::fs::read(&file).unwrap(), data);
     let after = resident(&devs);
-    assert_eq!(resident(&[&file]), FILE_PAGES);
+    let cached = resident(&[&file]);
+    assert!(
+        cached <= FILE_PAGES && cached >= FILE_PAGES - RECLAIMED_PAGES,
+        "the mount's cache holds the file after a read: {cached} of {FILE_PAGES} pages"
+    );
     assert!(
         after <= before + READ_AHEAD_PAGES,
         "device pages after reading 32 MiB through the mount: {before} → {after}"
