@@ -58,6 +58,7 @@ impl Classic {
             gid: req.gid(),
             cpu: None,
             mode: self.transport.mode(),
+            wait: true,
         };
         serve::serve(fs, &self.obs, &ctx, r, out)
     }

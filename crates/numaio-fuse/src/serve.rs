@@ -55,6 +55,9 @@ pub(crate) struct Ctx {
     pub cpu: Option<u32>,
     /// The transport serving the mount now (the statistics report it).
     pub mode: FuseMode,
+    /// Whether serving may wait for other operations on the file, for a commit or for a
+    /// device read. Where not, a write that would is left unserved ([`Reply::Later`]).
+    pub wait: bool,
 }
 
 /// A successful answer. Data and listings are already in the transport's [`Output`].
@@ -94,6 +97,9 @@ pub(crate) enum Reply {
     Offset(u64),
     /// The entries are in the [`Output`].
     Listed,
+    /// Not served, nothing done: it would wait and [`Ctx::wait`] said it must not. The
+    /// transport serves it again where it may wait.
+    Later,
 }
 
 /// Where a transport takes file data and listing entries.
@@ -256,9 +262,17 @@ pub(crate) fn serve(
         }
         Request::Write { ino, offset, data } => {
             let r = requester();
-            let n = fs
-                .write(ino, offset, data, &Observer::caller(&r, ctx.uid, ctx.gid))
-                .map_err(|e| e.errno())?;
+            let c = Observer::caller(&r, ctx.uid, ctx.gid);
+            let n = if ctx.wait {
+                fs.write(ino, offset, data, &c)
+            } else {
+                match fs.try_write(ino, offset, data, &c) {
+                    Ok(Some(n)) => Ok(n),
+                    Ok(None) => return Ok(Reply::Later),
+                    Err(e) => Err(e),
+                }
+            }
+            .map_err(|e| e.errno())?;
             obs.account(fs, &r, ino, offset, n as u64, Direction::Write);
             Ok(Reply::Written(n as u32))
         }

@@ -127,6 +127,16 @@ impl Fs {
         self.commit_upto(ticket)
     }
 
+    /// [`Fs::writable`] for a change that must not wait: `Ok(false)` where queued records
+    /// are due to be committed first.
+    pub(super) fn writable_now(&self) -> Result<bool, FsError> {
+        if self.read_only {
+            return Err(FsError::ReadOnly);
+        }
+        let g = self.inner.lock();
+        Ok(g.pending_bytes < PENDING_COMMIT_BYTES || g.pending.is_empty())
+    }
+
     /// [`Fs::writable`], then the volume lock, for a change that does no device I/O.
     pub(super) fn lock_rw(&self) -> Result<MutexGuard<'_, Inner>, FsError> {
         self.writable()?;

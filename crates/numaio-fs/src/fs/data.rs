@@ -429,17 +429,56 @@ impl Fs {
     /// policy for `c`'s node. Returns the bytes written (all of them). Out of space while
     /// freed blocks wait for a commit, it commits and tries once more.
     pub fn write(&self, ino: u64, offset: u64, data: &[u8], c: &Caller) -> Result<usize, FsError> {
-        self.retry_for_space(|| self.write_once(ino, offset, data, c))
+        self.retry_for_space(|| {
+            self.writable()?;
+            let _file = self.inodes.write(ino);
+            let _gate = self.gate.read();
+            self.write_locked(ino, offset, data, c)
+        })
     }
 
-    /// One write: planned under the volume lock (new blocks taken from the allocator with
-    /// it released, see [`Fs::fill_holes`], and mapped), written to the devices with it
-    /// released, then its records queued under it again; the inode's lock (exclusive) and
-    /// the gate (shared) are held throughout.
-    fn write_once(&self, ino: u64, offset: u64, data: &[u8], c: &Caller) -> Result<usize, FsError> {
-        self.writable()?;
-        let _file = self.inodes.write(ino);
-        let _gate = self.gate.read();
+    /// [`Fs::write`] where it cannot have to wait for anything but the volume lock and the
+    /// device's page cache: `Ok(None)`, with nothing done, where it would wait for another
+    /// operation on the file, for a commit (queued records due, out of space while frees
+    /// wait), or for a device read (a block only partly covered). A caller that must not
+    /// block, such as a thread that serves other requests too, tries this first and hands
+    /// the write to a thread that may wait when it gets `None`.
+    pub fn try_write(
+        &self,
+        ino: u64,
+        offset: u64,
+        data: &[u8],
+        c: &Caller,
+    ) -> Result<Option<usize>, FsError> {
+        let whole =
+            offset.is_multiple_of(BLOCK_SIZE) && (data.len() as u64).is_multiple_of(BLOCK_SIZE);
+        if !whole || !self.writable_now()? {
+            return Ok(None);
+        }
+        let Some(_file) = self.inodes.try_write(ino) else {
+            return Ok(None);
+        };
+        let Some(_gate) = self.gate.try_read() else {
+            return Ok(None);
+        };
+        match self.write_locked(ino, offset, data, c) {
+            // Nothing was done: the caller's waiting write commits and tries again.
+            Err(FsError::NoSpace) => Ok(None),
+            r => r.map(Some),
+        }
+    }
+
+    /// One write, with the inode's lock (exclusive) and the gate (shared) held by the
+    /// caller: planned under the volume lock (new blocks taken from the allocator with it
+    /// released, see [`Fs::fill_holes`], and mapped), written to the devices with it
+    /// released, then its records queued under it again. Out of space, nothing is done.
+    fn write_locked(
+        &self,
+        ino: u64,
+        offset: u64,
+        data: &[u8],
+        c: &Caller,
+    ) -> Result<usize, FsError> {
         let g = self.inner.lock();
         let a = g.attr(ino)?;
         match a.kind {
@@ -515,7 +554,7 @@ impl Fs {
     }
 
     /// The device writes of a write of `data` at `offset` into `runs` (see
-    /// [`Fs::write_once`]); `blank(lb)` tells the blocks written for the first time.
+    /// [`Fs::write_locked`]); `blank(lb)` tells the blocks written for the first time.
     fn write_runs(
         &self,
         runs: &[(u64, u64, u16, u64)],

@@ -43,4 +43,9 @@ impl InodeLocks {
     pub(super) fn write(&self, ino: u64) -> RwLockWriteGuard<'_, ()> {
         self.of(ino).write()
     }
+
+    /// [`InodeLocks::write`] if no one holds the lock now.
+    pub(super) fn try_write(&self, ino: u64) -> Option<RwLockWriteGuard<'_, ()>> {
+        self.of(ino).try_write()
+    }
 }

@@ -21,16 +21,19 @@ pub type Answer = Result<usize, i32>;
 /// header area, `payload` the entry's payload buffer of which the first `in_len` bytes are
 /// the request's. `cpu` is the CPU of the entry's queue, the one the requesting thread
 /// issued the request on. Returns the request's `unique` (0 where the header was too short
-/// to have one) and the answer.
+/// to have one) and the answer; `None` where `wait` is false and the request would wait
+/// (see [`Ctx::wait`]): nothing was done and the entry is as it came.
+#[allow(clippy::too_many_arguments)]
 pub fn dispatch(
     fs: &Fs,
     obs: &Observer,
     cpu: u32,
+    wait: bool,
     in_header: &[u8],
     op_in: &[u8],
     payload: &mut [u8],
     in_len: usize,
-) -> (u64, Answer) {
+) -> Option<(u64, Answer)> {
     let opcode = abi::u32_at(in_header, 4);
     let unique = abi::u64_at(in_header, 8);
     // Only requests with names or data read the payload; the others may fill all of it.
@@ -50,6 +53,7 @@ pub fn dispatch(
                     gid: o.gid,
                     cpu: Some(cpu),
                     mode: FuseMode::IoUring,
+                    wait,
                 };
                 let limit = match &req {
                     Request::Readdir { size, .. } | Request::Readdirplus { size, .. } => {
@@ -64,6 +68,9 @@ pub fn dispatch(
             }
         }
     };
+    if let Ok((Reply::Later, _)) = answer {
+        return None;
+    }
     let answer = answer.and_then(|(r, listed)| {
         // Data and listings were written after the input (which is empty for them).
         match r {
@@ -78,7 +85,7 @@ pub fn dispatch(
             r => encode(payload, &r),
         }
     });
-    (unique, answer)
+    Some((unique, answer))
 }
 
 /// The payload after the request's input, as the table's [`Output`]: file data, or
@@ -190,7 +197,7 @@ fn encode(payload: &mut [u8], r: &Reply) -> Answer {
         Reply::Offset(off) => {
             o.u64(*off);
         }
-        Reply::Data(_) | Reply::Listed => return Err(libc::EIO),
+        Reply::Data(_) | Reply::Listed | Reply::Later => return Err(libc::EIO),
     }
     Ok(o.written())
 }
@@ -254,9 +261,21 @@ mod tests {
         h
     }
 
+    /// [`dispatch`] of a request that may wait, which is always served.
+    fn served(
+        fs: &Fs,
+        obs: &Observer,
+        h: &[u8],
+        op_in: &[u8],
+        payload: &mut [u8],
+        in_len: usize,
+    ) -> (u64, Answer) {
+        dispatch(fs, obs, 0, true, h, op_in, payload, in_len).expect("served")
+    }
+
     fn call(fs: &Fs, opcode: u32, nodeid: u64, payload: &mut [u8]) -> Answer {
         let h = header(opcode, nodeid);
-        dispatch(fs, &Observer::new(), 0, &h, &[0u8; 128], payload, 0).1
+        served(fs, &Observer::new(), &h, &[0u8; 128], payload, 0).1
     }
 
     #[test]
@@ -318,24 +337,24 @@ mod tests {
         let obs = Observer::new();
         // A short in-header.
         let mut payload = vec![0u8; 4096];
-        let (_, a) = dispatch(&fs, &obs, 0, &[0u8; 39], &[0u8; 128], &mut payload, 0);
+        let (_, a) = served(&fs, &obs, &[0u8; 39], &[0u8; 128], &mut payload, 0);
         assert_eq!(a, Err(libc::EINVAL));
         // A READ larger than the payload buffer reads what fits.
         let mut op_in = [0u8; 128];
         op_in[16..20].copy_from_slice(&1_000_000u32.to_le_bytes());
         let mut small = vec![0u8; 512];
         let h = header(op::READ, f.ino);
-        let (unique, a) = dispatch(&fs, &obs, 0, &h, &op_in, &mut small, 0);
+        let (unique, a) = served(&fs, &obs, &h, &op_in, &mut small, 0);
         assert_eq!((unique, a), (1, Ok(512)));
         assert!(small.iter().all(|&b| b == 7));
         // A stated input length beyond the buffer, a name without its NUL.
         let h = header(op::LOOKUP, 1);
         let mut p = b"f".to_vec();
-        let (_, a) = dispatch(&fs, &obs, 0, &h, &op_in, &mut p, 1 << 30);
+        let (_, a) = served(&fs, &obs, &h, &op_in, &mut p, 1 << 30);
         assert_eq!(a, Err(libc::EINVAL));
         let mut p = b"f\0".to_vec();
         p.resize(4096, 0);
-        let (_, a) = dispatch(&fs, &obs, 0, &h, &op_in, &mut p, 2);
+        let (_, a) = served(&fs, &obs, &h, &op_in, &mut p, 2);
         assert_eq!(a, Ok(abi::ENTRY_OUT_SZ));
         assert_eq!(abi::u64_at(&p, 0), f.ino);
         // A listing stops at the kernel's reply size and at the buffer's end.
@@ -344,7 +363,7 @@ mod tests {
             op_in[16..20].copy_from_slice(&size.to_le_bytes());
             let mut p = vec![0u8; buf];
             for opcode in [op::READDIR, op::READDIRPLUS] {
-                let (_, a) = dispatch(&fs, &obs, 0, &header(opcode, 1), &op_in, &mut p, 0);
+                let (_, a) = served(&fs, &obs, &header(opcode, 1), &op_in, &mut p, 0);
                 let n = a.unwrap();
                 assert!(n <= (size as usize).min(buf), "{opcode}: {n} bytes");
             }
@@ -355,15 +374,41 @@ mod tests {
         op_in[0..4].copy_from_slice(&4096u32.to_le_bytes());
         let mut p = b"user.big\0".to_vec();
         p.resize(300, 0);
-        let (_, a) = dispatch(
-            &fs,
-            &obs,
-            0,
-            &header(op::GETXATTR, f.ino),
-            &op_in,
-            &mut p,
-            9,
-        );
+        let (_, a) = served(&fs, &obs, &header(op::GETXATTR, f.ino), &op_in, &mut p, 9);
         assert_eq!(a, Err(libc::ERANGE));
+    }
+
+    #[test]
+    fn a_write_that_would_wait_is_left_untouched_for_a_serving_thread() {
+        let fs = volume();
+        let c = numaio_fs::Caller::root_on(0);
+        let f = fs.create(1, b"f", 0o644, &c).unwrap();
+        let obs = Observer::new();
+        let write = |offset: u64, size: u32| {
+            let mut op_in = [0u8; 128];
+            op_in[8..16].copy_from_slice(&offset.to_le_bytes());
+            op_in[16..20].copy_from_slice(&size.to_le_bytes());
+            op_in
+        };
+        // Part of a block needs the block read first: not served, the entry as it came.
+        let mut p = vec![4u8; 8192];
+        let h = header(op::WRITE, f.ino);
+        assert_eq!(
+            dispatch(&fs, &obs, 0, false, &h, &write(10, 100), &mut p, 100),
+            None
+        );
+        assert!(p.iter().all(|&b| b == 4));
+        assert_eq!(fs.getattr(f.ino).unwrap().size, 0);
+        // Where it may wait, it is served; whole blocks are served without waiting.
+        let (_, a) = served(&fs, &obs, &h, &write(10, 100), &mut p, 100);
+        assert_eq!((a, abi::u32_at(&p, 0)), (Ok(8), 100));
+        let mut p = vec![6u8; 8192];
+        let a = dispatch(&fs, &obs, 0, false, &h, &write(4096, 4096), &mut p, 4096);
+        assert_eq!(a.map(|(_, a)| a), Some(Ok(8)));
+        assert_eq!(abi::u32_at(&p, 0), 4096);
+        let mut back = vec![0u8; 8192];
+        assert_eq!(fs.read(f.ino, 0, &mut back).unwrap(), 8192);
+        assert!(back[10..110].iter().all(|&b| b == 4));
+        assert!(back[4096..].iter().all(|&b| b == 6));
     }
 }

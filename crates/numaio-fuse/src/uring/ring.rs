@@ -7,7 +7,9 @@
 //! queue's other entries keep being served. The requests that only read the volume's state
 //! in memory (lookups, attributes, listings, opens and closes) are answered by the ring
 //! thread itself ([`serves_inline`]): the hand-off would cost them two thread switches,
-//! more than their work.
+//! more than their work. So is a write of whole blocks that finds nothing to wait for (its
+//! file's lock free, no commit due, no block to read first: `Fs::try_write`), which only
+//! copies into the devices' page cache; any other write goes to a serving thread.
 
 use super::abi;
 use super::dispatch;
@@ -135,8 +137,10 @@ impl Pool {
                     s = self.ready.wait(s).unwrap_or_else(|p| p.into_inner());
                 }
             };
-            let commit_id = q.serve_entry(i);
-            q.hand_back(i, commit_id);
+            // Served with waiting allowed, a request is always answered.
+            if let Some(commit_id) = q.serve_entry(i, true) {
+                q.hand_back(i, commit_id);
+            }
         }
     }
 }
@@ -191,8 +195,10 @@ impl Queue {
         abi::u32_at(hdr, 4)
     }
 
-    /// Answers the request the kernel placed in entry `i`; returns its commit id.
-    fn serve_entry(&self, i: usize) -> u64 {
+    /// Answers the request the kernel placed in entry `i`; returns its commit id. Where
+    /// `wait` is false and the request would wait (see [`crate::serve::Ctx::wait`]), it
+    /// returns `None` with the entry untouched, to be handed to a serving thread.
+    fn serve_entry(&self, i: usize, wait: bool) -> Option<u64> {
         // SAFETY: the kernel completed this entry's command, so until the next command for
         // the entry is submitted it does not touch the entry's header or payload; the ring
         // thread hands an entry to one serving thread at a time and touches it again only
@@ -209,8 +215,8 @@ impl Queue {
         let commit_id = abi::u64_at(ent, abi::ENT_COMMIT_ID);
         let in_len = abi::u32_at(ent, abi::ENT_PAYLOAD_SZ) as usize;
         let (unique, answer) = dispatch::dispatch(
-            &self.fs, &self.obs, self.cpu, in_out, op_in, payload, in_len,
-        );
+            &self.fs, &self.obs, self.cpu, wait, in_out, op_in, payload, in_len,
+        )?;
         let (error, len) = match answer {
             Ok(n) => (0, n),
             Err(e) => (-e, 0),
@@ -221,7 +227,7 @@ impl Queue {
         if let Some(c) = self.served.get(self.qid as usize) {
             c.0.fetch_add(1, Ordering::Relaxed);
         }
-        commit_id
+        Some(commit_id)
     }
 
     fn hand_back(&self, i: usize, commit_id: u64) {
@@ -487,14 +493,24 @@ impl Worker {
                     continue;
                 }
                 match -cqe.result() {
-                    // A request: answered here when it cannot wait for a device, else
-                    // by a serving thread of the node.
-                    0 if serves_inline(self.q.opcode(i)) => {
-                        let commit_id = self.q.serve_entry(i);
-                        self.last[i] = (abi::CMD_COMMIT_AND_FETCH, commit_id);
-                        self.push(self.commit_sqe(i, commit_id))?;
+                    // A request: answered here when it cannot wait for a device (a
+                    // write only when it finds nothing to wait for), else by a serving
+                    // thread of the node.
+                    0 => {
+                        let op = self.q.opcode(i);
+                        let here = if serves_inline(op) || op == abi::op::WRITE {
+                            self.q.serve_entry(i, false)
+                        } else {
+                            None
+                        };
+                        match here {
+                            Some(commit_id) => {
+                                self.last[i] = (abi::CMD_COMMIT_AND_FETCH, commit_id);
+                                self.push(self.commit_sqe(i, commit_id))?;
+                            }
+                            None => self.pool.push(self.q.clone(), i),
+                        }
                     }
-                    0 => self.pool.push(self.q.clone(), i),
                     libc::EINTR | libc::EAGAIN => {
                         let sqe = match self.last[i] {
                             (abi::CMD_REGISTER, _) => self.register_sqe(i),
