@@ -43,6 +43,8 @@ enum Command {
     Evict(cmd::evict::EvictArgs),
     /// Lock files' pages in memory (mlock), optionally on a chosen node, until signalled.
     Lock(cmd::lock::LockArgs),
+    /// Give each node its own copy of read-mostly files (for `run --replica`).
+    Replicate(cmd::replicate::ReplicateArgs),
     /// Show processes' file I/O locality per node.
     #[command(after_help = exit::HELP)]
     Ps(cmd::ps::PsArgs),
@@ -128,6 +130,7 @@ fn main() -> ExitCode {
         Command::Move(a) => cmd::move_::run(a),
         Command::Evict(a) => cmd::evict::run(a),
         Command::Lock(a) => cmd::lock::run(a),
+        Command::Replicate(a) => cmd::replicate::run(a),
         Command::Ps(a) => cmd::ps::run(a),
         Command::Pin(a) => cmd::pin::run(a),
         Command::Run(a) => cmd::run::run(a),

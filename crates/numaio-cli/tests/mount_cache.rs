@@ -55,7 +55,7 @@ fn file_data_is_cached_in_the_mount_not_again_in_the_devices() {
         );
         let cached = resident(&[&file]);
         assert!(
-            cached <= FILE_PAGES && cached >= FILE_PAGES - RECLAIMED_PAGES,
+            (FILE_PAGES - RECLAIMED_PAGES..=FILE_PAGES).contains(&cached),
             "the mount's cache holds the file: {cached} of {FILE_PAGES} pages"
         );
         ok(&vol.umount(), "umount");
@@ -68,7 +68,7 @@ fn file_data_is_cached_in_the_mount_not_again_in_the_devices() {
     let after = resident(&devs);
     let cached = resident(&[&file]);
     assert!(
-        cached <= FILE_PAGES && cached >= FILE_PAGES - RECLAIMED_PAGES,
+        (FILE_PAGES - RECLAIMED_PAGES..=FILE_PAGES).contains(&cached),
         "the mount's cache holds the file after a read: {cached} of {FILE_PAGES} pages"
     );
     assert!(

@@ -47,12 +47,43 @@ pub enum PagecacheError {
         cap: &'static str,
         hint: &'static str,
     },
+    /// A process has the file open for writing: a copy of it would be stale at once.
+    #[error("{}: open for writing by {}; replicate it once no one writes it", .path.display(), fmt_writers(.writers))]
+    BeingWritten {
+        path: PathBuf,
+        /// `(pid, command)` of each writer.
+        writers: Vec<(i32, String)>,
+    },
+    /// A node has no room for what is asked of it.
+    #[error("{}: node {node} has {} of {what}, and this needs {}; free memory on the node, choose another, or raise the budget", .path.display(), mib(*.room), mib(*.need))]
+    NoRoom {
+        path: PathBuf,
+        node: u32,
+        need: u64,
+        room: u64,
+        what: &'static str,
+    },
+    /// A replica could not be made as asked.
+    #[error("{}: {what}", .path.display())]
+    Replica { path: PathBuf, what: String },
     /// A placement target that cannot be used (bad node, empty list, bad chunk size).
     #[error("invalid target: {0}")]
     InvalidTarget(String),
     /// A glob pattern (`-i`, `-I`) that does not parse.
     #[error("bad pattern {pattern:?}: {reason}")]
     InvalidPattern { pattern: String, reason: String },
+}
+
+fn mib(b: u64) -> String {
+    format!("{:.1} MiB ({b} bytes)", b as f64 / (1u64 << 20) as f64)
+}
+
+fn fmt_writers(w: &[(i32, String)]) -> String {
+    let each: Vec<String> = w
+        .iter()
+        .map(|(pid, comm)| format!("pid {pid} ({comm})"))
+        .collect();
+    each.join(", ")
 }
 
 impl PagecacheError {
@@ -65,7 +96,10 @@ impl PagecacheError {
             | PagecacheError::Io { path, .. }
             | PagecacheError::Sys { path, .. }
             | PagecacheError::MincoreRestricted { path }
-            | PagecacheError::NeedsPrivilege { path, .. } => Some(path),
+            | PagecacheError::NeedsPrivilege { path, .. }
+            | PagecacheError::BeingWritten { path, .. }
+            | PagecacheError::NoRoom { path, .. }
+            | PagecacheError::Replica { path, .. } => Some(path),
             PagecacheError::InvalidTarget(_) | PagecacheError::InvalidPattern { .. } => None,
         }
     }
@@ -80,6 +114,9 @@ impl PagecacheError {
             PagecacheError::Sys { .. } => "system",
             PagecacheError::MincoreRestricted { .. } => "mincore_restricted",
             PagecacheError::NeedsPrivilege { .. } => "needs_privilege",
+            PagecacheError::BeingWritten { .. } => "being_written",
+            PagecacheError::NoRoom { .. } => "no_room",
+            PagecacheError::Replica { .. } => "replica",
             PagecacheError::InvalidTarget(_) => "invalid_target",
             PagecacheError::InvalidPattern { .. } => "invalid_pattern",
         }

@@ -13,6 +13,8 @@
 //! * [`migrate`]: `move` ([`move_file`], [`MoveReport`]).
 //! * [`warm`]: `warm` ([`warm_file`], [`WarmReport`]).
 //! * [`evict`]: `evict` ([`evict_file`], [`EvictReport`]).
+//! * [`replica`]: `replicate` ([`ReplicaStore`], [`Replica`]): a copy per node of a
+//!   read-mostly file, in a tmpfs bound to that node.
 //! * [`target`]: placement targets ([`Target`]) and the node each page should be on.
 //! * [`file`]: read-only opening with clear errors.
 //! * [`walk`]: streaming expansion of operands (directories, globs, hard links once).
@@ -45,6 +47,7 @@ pub mod file;
 pub mod migrate;
 mod pfn;
 mod readplan;
+pub mod replica;
 pub mod residency;
 mod scan;
 pub mod target;
@@ -55,6 +58,7 @@ pub use error::PagecacheError;
 pub use evict::{evict_file, evict_open, EvictReport};
 pub use file::{collect_files, mincore_is_truthful, open_regular, OpenFile};
 pub use migrate::{move_file, move_opened, MoveOptions, MoveReport};
+pub use replica::{Replica, ReplicaOptions, ReplicaStore, Version};
 pub use residency::{
     file_residency, page_span, residency_of, resident_in_range, resident_pages_mincore,
     single_memory_node, ByteRange, FileResidency, MapCell, Totals, WhereOptions,

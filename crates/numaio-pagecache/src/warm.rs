@@ -242,10 +242,10 @@ pub(crate) fn warm_open(
 }
 
 /// Restores the calling thread's memory policy when dropped.
-struct PolicyGuard(Policy);
+pub(crate) struct PolicyGuard(Policy);
 
 impl PolicyGuard {
-    fn new() -> numaio_sys::SysResult<PolicyGuard> {
+    pub(crate) fn new() -> numaio_sys::SysResult<PolicyGuard> {
         Ok(PolicyGuard(get_mempolicy(None)?))
     }
 }

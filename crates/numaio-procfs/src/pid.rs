@@ -236,12 +236,23 @@ pub fn parse_fdinfo_pos(text: &str) -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
-/// Whether `/proc/PID/fdinfo/FD` says the descriptor is write-only (`flags:` is octal).
-pub fn parse_fdinfo_write_only(text: &str) -> bool {
+/// The access mode (`O_RDONLY`, `O_WRONLY` or `O_RDWR`) in `/proc/PID/fdinfo/FD`'s
+/// `flags:` (octal).
+fn parse_fdinfo_access(text: &str) -> Option<u32> {
     text.lines()
         .find_map(|l| l.strip_prefix("flags:"))
         .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
-        .is_some_and(|f| f & libc::O_ACCMODE as u32 == libc::O_WRONLY as u32)
+        .map(|f| f & libc::O_ACCMODE as u32)
+}
+
+/// Whether `/proc/PID/fdinfo/FD` says the descriptor is write-only (`flags:` is octal).
+pub fn parse_fdinfo_write_only(text: &str) -> bool {
+    parse_fdinfo_access(text) == Some(libc::O_WRONLY as u32)
+}
+
+/// Whether `/proc/PID/fdinfo/FD` says the descriptor may write (write-only or read-write).
+pub fn parse_fdinfo_writable(text: &str) -> bool {
+    matches!(parse_fdinfo_access(text), Some(m) if m == libc::O_WRONLY as u32 || m == libc::O_RDWR as u32)
 }
 
 /// The cgroup path of the process (the v2 `0::` line, else the first v1 line's path).
@@ -403,6 +414,35 @@ pub fn open_files(pid: i32) -> ProcfsResult<Vec<OpenFd>> {
         });
     }
     out.sort_by_key(|f| f.fd);
+    Ok(out)
+}
+
+/// The processes (pid and command name) that have the file `(dev, ino)` open for writing
+/// through a descriptor, as far as this process may look (others' descriptors need root or
+/// the same user). Processes that end during the scan are skipped.
+pub fn writers_of(dev: u64, ino: u64) -> ProcfsResult<Vec<(i32, String)>> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = Vec::new();
+    for pid in list_pids()? {
+        let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            continue;
+        };
+        for ent in rd.filter_map(|e| e.ok()) {
+            match std::fs::metadata(ent.path()) {
+                Ok(m) if m.dev() == dev && m.ino() == ino => {}
+                _ => continue,
+            }
+            let fd = ent.file_name();
+            let info =
+                std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", fd.to_string_lossy()))
+                    .unwrap_or_default();
+            if parse_fdinfo_writable(&info) {
+                let comm = read_proc(pid, "comm").unwrap_or_default();
+                out.push((pid, comm.trim_end().to_string()));
+                break;
+            }
+        }
+    }
     Ok(out)
 }
 
@@ -626,12 +666,37 @@ mod tests {
         assert!(parse_fdinfo_write_only("pos:\t0\nflags:\t02100001\n"));
         assert!(!parse_fdinfo_write_only("pos:\t0\nflags:\t0100002\n"));
         assert!(!parse_fdinfo_write_only("pos:\t0\nflags:\t0100000\n"));
+        assert!(parse_fdinfo_writable("pos:\t0\nflags:\t02100001\n"));
+        assert!(parse_fdinfo_writable("pos:\t0\nflags:\t0100002\n"));
+        assert!(!parse_fdinfo_writable("pos:\t0\nflags:\t0100000\n"));
+        assert!(!parse_fdinfo_writable("pos:\t0\nflags:\tzz\n"));
         assert_eq!(
             parse_cgroup("0::/system.slice/x.service\n"),
             "/system.slice/x.service"
         );
         assert_eq!(parse_cgroup("4:cpuset:/a\n3:memory:/b\n"), "/a");
         assert_eq!(parse_cgroup(""), "/");
+    }
+
+    #[test]
+    fn writers_of_finds_this_process_writing_a_file_and_not_reading_one() {
+        use std::os::unix::fs::MetadataExt;
+        let d = tempfile::tempdir().unwrap();
+        let (w, r) = (d.path().join("w"), d.path().join("r"));
+        std::fs::write(&r, b"x").unwrap();
+        let _wf = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&w)
+            .unwrap();
+        let _rf = std::fs::File::open(&r).unwrap();
+        let me = std::process::id() as i32;
+        let of = |p: &std::path::Path| {
+            let m = std::fs::metadata(p).unwrap();
+            writers_of(m.dev(), m.ino()).unwrap()
+        };
+        assert!(of(&w).iter().any(|(pid, _)| *pid == me));
+        assert!(!of(&r).iter().any(|(pid, _)| *pid == me));
     }
 
     #[test]

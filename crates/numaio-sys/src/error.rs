@@ -37,6 +37,9 @@ pub enum SysError {
     /// A synthetic topology spec or a cpulist was malformed.
     #[error("invalid spec {spec:?}: {what}")]
     Spec { spec: String, what: String },
+    /// An argument no system call can take (a path with a NUL byte).
+    #[error("invalid argument: {what}")]
+    InvalidInput { what: String },
 }
 
 fn fmt_ctx(c: &str) -> String {

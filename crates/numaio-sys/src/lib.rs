@@ -14,7 +14,8 @@
 //!   [`PageStatus`]), `migrate_pages`, and `sched_{get,set}affinity` for any task id.
 //!
 //! * **Where is a device?** [`blockdev`] reads a block device's NUMA node and queue limits
-//!   from sysfs (a partition's are its disk's); [`mountinfo`] parses the mount table.
+//!   from sysfs (a partition's are its disk's); [`mountinfo`] parses the mount table;
+//!   [`mount`] mounts a tmpfs, binds read-only and makes a private mount namespace.
 //! * **What to read ahead?** [`readahead::Readahead`] detects a sequential reader and keeps
 //!   a window requested ahead of it, for every cache above; [`readahead::Streams`] follows
 //!   several such readers of one device.
@@ -31,6 +32,7 @@ pub mod getcpu;
 pub mod mask;
 pub mod mempolicy;
 pub mod migrate;
+pub mod mount;
 pub mod mountinfo;
 pub mod move_pages;
 pub mod readahead;

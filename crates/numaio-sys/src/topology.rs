@@ -27,6 +27,17 @@ pub struct MemInfo {
     pub writeback_bytes: u64,
 }
 
+impl MemInfo {
+    /// Room for new pages, in bytes: free memory plus the file cache that can be reclaimed
+    /// (clean active and inactive file pages), less a reserve of 1/64 of the node for the
+    /// kernel's watermarks. What warming or replicating onto the node may fill.
+    pub fn room_bytes(&self) -> u64 {
+        let reclaimable = (self.active_file_bytes + self.inactive_file_bytes)
+            .saturating_sub(self.dirty_bytes + self.writeback_bytes);
+        (self.mem_free_bytes + reclaimable).saturating_sub(self.mem_total_bytes / 64)
+    }
+}
+
 /// One NUMA node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Node {
@@ -401,6 +412,21 @@ pub fn node_sysfs_dir(id: u32) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn room_is_free_plus_clean_file_cache_less_the_reserve() {
+        let m = MemInfo {
+            mem_total_bytes: 64 << 20,
+            mem_free_bytes: 10 << 20,
+            active_file_bytes: 3 << 20,
+            inactive_file_bytes: 5 << 20,
+            dirty_bytes: 1 << 20,
+            writeback_bytes: 1 << 20,
+            ..MemInfo::default()
+        };
+        assert_eq!(m.room_bytes(), (10 + 8 - 2 - 1) << 20);
+        assert_eq!(MemInfo::default().room_bytes(), 0);
+    }
     use std::fs;
 
     fn node_meminfo(id: u32, total_kb: u64, free_kb: u64, file_kb: u64) -> String {

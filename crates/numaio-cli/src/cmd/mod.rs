@@ -15,6 +15,7 @@ pub mod move_;
 pub mod pin;
 pub mod probe;
 pub mod ps;
+pub mod replicate;
 pub mod run;
 pub mod topo;
 pub mod umount;

@@ -58,7 +58,17 @@ pub struct RunArgs {
     /// Prefer memory from this node, falling back to others (numactl -p; MPOL_PREFERRED).
     #[arg(long, short = 'p', value_name = "NODE", value_parser = crate::args::node, group = "mempolicy")]
     preferred: Option<u32>,
-    /// Print the plan as JSON on stderr: {node,cached_per_node,distance_cost,reason,cpus,mempolicy,mempolicy_nodes,warmed}.
+    /// Files the command reads through a replica on its node (see `numaio replicate`): in a
+    /// mount namespace of its own, each PATH is a read-only bind mount of the replica (made
+    /// now if there is no fresh one), so read(2) and mmap get node-local pages and writes
+    /// to PATH fail with EROFS. Needs root and a CPU binding to one node (--node,
+    /// --cpunodebind N, --physcpubind within a node, or --near).
+    #[arg(long, num_args = 1.., value_name = "PATH")]
+    replica: Vec<PathBuf>,
+    /// Where the replicas live (as `numaio replicate --dir`).
+    #[arg(long, value_name = "DIR", default_value = numaio_pagecache::replica::DEFAULT_DIR)]
+    replica_dir: PathBuf,
+    /// Print the plan as JSON on stderr: {node,cached_per_node,distance_cost,reason,cpus,mempolicy,mempolicy_nodes,warmed,replicas:[{original,replica,node}]}.
     #[arg(long)]
     json: bool,
     /// Say nothing before starting the command.
@@ -100,7 +110,7 @@ fn node_list(topo: &Topology) -> String {
 
 /// Parses a node list (`0-2,4` or `all`, where `all` means the nodes `fits` accepts) and
 /// checks each node exists and `fits`, naming the flag in errors.
-fn parse_nodes(
+pub(crate) fn parse_nodes(
     topo: &Topology,
     flag: &str,
     spec: &str,
@@ -282,6 +292,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    let replicas = make_replicas(&a, &topo, &plan)?;
     if a.json {
         let mut j = match &choice {
             Some(c) => serde_json::to_value(c)?,
@@ -295,6 +306,19 @@ pub fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
                 serde_json::json!(plan.mempolicy_nodes),
             );
             o.insert("warmed".into(), serde_json::json!(a.warm));
+            if !replicas.is_empty() {
+                let list: Vec<_> = replicas
+                    .iter()
+                    .map(|(p, r)| {
+                        serde_json::json!({
+                            "original": p.to_string_lossy(),
+                            "replica": r.replica.to_string_lossy(),
+                            "node": r.node,
+                        })
+                    })
+                    .collect();
+                o.insert("replicas".into(), serde_json::json!(list));
+            }
         }
         let line = serde_json::to_string(&j)?;
         let _ = writeln!(std::io::stderr().lock(), "{line}");
@@ -312,12 +336,16 @@ pub fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
                 cpulist::format(&plan.mempolicy_nodes)
             ));
         }
+        if let Some((_, r)) = replicas.first() {
+            parts.push(format!("{} replica(s) on node {}", replicas.len(), r.node));
+        }
         let why = choice
             .as_ref()
             .map(|c| format!(": {}", c.reason))
             .unwrap_or_default();
         warnln!("running {} ({}){why}", quote(&a.cmd[0]), parts.join(", "));
     }
+    show_replicas(&replicas)?;
     apply(&plan)?;
     let err = std::process::Command::new(&a.cmd[0])
         .args(&a.cmd[1..])
@@ -330,6 +358,67 @@ pub fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     };
     warnln!("cannot run {}: {what} ({err})", quote(&a.cmd[0]));
     Ok(exit::code(code))
+}
+
+/// The replicas of `--replica`'s files on the one node the command will run on, made where
+/// there is no fresh one: `(path as given, replica)`.
+fn make_replicas(
+    a: &RunArgs,
+    topo: &Topology,
+    plan: &Plan,
+) -> anyhow::Result<Vec<(PathBuf, numaio_pagecache::Replica)>> {
+    if a.replica.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut nodes: Vec<u32> = plan
+        .cpus
+        .iter()
+        .flatten()
+        .filter_map(|&c| topo.cpu_to_node(c))
+        .collect();
+    nodes.dedup();
+    nodes.sort_unstable();
+    nodes.dedup();
+    let node = match nodes.as_slice() {
+        [n] => *n,
+        [] => {
+            return Err(usage(
+                "--replica: bind the command to one node's CPUs (--node, --cpunodebind N,                  --physcpubind, or --near), so its replicas can be on that node"
+                    .into(),
+            ))
+        }
+        more => {
+            return Err(usage(format!(
+                "--replica: the command would run on nodes {}; bind it to one node,                  whose replicas it reads",
+                cpulist::format(more)
+            )))
+        }
+    };
+    let store = numaio_pagecache::ReplicaStore::new(&a.replica_dir);
+    let mut out = Vec::new();
+    for p in &a.replica {
+        let r = store
+            .replicate(p, node, &numaio_pagecache::ReplicaOptions::default())
+            .map_err(|e| anyhow::anyhow!("--replica: {e}"))?;
+        out.push((p.clone(), r));
+    }
+    Ok(out)
+}
+
+/// Moves this process into a mount namespace of its own in which each replicated path is a
+/// read-only bind mount of its replica; the exec'd command keeps the namespace.
+fn show_replicas(replicas: &[(PathBuf, numaio_pagecache::Replica)]) -> anyhow::Result<()> {
+    if replicas.is_empty() {
+        return Ok(());
+    }
+    numaio_sys::mount::private_mount_namespace()
+        .map_err(|e| anyhow::anyhow!("--replica: {e} (it needs root: CAP_SYS_ADMIN)"))?;
+    for (p, r) in replicas {
+        numaio_sys::mount::bind_read_only(&r.replica, p).map_err(|e| {
+            anyhow::anyhow!("--replica: cannot show the replica at {}: {e}", quote(p))
+        })?;
+    }
+    Ok(())
 }
 
 /// Sets this process's affinity and memory policy; the exec'd command inherits both.

@@ -79,9 +79,8 @@ struct Rest {
     errors: Vec<JsonError>,
 }
 
-/// Room left on each node, in bytes: free memory plus the file cache that can be
-/// reclaimed (clean active and inactive file pages), less a reserve of 1/64 of the node
-/// for the kernel's watermarks. Decreases as files are warmed.
+/// Room left on each node, in bytes ([`numaio_sys::MemInfo::room_bytes`]). Decreases as
+/// files are warmed.
 fn node_room() -> BTreeMap<u32, i64> {
     let Ok(topo) = numaio_sys::Topology::detect() else {
         return BTreeMap::new();
@@ -89,13 +88,7 @@ fn node_room() -> BTreeMap<u32, i64> {
     topo.nodes
         .iter()
         .filter(|n| n.has_memory())
-        .map(|n| {
-            let m = &n.mem;
-            let reclaimable = (m.active_file_bytes + m.inactive_file_bytes)
-                .saturating_sub(m.dirty_bytes + m.writeback_bytes);
-            let room = (m.mem_free_bytes + reclaimable).saturating_sub(m.mem_total_bytes / 64);
-            (n.id, room.min(i64::MAX as u64) as i64)
-        })
+        .map(|n| (n.id, n.mem.room_bytes().min(i64::MAX as u64) as i64))
         .collect()
 }
 
