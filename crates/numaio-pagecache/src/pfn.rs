@@ -50,10 +50,25 @@ impl PfnNodes {
                 }
             }
         }
+        Self::from_blocks(blocks, pfns_per_block)
+    }
+
+    /// The table of memory blocks `(block, node)` of `pfns_per_block` pages each. A block
+    /// listed under several nodes holds memory of each (a node boundary inside the block,
+    /// as with node sizes that are not multiples of the block size): its pages are left
+    /// out, so move_pages answers for them.
+    fn from_blocks(mut blocks: Vec<(u64, u32)>, pfns_per_block: u64) -> Option<PfnNodes> {
+        blocks.sort_unstable();
+        blocks.dedup();
+        let shared: Vec<u64> = blocks
+            .windows(2)
+            .filter(|w| w[0].0 == w[1].0)
+            .map(|w| w[0].0)
+            .collect();
+        blocks.retain(|(b, _)| !shared.contains(b));
         if blocks.is_empty() {
             return None;
         }
-        blocks.sort_unstable();
         let mut ranges: Vec<(u64, u64, u32)> = Vec::new();
         for (b, node) in blocks {
             let (s, e) = (b * pfns_per_block, (b + 1) * pfns_per_block);
@@ -137,6 +152,20 @@ pub(crate) fn decode(table: &PfnNodes, entry: u64) -> Pm {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_block_of_two_nodes_is_left_to_move_pages() {
+        // Blocks of 10 pages: 0-1 on node 0, 2 on both (the boundary inside it), 3-4 on 1.
+        let t = PfnNodes::from_blocks(vec![(4, 1), (0, 0), (2, 1), (1, 0), (2, 0), (3, 1)], 10)
+            .unwrap();
+        assert_eq!(t.ranges, vec![(0, 20, 0), (30, 50, 1)]);
+        assert_eq!(t.node(19), Some(0));
+        assert_eq!(t.node(20), None);
+        assert_eq!(t.node(29), None);
+        assert_eq!(t.node(30), Some(1));
+        assert!(PfnNodes::from_blocks(vec![(0, 0), (0, 1)], 10).is_none());
+        assert!(PfnNodes::from_blocks(Vec::new(), 10).is_none());
+    }
 
     #[test]
     fn ranges_resolve() {

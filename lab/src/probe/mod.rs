@@ -5,6 +5,7 @@
 
 pub mod bind_check;
 pub mod fs_scaling;
+pub mod pages;
 pub mod reader;
 
 use clap::{Parser, Subcommand};
@@ -26,6 +27,8 @@ enum Cmd {
     BindCheck(bind_check::Args),
     /// One timed multi-threaded workload, each thread on its own file (read, append, create).
     FsScaling(fs_scaling::Args),
+    /// Read a file once (read(2) or mmap): its checksum and the nodes of the pages touched.
+    Pages(pages::Args),
     /// Loop reading a file with read(2), reporting the own CPU and node (getcpu).
     Reader(reader::Args),
 }
@@ -36,6 +39,7 @@ pub fn main() -> ExitCode {
     let result = match cli.cmd {
         Cmd::BindCheck(a) => bind_check::run(a),
         Cmd::FsScaling(a) => fs_scaling::run(a),
+        Cmd::Pages(a) => pages::run(a),
         Cmd::Reader(a) => reader::run(a),
     };
     match result {
