@@ -483,8 +483,9 @@ pub fn predict(p: &Profile, w: &Workload) -> ModelResult<Prediction> {
     };
     if replicas && wf > 0.0 {
         notes.push(
-            "replica: writes are modelled on the writer's own copy only; keeping the copies \
-             in step is not modelled"
+            "replica: replicas are read-only copies (run --replica binds them read-only); \
+             writes are modelled on the writer's own copy, and keeping the copies in step is \
+             not modelled"
                 .into(),
         );
     }
