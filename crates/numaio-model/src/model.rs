@@ -10,7 +10,8 @@
 //!   `1 / ((1−w)/C_r + w/C_w)`), each link direction on the route between the nodes, each
 //!   (CPU node, memory node) pair whose bandwidth the profile gives, and, for shared files,
 //!   the shared file's lines every request updates, per node holding them (capacity
-//!   1 / line-transfer latency);
+//!   1 / line-transfer latency; with replicas each copy's lines are updated only by the
+//!   threads that read that copy);
 //! * rates are the max-min fair allocation of those capacities ([`crate::fairshare`]); an
 //!   over-subscribed memory controller or node-to-memory path loses capacity by the profile's `collapse` factor;
 //! * latency per request is `bs / rate`; loaded memory latency is the idle latency times the
@@ -37,6 +38,13 @@ pub enum Placement {
     Stripe(usize),
     /// A fraction per node, in the order of the profile's nodes.
     Weights(Vec<f64>),
+    /// Each node that reads a shared file has its own copy of it (`numaio replicate`), so every
+    /// reader is local as with [`Placement::Local`], and each copy's lines (inode, page
+    /// reference counts) are updated only by the threads of the node that reads it. With
+    /// private files each file has readers on one node only, so this is the same as `Local`.
+    /// A reader on a node without memory reads the copy on its nearest memory node, as for
+    /// `Local`. The cost is memory: [`Prediction::copies`] copies of the file.
+    Replica,
 }
 
 impl FromStr for Placement {
@@ -44,7 +52,7 @@ impl FromStr for Placement {
     fn from_str(s: &str) -> ModelResult<Placement> {
         let bad = || {
             ModelError::BadWorkload(format!(
-                "placement {s:?}: expected single, single:NODE, local, fair, stripe:K or weights:F0,F1,..."
+                "placement {s:?}: expected single, single:NODE, local, fair, stripe:K, weights:F0,F1,... or replica"
             ))
         };
         let (head, arg) = match s.split_once(':') {
@@ -56,6 +64,7 @@ impl FromStr for Placement {
             ("single", Some(n)) => Ok(Placement::Single(Some(n.parse().map_err(|_| bad())?))),
             ("local", None) => Ok(Placement::Local),
             ("fair" | "interleave", None) => Ok(Placement::Fair),
+            ("replica" | "replicas", None) => Ok(Placement::Replica),
             ("stripe", Some(k)) => match k.parse::<usize>() {
                 Ok(k) if k >= 1 => Ok(Placement::Stripe(k)),
                 _ => Err(bad()),
@@ -80,6 +89,7 @@ impl fmt::Display for Placement {
             Placement::Single(Some(n)) => write!(f, "single:{n}"),
             Placement::Local => write!(f, "local"),
             Placement::Fair => write!(f, "fair"),
+            Placement::Replica => write!(f, "replica"),
             Placement::Stripe(k) => write!(f, "stripe:{k}"),
             Placement::Weights(w) => {
                 let s: Vec<String> = w.iter().map(|x| x.to_string()).collect();
@@ -190,6 +200,9 @@ pub struct Prediction {
     /// Resources running at capacity, with their capacity in MB/s (ops/s for shared lines).
     pub bottlenecks: Vec<String>,
     pub notes: Vec<String>,
+    /// Copies of each file kept in memory: for replicas of a shared file one per memory node
+    /// that serves readers, otherwise 1. The memory used is `copies` × the file's size.
+    pub copies: u32,
 }
 
 struct Resource {
@@ -268,11 +281,11 @@ impl Placement {
                             p.nodes
                         ))
                     })?,
-                    None => 0,
+                    None => (0..n).find(|&j| p.has_memory(j)).unwrap_or(0),
                 };
                 f[j] = 1.0;
             }
-            Placement::Local => f[i] = 1.0,
+            Placement::Local | Placement::Replica => f[local_memory(p, i)] = 1.0,
             Placement::Fair => mem.iter().for_each(|&j| f[j] = 1.0 / n as f64),
             Placement::Stripe(k) => {
                 if *k > n {
@@ -300,6 +313,26 @@ impl Placement {
         }
         Ok(f)
     }
+}
+
+/// The memory node that serves node index `i`'s local allocations: `i` itself, or for a node
+/// without memory the nearest one that has memory (lowest latency, else lowest SLIT distance,
+/// then lowest index), as the kernel falls back for a memory-less node. `i` when the profile
+/// cannot tell which is nearest.
+fn local_memory(p: &Profile, i: usize) -> usize {
+    if p.has_memory(i) {
+        return i;
+    }
+    let nearest = |cost: &dyn Fn(usize) -> Option<f64>| {
+        (0..p.nodes.len())
+            .filter(|&j| j != i && p.has_memory(j))
+            .filter_map(|j| Some((cost(j)?, j)))
+            .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)))
+            .map(|(_, j)| j)
+    };
+    nearest(&|j| p.latency(i, j))
+        .or_else(|| nearest(&|j| get(&p.advertised.distance, i, j)))
+        .unwrap_or(i)
 }
 
 /// A thread's memory rate from CPU node `i` to memory node `j`, MB/s.
@@ -408,14 +441,20 @@ pub fn predict(p: &Profile, w: &Workload) -> ModelResult<Prediction> {
     }
     // The shared file's lines every request updates (inode atime, page reference counts) live
     // with the data, on its node: one resource per memory node, in updates per second, each
-    // update costing one line transfer from the updating threads' nodes.
+    // update costing one line transfer from the updating threads' nodes. One file's lines
+    // bounce between all its readers; a replica's lines only between the readers of that copy.
     let updates = w.sharing.shared_updates();
+    let replicas = w.placement == Placement::Replica && w.sharing != Sharing::Private;
+    let home: Vec<usize> = (0..n).map(|i| local_memory(p, i)).collect();
     let mut shared_line: Vec<Option<usize>> = vec![None; n];
     if updates > 0.0 {
         for (j, slot) in shared_line.iter_mut().enumerate() {
             let mut sum = 0.0;
             let mut cnt = 0.0;
             for (i, &ti) in w.threads_per_node.iter().enumerate() {
+                if replicas && home[i] != j {
+                    continue;
+                }
                 if let Some(l) = p.latency(i, j).or_else(|| p.latency(i, i)) {
                     sum += l * f64::from(ti);
                     cnt += f64::from(ti);
@@ -429,6 +468,26 @@ pub fn predict(p: &Profile, w: &Workload) -> ModelResult<Prediction> {
                 controller: false,
             });
         }
+    }
+
+    let copies = if replicas {
+        let mut held: Vec<usize> = (0..n)
+            .filter(|&i| w.threads_per_node[i] > 0)
+            .map(|i| home[i])
+            .collect();
+        held.sort_unstable();
+        held.dedup();
+        held.len() as u32
+    } else {
+        1
+    };
+    if replicas && wf > 0.0 {
+        notes.push(
+            "replica: replicas are read-only copies (run --replica binds them read-only); \
+             writes are modelled on the writer's own copy, and keeping the copies in step is \
+             not modelled"
+                .into(),
+        );
     }
 
     let mut flows = Vec::new();
@@ -548,6 +607,7 @@ pub fn predict(p: &Profile, w: &Workload) -> ModelResult<Prediction> {
         per_node,
         bottlenecks,
         notes,
+        copies,
     })
 }
 
@@ -630,9 +690,11 @@ mod tests {
             "fair",
             "stripe:4",
             "weights:1,3",
+            "replica",
         ] {
             assert_eq!(s.parse::<Placement>().unwrap().to_string(), s);
         }
+        assert_eq!("replicas".parse::<Placement>().unwrap(), Placement::Replica);
         for s in [
             "stripe:0",
             "stripe",
@@ -640,6 +702,7 @@ mod tests {
             "weights:-1,2",
             "nowhere",
             "single:x",
+            "replica:2",
         ] {
             assert!(s.parse::<Placement>().is_err(), "{s}");
         }
@@ -685,5 +748,134 @@ mod tests {
         assert!(g0 > g1 && g1 > g2, "{g0} {g1} {g2}");
         // Linear in P/F.
         assert!(((g0 - g1) - (g1 - g2)).abs() < 1e-9);
+    }
+
+    /// Adams's 2-node profile, 8 threads per node, `bs`-byte reads of one file.
+    fn adams(placement: Placement, sharing: Sharing, bs: u64) -> Prediction {
+        let p = crate::shipped::shipped("adams").unwrap();
+        let mut w = Workload::spread(&p, 16, placement).unwrap();
+        assert_eq!(w.threads_per_node, vec![8, 8]);
+        w.sharing = sharing;
+        w.bs = bs;
+        predict(&p, &w).unwrap()
+    }
+
+    #[test]
+    fn replicas_keep_shared_lines_on_each_node() {
+        // At 512 B a request costs 215 ns of read path and 53 ns of memory: 1907 MB/s per
+        // thread, so every node's 8 threads want 15.3 GB/s and the shared lines (2 updates per
+        // request, 3906.25 updates/s per MB/s) are what limits.
+        let per_mb_s = 2.0 * 1e6 / 512.0;
+        let (single, local, replica) = (
+            adams(Placement::Single(None), Sharing::High, 512),
+            adams(Placement::Local, Sharing::High, 512),
+            adams(Placement::Replica, Sharing::High, 512),
+        );
+        // One file: its lines on node 0 bounce between all 16 threads, at their mean latency
+        // to node 0, (66.8 + 108.8) / 2 = 87.8 ns.
+        let one = 1e9 / 87.8 / per_mb_s;
+        assert!(
+            (single.throughput_mb_s - one).abs() < 1e-6 * one,
+            "{single:?}"
+        );
+        // Local: each node's lines still bounce between all readers of the one file.
+        assert!(
+            (local.throughput_mb_s - 2.0 * one).abs() < 1e-6 * one,
+            "{local:?}"
+        );
+        // Replicas: each copy's lines bounce between its own node's threads only (66.8 ns).
+        let own = 2.0 * 1e9 / 66.8 / per_mb_s;
+        assert!(
+            (replica.throughput_mb_s - own).abs() < 1e-6 * own,
+            "{replica:?}"
+        );
+        assert!(replica
+            .bottlenecks
+            .iter()
+            .all(|b| b.contains("shared file's lines")));
+        assert_eq!(replica.per_node[0].data, vec![1.0, 0.0]);
+        assert_eq!(replica.per_node[1].data, vec![0.0, 1.0]);
+        assert_eq!((single.copies, local.copies, replica.copies), (1, 1, 2));
+
+        // At 1 MiB the lines do not limit: replicas gain nothing over Local, but every reader
+        // is local, unlike Single's (node 1's reads cross QPI at 108.8 ns).
+        for sharing in [Sharing::Medium, Sharing::High] {
+            let single = adams(Placement::Single(None), sharing, 1 << 20);
+            let local = adams(Placement::Local, sharing, 1 << 20);
+            let replica = adams(Placement::Replica, sharing, 1 << 20);
+            assert!(replica.throughput_mb_s >= local.throughput_mb_s * (1.0 - 1e-12));
+            assert!((replica.throughput_mb_s - local.throughput_mb_s).abs() < 1e-6);
+            assert!(replica.throughput_mb_s > single.throughput_mb_s * 1.05);
+            assert_eq!(replica.copies, 2);
+        }
+    }
+
+    #[test]
+    fn replicas_of_private_files_are_local() {
+        for bs in [512, 4096, 1 << 20] {
+            let local = adams(Placement::Local, Sharing::Private, bs);
+            let replica = adams(Placement::Replica, Sharing::Private, bs);
+            assert_eq!(replica.throughput_mb_s, local.throughput_mb_s);
+            assert_eq!(replica.latency_ns, local.latency_ns);
+            assert_eq!(replica.memory_latency_ns, local.memory_latency_ns);
+            assert_eq!(replica.bottlenecks, local.bottlenecks);
+            for (r, l) in replica.per_node.iter().zip(&local.per_node) {
+                assert_eq!(r.mb_s_per_thread, l.mb_s_per_thread);
+                assert_eq!(r.data, l.data);
+            }
+            // Each private file has readers on one node: one copy is enough.
+            assert_eq!(replica.copies, 1);
+        }
+    }
+
+    #[test]
+    fn replica_copies_count_the_nodes_that_read() {
+        let p = two_node();
+        let mut w = Workload::spread(&p, 8, Placement::Replica).unwrap();
+        w.sharing = Sharing::Medium;
+        assert_eq!(predict(&p, &w).unwrap().copies, 2);
+        w.threads_per_node = vec![4, 0];
+        assert_eq!(predict(&p, &w).unwrap().copies, 1);
+        w.sharing = Sharing::Private;
+        w.threads_per_node = vec![4, 4];
+        assert_eq!(predict(&p, &w).unwrap().copies, 1);
+        w.placement = Placement::Fair;
+        w.sharing = Sharing::High;
+        assert_eq!(predict(&p, &w).unwrap().copies, 1);
+        w.placement = Placement::Replica;
+        w.read_fraction = 0.5;
+        let pred = predict(&p, &w).unwrap();
+        assert!(pred.notes.iter().any(|n| n.contains("in step")), "{pred:?}");
+    }
+
+    #[test]
+    fn a_node_without_memory_reads_its_nearest_memory() {
+        // Node 2 has CPUs but no memory (null latency column); node 1 is nearer to it.
+        let p = Profile::from_json(
+            r#"{"nodes":[0,1,2],"cpus_per_node":[4,4,4],
+                "latency_ns":[[80,160,null],[160,80,null],[170,120,null]],
+                "thread":{"mlp":10,"copy_mb_s":6000}}"#,
+        )
+        .unwrap();
+        assert!(p.has_memory(1) && !p.has_memory(2));
+        let mut w = Workload::spread(&p, 3, Placement::Replica).unwrap();
+        w.sharing = Sharing::High;
+        let replica = predict(&p, &w).unwrap();
+        assert_eq!(replica.per_node[2].data, vec![0.0, 1.0, 0.0]);
+        // Nodes 1 and 2 read the same copy on node 1.
+        assert_eq!(replica.copies, 2);
+        w.placement = Placement::Local;
+        assert_eq!(
+            predict(&p, &w).unwrap().per_node[2].data,
+            vec![0.0, 1.0, 0.0]
+        );
+        // Without latencies the SLIT distances decide.
+        let p = Profile::from_json(
+            r#"{"nodes":[0,1,2],"latency_ns":[[80,160,null],[160,80,null],[null,null,null]],
+                "advertised":{"distance":[[10,20,30],[20,10,20],[17,21,10]]}}"#,
+        )
+        .unwrap();
+        assert_eq!(local_memory(&p, 2), 0);
+        assert_eq!(local_memory(&p, 1), 1);
     }
 }

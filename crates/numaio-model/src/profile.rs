@@ -314,6 +314,16 @@ impl Profile {
         !matches!(self.cpus_per_node.get(i), Some(0))
     }
 
+    /// Whether node `j` (an index) holds memory. The probe leaves the latency column of a node
+    /// without memory null, as it leaves the row of a node without CPUs; without a latency
+    /// matrix every node is assumed to hold memory.
+    pub fn has_memory(&self, j: usize) -> bool {
+        match &self.latency_ns {
+            None => true,
+            Some(m) => m.iter().any(|row| row.get(j).copied().flatten().is_some()),
+        }
+    }
+
     /// Idle latency from CPU node index `i` to memory node index `j`.
     pub fn latency(&self, i: usize, j: usize) -> Option<f64> {
         self.latency_ns.as_ref()?.get(i)?.get(j).copied().flatten()

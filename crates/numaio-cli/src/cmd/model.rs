@@ -17,7 +17,8 @@ pub struct ModelArgs {
     /// List the shipped profiles and exit.
     #[arg(long)]
     profiles: bool,
-    /// Where the data sits: single[:NODE], local, fair, stripe:K, weights:F0,F1,...
+    /// Where the data sits: single[:NODE], local, fair, stripe:K, weights:F0,F1,..., or replica
+    /// (a copy of the file on every node that reads it, as `numaio replicate` makes).
     #[arg(long, default_value = "local")]
     placement: String,
     /// How threads share files: private, medium (disjoint chunks of one file), high (any chunk).
@@ -39,7 +40,7 @@ pub struct ModelArgs {
     #[arg(long, num_args = 2, value_names = ["A", "B"])]
     compare: Option<Vec<String>>,
     /// Print JSON: {"profile","throughput_mb_s","latency_ns","memory_latency_ns","per_node",
-    /// "bottlenecks",...}; with --compare {"a","b","ratio"}.
+    /// "bottlenecks","copies",...}; with --compare {"a","b","ratio"}.
     #[arg(long)]
     json: bool,
 }
@@ -149,8 +150,14 @@ pub fn run(a: ModelArgs) -> anyhow::Result<ExitCode> {
                 ratio,
             })?;
         } else {
+            // Replicas buy their speed with memory: say so when the two differ in copies.
+            let copies = if pa.copies != pb.copies {
+                format!("; copies of the file {} vs {}", pa.copies, pb.copies)
+            } else {
+                String::new()
+            };
             println!(
-                "{}: {} {:.0} MB/s vs {} {:.0} MB/s: {} / {} = {ratio:.3} ({:+.1} %)",
+                "{}: {} {:.0} MB/s vs {} {:.0} MB/s: {} / {} = {ratio:.3} ({:+.1} %){copies}",
                 profile.name,
                 pair[0],
                 pa.throughput_mb_s,
@@ -211,6 +218,12 @@ fn render(profile: &str, w: &Workload, p: &Prediction) -> String {
             n.demand_mb_s,
             n.mb_s_per_thread,
             data.join(" ")
+        );
+    }
+    if p.copies > 1 {
+        s += &format!(
+            "copies of the file: {} (memory: {} x the file's size)\n",
+            p.copies, p.copies
         );
     }
     if !p.bottlenecks.is_empty() {
