@@ -154,17 +154,7 @@ impl ReplicaStore {
         opts: &ReplicaOptions,
     ) -> Result<Replica, PagecacheError> {
         let topo = Topology::detect().map_err(|e| PagecacheError::sys(path, e))?;
-        let Some(n) = topo.node(node) else {
-            return Err(PagecacheError::InvalidTarget(format!(
-                "node {node} does not exist (nodes: {:?}); run `numaio topo` to list them",
-                topo.node_ids()
-            )));
-        };
-        if !n.has_memory() {
-            return Err(PagecacheError::InvalidTarget(format!(
-                "node {node} has no memory to hold a replica"
-            )));
-        }
+        let n = memory_node(&topo, node)?;
         let room = n.mem.room_bytes();
         let node_total = n.mem.mem_total_bytes;
         if std::fs::metadata(path).is_ok_and(|m| m.is_dir()) {
@@ -385,6 +375,23 @@ impl ReplicaStore {
     }
 }
 
+/// Node `node` of `topo`, if it can hold a replica (it exists and has memory).
+fn memory_node(topo: &Topology, node: u32) -> Result<&numaio_sys::Node, PagecacheError> {
+    let Some(n) = topo.node(node) else {
+        return Err(PagecacheError::InvalidTarget(format!(
+            "node {node} does not exist (nodes: {:?}); run `numaio topo` to list them",
+            topo.node_ids()
+        )));
+    };
+    if !n.has_memory() {
+        return Err(PagecacheError::InvalidTarget(format!(
+            "node {node} has no memory to hold a replica; choose a node with memory \
+             (`numaio topo`)"
+        )));
+    }
+    Ok(n)
+}
+
 /// The replicas in a node directory: `(path, version)`, by name.
 fn entries(dir: &Path) -> Result<Vec<(PathBuf, Version)>, PagecacheError> {
     let rd = std::fs::read_dir(dir).map_err(|e| PagecacheError::io(dir, "list", e))?;
@@ -502,6 +509,17 @@ fn copy(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_existing_nodes_with_memory_hold_replicas() {
+        let t = Topology::synthetic("n0=0-1@1G n1=2-3@0 n2=@2G").unwrap();
+        assert_eq!(memory_node(&t, 0).unwrap().id, 0);
+        assert_eq!(memory_node(&t, 2).unwrap().id, 2);
+        let e = memory_node(&t, 1).unwrap_err().to_string();
+        assert!(e.contains("node 1 has no memory"), "{e}");
+        let e = memory_node(&t, 9).unwrap_err().to_string();
+        assert!(e.contains("node 9 does not exist"), "{e}");
+    }
 
     #[test]
     fn version_names_round_trip_and_nothing_else_parses() {
