@@ -63,7 +63,7 @@ pub fn candidates(cfg: &Config, views: &[ProcessView]) -> Vec<Candidate> {
             continue;
         }
         let threads: u32 = v.thread_nodes.values().sum();
-        if threads == 0 || !(v.read_bytes_per_sec > 0.0) {
+        if threads == 0 || !v.read_bytes_per_sec.is_finite() || v.read_bytes_per_sec <= 0.0 {
             continue;
         }
         let files = policy::read_files(v);
