@@ -357,6 +357,13 @@ fn freshness(
                 sum.dropped += 1;
                 *counts.dropped.entry(r.node).or_insert(0) += 1;
             }
+            // The copy went but its emptied tmpfs could not be unmounted.
+            Err(e) if !r.replica.exists() => {
+                set(&mut l, "outcome", json!("done"));
+                set(&mut l, "warning", json!(e.to_string()));
+                sum.dropped += 1;
+                *counts.dropped.entry(r.node).or_insert(0) += 1;
+            }
             Err(e) => {
                 failed(&mut l, &e, sum);
                 held.push(r);
