@@ -289,6 +289,30 @@ impl ReplicaStore {
         Ok(out)
     }
 
+    /// Removes the one replica `r` (as [`ReplicaStore::list`] gave it), leaving any other
+    /// replica of the same original alone; its node's tmpfs is unmounted once empty.
+    /// Returns whether it was there. Refuses a path that is not a replica of this store.
+    pub fn remove_one(&self, r: &Replica) -> Result<bool, PagecacheError> {
+        let dir = self.node_dir(r.node);
+        let named = r.replica.file_name().and_then(|n| n.to_str());
+        if r.replica.parent() != Some(dir.as_path()) || named.and_then(Version::parse).is_none() {
+            return Err(PagecacheError::Replica {
+                path: r.replica.clone(),
+                what: format!(
+                    "is not a replica in {}; list the store's replicas and pass one of them",
+                    dir.display()
+                ),
+            });
+        }
+        let was = r.replica.exists();
+        remove_replica(&r.replica)?;
+        if entries(&dir)?.is_empty() && is_our_mount(&dir) {
+            numaio_sys::mount::unmount(&dir).map_err(|e| PagecacheError::sys(&dir, e))?;
+            let _ = std::fs::remove_dir(&dir);
+        }
+        Ok(was)
+    }
+
     /// `DIR/nodeN` as a tmpfs bound to node `node`, mounted if it is not yet.
     fn prepare_node(
         &self,

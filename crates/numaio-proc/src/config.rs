@@ -114,6 +114,86 @@ impl Default for AutoModel {
     }
 }
 
+/// Per-node replicas of read-mostly files (`[replicas]`): keeping them fresh, and with
+/// `auto`, making them for files read from several nodes. Off unless `enabled`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Replicas {
+    pub enabled: bool,
+    /// The replica store: one node-bound tmpfs per node below it.
+    pub dir: String,
+    /// The most bytes the replicas on one node may hold together; required with `auto`.
+    pub max_memory_per_node: Option<Bytes>,
+    /// A replica whose original changed is made again (true) or dropped (false).
+    pub refresh: bool,
+    /// Make replicas of files read from several nodes.
+    pub auto: bool,
+    /// A file is a candidate when processes on at least this many nodes read it.
+    pub min_reader_nodes: usize,
+    /// ... each node reading it at least this fast (estimated).
+    pub min_read_bytes_per_sec: Bytes,
+    /// Larger files are not replicated automatically.
+    pub max_file_bytes: Bytes,
+}
+
+impl Default for Replicas {
+    fn default() -> Self {
+        Replicas {
+            enabled: false,
+            dir: numaio_pagecache::replica::DEFAULT_DIR.to_string(),
+            max_memory_per_node: None,
+            refresh: true,
+            auto: false,
+            min_reader_nodes: 2,
+            min_read_bytes_per_sec: Bytes(1 << 20),
+            max_file_bytes: Bytes(1 << 30),
+        }
+    }
+}
+
+impl Replicas {
+    fn validate(&self) -> Result<(), String> {
+        if self.dir.is_empty() || !self.dir.starts_with('/') {
+            return Err(format!(
+                "replicas.dir must be an absolute path such as {:?}, got {:?}",
+                numaio_pagecache::replica::DEFAULT_DIR,
+                self.dir
+            ));
+        }
+        if self.max_memory_per_node == Some(Bytes(0)) {
+            return Err(
+                "replicas.max_memory_per_node must be above 0 (e.g. \"4G\"); leave it out for \
+                 no budget beyond the node's free memory"
+                    .into(),
+            );
+        }
+        if !(2..=1024).contains(&self.min_reader_nodes) {
+            return Err(format!(
+                "replicas.min_reader_nodes must be in [2, 1024] (a file read from one node is \
+                 already local there), got {}",
+                self.min_reader_nodes
+            ));
+        }
+        if self.max_file_bytes.0 == 0 {
+            return Err("replicas.max_file_bytes must be above 0 (e.g. \"1G\")".into());
+        }
+        if self.auto {
+            if !self.enabled {
+                return Err("replicas.auto = true needs replicas.enabled = true as well".into());
+            }
+            if self.max_memory_per_node.is_none() {
+                return Err(
+                    "replicas.max_memory_per_node is required when replicas.auto = true: \
+                     give the most memory the replicas may take on each node, e.g. \
+                     max_memory_per_node = \"4G\""
+                        .into(),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The daemon's settings. Every field has a default; see `dist/numaio.toml`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -157,6 +237,7 @@ pub struct Config {
     pub log_file: Option<String>,
     pub filter: Filter,
     pub auto: AutoModel,
+    pub replicas: Replicas,
 }
 
 impl Default for Config {
@@ -184,6 +265,7 @@ impl Default for Config {
             log_file: None,
             filter: Filter::default(),
             auto: AutoModel::default(),
+            replicas: Replicas::default(),
         }
     }
 }
@@ -311,6 +393,7 @@ impl Config {
                 self.metrics_top_processes
             ));
         }
+        self.replicas.validate()?;
         if let Some(m) = self.metrics.as_ref().filter(|m| m.parse::<u16>().is_err()) {
             m.parse::<std::net::SocketAddr>().map_err(|_| {
                 format!("metrics must be ADDRESS:PORT such as 127.0.0.1:9477, got {m:?}")
@@ -401,6 +484,65 @@ mod tests {
             assert!(e.contains(field) && e.contains("t.toml"), "{text}: {e}");
         }
         assert!(Config::from_toml("residency_ttl_secs = 0\n", p).is_ok());
+    }
+
+    #[test]
+    fn replicas_section_defaults_parse_and_validation() {
+        let p = Path::new("t.toml");
+        let c = Config::from_toml("", p).unwrap();
+        assert!(!c.replicas.enabled && !c.replicas.auto && c.replicas.refresh);
+        assert_eq!(c.replicas.dir, numaio_pagecache::replica::DEFAULT_DIR);
+        assert_eq!(c.replicas.min_reader_nodes, 2);
+        let c = Config::from_toml(
+            "[replicas]\nenabled = true\nauto = true\ndir = \"/srv/r\"\n\
+             max_memory_per_node = \"2G\"\nrefresh = false\nmin_reader_nodes = 3\n\
+             min_read_bytes_per_sec = \"4M\"\nmax_file_bytes = \"512M\"\n",
+            p,
+        )
+        .unwrap();
+        let r = &c.replicas;
+        assert!(r.enabled && r.auto && !r.refresh);
+        assert_eq!(r.dir, "/srv/r");
+        assert_eq!(r.max_memory_per_node, Some(Bytes(2 << 30)));
+        assert_eq!(r.min_reader_nodes, 3);
+        assert_eq!(r.min_read_bytes_per_sec, Bytes(4 << 20));
+        assert_eq!(r.max_file_bytes, Bytes(512 << 20));
+        // Freshness alone needs no budget.
+        assert!(Config::from_toml("[replicas]\nenabled = true\n", p).is_ok());
+        for (text, needle) in [
+            (
+                "[replicas]\nenabled = true\nauto = true\n",
+                "replicas.max_memory_per_node is required",
+            ),
+            (
+                "[replicas]\nauto = true\nmax_memory_per_node = \"1G\"\n",
+                "replicas.auto = true needs replicas.enabled",
+            ),
+            (
+                "[replicas]\nmax_memory_per_node = 0\n",
+                "replicas.max_memory_per_node",
+            ),
+            (
+                "[replicas]\nmin_reader_nodes = 1\n",
+                "replicas.min_reader_nodes",
+            ),
+            (
+                "[replicas]\nmin_reader_nodes = 5000\n",
+                "replicas.min_reader_nodes",
+            ),
+            (
+                "[replicas]\nmax_file_bytes = 0\n",
+                "replicas.max_file_bytes",
+            ),
+            ("[replicas]\ndir = \"rel/dir\"\n", "replicas.dir"),
+            ("[replicas]\ndir = \"\"\n", "replicas.dir"),
+            ("[replicas]\nmax_file_bytes = \"huge\"\n", "huge"),
+            ("[replicas]\nenable = true\n", "enable"),
+            ("[replicas]\nenabled = 1\n", "enabled"),
+        ] {
+            let e = Config::from_toml(text, p).unwrap_err().to_string();
+            assert!(e.contains(needle) && e.contains("t.toml"), "{text}: {e}");
+        }
     }
 
     #[test]

@@ -12,6 +12,7 @@ use crate::error::{ProcError, ProcResult};
 use crate::metrics::{label, Metrics};
 use crate::pin;
 use crate::policy::{self, Action, Decision, History, NodeState, Verdict, World};
+use crate::replicas::{self, ReplicaState, ReplicaSummary};
 
 use crate::sample::{FileKey, ProcessView, ScanOptions, Scanner};
 use numaio_sys::Topology;
@@ -42,6 +43,9 @@ pub struct IntervalSummary {
     pub action_errors: usize,
     pub cpu_secs: f64,
     pub wall_secs: f64,
+    /// The replica pass, when `[replicas]` is enabled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<ReplicaSummary>,
 }
 
 /// The daemon's state across intervals.
@@ -64,6 +68,9 @@ pub struct Daemon<'a> {
     textfile_failing: bool,
     /// Test aid: reads of these pids block like those of a stuck process.
     stall_pids: Vec<i32>,
+    replica_state: ReplicaState,
+    /// Whether the last replica pass could not list the store (its error was logged).
+    replicas_failing: bool,
 }
 
 fn now_unix() -> f64 {
@@ -108,6 +115,8 @@ impl<'a> Daemon<'a> {
                 .map(Duration::from_millis),
             textfile_failing: false,
             stall_pids: Vec::new(),
+            replica_state: ReplicaState::default(),
+            replicas_failing: false,
         }
     }
 
@@ -318,6 +327,9 @@ impl<'a> Daemon<'a> {
             }
             (self.sink)(&line);
         }
+        if self.cfg.replicas.enabled {
+            sum.replicas = self.replica_pass(&res.views, &topo.node_ids(), now);
+        }
         // Forget processes that are gone.
         let alive: HashSet<(i32, u64)> = self
             .history
@@ -362,6 +374,43 @@ impl<'a> Daemon<'a> {
         }
         (self.sink)(&line);
         Ok(sum)
+    }
+
+    /// Keeps the replicas fresh and, with `auto`, makes new ones; one `replica` line per
+    /// action. A store that cannot be listed is logged once per outage and skipped.
+    pub fn replica_pass(
+        &mut self,
+        views: &[ProcessView],
+        nodes: &[u32],
+        now: f64,
+    ) -> Option<ReplicaSummary> {
+        let iteration = self.iteration;
+        let sink = &mut self.sink;
+        let mut emit = |mut line: serde_json::Value| {
+            if let Some(obj) = line.as_object_mut() {
+                obj.insert("ts".into(), json!(now_unix()));
+                obj.insert("iteration".into(), json!(iteration));
+            }
+            sink(&line);
+        };
+        match replicas::pass(&self.cfg, &mut self.replica_state, views, now, &mut emit) {
+            Ok((s, counts)) => {
+                self.replicas_failing = false;
+                if let Some(m) = &self.metrics {
+                    m.observe_replicas(nodes, &counts);
+                }
+                Some(s)
+            }
+            Err(e) => {
+                if !self.replicas_failing {
+                    (self.sink)(&json!({"event": "error", "ts": now_unix(),
+                        "error": format!("replica pass skipped: {e}; check [replicas] dir \
+                                          (the daemon needs to read and write it)")}));
+                }
+                self.replicas_failing = true;
+                None
+            }
+        }
     }
 
     /// Carries out one decision. The pid is re-checked first so a reused pid is never moved.

@@ -36,6 +36,7 @@ pub mod near;
 mod pagecache_glue;
 pub mod pin;
 pub mod policy;
+pub mod replicas;
 pub mod sample;
 
 pub use cache::{CacheOps, FileNodes, FileRef, MoveOutcome};

@@ -73,6 +73,12 @@ pub struct Metrics {
     pub scanned_processes: Gauge,
     pub io_active_processes: Gauge,
     pub io_active_locality: Gauge<f64, AtomicU64>,
+    /// Replicas and their bytes per node (`numa_node`), set by the replica pass.
+    pub replicas: Family<Labels, Gauge>,
+    pub replica_bytes: Family<Labels, Gauge>,
+    pub replicas_made: Family<Labels, Counter>,
+    pub replicas_refreshed: Family<Labels, Counter>,
+    pub replicas_dropped: Family<Labels, Counter>,
 }
 
 impl Default for Metrics {
@@ -105,6 +111,11 @@ impl Metrics {
             scanned_processes: Gauge::default(),
             io_active_processes: Gauge::default(),
             io_active_locality: Gauge::default(),
+            replicas: Family::default(),
+            replica_bytes: Family::default(),
+            replicas_made: Family::default(),
+            replicas_refreshed: Family::default(),
+            replicas_dropped: Family::default(),
         };
         // Known label values start at 0, so a rate over the first increment is not lost.
         for kind in ["follow-data", "pull-data"] {
@@ -177,6 +188,31 @@ impl Metrics {
                  node(s) they run on, weighted by read rate",
                 m.io_active_locality.clone(),
             );
+            reg.register(
+                "numaio_replicas",
+                "Per-node replicas held in the replica store, by node (when [replicas] is on)",
+                m.replicas.clone(),
+            );
+            reg.register(
+                "numaio_replica_bytes",
+                "Bytes of the per-node replicas, by node (when [replicas] is on)",
+                m.replica_bytes.clone(),
+            );
+            reg.register(
+                "numaio_replicas_made",
+                "Replicas the daemon made for files read from several nodes, by node",
+                m.replicas_made.clone(),
+            );
+            reg.register(
+                "numaio_replicas_refreshed",
+                "Stale replicas (their original changed) copied again, by node",
+                m.replicas_refreshed.clone(),
+            );
+            reg.register(
+                "numaio_replicas_dropped",
+                "Stale replicas dropped, by node",
+                m.replicas_dropped.clone(),
+            );
             if m.top_processes > 0 {
                 reg.register(
                     "numaio_process_read_locality_ratio",
@@ -240,6 +276,37 @@ impl Metrics {
             self.process_read_rate
                 .get_or_create(&l)
                 .set(v.read_bytes_per_sec);
+        }
+    }
+
+    /// Records one replica pass: the replicas held on each of `nodes` (0 where none) and
+    /// the counts of what it did.
+    pub fn observe_replicas(&self, nodes: &[u32], c: &crate::replicas::NodeCounts) {
+        self.replicas.clear();
+        self.replica_bytes.clear();
+        let all: std::collections::BTreeSet<u32> = nodes
+            .iter()
+            .chain(c.held.keys())
+            .chain(c.made.keys())
+            .chain(c.refreshed.keys())
+            .chain(c.dropped.keys())
+            .copied()
+            .collect();
+        for n in &all {
+            let l = label("numa_node", n);
+            let (count, bytes) = c.held.get(n).copied().unwrap_or((0, 0));
+            self.replicas.get_or_create(&l).set(count as i64);
+            self.replica_bytes.get_or_create(&l).set(bytes as i64);
+            // Known nodes start at 0, so a rate over the first increment is not lost.
+            for (family, by_node) in [
+                (&self.replicas_made, &c.made),
+                (&self.replicas_refreshed, &c.refreshed),
+                (&self.replicas_dropped, &c.dropped),
+            ] {
+                family
+                    .get_or_create(&l)
+                    .inc_by(by_node.get(n).copied().unwrap_or(0));
+            }
         }
     }
 

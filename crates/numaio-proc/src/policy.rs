@@ -156,7 +156,7 @@ impl History {
 
 /// The files a process is evidently reading: those whose offsets moved, else every open or
 /// mapped file with cached pages.
-fn read_files(v: &ProcessView) -> Vec<&crate::sample::FileView> {
+pub(crate) fn read_files(v: &ProcessView) -> Vec<&crate::sample::FileView> {
     let moved: Vec<_> = v
         .files
         .iter()

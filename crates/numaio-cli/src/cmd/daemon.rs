@@ -216,21 +216,21 @@ fn build_config(a: &DaemonArgs) -> anyhow::Result<Config> {
 /// A one-line human rendering of a JSON log line.
 fn human(v: &serde_json::Value) -> String {
     let s = |k: &str| v[k].as_str().unwrap_or("").to_string();
+    let outcome = match v["outcome"].as_str() {
+        Some(o) => format!(
+            " [{o}{}]",
+            v["error"]
+                .as_str()
+                .map_or(String::new(), |e| format!(": {e}"))
+        ),
+        None => String::new(),
+    };
     match v["event"].as_str() {
         Some("decision") => {
             let kind = v["action"]["kind"].as_str().unwrap_or("none");
             let target = v["numbers"]["target_node"]
                 .as_u64()
                 .map_or(String::new(), |t| format!(" -> node {t}"));
-            let outcome = match v["outcome"].as_str() {
-                Some(o) => format!(
-                    " [{o}{}]",
-                    v["error"]
-                        .as_str()
-                        .map_or(String::new(), |e| format!(": {e}"))
-                ),
-                None => String::new(),
-            };
             format!(
                 "#{} {} {} pid {} ({}) on node {}{}: {}{}",
                 v["iteration"],
@@ -244,6 +244,16 @@ fn human(v: &serde_json::Value) -> String {
                 outcome
             )
         }
+        Some("replica") => format!(
+            "#{} {} replica {} {} on node {}: {}{}",
+            v["iteration"],
+            s("verdict"),
+            s("action"),
+            s("path"),
+            v["node"],
+            s("reason"),
+            outcome
+        ),
         Some("interval") => format!(
             "#{} scanned {} processes{}, {} I/O-active, {} decision(s), {} action(s), {:.1} ms CPU",
             v["iteration"],
@@ -501,6 +511,12 @@ mod tests {
             human(&i).contains("(2 not answering, skipped)"),
             "{}",
             human(&i)
+        );
+        let r = serde_json::json!({"event":"replica","iteration":4,"verdict":"act",
+            "action":"refresh","path":"/d/f","node":1,"reason":"changed","outcome":"done"});
+        assert_eq!(
+            human(&r),
+            "#4 act replica refresh /d/f on node 1: changed [done]"
         );
         let u = serde_json::json!({"event":"unresponsive","pid":7,"file":"/proc/7/stat",
             "error":"process 7 does not answer"});
