@@ -153,7 +153,11 @@ fn hostile_input_is_refused_and_changes_nothing() {
             "replica budget",
         ),
         (vec!["replicate"], 2, "give the files to replicate"),
-        (vec!["replicate", "--list", f.to_str().unwrap()], 2, "cannot be used"),
+        (
+            vec!["replicate", "--list", f.to_str().unwrap()],
+            2,
+            "cannot be used",
+        ),
     ] {
         let r = s.run(&args);
         assert_eq!(r.code, Some(code), "{args:?}: {}", r.stderr);
@@ -163,11 +167,7 @@ fn hostile_input_is_refused_and_changes_nothing() {
     let _w = std::fs::OpenOptions::new().append(true).open(&f).unwrap();
     let r = s.run(&["replicate", f.to_str().unwrap()]);
     assert_eq!(r.code, Some(1), "{}", r.stderr);
-    assert!(
-        r.stderr.contains("open for writing by pid"),
-        "{}",
-        r.stderr
-    );
+    assert!(r.stderr.contains("open for writing by pid"), "{}", r.stderr);
     assert!(s.list().is_empty(), "nothing was made");
 }
 
@@ -187,8 +187,18 @@ fn run_replica_reads_the_copy_and_refuses_writes_inside_only() {
          grep -c ' {fp} ' /proc/self/mountinfo"
     );
     let r = run(&[
-        "run", "-q", "--node", "0", "--replica", fp, "--replica-dir", s.path(), "--", "sh",
-        "-c", &script,
+        "run",
+        "-q",
+        "--node",
+        "0",
+        "--replica",
+        fp,
+        "--replica-dir",
+        s.path(),
+        "--",
+        "sh",
+        "-c",
+        &script,
     ]);
     assert_eq!(r.code, Some(0), "{}", r.stderr);
     let out = r.out();
@@ -204,14 +214,33 @@ fn run_replica_reads_the_copy_and_refuses_writes_inside_only() {
     // The original changes: the next run reads the new version.
     std::fs::write(&f, b"weights v2").unwrap();
     let r = run(&[
-        "run", "-q", "--node", "0", "--replica", fp, "--replica-dir", s.path(), "--", "cat", fp,
+        "run",
+        "-q",
+        "--node",
+        "0",
+        "--replica",
+        fp,
+        "--replica-dir",
+        s.path(),
+        "--",
+        "cat",
+        fp,
     ]);
     assert_eq!(r.code, Some(0), "{}", r.stderr);
     assert_eq!(r.out(), "weights v2");
 
     // A binding to no single node is a usage error, before anything is made.
     let r = run(&[
-        "run", "-q", "--membind", "0", "--replica", fp, "--replica-dir", s.path(), "--", "true",
+        "run",
+        "-q",
+        "--membind",
+        "0",
+        "--replica",
+        fp,
+        "--replica-dir",
+        s.path(),
+        "--",
+        "true",
     ]);
     assert_eq!(r.code, Some(2), "{}", r.stderr);
     assert!(r.stderr.contains("one node"), "{}", r.stderr);
