@@ -3,7 +3,9 @@
 //! sees the original's bytes on node 1's pages only, while the original's cache stays on
 //! node 0 and writes to F fail with EROFS inside. After the original is rewritten the next
 //! run sees the new bytes; the memory budget and hostile input are refused and change
-//! nothing.
+//! nothing. The daemon's `[replicas]` pass, with `auto`, gives a file read from both
+//! nodes a replica on the node that does not cache it, and refreshes it once the original
+//! changes.
 
 use numaio_lab::{DiskFile, DiskSpec, GuestKernel, LabTopology, Outcome, Scenario};
 use serde_json::Value;
@@ -199,4 +201,73 @@ fn replicas_give_each_node_its_own_copy_debian61() {
 #[ignore = "lab: needs QEMU and the lab kernel; run by scripts/test.sh"]
 fn replicas_give_each_node_its_own_copy_debian73() {
     replicas(GuestKernel::Debian73);
+}
+
+/// Readers pinned to node 0 and node 1 read one file cached on node 0: the daemon's replica
+/// pass makes a replica on node 1 only (node 0 caches the whole file), logged with its read
+/// source; after the original is rewritten, the next interval replaces the copy with one of
+/// the new version.
+fn daemon_replicas(k: GuestKernel) {
+    let script = r#"
+F=/mnt/f.bin
+numaio warm $F --node 0 >/dev/null || exit 10
+printf '[replicas]\nenabled = true\nauto = true\nmax_memory_per_node = "64M"\nmin_read_bytes_per_sec = "64K"\n' > /tmp/d.toml
+numactl --cpunodebind=0 numaio-probe reader --file $F --report /tmp/r0 --interval-ms 200 &
+a=$!
+numactl --cpunodebind=1 numaio-probe reader --file $F --report /tmp/r1 --interval-ms 200 &
+b=$!
+sleep 1
+echo "@@begin daemon"; numaio daemon --config /tmp/d.toml --interval 1 --iterations 3 --json
+echo "@@begin list"; numaio replicate --list --json
+kill $a $b; wait $a $b 2>/dev/null
+dd if=/dev/zero of=$F bs=1M count=1 conv=notrunc 2>/dev/null || exit 11
+echo "@@begin new-sum"; numaio-probe pages --file $F
+echo "@@begin refresh"; numaio daemon --config /tmp/d.toml --once --json
+echo "@@begin list-after"; numaio replicate --list --json
+echo "@@begin copy-sum"
+for r in /run/numaio/replicas/node1/*_*; do case $r in *.src) ;; *) numaio-probe pages --file $r --mode mmap;; esac; done
+echo "@@begin end"
+"#;
+    let out = Scenario::new(LabTopology::from_nodes(&[(1, 320), (1, 320)]), script)
+        .kernel(k)
+        .disk(DiskSpec::new().file(DiskFile::pattern("f.bin", 4 * MIB)))
+        .timeout(Duration::from_secs(240))
+        .must_run();
+    assert_eq!(out.exit_code, 0, "{}", out.report());
+    let rep = out.report();
+    let events = |section: &str, action: &str| -> Vec<Value> {
+        out.section(section)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l.trim()).ok())
+            .filter(|l| l["event"] == "replica" && l["action"] == action)
+            .collect()
+    };
+    let made = events("daemon", "make");
+    assert_eq!(made.len(), 1, "one replica made: {made:?}\n{rep}");
+    assert_eq!(made[0]["outcome"], "done", "{rep}");
+    assert_eq!(made[0]["numbers"]["read_source"], "estimate", "{rep}");
+    let list = out.section_json("list");
+    let l = list["replicas"].as_array().unwrap();
+    assert_eq!(l.len(), 1, "{rep}");
+    assert_eq!(l[0]["node"], serde_json::json!(1), "{rep}");
+    assert_eq!(l[0]["fresh"], serde_json::json!(true), "{rep}");
+    assert_eq!(l[0]["pages_on_node"], serde_json::json!(PAGES), "{rep}");
+
+    let refreshed = events("refresh", "refresh");
+    assert_eq!(refreshed.len(), 1, "{rep}");
+    assert_eq!(refreshed[0]["outcome"], "done", "{rep}");
+    let after = out.section_json("list-after");
+    let l = after["replicas"].as_array().unwrap();
+    assert_eq!(l.len(), 1, "the stale copy is gone: {rep}");
+    assert_eq!(l[0]["fresh"], serde_json::json!(true), "{rep}");
+    let (new, _) = pages_line(&out, "new-sum");
+    let (copy, nodes) = pages_line(&out, "copy-sum");
+    assert_eq!(copy, new, "{rep}");
+    assert_eq!(nodes, serde_json::json!({ "1": PAGES }), "{rep}");
+}
+
+#[test]
+#[ignore = "lab: needs QEMU and the lab kernel; run by scripts/test.sh"]
+fn daemon_replicates_a_file_read_from_both_nodes_and_refreshes_it_debian73() {
+    daemon_replicas(GuestKernel::Debian73);
 }
