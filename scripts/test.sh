@@ -117,11 +117,11 @@ bg_start prebuild prebuild
 
 # External file-system suites through `numaio mount` (pjdfstest with the kernel's and with the
 # server's permission checks, fsx plain/mmap/O_DIRECT, fio verify across a remount, and
-# stress-ng's 18 file-system stressors for 10 s each, two at a time), bounded; the long run is
+# stress-ng's 18 file-system stressors for 6 s each, two at a time), bounded; the long run is
 # documented in docs/fs-conformance.md.
 # Needs root, /dev/fuse and NUMAIO_CONFORMANCE=1 bash scripts/setup.sh (.ci/run sets it).
 if command -v pjdfstest >/dev/null || [ -x "$HOME/.cargo/bin/pjdfstest" ]; then
-    step fsconf   bash scripts/fs-conformance.sh --target numaio --fsx-ops 20000 --fsx-seeds 1,2 --verify-size 16m --steps pjdfstest,fsx,fio-verify,stress-ng --stress-jobs 2
+    step fsconf   bash scripts/fs-conformance.sh --target numaio --fsx-ops 20000 --fsx-seeds 1,2 --verify-size 16m --steps pjdfstest,fsx,fio-verify,stress-ng --stress-jobs 2 --stress-secs 6
 else
     echo "SKIPPED: fsconf step: needs pjdfstest and fsx (NUMAIO_CONFORMANCE=1 bash scripts/setup.sh)" | tee -a "$NUMAIO_SKIP_LOG"
     [ -n "${CI:-}" ] && { names+=(fsconf); results+=(FAIL); times+=(0); }

@@ -22,11 +22,19 @@ fn many_changes_without_fsync_are_committed_in_bounded_steps() {
     // Long names: about 26 MB of queued records in all, never an fsync.
     let name = |i: u32| format!("{i:06}-{}", "n".repeat(240)).into_bytes();
     let n = 50_000u32;
+    // `change_would_wait` says when the next change would commit first: once per bound.
+    let mut due = 0;
+    let start = fs.commits();
     for i in 0..n {
+        let before = fs.commits();
+        let would = fs.change_would_wait();
         fs.create(d, &name(i), 0o644, &c).unwrap();
+        assert_eq!(would, fs.commits() > before, "create {i}");
+        due += u64::from(would);
     }
     let commits = fs.commits();
     assert!(commits >= 2, "{n} creates without fsync: {commits} commits");
+    assert_eq!(due, commits - start, "each of these commits was announced");
     drop(fs);
     // Power cut: everything up to the last of those commits is there, in order.
     let fs2 = Fs::mount(

@@ -156,6 +156,28 @@ pub enum Request<'a> {
 }
 
 impl Request<'_> {
+    /// Whether the request changes metadata only: no device I/O, so serving it waits at
+    /// most for a commit that is due (and, where it frees a file's blocks, for that file's
+    /// read in flight). A size change is a data operation.
+    pub fn changes_metadata_only(&self) -> bool {
+        match self {
+            Request::Setattr { attr, .. } => attr.size.is_none(),
+            r => matches!(
+                r,
+                Request::Mkdir { .. }
+                    | Request::Mknod { .. }
+                    | Request::Symlink { .. }
+                    | Request::Create { .. }
+                    | Request::Unlink { .. }
+                    | Request::Rmdir { .. }
+                    | Request::Rename { .. }
+                    | Request::Link { .. }
+                    | Request::Setxattr { .. }
+                    | Request::Removexattr { .. }
+            ),
+        }
+    }
+
     /// Whether the request places a new inode's metadata or new blocks by the requester's
     /// node (so the requester's node is worth waiting for).
     pub fn places(&self) -> bool {

@@ -56,7 +56,7 @@ pub(crate) struct Ctx {
     /// The transport serving the mount now (the statistics report it).
     pub mode: FuseMode,
     /// Whether serving may wait for other operations on the file, for a commit or for a
-    /// device read. Where not, a write that would is left unserved ([`Reply::Later`]).
+    /// device. Where not, a request that would is left unserved ([`Reply::Later`]).
     pub wait: bool,
 }
 
@@ -154,6 +154,18 @@ pub(crate) fn serve(
     req: Request<'_>,
     out: &mut dyn Output,
 ) -> Result<Reply, i32> {
+    // A transport that must not wait gets back what would: a size change (device I/O), a
+    // metadata change while a commit is due. A write decides below, as it is tried.
+    if !ctx.wait {
+        let later = match &req {
+            Request::Setattr { attr, .. } if attr.size.is_some() => true,
+            r if r.changes_metadata_only() => fs.change_would_wait(),
+            _ => false,
+        };
+        if later {
+            return Ok(Reply::Later);
+        }
+    }
     let _in_flight = obs.begin_request();
     let places = req.places();
     // The requester is looked up only by requests that need it (its node, its process).

@@ -137,6 +137,14 @@ impl Fs {
         Ok(g.pending_bytes < PENDING_COMMIT_BYTES || g.pending.is_empty())
     }
 
+    /// Whether a change made now would first wait for a commit (its queued records past
+    /// their bound). On a read-only volume no: the change fails at once. A caller that must
+    /// not block (a thread serving other requests too) makes a metadata change itself only
+    /// when this is false, and otherwise hands it to a thread that may wait.
+    pub fn change_would_wait(&self) -> bool {
+        matches!(self.writable_now(), Ok(false))
+    }
+
     /// [`Fs::writable`], then the volume lock, for a change that does no device I/O.
     pub(super) fn lock_rw(&self) -> Result<MutexGuard<'_, Inner>, FsError> {
         self.writable()?;

@@ -411,4 +411,40 @@ mod tests {
         assert!(back[10..110].iter().all(|&b| b == 4));
         assert!(back[4096..].iter().all(|&b| b == 6));
     }
+
+    #[test]
+    fn metadata_changes_are_served_without_waiting_and_size_changes_are_not() {
+        let fs = volume();
+        let c = numaio_fs::Caller::root_on(0);
+        let f = fs.create(1, b"f", 0o644, &c).unwrap();
+        let obs = Observer::new();
+        // MKDIR: fuse_mkdir_in (mode, umask), then the name.
+        let mut op_in = [0u8; 128];
+        op_in[0..4].copy_from_slice(&0o755u32.to_le_bytes());
+        let mut p = b"d\0".to_vec();
+        p.resize(4096, 0);
+        let h = header(op::MKDIR, 1);
+        let a = dispatch(&fs, &obs, 0, false, &h, &op_in, &mut p, 2);
+        assert_eq!(a.map(|(_, a)| a), Some(Ok(abi::ENTRY_OUT_SZ)));
+        assert_eq!(
+            fs.lookup(1, b"d", &c).unwrap().kind,
+            numaio_fs::meta::Kind::Dir
+        );
+        // SETATTR of the mode: served; of the size: left for a serving thread.
+        let mut sa = [0u8; 128];
+        sa[0..4].copy_from_slice(&abi::fattr::MODE.to_le_bytes());
+        sa[68..72].copy_from_slice(&0o600u32.to_le_bytes());
+        let h = header(op::SETATTR, f.ino);
+        let mut p = vec![0u8; 4096];
+        assert!(dispatch(&fs, &obs, 0, false, &h, &sa, &mut p, 0).is_some());
+        assert_eq!(fs.getattr(f.ino).unwrap().mode & 0o777, 0o600);
+        let mut sz = [0u8; 128];
+        sz[0..4].copy_from_slice(&abi::fattr::SIZE.to_le_bytes());
+        sz[16..24].copy_from_slice(&4096u64.to_le_bytes());
+        assert_eq!(dispatch(&fs, &obs, 0, false, &h, &sz, &mut p, 0), None);
+        assert_eq!(fs.getattr(f.ino).unwrap().size, 0);
+        let (_, a) = served(&fs, &obs, &h, &sz, &mut p, 0);
+        assert!(a.is_ok());
+        assert_eq!(fs.getattr(f.ino).unwrap().size, 4096);
+    }
 }

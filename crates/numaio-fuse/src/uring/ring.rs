@@ -7,9 +7,11 @@
 //! queue's other entries keep being served. The requests that only read the volume's state
 //! in memory (lookups, attributes, listings, opens and closes) are answered by the ring
 //! thread itself ([`serves_inline`]): the hand-off would cost them two thread switches,
-//! more than their work. So is a write of whole blocks that finds nothing to wait for (its
-//! file's lock free, no commit due, no block to read first: `Fs::try_write`), which only
-//! copies into the devices' page cache; any other write goes to a serving thread.
+//! more than their work. The ring thread also tries writes and metadata changes
+//! ([`tried_inline`]): a write of whole blocks that finds nothing to wait for (its file's
+//! lock free, no commit due, no block to read first: `Fs::try_write`) only copies into the
+//! devices' page cache, and a metadata change while no commit is due only changes memory;
+//! any other goes, untouched, to a serving thread.
 
 use super::abi;
 use super::dispatch;
@@ -167,6 +169,30 @@ pub(crate) fn serves_inline(opcode: u32) -> bool {
             | op::ACCESS
             | op::READDIRPLUS
             | op::LSEEK
+    )
+}
+
+/// Whether the ring thread tries requests with `opcode` itself, answering them when they
+/// find nothing to wait for (else a serving thread gets them untouched): a write of whole
+/// blocks whose file is free (`Fs::try_write`), and the metadata changes (no device I/O)
+/// while no commit is due (`Fs::change_would_wait`; a size change always goes to the pool).
+pub(crate) fn tried_inline(opcode: u32) -> bool {
+    use abi::op;
+    matches!(
+        opcode,
+        op::WRITE
+            | op::SETATTR
+            | op::CREATE
+            | op::MKDIR
+            | op::MKNOD
+            | op::SYMLINK
+            | op::LINK
+            | op::UNLINK
+            | op::RMDIR
+            | op::RENAME
+            | op::RENAME2
+            | op::SETXATTR
+            | op::REMOVEXATTR
     )
 }
 
@@ -498,7 +524,7 @@ impl Worker {
                     // thread of the node.
                     0 => {
                         let op = self.q.opcode(i);
-                        let here = if serves_inline(op) || op == abi::op::WRITE {
+                        let here = if serves_inline(op) || tried_inline(op) {
                             self.q.serve_entry(i, false)
                         } else {
                             None
@@ -555,6 +581,30 @@ impl Worker {
 mod tests {
     use super::*;
     use abi::op;
+
+    #[test]
+    fn changes_are_tried_inline_and_device_waits_go_to_the_pool() {
+        for o in [
+            op::WRITE,
+            op::SETATTR,
+            op::CREATE,
+            op::UNLINK,
+            op::RENAME2,
+            op::SETXATTR,
+        ] {
+            assert!(tried_inline(o) && !serves_inline(o), "{o}");
+        }
+        for o in [
+            op::READ,
+            op::FSYNC,
+            op::FSYNCDIR,
+            op::SYNCFS,
+            op::FALLOCATE,
+            op::DESTROY,
+        ] {
+            assert!(!tried_inline(o) && !serves_inline(o), "{o}");
+        }
+    }
 
     #[test]
     fn requests_that_may_wait_for_a_device_go_to_the_pool() {
