@@ -69,6 +69,9 @@ echo "@@begin writing"; numaio replicate $G 2>&1; echo "rc=$?"
 kill $w; wait $w 2>/dev/null
 echo "@@begin nonode"; numaio replicate $G --nodes 7 2>&1; echo "rc=$?"
 echo "@@begin list-after"; numaio replicate --list --json
+numaio evict $G >/dev/null
+echo "@@begin cold"; numactl --cpunodebind=0 numaio replicate $G --nodes 1 --json
+echo "@@begin cold-where"; numaio where --json $G
 echo "@@begin both"; numaio replicate $G --json; echo "rc=$?"
 echo "@@begin drop"; numaio replicate --drop --json; echo "rc=$?"
 echo "@@begin mounts-after"; grep -c numaio-replicas /proc/self/mountinfo
@@ -172,6 +175,20 @@ echo "@@begin end"
     // Nothing changed: still the one replica of f.bin.
     let after = out.section_json("list-after");
     assert_eq!(after["replicas"], fresh["replicas"], "{rep}");
+
+    // An uncached original replicated onto node 1 by a process on node 0: the copy is on
+    // node 1, the original's pages the copy read in are where that reader's would be.
+    let cold = out.section_json("cold");
+    assert_eq!(
+        cold["replicas"][0]["pages_on_node"],
+        serde_json::json!(PAGES),
+        "{rep}"
+    );
+    assert_eq!(
+        where_nodes(&out, "cold-where"),
+        serde_json::json!({ "0": PAGES }),
+        "{rep}"
+    );
 
     // Both nodes by default; dropping all unmounts the per-node tmpfs mounts.
     let both = out.section_json("both");

@@ -4,7 +4,8 @@
 //! readers on the other nodes read it across the interconnect. A replica is a copy of the
 //! file in a tmpfs mounted for one node with `mpol=bind:N` (under `DIR/nodeN`, mounted on
 //! first use), so its pages are allocated on that node and stay there (tmpfs pages are not
-//! reclaimed to disk and follow the mount's policy if swapped and read back). `numaio run
+//! reclaimed to disk and follow the mount's policy if swapped and read back; the copy is
+//! checked with the `where` scan). `numaio run
 //! --replica` binds it read-only over the original in a private mount namespace, so an
 //! unmodified program reads node-local pages with `read(2)` and `mmap` alike.
 //!
@@ -19,8 +20,7 @@ use crate::file::open_regular;
 use crate::migrate::{move_file, MoveOptions};
 use crate::residency::{file_residency, WhereOptions};
 use crate::target::Target;
-use crate::warm::PolicyGuard;
-use numaio_sys::{set_mempolicy, Policy, Topology};
+use numaio_sys::Topology;
 use serde::Serialize;
 use std::fs::{File, Metadata};
 use std::io::Write;
@@ -209,7 +209,7 @@ impl ReplicaStore {
                 what: "free memory and reclaimable file cache",
             });
         }
-        copy(&f.file, &f.meta, &dir, &v.name(), node, path)?;
+        copy(&f.file, &f.meta, &dir, &v.name(), path)?;
         // The original changed while it was copied: the copy may mix two versions.
         let now = std::fs::metadata(path).map(|m| Version::of(&m));
         let fd_now = f.file.metadata().map(|m| Version::of(&m));
@@ -480,23 +480,21 @@ fn is_our_mount(dir: &Path) -> bool {
     })
 }
 
-/// Copies `src` (described by `meta`) to a new file `name` in `dir`, its pages allocated on
-/// `node` (the tmpfs's policy, and this thread's while it copies), with the original's mode
-/// less write permission and, for root, its owner. A half-made copy is a hidden file, gone
-/// on failure.
+/// Copies `src` (described by `meta`) to a new file `name` in `dir`, with the original's
+/// mode less write permission and, for root, its owner. A half-made copy is a hidden file,
+/// gone on failure. The copy's pages follow the tmpfs's policy (bound to its node); this
+/// thread keeps its own, so pages of the original that a read brings into the cache land
+/// where any reader's would, not on the replica's node.
 fn copy(
     src: &File,
     meta: &Metadata,
     dir: &Path,
     name: &str,
-    node: u32,
     path: &Path,
 ) -> Result<(), PagecacheError> {
     let at = dir.join(name);
     let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
     let r = (|| {
-        let _policy = PolicyGuard::new().map_err(|e| PagecacheError::sys(path, e))?;
-        set_mempolicy(&Policy::bind(&[node])).map_err(|e| PagecacheError::sys(path, e))?;
         let mut out = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)

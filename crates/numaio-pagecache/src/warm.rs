@@ -242,10 +242,10 @@ pub(crate) fn warm_open(
 }
 
 /// Restores the calling thread's memory policy when dropped.
-pub(crate) struct PolicyGuard(Policy);
+struct PolicyGuard(Policy);
 
 impl PolicyGuard {
-    pub(crate) fn new() -> numaio_sys::SysResult<PolicyGuard> {
+    fn new() -> numaio_sys::SysResult<PolicyGuard> {
         Ok(PolicyGuard(get_mempolicy(None)?))
     }
 }
