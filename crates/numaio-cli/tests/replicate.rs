@@ -42,6 +42,15 @@ impl Store {
         run(&a)
     }
 
+    /// `numaio run -q BINDING --replica PATH` with this store, running `cmd`.
+    fn run_replica(&self, binding: &[&str], path: &str, cmd: &[&str]) -> Run {
+        let mut a = vec!["run", "-q"];
+        a.extend(binding);
+        a.extend(["--replica", path, "--replica-dir", self.path(), "--"]);
+        a.extend(cmd);
+        run(&a)
+    }
+
     fn list(&self) -> Vec<Value> {
         let r = self.run(&["replicate", "--list", "--json"]);
         assert_eq!(r.code, Some(0), "{}", r.stderr);
@@ -186,20 +195,7 @@ fn run_replica_reads_the_copy_and_refuses_writes_inside_only() {
         "cat {fp}; echo; if echo x >> {fp}; then echo WROTE; else echo REFUSED; fi; \
          grep -c ' {fp} ' /proc/self/mountinfo"
     );
-    let r = run(&[
-        "run",
-        "-q",
-        "--node",
-        "0",
-        "--replica",
-        fp,
-        "--replica-dir",
-        s.path(),
-        "--",
-        "sh",
-        "-c",
-        &script,
-    ]);
+    let r = s.run_replica(&["--node", "0"], fp, &["sh", "-c", &script]);
     assert_eq!(r.code, Some(0), "{}", r.stderr);
     let out = r.out();
     assert!(out.starts_with("weights v1\n"), "{out}");
@@ -213,35 +209,12 @@ fn run_replica_reads_the_copy_and_refuses_writes_inside_only() {
 
     // The original changes: the next run reads the new version.
     std::fs::write(&f, b"weights v2").unwrap();
-    let r = run(&[
-        "run",
-        "-q",
-        "--node",
-        "0",
-        "--replica",
-        fp,
-        "--replica-dir",
-        s.path(),
-        "--",
-        "cat",
-        fp,
-    ]);
+    let r = s.run_replica(&["--node", "0"], fp, &["cat", fp]);
     assert_eq!(r.code, Some(0), "{}", r.stderr);
     assert_eq!(r.out(), "weights v2");
 
     // A binding to no single node is a usage error, before anything is made.
-    let r = run(&[
-        "run",
-        "-q",
-        "--membind",
-        "0",
-        "--replica",
-        fp,
-        "--replica-dir",
-        s.path(),
-        "--",
-        "true",
-    ]);
+    let r = s.run_replica(&["--membind", "0"], fp, &["true"]);
     assert_eq!(r.code, Some(2), "{}", r.stderr);
     assert!(r.stderr.contains("one node"), "{}", r.stderr);
 }
