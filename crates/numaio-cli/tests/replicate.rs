@@ -10,11 +10,6 @@ use common::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
 fn json(r: &Run) -> Value {
     serde_json::from_slice(&r.stdout)
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}\nstderr: {}", r.out(), r.stderr))
@@ -73,7 +68,7 @@ fn mounted(point: &Path) -> bool {
 
 #[test]
 fn replicas_are_made_reused_replaced_and_dropped() {
-    if !is_root() {
+    if !numaio_testkit::is_root() {
         skip("root", "replicas mount a tmpfs per node");
         return;
     }
@@ -136,7 +131,7 @@ fn replicas_are_made_reused_replaced_and_dropped() {
 
 #[test]
 fn hostile_input_is_refused_and_changes_nothing() {
-    if !is_root() {
+    if !numaio_testkit::is_root() {
         skip("root", "replicas mount a tmpfs per node");
         return;
     }
@@ -182,7 +177,7 @@ fn hostile_input_is_refused_and_changes_nothing() {
 
 #[test]
 fn run_replica_reads_the_copy_and_refuses_writes_inside_only() {
-    if !is_root() {
+    if !numaio_testkit::is_root() {
         skip("root", "run --replica needs a mount namespace");
         return;
     }

@@ -366,14 +366,10 @@ impl ReplicaStore {
         at: PathBuf,
         made: bool,
     ) -> Result<Replica, PagecacheError> {
-        let opts = WhereOptions {
-            full_scan: true,
-            ..WhereOptions::default()
-        };
-        let mut r = file_residency(&at, &opts)?;
+        let mut r = scan(&at)?;
         if r.nodes.get(&node).copied().unwrap_or(0) < r.resident_pages {
             move_file(&at, &Target::Node(node), &MoveOptions::default())?;
-            r = file_residency(&at, &opts)?;
+            r = scan(&at)?;
         }
         let on = r.nodes.get(&node).copied().unwrap_or(0);
         if on < r.pages {
@@ -434,11 +430,7 @@ fn describe(node: u32, at: PathBuf, v: &Version) -> Result<Replica, PagecacheErr
         && std::fs::metadata(&original).is_ok_and(|m| Version::of(&m) == *v);
     let page = numaio_sys::page_size() as u64;
     let pages = v.size.div_ceil(page);
-    let opts = WhereOptions {
-        full_scan: true,
-        ..WhereOptions::default()
-    };
-    let on = file_residency(&at, &opts)
+    let on = scan(&at)
         .map(|r| r.nodes.get(&node).copied().unwrap_or(0))
         .unwrap_or(0);
     Ok(Replica {
@@ -451,6 +443,16 @@ fn describe(node: u32, at: PathBuf, v: &Version) -> Result<Replica, PagecacheErr
         fresh,
         made: false,
     })
+}
+
+/// The node of every page of the replica at `at`: the full scan even on a machine with one
+/// memory node, where `where` would answer from mincore alone.
+fn scan(at: &Path) -> Result<crate::FileResidency, PagecacheError> {
+    let opts = WhereOptions {
+        full_scan: true,
+        ..WhereOptions::default()
+    };
+    file_residency(at, &opts)
 }
 
 fn with_suffix(p: &Path, suffix: &str) -> PathBuf {

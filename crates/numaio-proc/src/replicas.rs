@@ -595,9 +595,8 @@ mod tests {
     /// A store in a temporary directory, or `None` (with a visible "skipped" line) where
     /// tmpfs cannot be mounted.
     fn root_store(test: &str) -> Option<(tempfile::TempDir, Cleanup)> {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            eprintln!("skipped: {test} needs root to mount the replica tmpfs");
+        if !numaio_testkit::is_root() {
+            numaio_testkit::skipped("root", &format!("{test} mounts the replica tmpfs"));
             return None;
         }
         let tmp = tempfile::tempdir().unwrap();

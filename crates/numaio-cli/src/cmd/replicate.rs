@@ -3,7 +3,7 @@
 //! which `numaio run --replica` shows to a command in place of the originals.
 
 use crate::cmd::run::parse_nodes;
-use crate::cmd::where_::JsonError;
+use crate::cmd::where_::{pct, JsonError};
 use crate::output::{human_bytes, quote};
 use crate::{exit, outln, warnln};
 use numaio_pagecache::{PagecacheError, Replica, ReplicaOptions, ReplicaStore};
@@ -141,10 +141,10 @@ fn finish(
         outln!("NODE  SIZE        ON NODE  FRESH  ORIGINAL")?;
         for r in replicas.unwrap_or_default() {
             outln!(
-                "{:<5} {:<11} {:>7}%  {:<5}  {}",
+                "{:<5} {:<11} {:>7}  {:<5}  {}",
                 r.node,
                 human_bytes(r.bytes),
-                percent(r.pages_on_node, r.pages),
+                pct(r.pages_on_node, r.pages),
                 if r.fresh { "yes" } else { "no" },
                 quote(&r.original)
             )?;
@@ -173,8 +173,4 @@ fn finish(
         }
     }
     Ok(exit::code(if failed { exit::ERROR } else { exit::OK }))
-}
-
-fn percent(part: u64, whole: u64) -> u64 {
-    (part * 100).checked_div(whole).unwrap_or(100)
 }
