@@ -30,6 +30,7 @@ pub mod config;
 pub mod daemon;
 pub mod error;
 pub mod guards;
+pub mod io_source;
 pub mod locality;
 pub mod metrics;
 pub mod near;

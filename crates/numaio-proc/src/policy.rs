@@ -695,6 +695,7 @@ mod tests {
             numa_io: BTreeMap::new(),
             numa_read_bytes: BTreeMap::new(),
             errors: vec![],
+            ..Default::default()
         }
     }
 

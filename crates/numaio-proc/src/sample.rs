@@ -403,6 +403,17 @@ pub struct ProcessView {
     pub numa_io: BTreeMap<String, u64>,
     #[serde(skip)]
     pub numa_read_bytes: BTreeMap<u32, u64>,
+    /// Write bytes per node, where an exact source counted them.
+    #[serde(skip)]
+    pub numa_write_bytes: BTreeMap<u32, u64>,
+    /// Which source filled `numa_io` ([`crate::io_source`]).
+    pub numa_io_source: crate::io_source::NumaIoSource,
+    /// Bytes whose pages were on the node of the CPU that copied them, and on another node
+    /// (an exact source that knows the CPU's node).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub local_bytes: Option<numaio_numa::IoBytes>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote_bytes: Option<numaio_numa::IoBytes>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<String>,
 }
@@ -662,6 +673,7 @@ pub fn build_view(
         numa_io,
         numa_read_bytes,
         errors: d.errors.clone(),
+        ..Default::default()
     }
 }
 
