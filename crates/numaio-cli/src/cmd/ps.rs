@@ -400,6 +400,7 @@ mod tests {
             numa_io: BTreeMap::new(),
             numa_read_bytes: [(1, 1 << 20)].into_iter().collect(),
             errors: vec![],
+            ..Default::default()
         }
     }
 }
