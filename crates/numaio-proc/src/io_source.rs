@@ -107,6 +107,89 @@ impl ProcessView {
     }
 }
 
+/// The exact sources a scan can use, chosen once: the eBPF collector when it can run here,
+/// else the estimate, with the one-line reason kept for the user.
+#[derive(Debug)]
+pub struct Sources {
+    collector: Option<numaio_bpf::Collector>,
+    fallback_reason: Option<String>,
+    last: Option<numaio_bpf::Snapshot>,
+}
+
+impl Sources {
+    /// Starts the eBPF collector when `ebpf` is true; when it cannot run, remembers why.
+    pub fn new(ebpf: bool) -> Sources {
+        let (collector, fallback_reason) = if ebpf {
+            match numaio_bpf::Collector::start(&numaio_bpf::CollectorOptions::default()) {
+                Ok(c) => (Some(c), None),
+                Err(e) => (None, Some(e.reason)),
+            }
+        } else {
+            (None, Some("the eBPF collector was not asked for".into()))
+        };
+        Sources {
+            collector,
+            fallback_reason,
+            last: None,
+        }
+    }
+
+    /// Why counts are estimated rather than counted by eBPF (`None` when the collector runs).
+    pub fn fallback_reason(&self) -> Option<&str> {
+        self.fallback_reason.as_deref()
+    }
+
+    /// Whether the eBPF collector is attached.
+    pub fn ebpf(&self) -> bool {
+        self.collector.is_some()
+    }
+
+    /// Starts an interval: what the collector counts from now on goes to the next
+    /// [`Sources::apply`].
+    pub fn begin_interval(&mut self) {
+        if let Some(c) = &self.collector {
+            match c.snapshot() {
+                Ok(s) => self.last = Some(s),
+                Err(e) => self.stop(e.reason),
+            }
+        }
+    }
+
+    /// Replaces each view's estimate by what the collector counted for its process since
+    /// the interval began (zero for a process that did no page-cache I/O), and begins the
+    /// next interval. Without the collector the views keep their estimates.
+    pub fn apply(&mut self, views: &mut [ProcessView], nodes: &[u32]) {
+        let Some(c) = &self.collector else { return };
+        let now = match c.snapshot() {
+            Ok(s) => s,
+            Err(e) => return self.stop(e.reason),
+        };
+        let delta = match &self.last {
+            Some(prev) => now.since(prev),
+            None => now.clone(),
+        };
+        self.last = Some(now);
+        let per = delta.per_process();
+        for v in views.iter_mut() {
+            let io = per
+                .get(&v.pid)
+                .map(ExactIo::from)
+                .unwrap_or_else(|| ExactIo {
+                    local: Some(IoBytes::default()),
+                    remote: Some(IoBytes::default()),
+                    ..Default::default()
+                });
+            v.set_exact(NumaIoSource::Ebpf, &io, nodes);
+        }
+    }
+
+    fn stop(&mut self, reason: String) {
+        self.collector = None;
+        self.last = None;
+        self.fallback_reason = Some(format!("the eBPF collector stopped: {reason}"));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
