@@ -23,6 +23,9 @@ pub enum PolicyKind {
     PullData,
     /// Choose per process by cost.
     Auto,
+    /// Tofalos's user-space placer: relieve nodes congested by bandwidth or CPU, else move
+    /// a process to the node it moves the most bytes to and from.
+    Tofalos,
 }
 
 impl std::str::FromStr for PolicyKind {
@@ -32,8 +35,9 @@ impl std::str::FromStr for PolicyKind {
             "follow-data" => Ok(PolicyKind::FollowData),
             "pull-data" => Ok(PolicyKind::PullData),
             "auto" => Ok(PolicyKind::Auto),
+            "tofalos" => Ok(PolicyKind::Tofalos),
             _ => Err(format!(
-                "unknown policy {s:?}: use follow-data, pull-data or auto"
+                "unknown policy {s:?}: use follow-data, pull-data, auto or tofalos"
             )),
         }
     }
@@ -45,6 +49,7 @@ impl std::fmt::Display for PolicyKind {
             PolicyKind::FollowData => "follow-data",
             PolicyKind::PullData => "pull-data",
             PolicyKind::Auto => "auto",
+            PolicyKind::Tofalos => "tofalos",
         })
     }
 }
@@ -110,6 +115,53 @@ impl Default for AutoModel {
             min_gain: 0.02,
             large_read_bytes: Bytes(128 << 10),
             large_file_bytes: Bytes(1 << 30),
+        }
+    }
+}
+
+/// Where per-node I/O counts come from (`[collector]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Collector {
+    /// Count each process's page-cache I/O per node exactly with the eBPF collector; where
+    /// it cannot run, the daemon says why once and estimates.
+    pub ebpf: bool,
+}
+
+impl Default for Collector {
+    fn default() -> Self {
+        Collector { ebpf: true }
+    }
+}
+
+/// Parameters of the `tofalos` policy (`[tofalos]`), Tofalos's user-space placer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Tofalos {
+    /// Weight of a read byte in a node's load: load = reads × read_weight + writes.
+    /// Tofalos used 1/3 because Optane writes at a third of its read bandwidth.
+    pub read_weight: f64,
+    /// A node's load (bytes per second, after weighting) it can carry; its bandwidth
+    /// congestion is judged against `congestion_threshold` of it. Absent: only the
+    /// `dominance` test decides.
+    pub node_bandwidth: Option<Bytes>,
+    /// Fraction of `node_bandwidth` above which a node may be congested.
+    pub congestion_threshold: f64,
+    /// A congested node carries at least this multiple of every other node's load.
+    pub dominance: f64,
+    /// Below this load (bytes per second) no node counts as congested, so idle machines
+    /// are left alone when `node_bandwidth` is not given.
+    pub min_congested_bytes_per_sec: Bytes,
+}
+
+impl Default for Tofalos {
+    fn default() -> Self {
+        Tofalos {
+            read_weight: 1.0 / 3.0,
+            node_bandwidth: None,
+            congestion_threshold: 0.8,
+            dominance: 2.0,
+            min_congested_bytes_per_sec: Bytes(64 << 20),
         }
     }
 }
@@ -233,10 +285,15 @@ pub struct Config {
     /// Processes (the fastest readers) that get metric series of their own, labelled with
     /// pid and command; 0 (the default) for none, at most 100.
     pub metrics_top_processes: usize,
+    /// Files (the fastest read) that get metric series of their own, labelled with their
+    /// path; 0 (the default) for none, at most 100.
+    pub metrics_top_files: usize,
     /// Also append the JSON decision lines to this file.
     pub log_file: Option<String>,
     pub filter: Filter,
     pub auto: AutoModel,
+    pub collector: Collector,
+    pub tofalos: Tofalos,
     pub replicas: Replicas,
 }
 
@@ -262,9 +319,12 @@ impl Default for Config {
             metrics: None,
             textfile_dir: None,
             metrics_top_processes: 0,
+            metrics_top_files: 0,
             log_file: None,
             filter: Filter::default(),
             auto: AutoModel::default(),
+            collector: Collector::default(),
+            tofalos: Tofalos::default(),
             replicas: Replicas::default(),
         }
     }
@@ -371,6 +431,23 @@ impl Config {
         range("auto.max_gain", self.auto.max_gain, 0.0, false, 1.0)?;
         range("auto.reduction", self.auto.reduction, 0.0, false, 1e6)?;
         range("auto.min_gain", self.auto.min_gain, 0.0, false, 1.0)?;
+        let t = &self.tofalos;
+        range("tofalos.read_weight", t.read_weight, 0.0, false, 1.0)?;
+        range(
+            "tofalos.congestion_threshold",
+            t.congestion_threshold,
+            0.0,
+            true,
+            1.0,
+        )?;
+        range("tofalos.dominance", t.dominance, 1.0, false, 1e6)?;
+        if t.node_bandwidth == Some(Bytes(0)) {
+            return Err(
+                "tofalos.node_bandwidth must be above 0 (e.g. \"10G\"); leave it out to judge \
+                 congestion by dominance alone"
+                    .into(),
+            );
+        }
         if self.max_files_per_process > 1 << 20 {
             return Err(format!(
                 "max_files_per_process must be at most {}, got {}",
@@ -391,6 +468,13 @@ impl Config {
                 "metrics_top_processes must be at most {}, got {}",
                 crate::metrics::MAX_TOP_PROCESSES,
                 self.metrics_top_processes
+            ));
+        }
+        if self.metrics_top_files > crate::metrics::MAX_TOP_FILES {
+            return Err(format!(
+                "metrics_top_files must be at most {}, got {}",
+                crate::metrics::MAX_TOP_FILES,
+                self.metrics_top_files
             ));
         }
         self.replicas.validate()?;

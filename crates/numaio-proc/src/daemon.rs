@@ -9,6 +9,7 @@
 use crate::cache::{CacheOps, FileRef};
 use crate::config::Config;
 use crate::error::{ProcError, ProcResult};
+use crate::io_source::Sources;
 use crate::metrics::{label, Metrics};
 use crate::pin;
 use crate::policy::{self, Action, Decision, History, NodeState, Verdict, World};
@@ -71,6 +72,10 @@ pub struct Daemon<'a> {
     replica_state: ReplicaState,
     /// Whether the last replica pass could not list the store (its error was logged).
     replicas_failing: bool,
+    /// Where exact per-node counts come from (the eBPF collector), chosen once at start.
+    sources: Sources,
+    /// The fallback reason last logged, so a collector that stops is said once.
+    logged_fallback: Option<String>,
 }
 
 fn now_unix() -> f64 {
@@ -98,6 +103,7 @@ impl<'a> Daemon<'a> {
         sink: Sink<'a>,
     ) -> Self {
         let ttl = Duration::from_secs_f64(cfg.residency_ttl_secs.max(0.0));
+        let sources = Sources::new(cfg.collector.ebpf);
         Daemon {
             cfg,
             cache,
@@ -117,7 +123,20 @@ impl<'a> Daemon<'a> {
             stall_pids: Vec::new(),
             replica_state: ReplicaState::default(),
             replicas_failing: false,
+            logged_fallback: sources.fallback_reason().map(String::from),
+            sources,
         }
+    }
+
+    /// Whether per-node counts are counted by the eBPF collector (else estimated, and
+    /// [`Daemon::fallback_reason`] says why).
+    pub fn ebpf(&self) -> bool {
+        self.sources.ebpf()
+    }
+
+    /// Why per-node counts are estimated rather than counted by eBPF.
+    pub fn fallback_reason(&self) -> Option<&str> {
+        self.sources.fallback_reason()
     }
 
     fn now(&self) -> f64 {
@@ -191,6 +210,8 @@ impl<'a> Daemon<'a> {
         self.node_utils(&topo);
         let opts = self.scan_opts(true);
         self.scanner.scan(&opts, &topo, self.cache);
+        self.sources.begin_interval();
+        self.logged_fallback = self.sources.fallback_reason().map(String::from);
         (self.sink)(&json!({
             "event": "start",
             "ts": now_unix(),
@@ -199,8 +220,23 @@ impl<'a> Daemon<'a> {
             "interval_secs": self.cfg.interval_secs,
             "manage_pinned": self.cfg.manage_pinned,
             "nodes": topo.node_ids(),
+            "numa_io_source": if self.sources.ebpf() { "ebpf" } else { "estimate" },
+            "fallback_reason": self.sources.fallback_reason(),
         }));
         Ok(())
+    }
+
+    /// Whether `v`'s memory per node matters to the decision (read from `numa_maps` only
+    /// for those, since it walks the process's page tables).
+    fn wants_memory(&self, v: &ProcessView) -> bool {
+        if self.cfg.policy == crate::config::PolicyKind::Tofalos {
+            let bytes: u64 =
+                v.numa_read_bytes.values().sum::<u64>() + v.numa_write_bytes.values().sum::<u64>();
+            return v.interval_secs > 0.0
+                && (bytes.max(v.write_bytes) as f64 / v.interval_secs)
+                    >= self.cfg.min_read_bytes_per_sec.0 as f64;
+        }
+        policy::candidate(&self.cfg, v).is_some()
     }
 
     /// One interval: scan, decide, act, log.
@@ -212,11 +248,22 @@ impl<'a> Daemon<'a> {
         let utils = self.node_utils(&topo);
         let opts = self.scan_opts(false);
         let mut res = self.scanner.scan(&opts, &topo, self.cache);
+        // Exact counts, where the collector runs, replace the estimate before anything
+        // is decided from them.
+        self.sources.apply(&mut res.views, &topo.node_ids());
+        let fallback = self.sources.fallback_reason().map(String::from);
+        if fallback != self.logged_fallback {
+            if let Some(why) = &fallback {
+                (self.sink)(&json!({"event": "error", "ts": now_unix(),
+                    "error": format!("per-node counts are estimated from now on: {why}")}));
+            }
+            self.logged_fallback = fallback;
+        }
         // A candidate whose numa_maps could not be read in time (or that exited) is
         // dropped: nothing is decided about a process the scan could not see.
         let mut views = Vec::with_capacity(res.views.len());
         for mut v in std::mem::take(&mut res.views) {
-            if policy::candidate(&self.cfg, &v).is_some() {
+            if self.wants_memory(&v) {
                 match self.scanner.fill_memory(&mut v, opts.read_limit) {
                     Ok(()) => {}
                     Err(e) if e.is_gone() => {
@@ -353,6 +400,7 @@ impl<'a> Daemon<'a> {
         sum.cpu_secs = self_cpu_secs() - cpu0;
         if let Some(m) = &self.metrics {
             m.observe_processes(res.scanned, &res.views);
+            m.observe_io(&topo.node_ids(), &res.views);
             m.intervals.inc();
             m.interval_cpu_seconds.set(sum.cpu_secs);
             m.interval_duration_seconds.set(sum.wall_secs);
@@ -520,6 +568,14 @@ impl<'a> Daemon<'a> {
         }
         if cfg.residency_ttl_secs != self.cfg.residency_ttl_secs {
             restart_needed.push("residency_ttl_secs");
+        }
+        if cfg.collector != self.cfg.collector {
+            restart_needed.push("collector.ebpf");
+        }
+        if (cfg.metrics_top_processes, cfg.metrics_top_files)
+            != (self.cfg.metrics_top_processes, self.cfg.metrics_top_files)
+        {
+            restart_needed.push("metrics_top_processes/metrics_top_files");
         }
         self.cfg = cfg;
         (self.sink)(&json!({
@@ -748,6 +804,7 @@ mod tests {
             start_ticks,
             comm: "x".into(),
             policy: crate::config::PolicyKind::Auto,
+            read_source: Default::default(),
             verdict: Verdict::Act,
             action: Some(action),
             reason: String::new(),

@@ -39,6 +39,7 @@ pub mod pin;
 pub mod policy;
 pub mod replicas;
 pub mod sample;
+pub mod tofalos;
 
 pub use cache::{CacheOps, FileNodes, FileRef, MoveOutcome};
 pub use error::{ProcError, ProcResult};

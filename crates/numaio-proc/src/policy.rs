@@ -24,6 +24,7 @@
 
 use crate::config::{Config, PolicyKind};
 use crate::guards::{self, Budget};
+use crate::io_source::NumaIoSource;
 use crate::sample::ProcessView;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -82,10 +83,10 @@ impl Costs {
 }
 
 impl World {
-    fn node(&self, id: u32) -> Option<&NodeState> {
+    pub(crate) fn node(&self, id: u32) -> Option<&NodeState> {
         self.nodes.iter().find(|n| n.id == id)
     }
-    fn utils(&self) -> BTreeMap<u32, f64> {
+    pub(crate) fn utils(&self) -> BTreeMap<u32, f64> {
         self.nodes
             .iter()
             .filter(|n| !n.cpus.is_empty())
@@ -171,6 +172,32 @@ pub(crate) fn read_files(v: &ProcessView) -> Vec<&crate::sample::FileView> {
         .collect()
 }
 
+/// `v`'s file read rate ([`file_read_rate`]) split over the files it reads the way the read
+/// estimate splits it: by how far their offsets moved, else by their cached bytes.
+pub fn file_read_rates(v: &ProcessView) -> Vec<(&crate::sample::FileView, f64)> {
+    let rate = file_read_rate(v);
+    if !rate.is_finite() || rate <= 0.0 {
+        return Vec::new();
+    }
+    let files = read_files(v);
+    let by_offset = files.iter().any(|f| f.advanced_bytes > 0);
+    let weight = |f: &crate::sample::FileView| {
+        (if by_offset {
+            f.advanced_bytes
+        } else {
+            f.cached_bytes
+        }) as f64
+    };
+    let total: f64 = files.iter().map(|f| weight(f)).sum();
+    if total <= 0.0 {
+        return Vec::new();
+    }
+    files
+        .into_iter()
+        .map(|f| (f, rate * weight(f) / total))
+        .collect()
+}
+
 /// One file's share of a pull.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PullFile {
@@ -249,6 +276,29 @@ pub struct Numbers {
     /// Readers of shared files per node, when sharing mattered.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub shared_files: Vec<PathBuf>,
+    /// Bytes of the interval's file reads served from other nodes than the process's:
+    /// counted when `read_source` is exact, estimated otherwise.
+    pub remote_read_bytes: u64,
+    /// `tofalos`: the rule that led to the decision (`bandwidth-congestion`,
+    /// `cpu-congestion`, `locality`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rule: Option<&'static str>,
+    /// `tofalos`: each node's load this interval, reads × read_weight + writes (bytes),
+    /// after the moves decided before this one.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_load_bytes: BTreeMap<u32, f64>,
+    /// `tofalos`: the mean of `node_load_bytes`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mean_load_bytes: Option<f64>,
+    /// `tofalos`: b, the bytes the process wrote this interval (the load that follows it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub moved_load_bytes: Option<f64>,
+    /// `tofalos`: (bytes(n) − mean) + b for the target n; a move needs it ≤ 0.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_surplus_bytes: Option<f64>,
+    /// `tofalos`: the process's bytes read and written per node this interval.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub io_bytes_by_node: BTreeMap<u32, u64>,
 }
 
 /// One decision about one process.
@@ -259,6 +309,9 @@ pub struct Decision {
     pub start_ticks: u64,
     pub comm: String,
     pub policy: PolicyKind,
+    /// Where the per-node counts behind the decision came from (`ebpf`, `mount`,
+    /// `estimate`).
+    pub read_source: NumaIoSource,
     pub verdict: Verdict,
     pub action: Option<Action>,
     pub reason: String,
@@ -269,6 +322,104 @@ type Plan = Result<(Action, u64, String), String>;
 
 fn share(v: &ProcessView, n: u32) -> f64 {
     v.read_distribution.get(&n).copied().unwrap_or(0.0)
+}
+
+/// "counted" or "estimated", for reasons.
+pub(crate) fn how(v: &ProcessView) -> &'static str {
+    if v.numa_io_source.is_exact() {
+        "counted"
+    } else {
+        "estimated"
+    }
+}
+
+/// The share of `v`'s file reads served from nodes other than `cur`, and those bytes. With
+/// an exact source: the collector's remote bytes (the data's node against the node of the
+/// CPU that copied it), else its per-node counts against `cur`; otherwise the estimate.
+pub fn remote_reads(v: &ProcessView, cur: u32) -> (f64, u64) {
+    let ratio = |part: u64, total: u64| {
+        if total == 0 {
+            0.0
+        } else {
+            part as f64 / total as f64
+        }
+    };
+    if v.numa_io_source.is_exact() {
+        if let (Some(l), Some(r)) = (v.local_bytes, v.remote_bytes) {
+            return (
+                ratio(r.read_bytes, l.read_bytes + r.read_bytes),
+                r.read_bytes,
+            );
+        }
+        let total: u64 = v.numa_read_bytes.values().sum();
+        let remote: u64 = v
+            .numa_read_bytes
+            .iter()
+            .filter(|(&n, _)| n != cur)
+            .map(|(_, &b)| b)
+            .sum();
+        return (ratio(remote, total), remote);
+    }
+    let s = 1.0 - share(v, cur);
+    (s, (v.read_bytes as f64 * s) as u64)
+}
+
+/// Bytes per second `v` read from files: with an exact source the page-cache bytes it
+/// counted (pipes and sockets excluded), else `rchar`'s rate.
+pub fn file_read_rate(v: &ProcessView) -> f64 {
+    if v.numa_io_source.is_exact() && v.interval_secs > 0.0 {
+        v.numa_read_bytes.values().sum::<u64>() as f64 / v.interval_secs
+    } else {
+        v.read_bytes_per_sec
+    }
+}
+
+/// The follow-data action moving `v` to node `to` (its CPUs within the cpuset), with its
+/// memory when enough of it is elsewhere and the target keeps `min_free_bytes` free.
+/// Returns the action and the bytes it migrates.
+pub(crate) fn follow_to(
+    cfg: &Config,
+    w: &World,
+    v: &ProcessView,
+    to: u32,
+) -> Result<(Action, u64), String> {
+    let cpus: Vec<u32> = w
+        .node(to)
+        .map(|n| {
+            n.cpus
+                .iter()
+                .copied()
+                .filter(|c| v.cpuset_cpus.contains(c))
+                .collect()
+        })
+        .unwrap_or_default();
+    if cpus.is_empty() {
+        return Err(format!(
+            "node {to} has no CPUs in the process's cpuset {}",
+            numaio_sys::cpulist::format(&v.cpuset_cpus)
+        ));
+    }
+    let remote_mem: u64 = v
+        .memory_per_node
+        .iter()
+        .filter(|(&n, _)| n != to)
+        .map(|(_, &b)| b)
+        .sum();
+    // A small process only moves its threads: its new memory is allocated on the new node
+    // anyway (first touch), and migrating a busy process's pages costs the daemon retries
+    // and TLB shootdowns out of proportion to the gain.
+    let migrate = cfg.migrate_memory && remote_mem >= cfg.min_migrate_bytes.0;
+    let incoming = if migrate { remote_mem } else { 0 };
+    let free = w.node(to).map_or(0, |n| n.free_bytes);
+    guards::free_memory(to, free, incoming, cfg.min_free_bytes.0)?;
+    Ok((
+        Action::FollowData {
+            to,
+            cpus,
+            migrate_memory: migrate,
+        },
+        incoming,
+    ))
 }
 
 fn plan_follow(cfg: &Config, w: &World, h: &History, v: &ProcessView, cur: u32) -> Plan {
@@ -292,7 +443,7 @@ fn plan_follow(cfg: &Config, w: &World, h: &History, v: &ProcessView, cur: u32) 
             best = Some((n.id, s, cpus));
         }
     }
-    let Some((to, s, cpus)) = best else {
+    let Some((to, s, _)) = best else {
         return Err("no node with CPUs in the process's cpuset".into());
     };
     if to == cur {
@@ -309,33 +460,14 @@ fn plan_follow(cfg: &Config, w: &World, h: &History, v: &ProcessView, cur: u32) 
     if let Some(why) = guards::cpu_congested(to, &w.utils(), cfg.cpu_busy_threshold) {
         return Err(why);
     }
-    let remote_mem: u64 = v
-        .memory_per_node
-        .iter()
-        .filter(|(&n, _)| n != to)
-        .map(|(_, &b)| b)
-        .sum();
-    // A small process only moves its threads: its new memory is allocated on the new node
-    // anyway (first touch), and migrating a busy process's pages costs the daemon retries
-    // and TLB shootdowns out of proportion to the gain.
-    let migrate = cfg.migrate_memory && remote_mem >= cfg.min_migrate_bytes.0;
-    let incoming = if migrate { remote_mem } else { 0 };
-    let free = w.node(to).map_or(0, |n| n.free_bytes);
-    guards::free_memory(to, free, incoming, cfg.min_free_bytes.0)?;
+    let (action, incoming) = follow_to(cfg, w, v, to)?;
     let reason = format!(
-        "{:.0} % of its reads are estimated to come from node {to}'s cache, {:.0} % from node {cur} where it runs",
+        "{:.0} % of its reads are {} to come from node {to}'s cache, {:.0} % from node {cur} where it runs",
         s * 100.0,
+        how(v),
         share(v, cur) * 100.0
     );
-    Ok((
-        Action::FollowData {
-            to,
-            cpus,
-            migrate_memory: migrate,
-        },
-        incoming,
-        reason,
-    ))
+    Ok((action, incoming, reason))
 }
 
 /// Nodes other than `node` that recently read `path`.
@@ -396,8 +528,9 @@ fn plan_pull(
     let incoming: u64 = files.iter().map(|f| f.remote_bytes).sum();
     guards::free_memory(cur, node.free_bytes, incoming, cfg.min_free_bytes.0)?;
     let reason = format!(
-        "{:.0} % of its reads are estimated remote; pulling {incoming} cached bytes of {} file(s) to node {cur} where it runs",
+        "{:.0} % of its reads are {} remote; pulling {incoming} cached bytes of {} file(s) to node {cur} where it runs",
         nums.remote_share * 100.0,
+        how(v),
         files.len()
     );
     Ok((Action::PullData { to: cur, files }, incoming, reason))
@@ -437,21 +570,24 @@ pub fn follow_gain(max_gain: f64, reduction: f64, process_bytes: u64, file_bytes
 }
 
 /// Whether `v` is a candidate: I/O-active and mostly remote. Returns its node and the
-/// estimated remote share of its reads.
+/// remote share of its reads (counted where the source is exact, else estimated).
 pub fn candidate(cfg: &Config, v: &ProcessView) -> Option<(u32, f64)> {
     let cur = v.main_node?;
     if v.pid <= 1
         || v.read_distribution.is_empty()
-        || v.read_bytes_per_sec < cfg.min_read_bytes_per_sec.0 as f64
+        || file_read_rate(v) < cfg.min_read_bytes_per_sec.0 as f64
     {
         return None;
     }
-    let remote_share = 1.0 - share(v, cur);
+    let (remote_share, _) = remote_reads(v, cur);
     (remote_share > cfg.remote_threshold).then_some((cur, remote_share))
 }
 
 /// Decides, for every process view, whether and how to act.
 pub fn decide(cfg: &Config, w: &World, views: &[ProcessView], h: &History) -> Vec<Decision> {
+    if cfg.policy == PolicyKind::Tofalos {
+        return crate::tofalos::decide(cfg, w, views, h);
+    }
     let mut out: Vec<(Decision, u64)> = Vec::new();
     for v in views {
         let Some((cur, remote_share)) = candidate(cfg, v) else {
@@ -473,26 +609,10 @@ pub fn decide(cfg: &Config, w: &World, views: &[ProcessView], h: &History) -> Ve
         if nums.predicted_gain.is_some() {
             nums.gain_source = w.costs.as_ref().map(|c| c.source.clone());
         }
-        let remote_read = (v.read_bytes as f64 * remote_share) as u64;
-        let mut d = Decision {
-            pid: v.pid,
-            start_ticks: v.start_ticks,
-            comm: v.comm.clone(),
-            policy: cfg.policy,
-            verdict: Verdict::Skipped,
-            action: None,
-            reason: String::new(),
-            numbers: Numbers::default(),
-        };
-        let skip = guards::filter(&cfg.filter, v.pid, &v.comm, &v.cgroup).err().or_else(|| {
-            (v.pinned && !cfg.manage_pinned && !h.managed.contains(&(v.pid, v.start_ticks))).then(|| {
-                format!(
-                    "pinned by the user (affinity {} inside cpuset {}); use --manage-pinned to move it",
-                    numaio_sys::cpulist::format(&v.cpus_allowed),
-                    numaio_sys::cpulist::format(&v.cpuset_cpus)
-                )
-            })
-        });
+        let (_, remote_read) = remote_reads(v, cur);
+        nums.remote_read_bytes = remote_read;
+        let mut d = Decision::about(v, cfg.policy);
+        let skip = skip_reason(cfg, h, v);
         if let Some(why) = skip {
             d.reason = why;
             d.numbers = nums;
@@ -500,7 +620,7 @@ pub fn decide(cfg: &Config, w: &World, views: &[ProcessView], h: &History) -> Ve
             continue;
         }
         let plan = match cfg.policy {
-            PolicyKind::FollowData => plan_follow(cfg, w, h, v, cur),
+            PolicyKind::FollowData | PolicyKind::Tofalos => plan_follow(cfg, w, h, v, cur),
             PolicyKind::PullData => plan_pull(cfg, w, h, v, cur, &mut nums),
             PolicyKind::Auto => plan_auto(cfg, w, h, v, cur, &mut nums),
         };
@@ -529,7 +649,45 @@ pub fn decide(cfg: &Config, w: &World, views: &[ProcessView], h: &History) -> Ve
         d.numbers = nums;
         out.push((d, remote_read));
     }
-    // Serve the biggest remote readers first, within the caps.
+    within_caps(cfg, out)
+}
+
+impl Decision {
+    /// A decision about `v` under `policy`, skipped until a plan says otherwise.
+    pub(crate) fn about(v: &ProcessView, policy: PolicyKind) -> Decision {
+        Decision {
+            pid: v.pid,
+            start_ticks: v.start_ticks,
+            comm: v.comm.clone(),
+            policy,
+            read_source: v.numa_io_source,
+            verdict: Verdict::Skipped,
+            action: None,
+            reason: String::new(),
+            numbers: Numbers::default(),
+        }
+    }
+}
+
+/// Why `v` is none of the daemon's business: the filter, or an affinity its user narrowed.
+pub(crate) fn skip_reason(cfg: &Config, h: &History, v: &ProcessView) -> Option<String> {
+    guards::filter(&cfg.filter, v.pid, &v.comm, &v.cgroup)
+        .err()
+        .or_else(|| {
+            (v.pinned && !cfg.manage_pinned && !h.managed.contains(&(v.pid, v.start_ticks)))
+                .then(|| {
+                    format!(
+                    "pinned by the user (affinity {} inside cpuset {}); use --manage-pinned to move it",
+                    numaio_sys::cpulist::format(&v.cpus_allowed),
+                    numaio_sys::cpulist::format(&v.cpuset_cpus)
+                )
+                })
+        })
+}
+
+/// Serves the decisions with the largest `weight` first (the biggest remote readers),
+/// blocking those past the per-interval caps on actions and bytes.
+pub(crate) fn within_caps(cfg: &Config, mut out: Vec<(Decision, u64)>) -> Vec<Decision> {
     out.sort_by_key(|(_, r)| std::cmp::Reverse(*r));
     let mut budget = Budget::new(cfg.max_actions_per_interval, cfg.max_bytes_per_interval.0);
     out.into_iter()

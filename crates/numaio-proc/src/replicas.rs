@@ -7,14 +7,17 @@
 //! dropped. Auto-replication works from the interval's sampled processes: a process's read
 //! rate is split over the files it reads the way [`crate::locality`] splits it (by how far
 //! their offsets moved, else by their cached bytes), and over nodes by where its threads
-//! run. These are estimates (`read_source: "estimate"` in the log): the kernel does not
-//! count reads per file and node.
+//! run. A reader's rate is its counted page-cache reads where an exact source (eBPF, a
+//! numaio mount) fills its view, else `rchar`; each line's `read_source` says which (the
+//! least exact of the file's readers). The split over files is always estimated: no source
+//! counts reads per file.
 //!
 //! An auto-made replica only helps programs started with `numaio run --replica`: the daemon
 //! cannot swap the file under a running program.
 
 use crate::config::Config;
 use crate::guards::{self, Budget};
+use crate::io_source::NumaIoSource;
 use crate::policy::{self, Verdict};
 use crate::sample::{MountNs, ProcessView};
 use numaio_pagecache::{PagecacheError, Replica, ReplicaOptions, ReplicaStore, Version};
@@ -22,10 +25,6 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
-
-/// Where the per-node read counts come from. Only the estimate exists today; a kernel
-/// counter of reads per node (Tofalos's `numa_io`) would be another source.
-pub const READ_SOURCE: &str = "estimate";
 
 /// A file read from several nodes.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -42,6 +41,9 @@ pub struct Candidate {
     /// The node holding the whole file in its page cache, if one does: its readers read
     /// locally already, so it gets no replica.
     pub home_node: Option<u32>,
+    /// Where its readers' read counts came from: the least exact of their sources (a
+    /// reader's rate is counted with an exact source, its split over files is estimated).
+    pub read_source: NumaIoSource,
 }
 
 impl Candidate {
@@ -63,23 +65,10 @@ pub fn candidates(cfg: &Config, views: &[ProcessView]) -> Vec<Candidate> {
             continue;
         }
         let threads: u32 = v.thread_nodes.values().sum();
-        if threads == 0 || !v.read_bytes_per_sec.is_finite() || v.read_bytes_per_sec <= 0.0 {
+        if threads == 0 {
             continue;
         }
-        let files = policy::read_files(v);
-        let by_offset = files.iter().any(|f| f.advanced_bytes > 0);
-        let weight = |f: &crate::sample::FileView| {
-            (if by_offset {
-                f.advanced_bytes
-            } else {
-                f.cached_bytes
-            }) as f64
-        };
-        let total: f64 = files.iter().map(|f| weight(f)).sum();
-        if total <= 0.0 {
-            continue;
-        }
-        for f in files {
+        for (f, rate) in policy::file_read_rates(v) {
             if f.mount_ns != MountNs::Own
                 || f.path.starts_with(store)
                 || f.size_bytes == 0
@@ -87,7 +76,6 @@ pub fn candidates(cfg: &Config, views: &[ProcessView]) -> Vec<Candidate> {
             {
                 continue;
             }
-            let rate = v.read_bytes_per_sec * weight(f) / total;
             let c = by_file.entry((f.dev, f.ino)).or_insert_with(|| Candidate {
                 path: f.path.clone(),
                 dev: f.dev,
@@ -98,7 +86,10 @@ pub fn candidates(cfg: &Config, views: &[ProcessView]) -> Vec<Candidate> {
                 home_node: f.nodes.iter().find_map(|(&n, &b)| {
                     (f.cached_bytes >= f.size_bytes && b >= f.cached_bytes).then_some(n)
                 }),
+                read_source: v.numa_io_source,
             });
+            // The least exact of its readers' sources.
+            c.read_source = c.read_source.max(v.numa_io_source);
             for (&node, &t) in &v.thread_nodes {
                 *c.node_rates.entry(node).or_insert(0.0) += rate * t as f64 / threads as f64;
             }
@@ -427,7 +418,7 @@ fn auto(
                 &mut l,
                 "numbers",
                 json!({
-                    "read_source": READ_SOURCE,
+                    "read_source": c.read_source,
                     "read_bytes_per_sec": rates,
                     "file_bytes": c.size_bytes,
                     "home_node": c.home_node,
@@ -554,6 +545,45 @@ mod tests {
         let mut low = c3.clone();
         low.replicas.min_read_bytes_per_sec = Bytes(MB / 4);
         assert_eq!(candidates(&low, &views)[0].hot_nodes, vec![0, 1, 2]);
+    }
+
+    /// With exact counts a reader's rate is the page-cache bytes it was counted reading (a
+    /// pipe or socket read in `rchar` does not count), and the candidate says so.
+    #[test]
+    fn exact_counts_set_rates_and_source() {
+        use crate::io_source::{ExactIo, NumaIoSource};
+        use numaio_numa::IoBytes;
+        let c = cfg();
+        let exact = |pid, node: u32, counted: u64| {
+            // rchar says 100 MiB/s; the collector counted `counted` bytes of file reads.
+            let mut v = reader(pid, &[node], 100.0 * MB as f64, &[("/d/shared", 1)]);
+            v.interval_secs = 1.0;
+            let io = ExactIo {
+                by_data_node: [(0, IoBytes::new(counted, 0))].into_iter().collect(),
+                local: Some(IoBytes::default()),
+                remote: Some(IoBytes::new(counted, 0)),
+            };
+            v.set_exact(NumaIoSource::Ebpf, &io, &[0, 1]);
+            v
+        };
+        let views = [exact(10, 0, 3 * MB), exact(11, 1, 2 * MB)];
+        let found = candidates(&c, &views);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].node_rates[&0], 3.0 * MB as f64);
+        assert_eq!(found[0].node_rates[&1], 2.0 * MB as f64);
+        assert_eq!(found[0].read_source, NumaIoSource::Ebpf);
+        // One estimated reader makes the file's counts estimated.
+        let mixed = [
+            exact(10, 0, 3 * MB),
+            reader(11, &[1], 2.0 * MB as f64, &[("/d/shared", 1)]),
+        ];
+        assert_eq!(
+            candidates(&c, &mixed)[0].read_source,
+            NumaIoSource::Estimate
+        );
+        // Counted reads below the threshold: no candidate however high rchar is.
+        let slow = [exact(10, 0, MB / 2), exact(11, 1, MB / 2)];
+        assert!(candidates(&c, &slow).is_empty());
     }
 
     #[test]
@@ -767,7 +797,7 @@ mod tests {
         let l0 = &lines[0];
         assert_eq!((&l0["action"], &l0["node"]), (&json!("make"), &json!(0)));
         assert_eq!(l0["outcome"], "no-room");
-        assert_eq!(l0["numbers"]["read_source"], READ_SOURCE);
+        assert_eq!(l0["numbers"]["read_source"], "estimate");
         assert!(l0["error"].as_str().unwrap().contains("budget"), "{l0}");
         // Not asked again within min_residence_secs.
         lines.clear();
