@@ -51,6 +51,9 @@ pub use numaio_numa::prometheus::{label, openmetrics_to_classic, Format, Labels}
 /// Most processes that may get series of their own (`metrics_top_processes`).
 pub const MAX_TOP_PROCESSES: usize = 100;
 
+/// Most files that may get series of their own (`metrics_top_files`).
+pub const MAX_TOP_FILES: usize = 100;
+
 /// Name of the file written in the textfile directory.
 pub const TEXTFILE_NAME: &str = "numaio.prom";
 
@@ -62,6 +65,7 @@ pub struct Metrics {
     /// own figures are named `numaio_daemon_*` there to avoid a clash.
     textfile_registry: Registry,
     top_processes: usize,
+    top_files: usize,
     pub process_locality: Family<Labels, Gauge<f64, AtomicU64>>,
     pub process_read_rate: Family<Labels, Gauge<f64, AtomicU64>>,
     pub actions: Family<Labels, Counter>,
@@ -79,6 +83,15 @@ pub struct Metrics {
     pub replicas_made: Family<Labels, Counter>,
     pub replicas_refreshed: Family<Labels, Counter>,
     pub replicas_dropped: Family<Labels, Counter>,
+    /// I/O-active processes by the source of their per-node counts (`numa_io_source`).
+    pub processes_by_source: Family<Labels, Gauge>,
+    /// Counted (exact) page-cache bytes by the data's node and direction.
+    pub io_bytes: Family<Labels, Counter>,
+    /// Counted bytes by whether the data was on the copying CPU's node, and direction.
+    pub io_locality_bytes: Family<Labels, Counter>,
+    /// The busiest files: cached bytes per node, and estimated read rate.
+    pub file_cached_bytes: Family<Labels, Gauge>,
+    pub file_read_rate: Family<Labels, Gauge<f64, AtomicU64>>,
 }
 
 impl Default for Metrics {
@@ -96,10 +109,17 @@ impl Metrics {
     /// Metrics with series for the `top` processes reading fastest (at most
     /// [`MAX_TOP_PROCESSES`]; 0 for none).
     pub fn with_top_processes(top: usize) -> Self {
+        Self::with_top(top, 0)
+    }
+
+    /// Metrics with series for the `processes` reading fastest and the `files` read
+    /// fastest (at most [`MAX_TOP_PROCESSES`] and [`MAX_TOP_FILES`]; 0 for none).
+    pub fn with_top(processes: usize, files: usize) -> Self {
         let m = Metrics {
             registry: Registry::default(),
             textfile_registry: Registry::default(),
-            top_processes: top.min(MAX_TOP_PROCESSES),
+            top_processes: processes.min(MAX_TOP_PROCESSES),
+            top_files: files.min(MAX_TOP_FILES),
             process_locality: Family::default(),
             process_read_rate: Family::default(),
             actions: Family::default(),
@@ -116,7 +136,29 @@ impl Metrics {
             replicas_made: Family::default(),
             replicas_refreshed: Family::default(),
             replicas_dropped: Family::default(),
+            processes_by_source: Family::default(),
+            io_bytes: Family::default(),
+            io_locality_bytes: Family::default(),
+            file_cached_bytes: Family::default(),
+            file_read_rate: Family::default(),
         };
+        for source in [
+            crate::io_source::NumaIoSource::Ebpf,
+            crate::io_source::NumaIoSource::Mount,
+            crate::io_source::NumaIoSource::Estimate,
+        ] {
+            let _ = m
+                .processes_by_source
+                .get_or_create(&label("numa_io_source", source.as_str()));
+        }
+        for locality in ["local", "remote"] {
+            for direction in ["read", "write"] {
+                let _ = m.io_locality_bytes.get_or_create(&vec![
+                    ("locality".to_string(), locality.to_string()),
+                    ("direction".to_string(), direction.to_string()),
+                ]);
+            }
+        }
         // Known label values start at 0, so a rate over the first increment is not lost.
         for kind in ["follow-data", "pull-data"] {
             let _ = m.actions.get_or_create(&label("kind", kind));
@@ -184,9 +226,28 @@ impl Metrics {
             );
             reg.register(
                 "numaio_io_active_read_locality_ratio",
-                "Estimated share of the I/O-active processes' file reads served from the \
-                 node(s) they run on, weighted by read rate",
+                "Share of the I/O-active processes' file reads served from the node(s) they \
+                 run on, weighted by read rate (counted where numaio_processes says so, else \
+                 estimated)",
                 m.io_active_locality.clone(),
+            );
+            reg.register(
+                "numaio_processes",
+                "I/O-active processes in the last interval by the source of their per-node \
+                 counts: ebpf and mount are counted, estimate is residency times read rate",
+                m.processes_by_source.clone(),
+            );
+            reg.register(
+                "numaio_io_bytes",
+                "Page-cache bytes the I/O-active processes read or wrote, by the node of the \
+                 data (counted sources only)",
+                m.io_bytes.clone(),
+            );
+            reg.register(
+                "numaio_io_locality_bytes",
+                "Page-cache bytes the I/O-active processes read or wrote, by whether the data \
+                 was on the node of the CPU that copied it (counted sources only)",
+                m.io_locality_bytes.clone(),
             );
             reg.register(
                 "numaio_replicas",
@@ -226,6 +287,19 @@ impl Metrics {
                     m.process_read_rate.clone(),
                 );
             }
+            if m.top_files > 0 {
+                reg.register(
+                    "numaio_file_cached_bytes",
+                    "Cached bytes of a file on a node (the files read fastest only)",
+                    m.file_cached_bytes.clone(),
+                );
+                reg.register(
+                    "numaio_file_read_bytes_per_second",
+                    "Read rate of a file by the I/O-active processes, split over the files \
+                     each reads by offset advance or cached bytes (the files read fastest only)",
+                    m.file_read_rate.clone(),
+                );
+            }
         }
         registry.register_collector(Box::new(SelfCollector { prefix: "process" }));
         textfile_registry.register_collector(Box::new(SelfCollector {
@@ -243,6 +317,56 @@ impl Metrics {
         self.top_processes
     }
 
+    /// How many files may get series of their own.
+    pub fn top_files(&self) -> usize {
+        self.top_files
+    }
+
+    /// Adds the interval's counted (exact) page-cache bytes of `views` to the per-node and
+    /// local/remote counters; every node of `nodes` gets a series, 0 until counted.
+    pub fn observe_io(&self, nodes: &[u32], views: &[ProcessView]) {
+        let mut by_node: std::collections::BTreeMap<u32, (u64, u64)> =
+            nodes.iter().map(|&n| (n, (0, 0))).collect();
+        let (mut local, mut remote) = (
+            numaio_numa::IoBytes::default(),
+            numaio_numa::IoBytes::default(),
+        );
+        for v in views.iter().filter(|v| v.numa_io_source.is_exact()) {
+            for (&n, &b) in &v.numa_read_bytes {
+                by_node.entry(n).or_default().0 += b;
+            }
+            for (&n, &b) in &v.numa_write_bytes {
+                by_node.entry(n).or_default().1 += b;
+            }
+            for (sum, part) in [(&mut local, v.local_bytes), (&mut remote, v.remote_bytes)] {
+                if let Some(p) = part {
+                    sum.read_bytes += p.read_bytes;
+                    sum.write_bytes += p.write_bytes;
+                }
+            }
+        }
+        for (n, (r, w)) in by_node {
+            for (direction, b) in [("read", r), ("write", w)] {
+                self.io_bytes
+                    .get_or_create(&vec![
+                        ("numa_node".to_string(), n.to_string()),
+                        ("direction".to_string(), direction.to_string()),
+                    ])
+                    .inc_by(b);
+            }
+        }
+        for (locality, io) in [("local", local), ("remote", remote)] {
+            for (direction, b) in [("read", io.read_bytes), ("write", io.write_bytes)] {
+                self.io_locality_bytes
+                    .get_or_create(&vec![
+                        ("locality".to_string(), locality.to_string()),
+                        ("direction".to_string(), direction.to_string()),
+                    ])
+                    .inc_by(b);
+            }
+        }
+    }
+
     /// Records one interval's process views: counts and the read-weighted locality, and the
     /// per-process series of the fastest readers when they are opted in.
     pub fn observe_processes(&self, scanned: usize, views: &[ProcessView]) {
@@ -258,6 +382,16 @@ impl Metrics {
         }
         self.io_active_locality
             .set(if weight > 0.0 { weighted / weight } else { 0.0 });
+        for source in [
+            crate::io_source::NumaIoSource::Ebpf,
+            crate::io_source::NumaIoSource::Mount,
+            crate::io_source::NumaIoSource::Estimate,
+        ] {
+            self.processes_by_source
+                .get_or_create(&label("numa_io_source", source.as_str()))
+                .set(views.iter().filter(|v| v.numa_io_source == source).count() as i64);
+        }
+        self.observe_files(views);
         self.process_locality.clear();
         self.process_read_rate.clear();
         if self.top_processes == 0 {
@@ -276,6 +410,39 @@ impl Metrics {
             self.process_read_rate
                 .get_or_create(&l)
                 .set(v.read_bytes_per_sec);
+        }
+    }
+
+    /// The series of the `top_files` files read fastest this interval (a file's rate summed
+    /// over its readers); files that dropped out lose theirs.
+    fn observe_files(&self, views: &[ProcessView]) {
+        self.file_cached_bytes.clear();
+        self.file_read_rate.clear();
+        if self.top_files == 0 {
+            return;
+        }
+        let mut files: std::collections::HashMap<(u64, u64), (&crate::sample::FileView, f64)> =
+            std::collections::HashMap::new();
+        for v in views {
+            for (f, rate) in crate::policy::file_read_rates(v) {
+                files.entry((f.dev, f.ino)).or_insert((f, 0.0)).1 += rate;
+            }
+        }
+        let mut busiest: Vec<(&crate::sample::FileView, f64)> = files.into_values().collect();
+        busiest.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.path.cmp(&b.0.path)));
+        for (f, rate) in busiest.into_iter().take(self.top_files) {
+            let path = f.path.to_string_lossy().into_owned();
+            self.file_read_rate
+                .get_or_create(&label("path", &path))
+                .set(rate);
+            for (&n, &b) in &f.nodes {
+                self.file_cached_bytes
+                    .get_or_create(&vec![
+                        ("path".to_string(), path.clone()),
+                        ("numa_node".to_string(), n.to_string()),
+                    ])
+                    .set(b.min(i64::MAX as u64) as i64);
+            }
         }
     }
 
