@@ -612,7 +612,7 @@ mod tests {
         let v = run_files(&common("seqwrite"), &a).unwrap();
         let prom = std::fs::read_to_string(dir.path().join("metrics.prom")).unwrap();
         assert!(
-            prom.contains("numaio_engine_bytes_total{node=\"0\",op=\"write\"} 524288"),
+            prom.contains("numaio_engine_bytes_total{numa_node=\"0\",op=\"write\"} 524288"),
             "{prom}"
         );
         assert_eq!(v["ops"], 128, "one pass over 2 files of 64 blocks");

@@ -457,7 +457,7 @@ impl Snapshot {
         let bytes = self.nodes.iter().enumerate().flat_map(|(i, n)| {
             [("read", &p.read_bytes), ("write", &p.write_bytes)].map(|(op, v)| {
                 (
-                    labels(&[("node", n.to_string()), ("op", op.into())]),
+                    labels(&[("numa_node", n.to_string()), ("op", op.into())]),
                     v.get(i).copied().unwrap_or(0),
                 )
             })
@@ -472,7 +472,7 @@ impl Snapshot {
                 (
                     labels(&[
                         ("slice", s.to_string()),
-                        ("node", n.to_string()),
+                        ("numa_node", n.to_string()),
                         ("result", res.into()),
                     ]),
                     v.get(s).copied().unwrap_or(0),
@@ -634,12 +634,12 @@ mod tests {
         {
             let p = s.to_prometheus();
             assert!(
-                p.contains(r#"numaio_engine_bytes_total{node="1",op="read"} 8192"#),
+                p.contains(r#"numaio_engine_bytes_total{numa_node="1",op="read"} 8192"#),
                 "{p}"
             );
             assert!(p.contains(r#"numaio_engine_buffer_accesses_total{locality="remote"} 1"#));
             assert!(p.contains(
-                r#"numaio_engine_slice_requests_total{slice="1",node="1",result="hit"} 1"#
+                r#"numaio_engine_slice_requests_total{slice="1",numa_node="1",result="hit"} 1"#
             ));
             assert!(p.contains("numaio_engine_local_access_ratio 0.5"));
             assert!(p.trim_end().ends_with("# EOF"));

@@ -207,7 +207,7 @@ impl Exposition {
         self
     }
 
-    /// The per-node byte counter family `NAME{..base, node, direction=read|write}` of `io`,
+    /// The per-node byte counter family `NAME{..base, numa_node, direction=read|write}` of `io`,
     /// one sample pair for each of `nodes` (zeros where `io` has none) and each other node
     /// `io` counted.
     pub fn node_io(
@@ -240,7 +240,8 @@ pub fn node_io_samples(
         let x = io.get(n);
         for (dir, v) in [("read", x.read_bytes), ("write", x.write_bytes)] {
             let mut l = base.clone();
-            l.push(("node".into(), n.to_string()));
+            // `numa_node`, not `node`: Kubernetes and node_exporter use `node` for the host.
+            l.push(("numa_node".into(), n.to_string()));
             l.push(("direction".into(), dir.into()));
             out.push((l, v));
         }
@@ -264,7 +265,7 @@ mod tests {
             &io,
             &[0, 1],
         )
-        .gauge("free_bytes", "Free", [(label("node", 0), u64::MAX)])
+        .gauge("free_bytes", "Free", [(label("numa_node", 0), u64::MAX)])
         .gauge_f64("local_ratio", "Share", [(Vec::new(), 0.5)])
         .counter("events", "Events", [(Vec::new(), 3)]);
         let om = e.render(Format::OpenMetrics);
@@ -275,14 +276,17 @@ mod tests {
         assert!(om.contains("# TYPE numaio_test_io_bytes counter\n"), "{om}");
         assert!(
             om.contains(
-                r#"numaio_test_io_bytes_total{mountpoint="/mnt/a \"b\"\\\nc",node="1",direction="read"} 4096"#
+                r#"numaio_test_io_bytes_total{mountpoint="/mnt/a \"b\"\\\nc",numa_node="1",direction="read"} 4096"#
             ),
             "{om}"
         );
-        assert!(om.contains(r#"node="0",direction="write"} 0"#), "{om}");
+        assert!(om.contains(r#"numa_node="0",direction="write"} 0"#), "{om}");
         assert!(om.contains("numaio_test_local_ratio 0.5\n"), "{om}");
         assert!(om.contains("numaio_test_events_total 3\n"), "{om}");
-        assert!(om.contains(&format!("{{node=\"0\"}} {}", i64::MAX)), "{om}");
+        assert!(
+            om.contains(&format!("{{numa_node=\"0\"}} {}", i64::MAX)),
+            "{om}"
+        );
         assert!(om.trim_end().ends_with("# EOF"));
         let classic = e.render(Format::Classic);
         assert!(classic.contains("# TYPE numaio_test_io_bytes_total counter\n"));

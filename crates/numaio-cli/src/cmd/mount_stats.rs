@@ -80,7 +80,7 @@ pub fn prometheus(s: &Stats) -> String {
     let node_l = |n: u32| -> Labels {
         labels(&[
             ("mountpoint", s.mountpoint.clone()),
-            ("node", n.to_string()),
+            ("numa_node", n.to_string()),
         ])
     };
     let mut e = Exposition::new("numaio_mount");
@@ -324,9 +324,9 @@ mod tests {
         let out = prometheus(&stats());
         let mp = &stats().mountpoint;
         for want in [
-            format!("numaio_mount_io_bytes_total{{mountpoint=\"{mp}\",node=\"0\",direction=\"write\"}} 4096"),
-            format!("numaio_mount_process_io_bytes_total{{mountpoint=\"{mp}\",node=\"0\",pid=\"77\",comm=\"dd\",direction=\"read\",caller=\"local\"}} 10"),
-            format!("numaio_mount_process_io_bytes_total{{mountpoint=\"{mp}\",node=\"0\",pid=\"77\",comm=\"dd\",direction=\"write\",caller=\"remote\"}} 4096"),
+            format!("numaio_mount_io_bytes_total{{mountpoint=\"{mp}\",numa_node=\"0\",direction=\"write\"}} 4096"),
+            format!("numaio_mount_process_io_bytes_total{{mountpoint=\"{mp}\",numa_node=\"0\",pid=\"77\",comm=\"dd\",direction=\"read\",caller=\"local\"}} 10"),
+            format!("numaio_mount_process_io_bytes_total{{mountpoint=\"{mp}\",numa_node=\"0\",pid=\"77\",comm=\"dd\",direction=\"write\",caller=\"remote\"}} 4096"),
             format!("numaio_mount_thread_moves_total{{mountpoint=\"{mp}\",outcome=\"moved\"}} 2"),
             "# TYPE numaio_mount_free_bytes gauge".to_string(),
             "# TYPE numaio_mount_io_bytes_total counter".to_string(),
