@@ -743,10 +743,59 @@ mod tests {
         }
         let lines = lines.into_inner().unwrap();
         assert_eq!(lines[0]["event"], "start");
+        // The start line says where per-node counts come from: counted by eBPF, or
+        // estimated with the reason.
+        match lines[0]["numa_io_source"].as_str() {
+            Some("ebpf") => assert!(lines[0]["fallback_reason"].is_null()),
+            Some("estimate") => assert!(
+                !lines[0]["fallback_reason"]
+                    .as_str()
+                    .unwrap_or("")
+                    .is_empty(),
+                "{}",
+                lines[0]
+            ),
+            other => panic!("numa_io_source {other:?} in {}", lines[0]),
+        }
+        for d in lines.iter().filter(|l| l["event"] == "decision") {
+            assert!(
+                ["ebpf", "mount", "estimate"].contains(&d["read_source"].as_str().unwrap_or("")),
+                "{d}"
+            );
+        }
         assert_eq!(lines.iter().filter(|l| l["event"] == "interval").count(), 2);
         assert!(lines
             .iter()
             .all(|l| l["event"] != "decision" || l["verdict"] != "act"));
+    }
+
+    /// `[collector] ebpf = false` estimates, and the start line says why.
+    #[test]
+    fn collector_off_is_logged_at_start() {
+        let cache = FakeCache::default();
+        let lines: Mutex<Vec<serde_json::Value>> = Mutex::new(Vec::new());
+        let mut cfg = Config::default();
+        cfg.collector.ebpf = false;
+        {
+            let mut d = Daemon::new(
+                cfg,
+                &cache,
+                None,
+                Box::new(|v| lines.lock().unwrap().push(v.clone())),
+            );
+            assert!(!d.ebpf());
+            d.baseline().unwrap();
+        }
+        let lines = lines.into_inner().unwrap();
+        assert_eq!(lines[0]["numa_io_source"], "estimate");
+        assert!(
+            lines[0]["fallback_reason"]
+                .as_str()
+                .unwrap()
+                .contains("not asked for"),
+            "{}",
+            lines[0]
+        );
     }
 
     /// A process whose /proc files do not answer is logged as unresponsive, left out of

@@ -1098,6 +1098,86 @@ mod tests {
         assert_eq!(count(&on, "numaio_process_read_bytes_per_second"), 0);
     }
 
+    /// Processes per source, counted bytes per numa_node (counted views only), and the
+    /// top-N files bounded by N.
+    #[test]
+    fn sources_counted_bytes_and_top_files() {
+        use crate::io_source::{ExactIo, NumaIoSource};
+        use numaio_numa::IoBytes;
+        let m = Metrics::with_top(0, 3);
+        let mut counted = view(10, 5000.0, Some(0.25));
+        counted.set_exact(
+            NumaIoSource::Ebpf,
+            &ExactIo {
+                by_data_node: [(0, IoBytes::new(1000, 10)), (1, IoBytes::new(3000, 0))]
+                    .into_iter()
+                    .collect(),
+                local: Some(IoBytes::new(1000, 10)),
+                remote: Some(IoBytes::new(3000, 0)),
+            },
+            &[0, 1],
+        );
+        // An estimated view's numbers never reach the counted families.
+        let mut estimated = view(11, 1e9, Some(1.0));
+        estimated.numa_read_bytes = [(0, 1 << 40)].into_iter().collect();
+        // Ten files read at different rates by one process each.
+        let files: Vec<ProcessView> = (0..10)
+            .map(|i| {
+                let mut v = view(100 + i, (i + 1) as f64 * 1e6, None);
+                v.files = vec![crate::sample::FileView {
+                    path: format!("/data/f{i}").into(),
+                    ino: i as u64 + 1,
+                    size_bytes: 4096,
+                    cached_bytes: 4096,
+                    nodes: [(0, 4096)].into_iter().collect(),
+                    advanced_bytes: 4096,
+                    ..Default::default()
+                }];
+                v
+            })
+            .collect();
+        let mut views = vec![counted, estimated];
+        views.extend(files);
+        m.observe_processes(20, &views);
+        m.observe_io(&[0, 1, 2], &views);
+        m.observe_io(&[0, 1, 2], &views);
+        let text = m.render_as(Format::Classic);
+        let (types, samples) = check_classic(&text);
+        assert_eq!(types["numaio_io_bytes_total"], "counter");
+        assert_eq!(types["numaio_processes"], "gauge");
+        for want in [
+            "numaio_processes{numa_io_source=\"ebpf\"} 1",
+            "numaio_processes{numa_io_source=\"mount\"} 0",
+            "numaio_processes{numa_io_source=\"estimate\"} 11",
+            "numaio_io_bytes_total{numa_node=\"1\",direction=\"read\"} 6000",
+            "numaio_io_bytes_total{numa_node=\"0\",direction=\"read\"} 2000",
+            "numaio_io_bytes_total{numa_node=\"0\",direction=\"write\"} 20",
+            "numaio_io_bytes_total{numa_node=\"2\",direction=\"read\"} 0",
+            "numaio_io_locality_bytes_total{locality=\"remote\",direction=\"read\"} 6000",
+            "numaio_io_locality_bytes_total{locality=\"local\",direction=\"read\"} 2000",
+            "numaio_file_read_bytes_per_second{path=\"/data/f9\"} 10000000",
+            "numaio_file_cached_bytes{path=\"/data/f9\",numa_node=\"0\"} 4096",
+        ] {
+            assert!(text.contains(want), "missing {want} in\n{text}");
+        }
+        // N bounds the file series: the three read fastest, nothing else.
+        let paths: BTreeSet<&str> = samples
+            .iter()
+            .filter(|(n, _)| n.starts_with("numaio_file_"))
+            .map(|(_, l)| l["path"].as_str())
+            .collect();
+        assert_eq!(
+            paths,
+            ["/data/f7", "/data/f8", "/data/f9"].into_iter().collect()
+        );
+        // No family uses `node` for the NUMA node.
+        assert!(samples.iter().all(|(_, l)| !l.contains_key("node")));
+        // Off by default.
+        let off = filled(0, 5);
+        assert!(!off.render_as(Format::Classic).contains("numaio_file_"));
+        assert_eq!(Metrics::with_top(0, 1_000).top_files(), MAX_TOP_FILES);
+    }
+
     /// A reader polling the file while it is rewritten sees one whole version or the other,
     /// never a mix or a truncated file.
     #[test]

@@ -1145,6 +1145,66 @@ mod tests {
         assert_eq!(d[0].numbers.predicted_gain, None);
     }
 
+    /// With exact counts the policies decide from the counted remote bytes: a reader whose
+    /// estimate says local but whose counts say remote is moved, and the reverse is not.
+    #[test]
+    fn exact_counts_decide() {
+        use crate::io_source::{ExactIo, NumaIoSource};
+        use numaio_numa::IoBytes;
+        // The estimate: all of /f's cache is on node 0, where the reader runs.
+        let mut v = reader(100, 0, "/f", &[(0, GB)]);
+        assert!(candidate(&cfg(PolicyKind::FollowData), &v).is_none());
+        // The collector counted 150 MB of its reads from node 1 and 50 MB from node 0.
+        let io = ExactIo {
+            by_data_node: [
+                (0, IoBytes::new(50 * MB, 0)),
+                (1, IoBytes::new(150 * MB, 0)),
+            ]
+            .into_iter()
+            .collect(),
+            local: Some(IoBytes::new(50 * MB, 0)),
+            remote: Some(IoBytes::new(150 * MB, 0)),
+        };
+        v.set_exact(NumaIoSource::Ebpf, &io, &[0, 1]);
+        let d = decide(
+            &cfg(PolicyKind::FollowData),
+            &world(),
+            std::slice::from_ref(&v),
+            &History::default(),
+        );
+        assert_eq!(d.len(), 1);
+        assert_eq!(d[0].read_source, NumaIoSource::Ebpf);
+        assert_eq!(d[0].numbers.remote_read_bytes, 150 * MB);
+        assert!((d[0].numbers.remote_share - 0.75).abs() < 1e-9);
+        assert!(d[0].reason.contains("counted"), "{}", d[0].reason);
+        let line = serde_json::to_value(&d[0]).unwrap();
+        assert_eq!(line["read_source"], "ebpf");
+        // 75 % on node 1 against 25 %: beats the win factor 2, so it follows.
+        assert_eq!(d[0].verdict, Verdict::Act);
+        // The counted rate decides who is I/O-active: 200 MB of rchar but only 0.5 MB of
+        // page-cache reads (the rest from a pipe) is below the 1 MiB/s threshold.
+        let small = ExactIo {
+            by_data_node: [(1, IoBytes::new(MB / 2, 0))].into_iter().collect(),
+            local: Some(IoBytes::default()),
+            remote: Some(IoBytes::new(MB / 2, 0)),
+        };
+        v.set_exact(NumaIoSource::Ebpf, &small, &[0, 1]);
+        assert!(candidate(&cfg(PolicyKind::FollowData), &v).is_none());
+        // An estimated view says so too.
+        let e = decide(
+            &cfg(PolicyKind::FollowData),
+            &world(),
+            &[reader(100, 0, "/f", &[(1, GB)])],
+            &History::default(),
+        );
+        assert_eq!(e[0].read_source, NumaIoSource::Estimate);
+        assert_eq!(
+            serde_json::to_value(&e[0]).unwrap()["read_source"],
+            "estimate"
+        );
+        assert!(e[0].reason.contains("estimated"), "{}", e[0].reason);
+    }
+
     #[test]
     fn adams_model() {
         assert!((follow_gain(0.15, 0.15, GB, GB) - 0.0).abs() < 1e-12);

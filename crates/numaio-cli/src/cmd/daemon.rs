@@ -17,7 +17,8 @@ pub struct DaemonArgs {
     /// TOML configuration file (flags below override it); SIGHUP reads it again.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// follow-data (move the process), pull-data (move the cache) or auto (by cost).
+    /// follow-data (move the process), pull-data (move the cache), auto (by cost) or
+    /// tofalos (Tofalos's placer: relieve congested nodes, else follow the bytes).
     #[arg(long)]
     policy: Option<PolicyKind>,
     /// Seconds between decisions (default 2; at most 3600).
@@ -40,6 +41,13 @@ pub struct DaemonArgs {
     /// labels; 0 to 100, default 0).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(0..=100))]
     metrics_top_processes: Option<u16>,
+    /// Give the N files read fastest metric series of their own (path label; 0 to 100,
+    /// default 0).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(0..=100))]
+    metrics_top_files: Option<u16>,
+    /// Estimate per-node I/O instead of counting it with the eBPF collector.
+    #[arg(long)]
+    no_ebpf: bool,
     /// Stop after N intervals (for tests and measurements).
     #[arg(long, value_name = "N", value_parser = crate::args::positive)]
     iterations: Option<u64>,
@@ -181,6 +189,12 @@ fn build_config(a: &DaemonArgs) -> anyhow::Result<Config> {
     if let Some(n) = a.metrics_top_processes {
         c.metrics_top_processes = n.into();
     }
+    if let Some(n) = a.metrics_top_files {
+        c.metrics_top_files = n.into();
+    }
+    if a.no_ebpf {
+        c.collector.ebpf = false;
+    }
     // A bare port binds the loopback address only.
     if let Some(port) = c.metrics.as_deref().and_then(|m| m.parse::<u16>().ok()) {
         c.metrics = Some(format!("127.0.0.1:{port}"));
@@ -232,7 +246,7 @@ fn human(v: &serde_json::Value) -> String {
                 .as_u64()
                 .map_or(String::new(), |t| format!(" -> node {t}"));
             format!(
-                "#{} {} {} pid {} ({}) on node {}{}: {}{}",
+                "#{} {} {} pid {} ({}) on node {}{} [{}]: {}{}",
                 v["iteration"],
                 s("verdict"),
                 kind,
@@ -240,6 +254,7 @@ fn human(v: &serde_json::Value) -> String {
                 s("comm"),
                 v["numbers"]["current_node"],
                 target,
+                s("read_source"),
                 s("reason"),
                 outcome
             )
@@ -271,7 +286,7 @@ fn human(v: &serde_json::Value) -> String {
             v["cpu_secs"].as_f64().unwrap_or(0.0) * 1000.0
         ),
         Some("start") => format!(
-            "numaio daemon: policy {}, every {} s{}{}",
+            "numaio daemon: policy {}, every {} s{}{}; per-node I/O {}",
             s("policy"),
             v["interval_secs"],
             if v["dry_run"] == true {
@@ -283,6 +298,10 @@ fn human(v: &serde_json::Value) -> String {
                 ", managing pinned processes"
             } else {
                 ""
+            },
+            match v["fallback_reason"].as_str() {
+                Some(why) => format!("estimated ({why})"),
+                None => format!("counted by {}", s("numa_io_source")),
             }
         ),
         Some("reload") => format!(
@@ -358,8 +377,12 @@ fn open_log(p: &std::path::Path) -> anyhow::Result<std::fs::File> {
 pub fn run(a: DaemonArgs) -> anyhow::Result<ExitCode> {
     let cfg = build_config(&a)?;
     raise_nofile_limit();
-    let metrics = (cfg.metrics.is_some() || cfg.textfile_dir.is_some())
-        .then(|| Arc::new(Metrics::with_top_processes(cfg.metrics_top_processes)));
+    let metrics = (cfg.metrics.is_some() || cfg.textfile_dir.is_some()).then(|| {
+        Arc::new(Metrics::with_top(
+            cfg.metrics_top_processes,
+            cfg.metrics_top_files,
+        ))
+    });
     if let (Some(addr), Some(m)) = (&cfg.metrics, &metrics) {
         let bound = metrics::serve(m.clone(), addr)
             .map_err(|e| anyhow::anyhow!("cannot serve metrics on {addr}: {e}"))?;
@@ -491,11 +514,12 @@ mod tests {
     fn human_lines() {
         let v = serde_json::json!({"event":"decision","iteration":3,"verdict":"act","pid":42,
             "comm":"cat","reason":"because","action":{"kind":"follow-data","to":1},
+            "read_source":"ebpf",
             "numbers":{"current_node":0,"target_node":1},"outcome":"process-exited",
             "error":"process 42 does not exist"});
         let h = human(&v);
         assert!(
-            h.starts_with("#3 act follow-data pid 42 (cat) on node 0 -> node 1: because"),
+            h.starts_with("#3 act follow-data pid 42 (cat) on node 0 -> node 1 [ebpf]: because"),
             "{h}"
         );
         assert!(
@@ -521,5 +545,18 @@ mod tests {
         let u = serde_json::json!({"event":"unresponsive","pid":7,"file":"/proc/7/stat",
             "error":"process 7 does not answer"});
         assert_eq!(human(&u), "skipped: process 7 does not answer");
+        let st = serde_json::json!({"event":"start","policy":"tofalos","interval_secs":2.0,
+            "numa_io_source":"estimate","fallback_reason":"BPF is not available: no BTF"});
+        assert_eq!(
+            human(&st),
+            "numaio daemon: policy tofalos, every 2.0 s; per-node I/O estimated (BPF is not available: no BTF)"
+        );
+        let st = serde_json::json!({"event":"start","policy":"auto","interval_secs":2.0,
+            "numa_io_source":"ebpf","fallback_reason":null});
+        assert!(
+            human(&st).ends_with("per-node I/O counted by ebpf"),
+            "{}",
+            human(&st)
+        );
     }
 }
