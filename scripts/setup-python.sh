@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Python side of `numaio advise` (python/numaio_advisor and its dependencies:
-# scikit-learn, pandas, pydarshan, matplotlib, tqdm, pytest) into the git-ignored .venv/ of
+# scikit-learn, pandas, pydarshan, matplotlib, tqdm; for its tests pytest and
+# kubernetes-validate, which checks dist/kubernetes) into the git-ignored .venv/ of
 # this checkout. A venv works on Debian, whose system Python refuses `pip install` outside one
 # (PEP 668). `numaio advise` finds .venv/ by itself; NUMAIO_PYTHON overrides it.
 # Safe to run again: pip only installs what is missing.
@@ -22,6 +23,6 @@ fi
 say "installing python/ (numaio_advisor) and its dependencies"
 .venv/bin/python3 -m pip install --quiet --disable-pip-version-check "./python[test]" \
     || die "pip install failed (network, or a package index that pip cannot reach?)"
-.venv/bin/python3 -c 'import numaio_advisor, sklearn, pandas, darshan, matplotlib' \
+.venv/bin/python3 -c 'import numaio_advisor, sklearn, pandas, darshan, matplotlib, kubernetes_validate, yaml' \
     || die "the packages installed but do not import; see the error above"
 say "ok: $(.venv/bin/python3 -c 'import sklearn, pandas, darshan; print("scikit-learn", sklearn.__version__, "pandas", pandas.__version__, "darshan", darshan.__version__)')"

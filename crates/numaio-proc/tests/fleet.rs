@@ -300,3 +300,31 @@ fn dashboard_names_only_exported_metrics() {
         assert!(used.contains(want), "the dashboard does not show {want}");
     }
 }
+
+/// The configuration the Kubernetes DaemonSet ships in its ConfigMap is one the daemon takes.
+#[test]
+fn daemonset_config_parses() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../dist/kubernetes/numaio-daemonset.yaml"
+    );
+    let yaml = std::fs::read_to_string(path).unwrap();
+    // The block scalar under `numaio.toml: |`, indented four spaces.
+    let toml: String = yaml
+        .lines()
+        .skip_while(|l| l.trim() != "numaio.toml: |")
+        .skip(1)
+        .take_while(|l| l.is_empty() || l.starts_with("    "))
+        .map(|l| format!("{}\n", l.strip_prefix("    ").unwrap_or(l)))
+        .collect();
+    assert!(toml.contains("textfile_dir"), "{toml}");
+    let c = numaio_proc::config::Config::from_toml(&toml, std::path::Path::new(path)).unwrap();
+    assert!(c.dry_run && c.collector.ebpf);
+    assert_eq!(
+        c.textfile_dir.as_deref(),
+        Some("/var/lib/numaio/textfile"),
+        "the textfile goes where the DaemonSet mounts node_exporter's directory"
+    );
+    assert!(yaml.contains("mountPath: /var/lib/numaio/textfile"));
+    assert!(c.metrics.is_none(), "no endpoint: nothing could reach its loopback");
+}
