@@ -42,6 +42,8 @@ fn textfile_mode_writes_classic_text_atomically() {
             "2",
             "--interval",
             "0.2",
+            "--metrics-top-files",
+            "3",
             "--textfile",
         ])
         .arg(dir.path())
@@ -52,7 +54,35 @@ fn textfile_mode_writes_classic_text_atomically() {
         out.status.success(),
         "numaio daemon --textfile failed: {err}"
     );
+    // The start line says where per-node counts come from (or why they are estimated).
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("; per-node I/O "), "{stdout}");
     let text = std::fs::read_to_string(dir.path().join("numaio.prom")).expect("numaio.prom");
+    // Processes per source, and the counted bytes per numa_node (every node, from 0).
+    assert!(
+        text.contains("\nnumaio_processes{numa_io_source=\"estimate\"} "),
+        "{text}"
+    );
+    assert!(
+        text.contains("\nnumaio_io_bytes_total{numa_node=\"0\",direction=\"read\"} "),
+        "{text}"
+    );
+    assert!(!text.contains("node=\"0\"") || text.contains("numa_node=\"0\""));
+    // promtool finds nothing to complain about in the real textfile (its absence is logged
+    // as a skip of this part; the rest of the test has run).
+    match Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::fs::File::open(dir.path().join("numaio.prom")).unwrap())
+        .output()
+    {
+        Ok(check) => assert!(
+            check.status.success(),
+            "promtool check metrics: {}{}",
+            String::from_utf8_lossy(&check.stdout),
+            String::from_utf8_lossy(&check.stderr)
+        ),
+        Err(e) => numaio_testkit::skipped("promtool", &format!("cannot run promtool: {e}")),
+    }
     assert!(!text.contains("# EOF"), "{text}");
     assert!(
         text.contains("# TYPE numaio_intervals_total counter\n"),

@@ -39,6 +39,9 @@ pub struct IntervalSummary {
     /// `unresponsive` event): skipped, never acted on.
     pub unresponsive: usize,
     pub residency_queries: usize,
+    /// I/O-active processes by the source of their per-node counts (`ebpf`, `mount`,
+    /// `estimate`).
+    pub numa_io_sources: BTreeMap<&'static str, usize>,
     pub decisions: usize,
     pub actions: usize,
     pub action_errors: usize,
@@ -316,6 +319,10 @@ impl<'a> Daemon<'a> {
             unreadable: res.unreadable,
             unresponsive: res.unresponsive.len(),
             residency_queries: res.residency_queries,
+            numa_io_sources: res.views.iter().fold(BTreeMap::new(), |mut m, v| {
+                *m.entry(v.numa_io_source.as_str()).or_insert(0) += 1;
+                m
+            }),
             decisions: decisions.len(),
             ..Default::default()
         };
@@ -735,6 +742,11 @@ mod tests {
             let s1 = d.step().unwrap();
             assert!(s1.scanned > 0);
             assert!(s1.io_active >= 1, "{s1:?}");
+            assert_eq!(
+                s1.numa_io_sources.values().sum::<usize>(),
+                s1.io_active,
+                "{s1:?}"
+            );
             child.kill().unwrap();
             child.wait().unwrap();
             let s2 = d.step().unwrap();

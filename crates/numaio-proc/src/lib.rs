@@ -13,9 +13,11 @@
 //!   `migrate_pages`, most-loaded source first (like numad). [`near`] picks the node for
 //!   `numaio run --near`.
 //! * The daemon is split into a pure decision core — [`policy`] (follow-data, pull-data,
-//!   auto; Adams's I = M − P/F·R) and [`guards`] (Tofalos's CPU-congestion and
-//!   anti-oscillation rules, free memory, caps, include/exclude, pinned processes) — and
-//!   [`daemon`], which samples, decides, acts and logs one JSON line per decision, with
+//!   auto; Adams's I = M − P/F·R), [`tofalos`] (Tofalos's user-space placer) and [`guards`]
+//!   (Tofalos's CPU-congestion and anti-oscillation rules, free memory, caps,
+//!   include/exclude, pinned processes) — and
+//!   [`daemon`], which samples, takes exact per-node counts from [`io_source`] where the
+//!   eBPF collector runs, decides, acts and logs one JSON line per decision, with
 //!   [`metrics`] for Prometheus. [`config`] reads the TOML file.
 //!
 //! Every read of another process's `/proc` files in a scan goes through

@@ -128,6 +128,7 @@ pub fn bandwidth_congested(t: &Tofalos, loads: &BTreeMap<u32, f64>, secs: f64) -
         .filter(|(&c, &l)| {
             let rate = l / secs;
             rate > 0.0
+                && loads.len() >= 2
                 && rate >= t.min_congested_bytes_per_sec.0 as f64
                 && t.node_bandwidth
                     .is_none_or(|bw| rate > t.congestion_threshold * bw.0 as f64)
@@ -163,6 +164,11 @@ pub fn dominant_node(io: &BTreeMap<u32, u64>, factor: f64) -> Result<u32, String
 /// Decides for every process with I/O in `views`, in Tofalos's order (see the module).
 pub fn decide(cfg: &Config, w: &World, views: &[ProcessView], h: &History) -> Vec<Decision> {
     let t = &cfg.tofalos;
+    // With fewer than two nodes that have CPUs there is nowhere to move anything, and a lone
+    // node's load "dominates every other node" vacuously.
+    if w.nodes.iter().filter(|n| !n.cpus.is_empty()).count() < 2 {
+        return Vec::new();
+    }
     let procs: Vec<Proc> = views.iter().filter_map(Proc::of).collect();
     let node_ids: Vec<u32> = w.nodes.iter().map(|n| n.id).collect();
     let mut loads = node_loads(t.read_weight, &node_ids, procs.iter().map(|p| &p.io));
@@ -743,6 +749,18 @@ mod tests {
             Verdict::Blocked,
             "300 MiB would overload node 1"
         );
+    }
+
+    /// One node with CPUs: nowhere to move, so no decision at all, however busy it is.
+    #[test]
+    fn a_single_node_machine_gets_no_decisions() {
+        let mut w = world();
+        w.nodes.truncate(1);
+        w.nodes[0].cpu_util = 0.99;
+        let writer = proc(80, 0, &[], &[(0, GB)]);
+        assert!(decide(&cfg(), &w, &[writer], &History::default()).is_empty());
+        let lone: BTreeMap<u32, f64> = [(0, 1e12)].into_iter().collect();
+        assert!(bandwidth_congested(&Tofalos::default(), &lone, 1.0).is_empty());
     }
 
     /// Excluded and pinned processes are skipped with their reason.

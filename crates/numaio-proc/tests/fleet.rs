@@ -326,5 +326,8 @@ fn daemonset_config_parses() {
         "the textfile goes where the DaemonSet mounts node_exporter's directory"
     );
     assert!(yaml.contains("mountPath: /var/lib/numaio/textfile"));
-    assert!(c.metrics.is_none(), "no endpoint: nothing could reach its loopback");
+    assert!(
+        c.metrics.is_none(),
+        "no endpoint: nothing could reach its loopback"
+    );
 }
