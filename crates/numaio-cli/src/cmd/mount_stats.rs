@@ -345,5 +345,27 @@ mod tests {
             "{out}"
         );
         assert!(out.contains(r#"comm="a\\b\"} 1\nevil 2""#), "{out}");
+        // promtool (Debian package prometheus) finds nothing to lint in it.
+        let text = prometheus(&stats());
+        let run = || -> std::io::Result<std::process::Output> {
+            use std::io::Write;
+            let mut c = std::process::Command::new("promtool")
+                .args(["check", "metrics"])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()?;
+            c.stdin.take().unwrap().write_all(text.as_bytes())?;
+            c.wait_with_output()
+        };
+        match run() {
+            Ok(o) => assert!(
+                o.status.success(),
+                "promtool check metrics: {}{}\n{text}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            ),
+            Err(e) => numaio_testkit::skip!("promtool", "cannot run promtool: {e}"),
+        }
     }
 }
