@@ -281,16 +281,21 @@ impl Sources {
         self.counter.is_some()
     }
 
-    /// The best source in use: `ebpf` when the collector runs, else `mount` when mounts are
-    /// read (for the processes using them), else `estimate`.
+    /// The best source that counted the last interval applied: `ebpf` when the collector
+    /// runs, else `mount` when a numaio mount counted some process, else `estimate`.
     pub fn primary(&self) -> NumaIoSource {
         if self.ebpf() {
             NumaIoSource::Ebpf
-        } else if self.mounts.is_some() {
+        } else if !self.mount_of.is_empty() {
             NumaIoSource::Mount
         } else {
             NumaIoSource::Estimate
         }
+    }
+
+    /// Whether numaio mounts are read for the processes using them (without the collector).
+    pub fn reads_mounts(&self) -> bool {
+        !self.ebpf() && self.mounts.is_some()
     }
 
     /// What the collector counted during the last interval applied, record by record (per
@@ -588,8 +593,8 @@ mod tests {
         ]);
         let mut s =
             Sources::choose(SourceChoice::Mount, Some(Box::new(FakeMounts(reads)))).unwrap();
-        assert!(!s.ebpf());
-        assert_eq!(s.primary(), NumaIoSource::Mount);
+        assert!(!s.ebpf() && s.reads_mounts());
+        assert_eq!(s.primary(), NumaIoSource::Estimate);
         assert_eq!(s.fallback_reason(), Some("--source mount was asked for"));
         s.begin_interval();
         let mut on_mount = estimated(11);
@@ -607,6 +612,7 @@ mod tests {
         assert_eq!(v.local_bytes, Some(IoBytes::new(1000, 0)));
         assert_eq!(v.remote_bytes, Some(IoBytes::new(2000, 200)));
         assert_eq!(s.mounts_of(7), [PathBuf::from("/mnt/n")]);
+        assert_eq!(s.primary(), NumaIoSource::Mount);
         // First listed during the interval: all of it is the interval's.
         assert_eq!(views[1].numa_io["numa1_read_bytes"], 50);
         assert_eq!(views[1].locality, Some(1.0));
@@ -642,6 +648,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(s.primary(), NumaIoSource::Estimate);
+        assert!(!s.reads_mounts());
         assert!(s.fallback_reason().unwrap().contains("estimate"));
         // Asked for explicitly, eBPF either attaches or says why not.
         match Sources::choose(SourceChoice::Ebpf, None) {
@@ -654,7 +661,7 @@ mod tests {
         )
         .unwrap();
         if !auto.ebpf() {
-            assert_eq!(auto.primary(), NumaIoSource::Mount);
+            assert!(auto.reads_mounts());
             assert!(auto.fallback_reason().is_some());
         }
     }
