@@ -17,6 +17,8 @@
 //!   anti-oscillation rules, free memory, caps, include/exclude, pinned processes) — and
 //!   [`daemon`], which samples, decides, acts and logs one JSON line per decision, with
 //!   [`metrics`] for Prometheus. [`config`] reads the TOML file.
+//! * [`io_source`] chooses where per-node I/O counts come from (the eBPF collector, a numaio
+//!   mount, or the estimate); [`top`] is the data behind `numaio top`.
 //!
 //! Every read of another process's `/proc` files in a scan goes through
 //! `numaio_procfs::bounded`, which gives up after a time limit, so one process stuck in the
@@ -39,6 +41,7 @@ pub mod pin;
 pub mod policy;
 pub mod replicas;
 pub mod sample;
+pub mod top;
 
 pub use cache::{CacheOps, FileNodes, FileRef, MoveOutcome};
 pub use error::{ProcError, ProcResult};
