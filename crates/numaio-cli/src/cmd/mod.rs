@@ -18,6 +18,7 @@ pub mod ps;
 pub mod replicate;
 pub mod run;
 pub mod sources;
+pub mod top;
 pub mod topo;
 pub mod umount;
 pub mod warm;
