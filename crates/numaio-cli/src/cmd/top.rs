@@ -161,11 +161,6 @@ pub fn run(a: TopArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    state.table = if a.files {
-        Table::Files
-    } else {
-        Table::Processes
-    };
     interactive(&mut sampler, &mut state, interval, rounds)
 }
 
@@ -400,11 +395,12 @@ fn interactive(
         signal_hook::flag::register(sig, Arc::clone(&stop))?;
     }
     let mut frame = sampler.empty()?;
+    // Restores whatever part of the setup succeeded (declared first, dropped last).
+    let _guard = TerminalGuard;
     // ratatui's init also installs a panic hook that restores the terminal first.
     let mut term = ratatui::try_init().map_err(|e| {
         anyhow::anyhow!("cannot set up the terminal for the live view: {e}; use --once or --json")
     })?;
-    let _guard = TerminalGuard;
     let mut next = Instant::now() + interval;
     let mut n = 0u64;
     let secs = interval.as_secs_f64();
