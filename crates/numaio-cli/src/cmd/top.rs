@@ -473,7 +473,7 @@ fn draw(fr: &mut ratatui::Frame<'_>, f: &Frame, st: &TopState, secs: f64) {
         ]),
         head,
     );
-    let table = |c: &Cells| {
+    let table = |c: &Cells, area_width: u16| {
         let last = c.header.len() - 1;
         let ws: Vec<usize> = (0..c.header.len())
             .map(|i| {
@@ -488,15 +488,20 @@ fn draw(fr: &mut ratatui::Frame<'_>, f: &Frame, st: &TopState, secs: f64) {
         // A text column at the end (the path) takes the room that is left.
         let widths = ws.iter().enumerate().map(|(i, &w)| {
             if i == last && c.left.contains(&i) {
-                Constraint::Min(w as u16)
+                Constraint::Fill(1)
             } else {
                 Constraint::Length(w as u16)
             }
         });
+        // What the last column has left; a longer path keeps its end, the file's name.
+        let room =
+            usize::from(area_width).saturating_sub(ws[..last].iter().map(|w| w + 2).sum::<usize>());
         let row = |r: &[String]| {
             Row::new(r.iter().enumerate().map(|(i, v)| {
                 let w = ws[i];
-                if c.left.contains(&i) {
+                if i == last && c.left.contains(&i) {
+                    tail(v, room)
+                } else if c.left.contains(&i) {
                     format!("{v:<w$}")
                 } else {
                     format!("{v:>w$}")
@@ -507,7 +512,7 @@ fn draw(fr: &mut ratatui::Frame<'_>, f: &Frame, st: &TopState, secs: f64) {
             .header(row(&c.header).style(Style::default().add_modifier(Modifier::REVERSED)))
             .column_spacing(2)
     };
-    fr.render_widget(table(&nodes), node_area);
+    fr.render_widget(table(&nodes, node_area.width), node_area);
     if main.rows.is_empty() {
         let none = match st.table {
             Table::Processes => "no process did file I/O in the interval",
@@ -518,13 +523,24 @@ fn draw(fr: &mut ratatui::Frame<'_>, f: &Frame, st: &TopState, secs: f64) {
             main_area,
         );
     } else {
-        fr.render_widget(table(&main), main_area);
+        fr.render_widget(table(&main, main_area.width), main_area);
     }
     let foot_text = match &st.editing {
         Some(buf) => format!("filter: {}_  (Enter apply, Esc cancel)", quote(buf)),
         None => "q quit  s/</> sort  / filter  p processes  f files  space pause".into(),
     };
     fr.render_widget(Paragraph::new(foot_text), foot);
+}
+
+/// `s` cut to its last `room` characters, marked with a leading `…` when cut.
+fn tail(s: &str, room: usize) -> String {
+    let n = s.chars().count();
+    if n <= room || room == 0 {
+        return s.to_string();
+    }
+    std::iter::once('…')
+        .chain(s.chars().skip(n - room + 1))
+        .collect()
 }
 
 #[cfg(test)]
@@ -587,6 +603,13 @@ mod tests {
         );
         assert!(!out.contains('\u{1b}'), "{out}");
         assert!(out.contains("no file I/O counted"), "{out}");
+    }
+
+    #[test]
+    fn long_paths_keep_their_end() {
+        assert_eq!(tail("/usr/lib/locale/C.utf8/LC_CTYPE", 12), "…f8/LC_CTYPE");
+        assert_eq!(tail("/a/b", 10), "/a/b");
+        assert_eq!(tail("/a/bcdef", 4), "…def");
     }
 
     #[test]
