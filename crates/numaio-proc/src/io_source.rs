@@ -6,6 +6,12 @@
 //! and a numaio FUSE mount (its own files only). [`ProcessView::set_exact`] puts exact
 //! counts in place of the estimate, so `ps`, `top`, the daemon's policies and its metrics
 //! all read one set of fields and say which source filled them.
+//!
+//! [`Sources`] chooses, once, in this order: the collector when it attaches (it sees every
+//! copy to and from the page cache, including the reads the kernel answers from its cache
+//! on a numaio mount, which the mount never sees); else, for a process using a numaio
+//! mount, the mount's counters ([`MountReader`], supplied by the front end, which knows the
+//! statistics' format); else the estimate. Each [`Sources::apply`] counts one interval.
 
 use crate::sample::ProcessView;
 use numaio_numa::counters::{Fields, IoBytes, NodeIo};
