@@ -29,7 +29,8 @@ if [ "$kernels" != only ]; then
 # the conformance suite's O_DIRECT shim for fsx; stress-ng: the conformance suite's file-system stressors;
 # sqlite3: a real program whose crash safety the mount tests check; acl: setfacl for the ACL tests;
 # prometheus: promtool, which checks the daemon's metrics (crates/numaio-proc/tests/fleet.rs).
-PKGS=(qemu-system-x86 busybox-static numactl e2fsprogs dmsetup cpio fio vmtouch util-linux binutils libc-bin ca-certificates bindfs gcc xz-utils stress-ng sqlite3 acl prometheus)
+# tmux: drives `numaio top`'s live view in its screenshot test.
+PKGS=(qemu-system-x86 busybox-static numactl e2fsprogs dmsetup cpio fio vmtouch util-linux binutils libc-bin ca-certificates bindfs gcc xz-utils stress-ng sqlite3 acl prometheus tmux)
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

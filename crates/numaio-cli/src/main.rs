@@ -48,6 +48,9 @@ enum Command {
     /// Show processes' file I/O locality per node.
     #[command(after_help = exit::HELP)]
     Ps(cmd::ps::PsArgs),
+    /// A live view of file I/O per node, process and file (read-only; --once, --json).
+    #[command(after_help = exit::HELP)]
+    Top(cmd::top::TopArgs),
     /// Pin a process's threads (and optionally its memory) to a node.
     #[command(after_help = exit::HELP)]
     Pin(cmd::pin::PinArgs),
@@ -132,6 +135,7 @@ fn main() -> ExitCode {
         Command::Lock(a) => cmd::lock::run(a),
         Command::Replicate(a) => cmd::replicate::run(a),
         Command::Ps(a) => cmd::ps::run(a),
+        Command::Top(a) => cmd::top::run(a),
         Command::Pin(a) => cmd::pin::run(a),
         Command::Run(a) => cmd::run::run(a),
         Command::Daemon(a) => cmd::daemon::run(a),

@@ -1,5 +1,5 @@
 //! A mount's per-process, per-node accounting and its exposure: `numaio fs stat MOUNTPOINT`
-//! (JSON, human, `--pid`), `numaio ps` marking the counts exact, the hidden stats xattr, and
+//! (JSON, human, `--pid`), `numaio ps` counting the interval's bytes exactly, the hidden stats xattr, and
 //! the serving threads bound to their nodes (needs root and /dev/fuse; skips visibly).
 
 mod common;
@@ -286,22 +286,29 @@ fn accounting_is_exact_per_process_thread_and_node() {
         "{human}"
     );
 
-    // numaio ps: a process with a file open on the mount gets the exact counts.
+    // numaio ps: a process using the mount gets the mount's exact counts for the interval,
+    // the bytes written while ps sampled and none of those before.
     let _open = std::fs::File::open(&file).unwrap();
-    let ps = ok(
-        &numaio(&[
-            "ps".as_ref(),
-            pid.as_ref(),
-            "--interval".as_ref(),
-            "0.1".as_ref(),
-            "--json".as_ref(),
-        ]),
-        "ps --json",
-    );
+    let ps = std::process::Command::new(common::BIN)
+        .args(["ps", &pid, "--interval", "3", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    let mut w = std::fs::OpenOptions::new().write(true).open(&file).unwrap();
+    w.write_all(&vec![0xa5u8; MIB]).unwrap();
+    w.sync_all().unwrap();
+    drop(w);
+    let ps = ok(&ps.wait_with_output().unwrap(), "ps --json");
     let ps: serde_json::Value = serde_json::from_str(&ps).unwrap();
     let v = &ps["processes"][0];
     assert_eq!(v["numa_io_exact"], true, "{v}");
+    assert_eq!(v["numa_io_source"], "mount", "{v}");
+    assert_eq!(v["numa_io_mount"], m.mnt.display().to_string(), "{v}");
     assert_eq!(v["numa_io"]["numa0_write_bytes"], MIB as u64, "{v}");
+    assert_eq!(v["numa_io"]["numa0_read_bytes"], 0, "{v}");
+    assert_eq!(ps["numa_io_source"], "mount", "{ps}");
     let ps_text = ok(
         &numaio(&[
             "ps".as_ref(),

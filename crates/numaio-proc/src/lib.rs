@@ -19,6 +19,8 @@
 //!   [`daemon`], which samples, takes exact per-node counts from [`io_source`] where the
 //!   eBPF collector runs, decides, acts and logs one JSON line per decision, with
 //!   [`metrics`] for Prometheus. [`config`] reads the TOML file.
+//! * [`io_source`] chooses where per-node I/O counts come from (the eBPF collector, a numaio
+//!   mount, or the estimate); [`top`] is the data behind `numaio top`.
 //!
 //! Every read of another process's `/proc` files in a scan goes through
 //! `numaio_procfs::bounded`, which gives up after a time limit, so one process stuck in the
@@ -42,6 +44,7 @@ pub mod policy;
 pub mod replicas;
 pub mod sample;
 pub mod tofalos;
+pub mod top;
 
 pub use cache::{CacheOps, FileNodes, FileRef, MoveOutcome};
 pub use error::{ProcError, ProcResult};

@@ -18,27 +18,38 @@ pub struct FileWeight<'a> {
     pub advanced: u64,
 }
 
+/// Each file's share of the process's recent file reads (summing to 1, or all zero when
+/// none of its files has cached pages): by how far its offsets moved where any did, else by
+/// its cached bytes.
+pub fn file_shares(files: &[FileWeight<'_>]) -> Vec<f64> {
+    let by_offset = files.iter().any(|f| f.advanced > 0 && cached(f) > 0);
+    let mut w: Vec<f64> = files
+        .iter()
+        .map(|f| match cached(f) {
+            0 => 0.0,
+            _ if by_offset => f.advanced as f64,
+            total => total as f64,
+        })
+        .collect();
+    let sum: f64 = w.iter().sum();
+    if sum > 0.0 {
+        w.iter_mut().for_each(|x| *x /= sum);
+    }
+    w
+}
+
 /// The weight of each node in the process's recent file reads (fractions summing to 1),
 /// or an empty map when none of its files has cached pages.
 pub fn read_distribution(files: &[FileWeight<'_>]) -> BTreeMap<u32, f64> {
-    let by_offset = files.iter().any(|f| f.advanced > 0 && cached(f) > 0);
     let mut acc: BTreeMap<u32, f64> = BTreeMap::new();
-    for f in files {
+    for (f, share) in files.iter().zip(file_shares(files)) {
         let Some(nodes) = f.nodes else { continue };
         let total = cached(f);
-        if total == 0 {
-            continue;
-        }
-        let w = if by_offset {
-            f.advanced as f64
-        } else {
-            total as f64
-        };
-        if w == 0.0 {
+        if share == 0.0 || total == 0 {
             continue;
         }
         for (&n, &b) in nodes {
-            *acc.entry(n).or_insert(0.0) += w * b as f64 / total as f64;
+            *acc.entry(n).or_insert(0.0) += share * b as f64 / total as f64;
         }
     }
     let sum: f64 = acc.values().sum();

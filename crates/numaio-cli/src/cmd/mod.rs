@@ -17,6 +17,8 @@ pub mod probe;
 pub mod ps;
 pub mod replicate;
 pub mod run;
+pub mod sources;
+pub mod top;
 pub mod topo;
 pub mod umount;
 pub mod warm;

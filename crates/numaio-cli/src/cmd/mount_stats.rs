@@ -1,12 +1,13 @@
 //! Reading a live `numaio mount`'s statistics: the virtual xattr `user.numaio.stats` of its
 //! root directory (JSON, schema in `numaio_fuse::stats`). Used by `numaio fs stat MOUNTPOINT`
-//! and by `numaio ps` for the exact per-node I/O of processes using the mount.
+//! and by `numaio ps` and `numaio top` (`cmd::sources`) for the exact per-node I/O of
+//! processes using the mount.
 
 use crate::output::{human_bytes, quote};
 use numaio_fuse::stats::{NodeIo, ProcessStats, Stats, MAX_BYTES, STATS_XATTR};
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// statfs f_type of a FUSE mount.
 const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
@@ -55,21 +56,6 @@ pub fn read(mp: &Path) -> Result<Stats, ReadError> {
     buf.truncate(n as usize);
     serde_json::from_slice(&buf)
         .map_err(|e| ReadError::Other(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))
-}
-
-/// The root of the numaio mount that holds `file`, if any (the nearest ancestor answering
-/// the statistics xattr), with its statistics.
-pub fn mount_of(file: &Path) -> Option<(PathBuf, Stats)> {
-    for dir in file.ancestors().skip(1) {
-        let c = CString::new(dir.as_os_str().as_bytes()).ok()?;
-        if !is_fuse(&c) {
-            return None;
-        }
-        if let Ok(s) = read(dir) {
-            return Some((dir.to_path_buf(), s));
-        }
-    }
-    None
 }
 
 /// The statistics in Prometheus' text format (for node_exporter's textfile collector or a

@@ -3,9 +3,12 @@
 //! Samples `/proc` twice, `--interval` seconds apart, and shows for each process that did
 //! I/O (or each PID given): the nodes its threads ran on, allowed CPUs and memory nodes,
 //! memory per node, read/write rates, its open and mapped files with their cache per node,
-//! the locality estimate and the estimated `numa<N>_read_bytes`.
+//! the locality and the bytes read and written per node of the data during the interval:
+//! counted by the eBPF collector or a numaio mount where one can ([`numaio_proc::io_source`]),
+//! else estimated.
 
 use crate::output::{human_bytes, print_json, quote};
+use numaio_proc::io_source::{NumaIoSource, SourceChoice};
 use numaio_proc::sample::{FileView, MountNs, ProcessView};
 use numaio_proc::{PageCache, ScanOptions, Scanner};
 use numaio_sys::{cpulist, Topology};
@@ -30,16 +33,25 @@ pub struct PsArgs {
     /// Also list processes that did no I/O.
     #[arg(long)]
     all: bool,
-    /// Print JSON: {"interval_secs","processes":[{pid,comm,thread_nodes,cpus_allowed,
-    /// mems_allowed,memory_per_node,read_bytes_per_sec,files:[{path,nodes,...}],locality,
-    /// numa_io:{"numa<N>_read_bytes":u64},numa_io_exact:bool,...}]}; with --watch one line
-    /// per round. For a process with files open on a numaio mount, numa_io holds the mount's
-    /// exact counts since it was mounted (numa<N>_read_bytes and numa<N>_write_bytes),
-    /// numa_io_exact is true and numa_io_mount names the mount. Processes whose /proc files
-    /// did not answer within --read-timeout are left out of processes and listed in
+    /// Print JSON: {"interval_secs","numa_io_source":"ebpf"|"mount"|"estimate",
+    /// "numa_io_fallback_reason":str|null,"processes":[{pid,comm,thread_nodes,cpus_allowed,
+    /// mems_allowed,memory_per_node,read_bytes_per_sec,files:[{path,dev,ino,nodes,...}],
+    /// locality,numa_io:{"numa<N>_read_bytes":u64,...},numa_io_source,numa_io_exact:bool,
+    /// local_bytes?,remote_bytes?,numa_io_mount?,...}]}; with --watch one line per round.
+    /// numa_io holds the bytes of the interval by node of the data: counted (numa_io_exact
+    /// true; numa<N>_read_bytes and numa<N>_write_bytes) where numa_io_source is ebpf (every
+    /// file system's page cache) or mount (numa_io_mount names the numaio mount), else
+    /// estimated from residency and read rate (reads only). local_bytes and remote_bytes
+    /// ({read_bytes,write_bytes}) split the counted bytes by whether the data's node was the
+    /// node of the CPU that asked. The top-level numa_io_source is the best source in use,
+    /// numa_io_fallback_reason why eBPF is not. Processes whose /proc files did not answer
+    /// within --read-timeout are left out of processes and listed in
     /// unresponsive:[{pid,comm?,file,error}].
     #[arg(long)]
     json: bool,
+    #[arg(long, default_value = "auto", value_name = "SOURCE", help = crate::cmd::sources::HELP,
+          value_parser = crate::cmd::sources::parser())]
+    source: SourceChoice,
     /// Seconds to wait for one process's stat and io (its other files: 10 times as long);
     /// a process past it is reported unresponsive (stuck in the kernel) and skipped.
     #[arg(long, default_value_t = 0.2, value_name = "SECS", value_parser = crate::args::secs)]
@@ -77,16 +89,29 @@ pub fn run(a: PsArgs) -> anyhow::Result<ExitCode> {
         ..Default::default()
     };
     let cache = PageCache;
+    let mut sources = crate::cmd::sources::open(a.source)?;
+    if !a.json {
+        crate::outln!("{}", crate::cmd::sources::describe(&sources))?;
+    }
+    let nodes = topo.node_ids();
     let mut sc = Scanner::new();
     sc.scan(&opts, &topo, &cache);
+    sources.begin_interval();
     let mut totals: HashMap<(i32, u64), BTreeMap<u32, u64>> = HashMap::new();
     let mut round = 0u64;
     loop {
         std::thread::sleep(Duration::from_secs_f64(period));
         let res = sc.scan(&opts, &topo, &cache);
         let mut views = res.views;
+        sources.apply(&mut views, &nodes);
         views.sort_by(|x, y| y.read_bytes.cmp(&x.read_bytes).then(x.pid.cmp(&y.pid)));
-        let exact = exact_numa_io(&mut views);
+        let exact: HashMap<i32, String> = views
+            .iter()
+            .filter_map(|v| {
+                let mp = sources.mounts_of(v.pid).first()?;
+                Some((v.pid, mp.display().to_string()))
+            })
+            .collect();
         round += 1;
         for u in &res.unresponsive {
             crate::warnln!("warning: {}", u.error);
@@ -105,9 +130,11 @@ pub fn run(a: PsArgs) -> anyhow::Result<ExitCode> {
                 .map(|v| -> anyhow::Result<serde_json::Value> {
                     let mut j = serde_json::to_value(v)?;
                     if let Some(o) = j.as_object_mut() {
-                        let mp = exact.get(&v.pid);
-                        o.insert("numa_io_exact".into(), serde_json::json!(mp.is_some()));
-                        if let Some(mp) = mp {
+                        o.insert(
+                            "numa_io_exact".into(),
+                            serde_json::json!(v.numa_io_source.is_exact()),
+                        );
+                        if let Some(mp) = exact.get(&v.pid) {
                             o.insert("numa_io_mount".into(), serde_json::json!(mp));
                         }
                     }
@@ -131,6 +158,8 @@ pub fn run(a: PsArgs) -> anyhow::Result<ExitCode> {
                 .collect::<anyhow::Result<_>>()?;
             print_json(&serde_json::json!({
                 "interval_secs": period,
+                "numa_io_source": sources.primary(),
+                "numa_io_fallback_reason": sources.fallback_reason(),
                 "scanned": res.scanned,
                 "unreadable": res.unreadable,
                 "unresponsive": res.unresponsive,
@@ -166,33 +195,6 @@ fn ns_marker(f: &FileView) -> String {
         (MountNs::Foreign, None) => " [mnt:other]".into(),
         _ => String::new(),
     }
-}
-
-/// For each process with a file open on a running numaio mount: replaces its estimated
-/// `numa_io` by the mount's exact per-node counts and returns the mount it came from.
-fn exact_numa_io(views: &mut [ProcessView]) -> HashMap<i32, String> {
-    let mut out = HashMap::new();
-    for v in views.iter_mut() {
-        let on_mount = v
-            .files
-            .iter()
-            .filter(|f| f.mount_ns != MountNs::Foreign)
-            .find_map(|f| crate::cmd::mount_stats::mount_of(&f.path));
-        let Some((mp, stats)) = on_mount else {
-            continue;
-        };
-        let p = stats
-            .processes
-            .iter()
-            .find(|p| i64::from(p.pid) == i64::from(v.pid));
-        let io = p
-            .map(|p| p.node_io())
-            .unwrap_or_default()
-            .numa_io_map(&stats.node_ids(), numaio_numa::counters::Fields::ReadWrite);
-        v.numa_io = io;
-        out.insert(v.pid, mp.display().to_string());
-    }
-    out
 }
 
 #[cfg(test)]
@@ -246,17 +248,31 @@ fn render_with(
             human_bytes(v.write_bytes_per_sec as u64),
             v.cpu_percent
         );
-        match v.locality {
-            Some(l) => s += &format!("  locality {:.0} % (estimate)\n", l * 100.0),
-            None => s += "  locality unknown (no cached file data)\n",
+        match (v.locality, v.numa_io_source) {
+            (Some(l), src) => s += &format!("  locality {:.0} % ({src})\n", l * 100.0),
+            (None, NumaIoSource::Estimate) => s += "  locality unknown (no cached file data)\n",
+            (None, _) => s += "  locality unknown (no reads counted)\n",
         }
-        if let Some(mp) = exact.get(&v.pid) {
+        if v.numa_io_source.is_exact() {
             s += &format!(
-                "    numa_io exact, since the numaio mount at {} was mounted:\n",
-                quote(mp)
+                "    numa_io exact ({}{}) for the interval:\n",
+                v.numa_io_source,
+                match exact.get(&v.pid) {
+                    Some(mp) => format!(", numaio mount at {}", quote(mp)),
+                    None => String::new(),
+                }
             );
             for (k, b) in &v.numa_io {
                 s += &format!("    {k}: {b}\n");
+            }
+            if let (Some(l), Some(r)) = (v.local_bytes, v.remote_bytes) {
+                s += &format!(
+                    "    local (data on the CPU's node): read {} write {}  remote: read {} write {}\n",
+                    human_bytes(l.read_bytes),
+                    human_bytes(l.write_bytes),
+                    human_bytes(r.read_bytes),
+                    human_bytes(r.write_bytes)
+                );
             }
         } else {
             for n in topo.node_ids() {
@@ -354,6 +370,38 @@ mod tests {
         assert!(
             !out.lines()
                 .any(|l| l.contains("fd") && l.contains("shadow") && !l.contains("$'")),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn exact_counts_are_shown_as_counted() {
+        use numaio_numa::IoBytes;
+        use numaio_proc::io_source::ExactIo;
+        let topo = Topology::synthetic("n0=0-1@1G n1=2-3@1G").unwrap();
+        let mut v = sample_view();
+        let io = ExactIo {
+            by_data_node: [(1, IoBytes::new(1 << 20, 4096))].into_iter().collect(),
+            local: Some(IoBytes::new(0, 0)),
+            remote: Some(IoBytes::new(1 << 20, 4096)),
+        };
+        v.set_exact(NumaIoSource::Ebpf, &io, &[0, 1]);
+        let out = render(&[v.clone()], &topo, 1.0, 0);
+        assert!(out.contains("locality 0 % (ebpf)"), "{out}");
+        assert!(
+            out.contains("numa_io exact (ebpf) for the interval:"),
+            "{out}"
+        );
+        assert!(out.contains("numa1_write_bytes: 4096\n"), "{out}");
+        assert!(
+            out.contains("local (data on the CPU's node): read 0 B write 0 B  remote: read 1.0 MiB write 4.0 KiB"),
+            "{out}"
+        );
+        v.set_exact(NumaIoSource::Mount, &io, &[0, 1]);
+        let mounts = HashMap::from([(77, "/mnt/numaio".to_string())]);
+        let out = render_with(&[v], &topo, 1.0, 0, &mounts);
+        assert!(
+            out.contains("numa_io exact (mount, numaio mount at /mnt/numaio) for the interval:"),
             "{out}"
         );
     }
