@@ -99,6 +99,17 @@ pub fn self_cpu_secs() -> f64 {
 }
 
 impl<'a> Daemon<'a> {
+    /// Counts of processes using a numaio mount come from the mount's own counters where
+    /// the eBPF collector does not run (the reader lives with the caller: the mount's
+    /// statistics format is the FUSE server's).
+    pub fn with_mount_reader(mut self, mounts: Box<dyn crate::io_source::MountReader>) -> Self {
+        let sources = std::mem::replace(&mut self.sources, Sources::new(false));
+        self.sources = sources.with_mounts(mounts);
+        self
+    }
+}
+
+impl<'a> Daemon<'a> {
     pub fn new(
         cfg: Config,
         cache: &'a dyn CacheOps,

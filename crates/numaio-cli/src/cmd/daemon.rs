@@ -434,7 +434,8 @@ pub fn run(a: DaemonArgs) -> anyhow::Result<ExitCode> {
     let iterations = if a.once { Some(1) } else { a.iterations };
     let cache = PageCache;
     let mut sup = Systemd::new(&a, hup);
-    let mut d = Daemon::new(cfg, &cache, metrics, sink);
+    let mut d = Daemon::new(cfg, &cache, metrics, sink)
+        .with_mount_reader(Box::new(crate::cmd::sources::NumaioMounts));
     d.run_supervised(iterations, &stop, &mut sup)?;
     drop(d);
     let err = out_err.lock().unwrap_or_else(|p| p.into_inner()).take();
