@@ -415,3 +415,42 @@ fn live_view_in_tmux() {
     assert_eq!(stty("before2"), stty("after2"), "terminal modes restored");
     drop(r);
 }
+
+#[test]
+fn a_hung_up_terminal_ends_the_view() {
+    if Command::new("tmux").arg("-V").output().is_err() {
+        numaio_testkit::skip!("tmux", "not installed (scripts/setup.sh installs it)");
+    }
+    // In a session of its own the view gets no SIGHUP when the pane goes away (as after a
+    // dropped ssh session with the view started by a wrapper): only reads at end of file.
+    let t = Tmux::start(&format!("exec setsid -w {BIN} top --interval 1"));
+    t.wait_for("the view", |s| s.contains("NODE  PAGE CACHE"));
+    let setsid = t.show("#{pane_pid}");
+    let top: i32 = std::fs::read_to_string(format!("/proc/{setsid}/task/{setsid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no child of setsid {setsid}"));
+    drop(t);
+    let gone = |pid: i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| {
+                s.rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
+            .unwrap_or(true)
+    };
+    let t0 = Instant::now();
+    while !gone(top) && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    if !gone(top) {
+        // SAFETY: kill sends a signal to the pid read above; it has no memory effects.
+        unsafe { libc::kill(top, libc::SIGKILL) };
+        panic!("numaio top ({top}) still runs 10 s after its terminal hung up");
+    }
+}

@@ -498,6 +498,51 @@ pub enum Key {
     Interrupt,
 }
 
+impl Key {
+    /// The keys in bytes read from a terminal in raw mode. Escape sequences (arrows,
+    /// function keys) are dropped whole; a lone ESC is [`Key::Esc`]; invalid UTF-8 is skipped.
+    pub fn decode(bytes: &[u8]) -> Vec<Key> {
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < bytes.len() {
+            let b = bytes[i];
+            i += 1;
+            match b {
+                0x03 => out.push(Key::Interrupt),
+                b'\r' | b'\n' => out.push(Key::Enter),
+                0x7f | 0x08 => out.push(Key::Backspace),
+                0x1b => match bytes.get(i) {
+                    // CSI (ESC [) and SS3 (ESC O): parameters, then one final byte.
+                    Some(b'[') | Some(b'O') => {
+                        i += 1;
+                        while i < bytes.len() && !(0x40..=0x7e).contains(&bytes[i]) {
+                            i += 1;
+                        }
+                        i += 1;
+                    }
+                    _ => out.push(Key::Esc),
+                },
+                0x20..=0x7e => out.push(Key::Char(char::from(b))),
+                0x80.. => {
+                    let len = match b {
+                        0xc0..=0xdf => 2,
+                        0xe0..=0xef => 3,
+                        0xf0..=0xf7 => 4,
+                        _ => continue,
+                    };
+                    let end = (i - 1 + len).min(bytes.len());
+                    if let Ok(s) = std::str::from_utf8(&bytes[i - 1..end]) {
+                        out.extend(s.chars().map(Key::Char));
+                    }
+                    i = end;
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+}
+
 /// What a key asks of the loop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
@@ -745,5 +790,34 @@ mod tests {
         assert_eq!(TopState::default().key(Key::Interrupt), Action::Quit);
         assert_eq!("remote".parse(), Ok(SortKey::Remote));
         assert!("size".parse::<SortKey>().is_err());
+    }
+
+    #[test]
+    fn terminal_bytes_decode_to_keys() {
+        assert_eq!(
+            Key::decode(b"q/ab\r\x7f\x03"),
+            vec![
+                Key::Char('q'),
+                Key::Char('/'),
+                Key::Char('a'),
+                Key::Char('b'),
+                Key::Enter,
+                Key::Backspace,
+                Key::Interrupt,
+            ]
+        );
+        // An arrow key (CSI A), an F1 (SS3 P) and a lone ESC.
+        assert_eq!(
+            Key::decode(b"\x1b[Ax\x1bOP\x1b"),
+            vec![Key::Char('x'), Key::Esc]
+        );
+        assert_eq!(Key::decode("é".as_bytes()), vec![Key::Char('é')]);
+        // Anything else decodes without panicking.
+        for a in 0..=255u8 {
+            for b in [0u8, b'[', 0x80, 0xc3, 0xff] {
+                let _ = Key::decode(&[a, b]);
+                let _ = Key::decode(&[0x1b, a, b]);
+            }
+        }
     }
 }

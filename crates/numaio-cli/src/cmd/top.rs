@@ -384,7 +384,6 @@ fn interactive(
     interval: Duration,
     rounds: Option<u64>,
 ) -> anyhow::Result<ExitCode> {
-    use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
     // A termination signal ends the loop, which restores the terminal on the way out.
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [
@@ -404,28 +403,19 @@ fn interactive(
     let mut next = Instant::now() + interval;
     let mut n = 0u64;
     let secs = interval.as_secs_f64();
-    while !stop.load(Ordering::Relaxed) {
+    let input = KeyInput::open()?;
+    'view: while !stop.load(Ordering::Relaxed) {
         term.draw(|fr| draw(fr, &frame, st, secs))?;
         let wait = next
             .saturating_duration_since(Instant::now())
             .min(Duration::from_millis(200));
-        if event::poll(wait)? {
-            let key = match event::read()? {
-                Event::Key(k) if k.kind != KeyEventKind::Release => match k.code {
-                    KeyCode::Char('c') if k.modifiers.contains(KeyModifiers::CONTROL) => {
-                        Some(Key::Interrupt)
+        match input.read(wait)? {
+            None => break,
+            Some(keys) => {
+                for k in keys {
+                    if st.key(k) == Action::Quit {
+                        break 'view;
                     }
-                    KeyCode::Char(c) => Some(Key::Char(c)),
-                    KeyCode::Enter => Some(Key::Enter),
-                    KeyCode::Esc => Some(Key::Esc),
-                    KeyCode::Backspace => Some(Key::Backspace),
-                    _ => None,
-                },
-                _ => None,
-            };
-            if let Some(k) = key {
-                if st.key(k) == Action::Quit {
-                    break;
                 }
             }
         }
@@ -442,6 +432,72 @@ fn interactive(
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Keys from the terminal, read here rather than through crossterm's event reader: that one
+/// retries a read at end of file forever, so a view whose terminal went away (a closed pty,
+/// a dropped ssh session) would spin instead of ending.
+struct KeyInput {
+    /// Standard input when it is the terminal, else `/dev/tty` (as crossterm's raw mode).
+    tty: Option<std::fs::File>,
+}
+
+impl KeyInput {
+    fn open() -> anyhow::Result<KeyInput> {
+        if std::io::stdin().is_terminal() {
+            return Ok(KeyInput { tty: None });
+        }
+        let tty = std::fs::File::open("/dev/tty").map_err(|e| {
+            anyhow::anyhow!("cannot read keys from /dev/tty: {e}; use --once or --json")
+        })?;
+        Ok(KeyInput { tty: Some(tty) })
+    }
+
+    /// Waits up to `wait` for keys; `None` when the terminal hung up.
+    fn read(&self, wait: Duration) -> anyhow::Result<Option<Vec<Key>>> {
+        use std::os::fd::AsRawFd;
+        let fd = self.tty.as_ref().map_or(0, |f| f.as_raw_fd());
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = libc::c_int::try_from(wait.as_millis()).unwrap_or(libc::c_int::MAX);
+        // SAFETY: poll reads and writes the one pollfd we own.
+        let n = unsafe { libc::poll(&mut p, 1, ms) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                return Ok(Some(Vec::new()));
+            }
+            return Err(anyhow::anyhow!(
+                "cannot wait for keys from the terminal: {e}"
+            ));
+        }
+        if n == 0 {
+            return Ok(Some(Vec::new()));
+        }
+        if p.revents & libc::POLLIN == 0 {
+            return Ok(None);
+        }
+        let mut buf = [0u8; 256];
+        // SAFETY: read writes at most buf.len() bytes into the buffer we own.
+        let got = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        match got {
+            0 => Ok(None),
+            n if n > 0 => Ok(Some(Key::decode(&buf[..n as usize]))),
+            _ => {
+                let e = std::io::Error::last_os_error();
+                match e.kind() {
+                    std::io::ErrorKind::Interrupted | std::io::ErrorKind::WouldBlock => {
+                        Ok(Some(Vec::new()))
+                    }
+                    _ if e.raw_os_error() == Some(libc::EIO) => Ok(None),
+                    _ => Err(anyhow::anyhow!("cannot read keys from the terminal: {e}")),
+                }
+            }
+        }
+    }
 }
 
 fn draw(fr: &mut ratatui::Frame<'_>, f: &Frame, st: &TopState, secs: f64) {
