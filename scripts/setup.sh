@@ -27,8 +27,9 @@ if [ "$kernels" != only ]; then
 # util-linux: fincore, setpriv; binutils: strip (smaller initramfs); apt/dpkg: kernel fetch;
 # xz-utils: the 7.3 kernel's .ko.xz modules; bindfs: the pass-through FUSE peer of scripts/fs-conformance.sh and fs-bench.sh; gcc: builds
 # the conformance suite's O_DIRECT shim for fsx; stress-ng: the conformance suite's file-system stressors;
-# sqlite3: a real program whose crash safety the mount tests check; acl: setfacl for the ACL tests.
-PKGS=(qemu-system-x86 busybox-static numactl e2fsprogs dmsetup cpio fio vmtouch util-linux binutils libc-bin ca-certificates bindfs gcc xz-utils stress-ng sqlite3 acl)
+# sqlite3: a real program whose crash safety the mount tests check; acl: setfacl for the ACL tests;
+# clang, llvm (llvm-strip), libbpf-dev (bpf_helpers.h): compile the eBPF collector's programs.
+PKGS=(qemu-system-x86 busybox-static numactl e2fsprogs dmsetup cpio fio vmtouch util-linux binutils libc-bin ca-certificates bindfs gcc xz-utils stress-ng sqlite3 acl clang llvm libbpf-dev)
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -15,5 +15,7 @@
 pub mod collector;
 pub mod record;
 
-pub use collector::{Collector, CollectorOptions, Unavailable};
-pub use record::{CacheRecord, FaultRecord, IoRecord, ProcessIo, Snapshot};
+pub use collector::{
+    loaded_programs, Attached, Collector, CollectorOptions, Unavailable, PROGRAM_PREFIX,
+};
+pub use record::{CacheRecord, FaultRecord, IoRecord, ProcessIo, Snapshot, NODE_UNKNOWN};
