@@ -55,7 +55,9 @@ fn io_pattern(path: &Path) -> (i32, u64, u64) {
         let chunk = vec![0x5au8; 12_345];
         let mut written = 0u64;
         for i in 0..40u64 {
-            let n = f.write_at(&chunk[..(1000 + i as usize * 283)], written).unwrap();
+            let n = f
+                .write_at(&chunk[..(1000 + i as usize * 283)], written)
+                .unwrap();
             written += n as u64;
         }
         let mut buf = vec![0u8; 7000];
@@ -79,7 +81,10 @@ fn check_exact(c: &Collector, dir: &Path) {
     let recs = records(&d, tid, &path);
     std::fs::remove_file(&path).unwrap();
     let pid = std::process::id() as i32;
-    assert!(!recs.is_empty(), "no records for tid {tid} on {path:?}: {d:?}");
+    assert!(
+        !recs.is_empty(),
+        "no records for tid {tid} on {path:?}: {d:?}"
+    );
     for r in &recs {
         assert_eq!(r.pid, pid);
         assert_eq!((r.data_node, r.cpu_node), (0, 0), "{r:?}");
@@ -187,7 +192,11 @@ fn counts_faults_on_file_mappings() {
         .inspect(|r| assert_eq!((r.data_node, r.cpu_node), (0, 0)))
         .map(|r| r.faults)
         .sum();
-    if c.attached().hooks.iter().any(|h| h.ends_with("@shmem_fault")) {
+    if c.attached()
+        .hooks
+        .iter()
+        .any(|h| h.ends_with("@shmem_fault"))
+    {
         assert_eq!(faults, PAGES as u64, "{:?}", d.faults);
     } else {
         numaio_testkit::skipped(EBPF, "no shmem_fault hook on this kernel");
