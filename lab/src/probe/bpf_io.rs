@@ -1,7 +1,8 @@
 //! `numaio-probe bpf-io`: what the eBPF collector counts for one process over an interval,
 //! beside the process's own `rchar`/`wchar` deltas from `/proc/PID/io`, as one JSON object;
 //! or (`--rewrite FILE`) a writer that overwrites a file's first bytes in place, again and
-//! again, for the collector's write checks.
+//! again, for the collector's write checks; or (`--fault FILE`) a process that takes one
+//! page fault on each page of a file (a private writable mapping, each page written once).
 //!
 //! Output (watch mode): `{"attached": {mode, hooks, not_covered}, "pid", "secs", "rchar",
 //! "wchar", "process": {by_data_node, local, remote}, "io": [IoRecord], "cache":
@@ -31,6 +32,53 @@ pub struct Args {
     /// Bytes per pass of --rewrite.
     #[arg(long, default_value_t = 1 << 20)]
     bytes: u64,
+    /// Be a faulting process: map this file privately and write one byte of each page.
+    #[arg(long)]
+    fault: Option<PathBuf>,
+    /// Print how many of the collector's programs the kernel holds, as `{"programs": N}`.
+    #[arg(long)]
+    count_programs: bool,
+    /// Create this file once the collector is attached (watch mode).
+    #[arg(long)]
+    ready: Option<PathBuf>,
+}
+
+fn fault_pages(path: &PathBuf) -> anyhow::Result<ExitCode> {
+    let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let len = usize::try_from(f.metadata()?.len())?;
+    if len == 0 {
+        bail!("{} is empty: nothing to map", path.display());
+    }
+    // SAFETY: a new private mapping of `len` bytes of an open file; unmapped below.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE,
+            std::os::fd::AsRawFd::as_raw_fd(&f),
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        bail!(
+            "mmap of {}: {}",
+            path.display(),
+            std::io::Error::last_os_error()
+        );
+    }
+    let mut pages = 0u64;
+    for off in (0..len).step_by(4096) {
+        // SAFETY: `off` is inside the mapping; a write to a private mapping copies the page.
+        unsafe { std::ptr::write_volatile((p as *mut u8).add(off), 1) };
+        pages += 1;
+    }
+    // SAFETY: the mapping made above.
+    if unsafe { libc::munmap(p, len) } != 0 {
+        bail!("munmap: {}", std::io::Error::last_os_error());
+    }
+    println!("{{\"pages\": {pages}}}");
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `(rchar, wchar)` of `pid`.
@@ -69,17 +117,29 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     if let Some(path) = &a.rewrite {
         return rewrite(path, a.bytes, a.secs);
     }
-    let pid = match (a.pid, a.all) {
-        (Some(p), false) => p,
-        _ => bail!("give --pid PID (the process to count) or --rewrite FILE"),
+    if let Some(path) = &a.fault {
+        return fault_pages(path);
+    }
+    if a.count_programs {
+        println!("{{\"programs\": {}}}", numaio_bpf::loaded_programs()?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let pids = match (a.pid, a.all) {
+        (Some(p), false) => vec![p],
+        (None, true) => Vec::new(),
+        _ => bail!("give one of --pid PID, --all, --rewrite FILE, --fault FILE"),
     };
-    let c = Collector::start(&CollectorOptions { pids: vec![pid] })
+    let pid = a.pid.unwrap_or(0);
+    let c = Collector::start(&CollectorOptions { pids })
         .map_err(|e| anyhow::anyhow!("the eBPF collector is unavailable: {e}"))?;
     let s0 = c.snapshot()?;
-    let io0 = io_chars(pid)?;
+    let io0 = if pid > 0 { io_chars(pid)? } else { (0, 0) };
+    if let Some(r) = &a.ready {
+        std::fs::write(r, b"").with_context(|| format!("creating {}", r.display()))?;
+    }
     std::thread::sleep(Duration::from_secs_f64(a.secs));
     let s1 = c.snapshot()?;
-    let io1 = io_chars(pid)?;
+    let io1 = if pid > 0 { io_chars(pid)? } else { (0, 0) };
     let d = s1.since(&s0);
     let process = d.per_process().remove(&pid).unwrap_or_default();
     let out = serde_json::json!({
