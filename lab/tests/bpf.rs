@@ -17,21 +17,33 @@ const SCRIPT: &str = r#"
 mkdir -p /t && mount -t tmpfs t /t
 numactl -m 0 cat /mnt/f.bin > /dev/null
 numactl -m 0 cp /mnt/f.bin /t/f.bin
-watch() { numaio-probe bpf-io --secs 3 --pid $1; }
+# The process runs only while the collector is attached (patching a function's entry while
+# another CPU runs it crashed the 7.3 guest under TCG), so both counts cover the same reads.
+watch() { kill -STOP $1; numaio-probe bpf-io --secs 3 --pid $1 --run-while-attached; kill -CONT $1; }
+# Waits (at most 60 s) for a background collector to say it is attached.
+ready() { i=0; while [ ! -e /tmp/ready ] && [ $i -lt 300 ]; do sleep 0.2; i=$((i+1)); done; }
 for kind in disk tmpfs; do
   if [ $kind = disk ]; then f=/mnt/f.bin; else f=/t/f.bin; fi
   echo "@@begin $kind-where0"; numaio where --json $f
   numactl -N 1 numaio-probe reader --file $f --block-size 64K --duration 120 > /dev/null & R=$!
   sleep 1
   echo "@@begin $kind-read-remote"; watch $R
-  numaio move --to 1 $f > /dev/null || echo "move failed"
+  # The kprobe fallback only on 6.1: on 7.3 under TCG, patching a function's entry for a
+  # kprobe crashed the guest twice (a CPU ran into the half-written instruction).
+  case "$(uname -r)" in 6.1.*) [ $kind = disk ] && { echo "@@begin $kind-read-remote-kprobe"; kill -STOP $R; numaio-probe bpf-io --kprobe --secs 3 --pid $R --run-while-attached; kill -CONT $R; } ;; esac
+  # Moved while the reader is stopped: a page it holds at that moment would stay behind.
+  kill -STOP $R; numaio move --to 1 $f > /dev/null || echo "move failed"
   echo "@@begin $kind-read-local"; watch $R
   kill $R; wait $R
   numaio move --to 0 $f > /dev/null || echo "move failed"
   numactl -N 1 numaio-probe bpf-io --rewrite $f --bytes 1048576 --secs 120 & W=$!
   sleep 1
   echo "@@begin $kind-write-remote"; watch $W
+  kill $W; wait $W
+  # Moved while no one writes: the migration of pages under write is not what is tested.
   numaio move --to 1 $f > /dev/null || echo "move failed"
+  numactl -N 1 numaio-probe bpf-io --rewrite $f --bytes 1048576 --secs 120 & W=$!
+  sleep 1
   echo "@@begin $kind-write-local"; watch $W
   kill $W; wait $W
 done
@@ -40,7 +52,7 @@ echo "@@begin cache-ino"; stat -c "%d %i" /mnt/g.bin
 rm -f /tmp/ready
 numaio-probe bpf-io --all --secs 8 --ready /tmp/ready > /tmp/cache.json &
 P=$!
-while [ ! -e /tmp/ready ]; do sleep 0.2; done
+ready
 numactl -m 1 cat /mnt/g.bin > /dev/null
 sync; echo 1 > /proc/sys/vm/drop_caches
 wait $P
@@ -51,7 +63,7 @@ echo "@@begin fault-ino"; stat -c "%d %i" /mnt/h.bin
 rm -f /tmp/ready
 numaio-probe bpf-io --all --secs 6 --ready /tmp/ready > /tmp/faults.json &
 P=$!
-while [ ! -e /tmp/ready ]; do sleep 0.2; done
+ready
 echo "@@begin fault-run"; numactl -N 1 numaio-probe bpf-io --fault /mnt/h.bin
 wait $P
 echo "@@begin faults"; cat /tmp/faults.json
@@ -59,7 +71,7 @@ echo "@@begin faults"; cat /tmp/faults.json
 rm -f /tmp/ready
 numaio-probe bpf-io --all --secs 600 --ready /tmp/ready > /dev/null &
 P=$!
-while [ ! -e /tmp/ready ]; do sleep 0.2; done
+ready
 echo "@@begin progs-during"; numaio-probe bpf-io --count-programs
 kill -9 $P; wait $P
 # The kernel frees them after an RCU grace period: allow it 10 s.
@@ -112,6 +124,9 @@ fn total(j: &Value, field: &str) -> u64 {
 /// total is within 1 % of it.
 fn check(out: &Outcome, k: GuestKernel, section: &str, data: u64, cpu: u64) {
     let j = out.section_json(section);
+    if section.ends_with("-kprobe") {
+        assert_eq!(j["attached"]["mode"], "kprobe", "{k} {section}: {j}");
+    }
     let (field, chars) = if section.contains("-read-") {
         ("read_bytes", u(&j["rchar"]))
     } else {
@@ -163,6 +178,9 @@ fn lab(k: GuestKernel) {
         let where0 = out.section(&format!("{kind}-where0"));
         eprintln!("{k} {kind}: before: {}", where0.trim());
         check(&out, k, &format!("{kind}-read-remote"), 0, 1);
+        if kind == "disk" && k == GuestKernel::Debian61 {
+            check(&out, k, "disk-read-remote-kprobe", 0, 1);
+        }
         check(&out, k, &format!("{kind}-read-local"), 1, 1);
         check(&out, k, &format!("{kind}-write-remote"), 0, 1);
         check(&out, k, &format!("{kind}-write-local"), 1, 1);
@@ -195,8 +213,14 @@ fn lab(k: GuestKernel) {
     assert_eq!((n, all), (64, 64), "{k}: {faults}");
     let during = u(&out.section_json("progs-during")["programs"]);
     let after = u(&out.section_json("progs-after")["programs"]);
-    assert!(during > 0, "{k}: no program of ours loaded while a collector ran");
-    assert_eq!(after, 0, "{k}: programs left loaded after SIGKILL of the collector");
+    assert!(
+        during > 0,
+        "{k}: no program of ours loaded while a collector ran"
+    );
+    assert_eq!(
+        after, 0,
+        "{k}: programs left loaded after SIGKILL of the collector"
+    );
 }
 
 #[test]

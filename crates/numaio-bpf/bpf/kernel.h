@@ -25,6 +25,7 @@ typedef unsigned long size_t;
 enum bpf_map_type {
 	BPF_MAP_TYPE_HASH = 1,
 	BPF_MAP_TYPE_ARRAY = 2,
+	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
 };
 
 enum {
@@ -54,6 +55,11 @@ struct file {
 
 struct kiocb {
 	struct file *ki_filp;
+	long long ki_pos;
+};
+
+struct iov_iter {
+	size_t count;
 };
 
 struct address_space {
@@ -68,6 +74,12 @@ struct page {
 
 struct folio {
 	struct address_space *mapping;
+	unsigned long index;
+};
+
+struct folio_batch {
+	unsigned char nr;
+	struct folio *folios[15];
 };
 
 /* Large folios: the page count lives in _folio_nr_pages (6.1 .. 6.x) or _nr_pages (later). */

@@ -1,14 +1,21 @@
 // SPDX-License-Identifier: GPL-2.0 OR MIT
 /* numaio's collector: bytes copied between the page cache and user buffers, per thread,
  * file, node of the data's pages and node of the CPU; page-cache inserts and removals per
- * file and node; faults on file mappings. Every hook comes as fentry/fexit and as
- * kprobe/kretprobe: the loader attaches whichever the running kernel supports.
+ * file and node; faults on file mappings.
  *
- * Reads and writes are attributed in two steps: the file operation's entry (filemap_read,
- * shmem_file_read_iter, generic_perform_write, ...) records the file for the thread, then
- * each copy of one page (copy_page_to_iter, copy_folio_from_iter_atomic, ...) inside it
- * adds the bytes it returned, by the node of that page. Copies outside such an operation
- * (sockets, pipes) are not file I/O and are ignored. */
+ * The per-page copy functions (copy_page_to_iter, ...) cannot be traced on every kernel
+ * (6.1 exempts lib/iov_iter.c from ftrace and kprobes), so bytes are attributed at the
+ * page-cache lookups that precede each copy, which are traceable everywhere:
+ * - a file operation's entry (filemap_read, filemap_splice_read, shmem_file_read_iter,
+ *   generic_perform_write, iomap_file_buffered_write) records the file for the thread;
+ * - filemap_read and filemap_splice_read take folios in batches (filemap_get_pages): each
+ *   batch's file ranges and nodes are kept, and the bytes the file position advanced over
+ *   each range are that range's node's ("position" operations);
+ * - the others look up one folio at a time (shmem_get_folio, __filemap_get_folio in the
+ *   file systems' write_begin): the bytes the iov_iter advanced between one lookup and the
+ *   next, or the operation's exit, were copied to or from the folio looked up first
+ *   ("count" operations).
+ * Lookups outside such an operation are not file I/O by a process and are ignored. */
 
 #include "kernel.h"
 #include <bpf/bpf_helpers.h>
@@ -60,12 +67,29 @@ struct fault_key {
 	__u32 cpu_node;
 };
 
+#define MAX_RANGES 32
+
+struct range {
+	__u64 start; /* file bytes [start, end) */
+	__u64 end;
+	__u32 node;
+	__u32 pad;
+};
+
 struct op {
 	__u64 dev;
 	__u64 ino;
 	__u32 kind;
 	__u32 depth;
-	__u64 page; /* kprobe path: the page being copied, for the return probe */
+	__u32 by_pos;   /* a position operation (batches), else a count operation */
+	__u32 nranges;  /* position: the ranges of the current batch */
+	__u64 iter;     /* count: the struct iov_iter * being copied to or from */
+	__u64 pos_ptr;  /* position: the loff_t * of the file position */
+	__u64 mark;     /* the iov_iter count, or the file position, at the last checkpoint */
+	__u32 cur_node; /* count: the node of the folio looked up last */
+	__u32 has_cur;
+	__u64 arg;      /* kprobe mode: an argument kept from entry for the return probe */
+	struct range ranges[MAX_RANGES];
 };
 
 struct {
@@ -88,6 +112,14 @@ struct {
 	__type(key, struct fault_key);
 	__type(value, __u64);
 } nio_faults SEC(".maps");
+
+/* One zeroed op per CPU, to build a new entry in (too big for the stack). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct op);
+} nio_scratch SEC(".maps");
 
 /* The file operation each thread is in, by tid. */
 struct {
@@ -140,54 +172,70 @@ static __always_inline void file_id(struct file *f, __u64 *dev, __u64 *ino)
 	*ino = BPF_CORE_READ(f, f_inode, i_ino);
 }
 
-static __always_inline void op_enter(struct file *f, __u32 kind)
+static __always_inline __u64 iter_count(__u64 iter)
+{
+	return BPF_CORE_READ((struct iov_iter *)iter, count);
+}
+
+static __always_inline __u64 read_pos(__u64 pos_ptr)
+{
+	long long pos = 0;
+
+	bpf_probe_read_kernel(&pos, sizeof(pos), (void *)pos_ptr);
+	return pos < 0 ? 0 : (__u64)pos;
+}
+
+/* Starts a file operation for this thread: `iter` for a count operation, `pos_ptr` for a
+ * position operation. */
+static __always_inline void op_enter(struct file *f, __u32 kind, __u64 iter, __u64 pos_ptr)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tid = (__u32)id;
-	struct op *cur;
-	struct op op = {};
+	__u32 tid = (__u32)id, zero = 0;
+	struct op *cur, *op;
 
 	if (!f || !wanted(id >> 32))
 		return;
 	cur = bpf_map_lookup_elem(&nio_ops, &tid);
 	if (cur) {
-		/* Nested (splice into a file read, say): the outer operation stays. */
+		/* Nested: the outer operation stays. */
 		cur->depth++;
 		return;
 	}
-	file_id(f, &op.dev, &op.ino);
-	op.kind = kind;
-	op.depth = 1;
-	bpf_map_update_elem(&nio_ops, &tid, &op, BPF_ANY);
+	op = bpf_map_lookup_elem(&nio_scratch, &zero);
+	if (!op)
+		return;
+	file_id(f, &op->dev, &op->ino);
+	op->kind = kind;
+	op->depth = 1;
+	op->nranges = 0;
+	op->has_cur = 0;
+	op->iter = iter;
+	op->pos_ptr = pos_ptr;
+	op->by_pos = pos_ptr != 0;
+	op->mark = pos_ptr ? read_pos(pos_ptr) : iter_count(iter);
+	bpf_map_update_elem(&nio_ops, &tid, op, BPF_ANY);
 }
 
-static __always_inline void op_exit(void)
+static __always_inline struct op *current_op(void)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	struct op *cur = bpf_map_lookup_elem(&nio_ops, &tid);
 
-	if (!cur)
-		return;
-	if (cur->depth > 1) {
-		cur->depth--;
-		return;
-	}
-	bpf_map_delete_elem(&nio_ops, &tid);
+	return bpf_map_lookup_elem(&nio_ops, &tid);
 }
 
-static __always_inline void add_io(struct op *op, const void *page, long bytes, __u32 kind)
+static __always_inline void add_bytes(struct op *op, __u32 node, __u64 bytes)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	struct io_key k = {};
 	struct io_val zero = {}, *v;
 
-	if (bytes <= 0 || op->kind != kind)
+	if (!bytes)
 		return;
 	k.pid = id >> 32;
 	k.tid = (__u32)id;
 	k.dev = op->dev;
 	k.ino = op->ino;
-	k.data_node = node_of(page);
+	k.data_node = node;
 	k.cpu_node = bpf_get_numa_node_id();
 	v = bpf_map_lookup_elem(&nio_io, &k);
 	if (!v) {
@@ -196,40 +244,57 @@ static __always_inline void add_io(struct op *op, const void *page, long bytes, 
 		if (!v)
 			return;
 	}
-	if (kind == KIND_READ)
+	if (op->kind == KIND_READ)
 		__sync_fetch_and_add(&v->read_bytes, bytes);
 	else
 		__sync_fetch_and_add(&v->write_bytes, bytes);
 }
 
-static __always_inline void copied(const void *page, long bytes, __u32 kind)
+/* Count operation: what the iov_iter advanced since the last checkpoint was copied with
+ * the folio looked up last. */
+static __always_inline void flush_count(struct op *op)
 {
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	struct op *op = bpf_map_lookup_elem(&nio_ops, &tid);
+	__u64 now = iter_count(op->iter);
 
-	if (op)
-		add_io(op, page, bytes, kind);
+	if (op->has_cur && op->mark > now)
+		add_bytes(op, op->cur_node, op->mark - now);
+	op->mark = now;
 }
 
-/* kprobe path: remember the page at entry, count at return. */
-static __always_inline void copy_enter(const void *page)
+/* Position operation: the file bytes the position advanced over, by the batch's ranges. */
+static __always_inline void flush_pos(struct op *op)
 {
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	struct op *op = bpf_map_lookup_elem(&nio_ops, &tid);
+	__u64 p0 = op->mark, p1 = read_pos(op->pos_ptr);
+	__u32 n = op->nranges;
 
-	if (op)
-		op->page = (__u64)page;
-}
-
-static __always_inline void copy_return(long bytes, __u32 kind)
-{
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	struct op *op = bpf_map_lookup_elem(&nio_ops, &tid);
-
-	if (op && op->page) {
-		add_io(op, (const void *)op->page, bytes, kind);
-		op->page = 0;
+	for (int i = 0; i < MAX_RANGES; i++) {
+		if (i >= n)
+			break;
+		struct range *r = &op->ranges[i];
+		__u64 lo = r->start > p0 ? r->start : p0;
+		__u64 hi = r->end < p1 ? r->end : p1;
+		if (hi > lo)
+			add_bytes(op, r->node, hi - lo);
 	}
+	op->mark = p1;
+}
+
+static __always_inline void op_exit(void)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct op *op = bpf_map_lookup_elem(&nio_ops, &tid);
+
+	if (!op)
+		return;
+	if (op->depth > 1) {
+		op->depth--;
+		return;
+	}
+	if (op->by_pos)
+		flush_pos(op);
+	else
+		flush_count(op);
+	bpf_map_delete_elem(&nio_ops, &tid);
 }
 
 static __always_inline __u64 folio_pages(struct folio *folio)
@@ -248,6 +313,53 @@ static __always_inline __u64 folio_pages(struct folio *folio)
 	else if (bpf_core_field_exists(((struct folio___nr_old *)folio)->_folio_nr_pages))
 		nr = BPF_CORE_READ((struct folio___nr_old *)folio, _folio_nr_pages);
 	return nr ? nr : 1;
+}
+
+/* A count operation looked up `folio`: the bytes since the last lookup were the previous
+ * folio's. */
+static __always_inline void looked_up(struct folio *folio)
+{
+	struct op *op = current_op();
+
+	if (!op || op->by_pos)
+		return;
+	flush_count(op);
+	op->cur_node = node_of(folio);
+	op->has_cur = 1;
+}
+
+/* A position operation took a new batch of folios. */
+static __always_inline void batch(struct folio_batch *fb)
+{
+	struct op *op = current_op();
+	__u64 base = bpf_core_field_offset(struct folio_batch, folios);
+	unsigned char nr = 0;
+	__u32 n = 0;
+
+	if (!op || !op->by_pos)
+		return;
+	flush_pos(op);
+	bpf_probe_read_kernel(&nr, sizeof(nr), (void *)fb + bpf_core_field_offset(struct folio_batch, nr));
+	for (int i = 0; i < MAX_RANGES; i++) {
+		struct folio *folio = 0;
+		if (i >= nr)
+			break;
+		if (bpf_probe_read_kernel(&folio, sizeof(folio), (void *)fb + base + i * sizeof(void *)) || !folio)
+			break;
+		__u64 start = (__u64)BPF_CORE_READ(folio, index) << 12;
+		__u64 len = folio_pages(folio) << 12;
+		struct range *r = &op->ranges[i & (MAX_RANGES - 1)];
+		r->start = start;
+		r->end = start + len;
+		r->node = node_of(folio);
+		n = i + 1;
+	}
+	op->nranges = n;
+}
+
+static __always_inline bool is_err_or_null(const void *p)
+{
+	return !p || (unsigned long)p >= (unsigned long)-4095;
 }
 
 static __always_inline void cache_event(struct folio *folio, bool insert)
@@ -304,96 +416,135 @@ static __always_inline void fault_done(struct vm_fault *vmf, unsigned int ret)
 /* ---- fentry / fexit ---- */
 
 SEC("fentry/filemap_read")
-int BPF_PROG(nio_fe_rd, struct kiocb *iocb)
+int BPF_PROG(nio_fe_rd, struct kiocb *iocb, struct iov_iter *iter)
 {
-	op_enter(BPF_CORE_READ(iocb, ki_filp), KIND_READ);
+	op_enter(BPF_CORE_READ(iocb, ki_filp), KIND_READ, 0,
+		 (__u64)iocb + bpf_core_field_offset(struct kiocb, ki_pos));
 	return 0;
 }
 
 SEC("fexit/filemap_read")
-int BPF_PROG(nio_fx_rd, struct kiocb *iocb)
+int BPF_PROG(nio_fx_rd)
 {
 	op_exit();
 	return 0;
 }
 
-SEC("fentry/shmem_file_read_iter")
-int BPF_PROG(nio_fe_shrd, struct kiocb *iocb)
-{
-	op_enter(BPF_CORE_READ(iocb, ki_filp), KIND_READ);
-	return 0;
-}
-
-SEC("fexit/shmem_file_read_iter")
-int BPF_PROG(nio_fx_shrd, struct kiocb *iocb)
-{
-	op_exit();
-	return 0;
-}
-
+/* filemap_splice_read(in, ppos, pipe, len, flags) */
 SEC("fentry/filemap_splice_read")
-int BPF_PROG(nio_fe_splice, struct file *in)
+int BPF_PROG(nio_fe_splice, struct file *in, long long *ppos)
 {
-	op_enter(in, KIND_READ);
+	op_enter(in, KIND_READ, 0, (__u64)ppos);
 	return 0;
 }
 
 SEC("fexit/filemap_splice_read")
-int BPF_PROG(nio_fx_splice, struct file *in)
+int BPF_PROG(nio_fx_splice)
+{
+	op_exit();
+	return 0;
+}
+
+/* filemap_get_pages(iocb, iter or count, fbatch, ...): fbatch is the third argument. */
+SEC("fexit/filemap_get_pages")
+int BPF_PROG(nio_fx_batch, void *iocb, void *x, struct folio_batch *fb)
+{
+	batch(fb);
+	return 0;
+}
+
+SEC("fentry/shmem_file_read_iter")
+int BPF_PROG(nio_fe_shrd, struct kiocb *iocb, struct iov_iter *iter)
+{
+	op_enter(BPF_CORE_READ(iocb, ki_filp), KIND_READ, (__u64)iter, 0);
+	return 0;
+}
+
+SEC("fexit/shmem_file_read_iter")
+int BPF_PROG(nio_fx_shrd)
 {
 	op_exit();
 	return 0;
 }
 
 SEC("fentry/generic_perform_write")
-int BPF_PROG(nio_fe_wr, struct kiocb *iocb)
+int BPF_PROG(nio_fe_wr, struct kiocb *iocb, struct iov_iter *iter)
 {
-	op_enter(BPF_CORE_READ(iocb, ki_filp), KIND_WRITE);
+	op_enter(BPF_CORE_READ(iocb, ki_filp), KIND_WRITE, (__u64)iter, 0);
 	return 0;
 }
 
 SEC("fexit/generic_perform_write")
-int BPF_PROG(nio_fx_wr, struct kiocb *iocb)
+int BPF_PROG(nio_fx_wr)
 {
 	op_exit();
 	return 0;
 }
 
 SEC("fentry/iomap_file_buffered_write")
-int BPF_PROG(nio_fe_iomapwr, struct kiocb *iocb)
+int BPF_PROG(nio_fe_iomapwr, struct kiocb *iocb, struct iov_iter *iter)
 {
-	op_enter(BPF_CORE_READ(iocb, ki_filp), KIND_WRITE);
+	op_enter(BPF_CORE_READ(iocb, ki_filp), KIND_WRITE, (__u64)iter, 0);
 	return 0;
 }
 
 SEC("fexit/iomap_file_buffered_write")
-int BPF_PROG(nio_fx_iomapwr, struct kiocb *iocb)
+int BPF_PROG(nio_fx_iomapwr)
 {
 	op_exit();
 	return 0;
 }
 
-/* copy_page_to_iter(page, offset, bytes, iter) -> copied */
-SEC("fexit/copy_page_to_iter")
-int BPF_PROG(nio_fx_cp_rd, struct page *page, size_t offset, size_t bytes, void *iter, size_t ret)
+/* shmem_get_folio(inode, index, [write_end,] foliop, sgp): the folio pointer is the
+ * second-to-last argument (four arguments before 6.10, five since). */
+SEC("fexit/shmem_get_folio")
+int nio_fx_shget(unsigned long long *ctx)
 {
-	copied(page, (long)ret, KIND_READ);
+	__u64 nargs = bpf_get_func_arg_cnt(ctx), foliop = 0, ret = 0;
+	struct folio *folio = 0;
+
+	if (nargs < 2 || bpf_get_func_ret(ctx, &ret) || ret)
+		return 0;
+	if (bpf_get_func_arg(ctx, (__u32)(nargs - 2), &foliop) || !foliop)
+		return 0;
+	bpf_probe_read_kernel(&folio, sizeof(folio), (void *)foliop);
+	if (!is_err_or_null(folio))
+		looked_up(folio);
 	return 0;
 }
 
-/* splice_folio_into_pipe(pipe, folio, fpos, size) -> spliced */
-SEC("fexit/splice_folio_into_pipe")
-int BPF_PROG(nio_fx_cp_spl, void *pipe, struct folio *folio, __u64 fpos, size_t size, size_t ret)
+/* shmem_get_folio_gfp(inode, index, foliop, ...) before 6.10, (inode, index, write_end,
+ * foliop, ...) since: where shmem_get_folio is only a wrapper, the reads call this one. The
+ * third argument is the folio pointer's address (a kernel pointer) or a file offset. */
+SEC("fexit/shmem_get_folio_gfp")
+int nio_fx_shgetgfp(unsigned long long *ctx)
 {
-	copied(folio, (long)ret, KIND_READ);
+	__u64 a2 = 0, foliop = 0, ret = 0;
+	struct folio *folio = 0;
+
+	if (bpf_get_func_ret(ctx, &ret) || ret || bpf_get_func_arg(ctx, 2, &a2))
+		return 0;
+	if (a2 >= 0xffff800000000000ull)
+		foliop = a2;
+	else if (bpf_get_func_arg(ctx, 3, &foliop))
+		return 0;
+	if (!foliop)
+		return 0;
+	bpf_probe_read_kernel(&folio, sizeof(folio), (void *)foliop);
+	if (!is_err_or_null(folio))
+		looked_up(folio);
 	return 0;
 }
 
-/* copy_page_from_iter_atomic / copy_folio_from_iter_atomic(page, offset, bytes, iter) */
-SEC("fexit/copy_page_from_iter_atomic")
-int BPF_PROG(nio_fx_cp_wr, struct page *page, size_t offset, size_t bytes, void *iter, size_t ret)
+/* __filemap_get_folio(mapping, index, fgp_flags, gfp), or since 6.16
+ * __filemap_get_folio_mpol(..., policy) -> folio (NULL or an error if none) */
+SEC("fexit/__filemap_get_folio")
+int nio_fx_get(unsigned long long *ctx)
 {
-	copied(page, (long)ret, KIND_WRITE);
+	__u64 ret = 0;
+
+	if (!bpf_get_func_ret(ctx, &ret) && !is_err_or_null((void *)ret))
+		looked_up((struct folio *)ret);
 	return 0;
 }
 
@@ -425,40 +576,20 @@ int BPF_PROG(nio_tp_del, struct folio *folio)
 	return 0;
 }
 
-/* ---- kprobe / kretprobe: the same, where trampolines are unavailable ---- */
+/* ---- kprobe / kretprobe: the same, where BPF trampolines are refused ---- */
 
 SEC("kprobe/filemap_read")
 int BPF_KPROBE(nio_kp_rd, struct kiocb *iocb)
 {
-	op_enter(BPF_CORE_READ(iocb, ki_filp), KIND_READ);
-	return 0;
-}
-
-SEC("kprobe/shmem_file_read_iter")
-int BPF_KPROBE(nio_kp_shrd, struct kiocb *iocb)
-{
-	op_enter(BPF_CORE_READ(iocb, ki_filp), KIND_READ);
+	op_enter(BPF_CORE_READ(iocb, ki_filp), KIND_READ, 0,
+		 (__u64)iocb + bpf_core_field_offset(struct kiocb, ki_pos));
 	return 0;
 }
 
 SEC("kprobe/filemap_splice_read")
-int BPF_KPROBE(nio_kp_splice, struct file *in)
+int BPF_KPROBE(nio_kp_splice, struct file *in, long long *ppos)
 {
-	op_enter(in, KIND_READ);
-	return 0;
-}
-
-SEC("kprobe/generic_perform_write")
-int BPF_KPROBE(nio_kp_wr, struct kiocb *iocb)
-{
-	op_enter(BPF_CORE_READ(iocb, ki_filp), KIND_WRITE);
-	return 0;
-}
-
-SEC("kprobe/iomap_file_buffered_write")
-int BPF_KPROBE(nio_kp_iomapwr, struct kiocb *iocb)
-{
-	op_enter(BPF_CORE_READ(iocb, ki_filp), KIND_WRITE);
+	op_enter(in, KIND_READ, 0, (__u64)ppos);
 	return 0;
 }
 
@@ -470,31 +601,22 @@ int BPF_KRETPROBE(nio_kr_op)
 	return 0;
 }
 
-SEC("kprobe/copy_page")
-int BPF_KPROBE(nio_kp_cp, void *page)
+SEC("kprobe/filemap_get_pages")
+int BPF_KPROBE(nio_kp_batch, void *iocb, void *x, struct folio_batch *fb)
 {
-	copy_enter(page);
+	struct op *op = current_op();
+
+	if (op)
+		op->arg = (__u64)fb;
 	return 0;
 }
 
-/* splice_folio_into_pipe(pipe, folio, ...): the folio is the second argument. */
-SEC("kprobe/splice_folio_into_pipe")
-int BPF_KPROBE(nio_kp_cp_spl, void *pipe, void *folio)
+SEC("kretprobe/filemap_get_pages")
+int BPF_KRETPROBE(nio_kr_batch)
 {
-	copy_enter(folio);
-	return 0;
-}
+	struct op *op = current_op();
 
-SEC("kretprobe/copy_rd")
-int BPF_KRETPROBE(nio_kr_cp_rd, long ret)
-{
-	copy_return(ret, KIND_READ);
-	return 0;
-}
-
-SEC("kretprobe/copy_wr")
-int BPF_KRETPROBE(nio_kr_cp_wr, long ret)
-{
-	copy_return(ret, KIND_WRITE);
+	if (op && op->arg)
+		batch((struct folio_batch *)op->arg);
 	return 0;
 }

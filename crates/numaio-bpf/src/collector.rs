@@ -27,6 +27,8 @@ fn unavailable(reason: impl Into<String>) -> Unavailable {
 pub struct CollectorOptions {
     /// Count only these processes (all when empty).
     pub pids: Vec<i32>,
+    /// Attach kprobes even where fentry works (to test the fallback).
+    pub kprobe_only: bool,
 }
 
 /// How the programs are attached on this kernel.
@@ -88,7 +90,10 @@ pub fn loaded_programs() -> Result<usize, Unavailable> {
     let mut n = 0;
     for p in aya::programs::loaded_programs() {
         let p = p.map_err(|e| unavailable(format!("listing the kernel's BPF programs: {e}")))?;
-        n += usize::from(p.name_as_str().is_some_and(|n| n.starts_with(PROGRAM_PREFIX)));
+        n += usize::from(
+            p.name_as_str()
+                .is_some_and(|n| n.starts_with(PROGRAM_PREFIX)),
+        );
     }
     Ok(n)
 }
@@ -162,7 +167,8 @@ mod imp {
         }
     }
 
-    const WRITE_COPY: &[&str] = &["copy_folio_from_iter_atomic", "copy_page_from_iter_atomic"];
+    /// The page-cache lookup of the file systems' write_begin.
+    const FOLIO_GET: &[&str] = &["__filemap_get_folio", "__filemap_get_folio_mpol"];
 
     const CACHE: Group = Group {
         what: "page-cache inserts and removals",
@@ -186,33 +192,44 @@ mod imp {
             what: "buffered reads (filemap_read)",
             required: true,
             hooks: &[
-                h("nio_fx_cp_rd", Kind::Exit, &["copy_page_to_iter"]),
+                h("nio_fx_batch", Kind::Exit, &["filemap_get_pages"]),
                 h("nio_fx_rd", Kind::Exit, &["filemap_read"]),
                 h("nio_fe_rd", Kind::Entry, &["filemap_read"]),
             ],
         },
         Group {
-            what: "tmpfs reads (shmem_file_read_iter)",
+            what: "splice and sendfile reads (filemap_splice_read; older kernels read through filemap_read)",
             required: false,
             hooks: &[
-                h("nio_fx_shrd", Kind::Exit, &["shmem_file_read_iter"]),
-                h("nio_fe_shrd", Kind::Entry, &["shmem_file_read_iter"]),
+                h("nio_fx_batch", Kind::Exit, &["filemap_get_pages"]),
+                h("nio_fx_splice", Kind::Exit, &["filemap_splice_read"]),
+                h("nio_fe_splice", Kind::Entry, &["filemap_splice_read"]),
             ],
         },
         Group {
-            what: "splice and sendfile reads (filemap_splice_read)",
+            what: "tmpfs folio lookups (shmem_get_folio)",
+            required: false,
+            hooks: &[h("nio_fx_shget", Kind::Exit, &["shmem_get_folio"])],
+        },
+        Group {
+            what: "tmpfs folio lookups (shmem_get_folio_gfp)",
+            required: false,
+            hooks: &[h("nio_fx_shgetgfp", Kind::Exit, &["shmem_get_folio_gfp"])],
+        },
+        Group {
+            what: "tmpfs reads (shmem_file_read_iter)",
             required: false,
             hooks: &[
-                h("nio_fx_cp_spl", Kind::Exit, &["splice_folio_into_pipe"]),
-                h("nio_fx_splice", Kind::Exit, &["filemap_splice_read"]),
-                h("nio_fe_splice", Kind::Entry, &["filemap_splice_read"]),
+                h("nio_fx_shget", Kind::Exit, &["shmem_get_folio"]),
+                h("nio_fx_shrd", Kind::Exit, &["shmem_file_read_iter"]),
+                h("nio_fe_shrd", Kind::Entry, &["shmem_file_read_iter"]),
             ],
         },
         Group {
             what: "buffered writes (generic_perform_write)",
             required: false,
             hooks: &[
-                h("nio_fx_cp_wr", Kind::Exit, WRITE_COPY),
+                h("nio_fx_get", Kind::Exit, FOLIO_GET),
                 h("nio_fx_wr", Kind::Exit, &["generic_perform_write"]),
                 h("nio_fe_wr", Kind::Entry, &["generic_perform_write"]),
             ],
@@ -221,13 +238,9 @@ mod imp {
             what: "iomap buffered writes (iomap_file_buffered_write)",
             required: false,
             hooks: &[
-                h("nio_fx_cp_wr", Kind::Exit, WRITE_COPY),
+                h("nio_fx_get", Kind::Exit, FOLIO_GET),
                 h("nio_fx_iomapwr", Kind::Exit, &["iomap_file_buffered_write"]),
-                h(
-                    "nio_fe_iomapwr",
-                    Kind::Entry,
-                    &["iomap_file_buffered_write"],
-                ),
+                h("nio_fe_iomapwr", Kind::Entry, &["iomap_file_buffered_write"]),
             ],
         },
         Group {
@@ -248,52 +261,18 @@ mod imp {
             what: "buffered reads (filemap_read)",
             required: true,
             hooks: &[
-                h("nio_kr_cp_rd", Kind::Kretprobe, &["copy_page_to_iter"]),
-                h("nio_kp_cp", Kind::Kprobe, &["copy_page_to_iter"]),
+                h("nio_kr_batch", Kind::Kretprobe, &["filemap_get_pages"]),
+                h("nio_kp_batch", Kind::Kprobe, &["filemap_get_pages"]),
                 h("nio_kr_op", Kind::Kretprobe, &["filemap_read"]),
                 h("nio_kp_rd", Kind::Kprobe, &["filemap_read"]),
             ],
         },
         Group {
-            what: "tmpfs reads (shmem_file_read_iter)",
+            what: "splice and sendfile reads (filemap_splice_read; older kernels read through filemap_read)",
             required: false,
             hooks: &[
-                h("nio_kr_op", Kind::Kretprobe, &["shmem_file_read_iter"]),
-                h("nio_kp_shrd", Kind::Kprobe, &["shmem_file_read_iter"]),
-            ],
-        },
-        Group {
-            what: "splice and sendfile reads (filemap_splice_read)",
-            required: false,
-            hooks: &[
-                h("nio_kr_cp_rd", Kind::Kretprobe, &["splice_folio_into_pipe"]),
-                h("nio_kp_cp_spl", Kind::Kprobe, &["splice_folio_into_pipe"]),
                 h("nio_kr_op", Kind::Kretprobe, &["filemap_splice_read"]),
                 h("nio_kp_splice", Kind::Kprobe, &["filemap_splice_read"]),
-            ],
-        },
-        Group {
-            what: "buffered writes (generic_perform_write)",
-            required: false,
-            hooks: &[
-                h("nio_kr_cp_wr", Kind::Kretprobe, WRITE_COPY),
-                h("nio_kp_cp", Kind::Kprobe, WRITE_COPY),
-                h("nio_kr_op", Kind::Kretprobe, &["generic_perform_write"]),
-                h("nio_kp_wr", Kind::Kprobe, &["generic_perform_write"]),
-            ],
-        },
-        Group {
-            what: "iomap buffered writes (iomap_file_buffered_write)",
-            required: false,
-            hooks: &[
-                h("nio_kr_cp_wr", Kind::Kretprobe, WRITE_COPY),
-                h("nio_kp_cp", Kind::Kprobe, WRITE_COPY),
-                h("nio_kr_op", Kind::Kretprobe, &["iomap_file_buffered_write"]),
-                h(
-                    "nio_kp_iomapwr",
-                    Kind::Kprobe,
-                    &["iomap_file_buffered_write"],
-                ),
             ],
         },
         CACHE,
@@ -357,6 +336,9 @@ mod imp {
         let btf = Btf::from_sys_fs()
             .map_err(|e| unavailable(format!("cannot parse {BTF_PATH}: {}", chain(&e))))?;
         let funcs = kernel_functions()?;
+        if opts.kprobe_only {
+            return load(opts, &btf, &funcs, Mode::Kprobe);
+        }
         match load(opts, &btf, &funcs, Mode::Fentry) {
             Ok(c) => Ok(c),
             Err(fentry) => load(opts, &btf, &funcs, Mode::Kprobe).map_err(|kprobe| {
@@ -425,10 +407,11 @@ mod imp {
             }
         }
         if mode == Mode::Kprobe {
-            attached.not_covered.push(
-                "page faults on file mappings: counted with fentry only, which this kernel refused"
-                    .into(),
-            );
+            for what in ["tmpfs reads and writes", "page faults on file mappings"] {
+                attached.not_covered.push(format!(
+                    "{what}: counted with fentry only, which this kernel refused"
+                ));
+            }
         }
         Ok(Collector { ebpf, attached })
     }

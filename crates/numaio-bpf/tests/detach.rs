@@ -57,7 +57,10 @@ fn sigkill_leaves_no_program_attached() {
         numaio_testkit::skip!("ebpf", "{why}");
     }
     let during = ours();
-    assert!(during > before, "no program of ours loaded while the holder runs");
+    assert!(
+        during > before,
+        "no program of ours loaded while the holder runs"
+    );
     child.kill().unwrap();
     child.wait().unwrap();
     // The kernel frees programs once their last reference (link, fd) is gone, after an

@@ -16,6 +16,7 @@ fn start() -> Option<Collector> {
     }
     let opts = CollectorOptions {
         pids: vec![std::process::id() as i32],
+        ..Default::default()
     };
     match Collector::start(&opts) {
         Ok(c) => Some(c),

@@ -35,6 +35,14 @@ pub struct Args {
     /// Be a faulting process: map this file privately and write one byte of each page.
     #[arg(long)]
     fault: Option<PathBuf>,
+    /// The process (stopped by the caller) runs only while the collector is attached:
+    /// SIGCONT after attaching, SIGSTOP before the last count, so no code is patched while
+    /// it runs and both counts cover exactly the same reads.
+    #[arg(long)]
+    run_while_attached: bool,
+    /// Attach kprobes even where fentry works.
+    #[arg(long)]
+    kprobe: bool,
     /// Print how many of the collector's programs the kernel holds, as `{"programs": N}`.
     #[arg(long)]
     count_programs: bool,
@@ -94,6 +102,29 @@ fn io_chars(pid: i32) -> anyhow::Result<(u64, u64)> {
     Ok((field("rchar:")?, field("wchar:")?))
 }
 
+fn signal(pid: i32, sig: i32) -> anyhow::Result<()> {
+    // SAFETY: kill has no memory preconditions; the result is checked.
+    if unsafe { libc::kill(pid, sig) } != 0 {
+        bail!("kill({pid}, {sig}): {}", std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Waits (at most 10 s) until `pid` is stopped (state `T` in /proc/PID/stat).
+fn wait_stopped(pid: i32) -> anyhow::Result<()> {
+    let path = format!("/proc/{pid}/stat");
+    let end = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < end {
+        let stat = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+        let state = stat.rsplit_once(") ").and_then(|(_, r)| r.chars().next());
+        if state == Some('T') {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    bail!("process {pid} did not stop within 10 s of SIGSTOP")
+}
+
 fn rewrite(path: &PathBuf, bytes: u64, secs: f64) -> anyhow::Result<ExitCode> {
     let f = std::fs::OpenOptions::new()
         .write(true)
@@ -130,14 +161,24 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         _ => bail!("give one of --pid PID, --all, --rewrite FILE, --fault FILE"),
     };
     let pid = a.pid.unwrap_or(0);
-    let c = Collector::start(&CollectorOptions { pids })
-        .map_err(|e| anyhow::anyhow!("the eBPF collector is unavailable: {e}"))?;
+    let c = Collector::start(&CollectorOptions {
+        pids,
+        kprobe_only: a.kprobe,
+    })
+    .map_err(|e| anyhow::anyhow!("the eBPF collector is unavailable: {e}"))?;
     let s0 = c.snapshot()?;
     let io0 = if pid > 0 { io_chars(pid)? } else { (0, 0) };
+    if a.run_while_attached {
+        signal(pid, libc::SIGCONT)?;
+    }
     if let Some(r) = &a.ready {
         std::fs::write(r, b"").with_context(|| format!("creating {}", r.display()))?;
     }
     std::thread::sleep(Duration::from_secs_f64(a.secs));
+    if a.run_while_attached {
+        signal(pid, libc::SIGSTOP)?;
+        wait_stopped(pid)?;
+    }
     let s1 = c.snapshot()?;
     let io1 = if pid > 0 { io_chars(pid)? } else { (0, 0) };
     let d = s1.since(&s0);
