@@ -6,8 +6,7 @@ use std::fs::File;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
 
-/// The requirement name for `NUMAIO_REQUIRE`.
-const EBPF: &str = "ebpf";
+mod common;
 
 fn start() -> Option<Collector> {
     if !numaio_testkit::is_root() {
@@ -21,7 +20,7 @@ fn start() -> Option<Collector> {
     match Collector::start(&opts) {
         Ok(c) => Some(c),
         Err(e) => {
-            numaio_testkit::skipped(EBPF, &e.reason);
+            common::skip_no_bpf(&e.reason);
             None
         }
     }
@@ -200,6 +199,6 @@ fn counts_faults_on_file_mappings() {
     {
         assert_eq!(faults, PAGES as u64, "{:?}", d.faults);
     } else {
-        numaio_testkit::skipped(EBPF, "no shmem_fault hook on this kernel");
+        common::skip_no_bpf("no shmem_fault hook on this kernel");
     }
 }
