@@ -30,7 +30,8 @@ if [ "$kernels" != only ]; then
 # sqlite3: a real program whose crash safety the mount tests check; acl: setfacl for the ACL tests;
 # prometheus: promtool, which checks the daemon's metrics (crates/numaio-proc/tests/fleet.rs).
 # tmux: drives `numaio top`'s live view in its screenshot test.
-PKGS=(qemu-system-x86 busybox-static numactl e2fsprogs dmsetup cpio fio vmtouch util-linux binutils libc-bin ca-certificates bindfs gcc xz-utils stress-ng sqlite3 acl prometheus tmux)
+# clang, llvm (llvm-strip), libbpf-dev (bpf_helpers.h): compile the eBPF collector's programs.
+PKGS=(qemu-system-x86 busybox-static numactl e2fsprogs dmsetup cpio fio vmtouch util-linux binutils libc-bin ca-certificates bindfs gcc xz-utils stress-ng sqlite3 acl prometheus tmux clang llvm libbpf-dev)
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

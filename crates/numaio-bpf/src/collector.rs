@@ -1,6 +1,12 @@
 //! Loading and attaching the programs, and reading their maps.
+//!
+//! Each group of hooks counts one kind of I/O; a group attaches only if every kernel function
+//! it names exists (probed in `/proc/kallsyms` at load). Hooks attach as fentry/fexit where
+//! the kernel has BPF trampolines, else as kprobe/kretprobe. The reads group is required;
+//! any other group that cannot attach is listed in [`Attached::not_covered`].
 
 use crate::record::Snapshot;
+use serde::Serialize;
 
 /// Why the collector cannot run here, in one line (no BPF privilege, no BTF, a locked-down
 /// kernel, built without clang); callers fall back to estimates and show it.
@@ -10,30 +16,522 @@ pub struct Unavailable {
     pub reason: String,
 }
 
+fn unavailable(reason: impl Into<String>) -> Unavailable {
+    Unavailable {
+        reason: reason.into(),
+    }
+}
+
 /// What to count; validated once by [`Collector::start`].
 #[derive(Debug, Clone, Default)]
 pub struct CollectorOptions {
     /// Count only these processes (all when empty).
     pub pids: Vec<i32>,
+    /// Attach kprobes even where fentry works (to test the fallback).
+    pub kprobe_only: bool,
+}
+
+/// How the programs are attached on this kernel.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Attached {
+    /// `fentry` (BPF trampolines) or `kprobe`.
+    pub mode: String,
+    /// `program@kernel_function` for every attached hook.
+    pub hooks: Vec<String>,
+    /// What is not counted on this kernel, one line each, with the reason.
+    pub not_covered: Vec<String>,
 }
 
 /// The attached programs. Dropping it (or the process ending, however it ends) detaches
 /// them: every link is owned by this process's file descriptors.
-#[derive(Debug)]
 pub struct Collector {
-    _private: (),
+    #[cfg(numaio_bpf_object)]
+    ebpf: aya::Ebpf,
+    attached: Attached,
+}
+
+impl std::fmt::Debug for Collector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Collector")
+            .field("attached", &self.attached)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Collector {
     /// Loads and attaches the programs.
-    pub fn start(_opts: &CollectorOptions) -> Result<Collector, Unavailable> {
-        Err(Unavailable {
-            reason: "the eBPF collector is not built into this binary".into(),
-        })
+    pub fn start(opts: &CollectorOptions) -> Result<Collector, Unavailable> {
+        if let Some(p) = opts.pids.iter().find(|&&p| p <= 0) {
+            return Err(unavailable(format!(
+                "pid {p} is not a process id: give positive pids to count"
+            )));
+        }
+        imp::start(opts)
     }
 
     /// Everything counted since [`Collector::start`].
     pub fn snapshot(&self) -> Result<Snapshot, Unavailable> {
+        imp::snapshot(self)
+    }
+
+    /// The hooks attached, the attach mode, and what this kernel leaves uncounted.
+    pub fn attached(&self) -> &Attached {
+        &self.attached
+    }
+}
+
+/// The names every program of ours is loaded under start with this (the kernel keeps 15
+/// characters of a program's name): `bpftool prog` and leak checks find them by it.
+pub const PROGRAM_PREFIX: &str = "nio_";
+
+/// How many programs named with [`PROGRAM_PREFIX`] the kernel holds now, whoever loaded
+/// them (for leak checks: after a collector's process ends, none of its stay).
+pub fn loaded_programs() -> Result<usize, Unavailable> {
+    let mut n = 0;
+    for p in aya::programs::loaded_programs() {
+        let p = p.map_err(|e| unavailable(format!("listing the kernel's BPF programs: {e}")))?;
+        n += usize::from(
+            p.name_as_str()
+                .is_some_and(|n| n.starts_with(PROGRAM_PREFIX)),
+        );
+    }
+    Ok(n)
+}
+
+#[cfg(not(numaio_bpf_object))]
+mod imp {
+    use super::*;
+
+    pub(super) fn start(_opts: &CollectorOptions) -> Result<Collector, Unavailable> {
+        Err(unavailable(
+            "built without clang: install clang and libbpf-dev and rebuild",
+        ))
+    }
+
+    pub(super) fn snapshot(_c: &Collector) -> Result<Snapshot, Unavailable> {
         Ok(Snapshot::default())
+    }
+}
+
+#[cfg(numaio_bpf_object)]
+mod imp {
+    use super::*;
+    use crate::record::{
+        decode_cache, decode_fault, decode_io, CACHE_KEY_LEN, CACHE_VAL_LEN, FAULT_KEY_LEN,
+        FAULT_VAL_LEN, IO_KEY_LEN, IO_VAL_LEN,
+    };
+    use aya::maps::{HashMap, MapData};
+    use aya::programs::{BtfTracePoint, FEntry, FExit, KProbe};
+    use aya::{Btf, Ebpf, EbpfLoader};
+    use std::collections::HashSet;
+
+    static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/numaio.bpf.o"));
+
+    const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
+
+    #[derive(Clone, Copy, PartialEq, Eq)]
+    enum Mode {
+        Fentry,
+        Kprobe,
+    }
+
+    #[derive(Clone, Copy)]
+    enum Kind {
+        Entry,
+        Exit,
+        Kprobe,
+        Kretprobe,
+        Tracepoint,
+    }
+
+    /// One program attached to the first of `targets` that the kernel has.
+    struct Hook {
+        prog: &'static str,
+        kind: Kind,
+        targets: &'static [&'static str],
+    }
+
+    /// Hooks that count one thing together: the copy hooks come first, the operation's
+    /// exit before its entry, so a group cut short leaves nothing that counts wrongly.
+    struct Group {
+        what: &'static str,
+        required: bool,
+        hooks: &'static [Hook],
+    }
+
+    const fn h(prog: &'static str, kind: Kind, targets: &'static [&'static str]) -> Hook {
+        Hook {
+            prog,
+            kind,
+            targets,
+        }
+    }
+
+    /// The page-cache lookup of the file systems' write_begin.
+    const FOLIO_GET: &[&str] = &["__filemap_get_folio", "__filemap_get_folio_mpol"];
+
+    const CACHE: Group = Group {
+        what: "page-cache inserts and removals",
+        required: false,
+        hooks: &[
+            h(
+                "nio_tp_add",
+                Kind::Tracepoint,
+                &["mm_filemap_add_to_page_cache"],
+            ),
+            h(
+                "nio_tp_del",
+                Kind::Tracepoint,
+                &["mm_filemap_delete_from_page_cache"],
+            ),
+        ],
+    };
+
+    const FENTRY_GROUPS: &[Group] = &[
+        Group {
+            what: "buffered reads (filemap_read)",
+            required: true,
+            hooks: &[
+                h("nio_fx_batch", Kind::Exit, &["filemap_get_pages"]),
+                h("nio_fx_rd", Kind::Exit, &["filemap_read"]),
+                h("nio_fe_rd", Kind::Entry, &["filemap_read"]),
+            ],
+        },
+        Group {
+            what: "splice and sendfile reads (filemap_splice_read; older kernels read through filemap_read)",
+            required: false,
+            hooks: &[
+                h("nio_fx_batch", Kind::Exit, &["filemap_get_pages"]),
+                h("nio_fx_splice", Kind::Exit, &["filemap_splice_read"]),
+                h("nio_fe_splice", Kind::Entry, &["filemap_splice_read"]),
+            ],
+        },
+        Group {
+            what: "tmpfs folio lookups (shmem_get_folio)",
+            required: false,
+            hooks: &[h("nio_fx_shget", Kind::Exit, &["shmem_get_folio"])],
+        },
+        Group {
+            what: "tmpfs folio lookups (shmem_get_folio_gfp)",
+            required: false,
+            hooks: &[h("nio_fx_shgetgfp", Kind::Exit, &["shmem_get_folio_gfp"])],
+        },
+        Group {
+            what: "tmpfs reads (shmem_file_read_iter)",
+            required: false,
+            hooks: &[
+                h("nio_fx_shget", Kind::Exit, &["shmem_get_folio"]),
+                h("nio_fx_shrd", Kind::Exit, &["shmem_file_read_iter"]),
+                h("nio_fe_shrd", Kind::Entry, &["shmem_file_read_iter"]),
+            ],
+        },
+        Group {
+            what: "buffered writes (generic_perform_write)",
+            required: false,
+            hooks: &[
+                h("nio_fx_get", Kind::Exit, FOLIO_GET),
+                h("nio_fx_wr", Kind::Exit, &["generic_perform_write"]),
+                h("nio_fe_wr", Kind::Entry, &["generic_perform_write"]),
+            ],
+        },
+        Group {
+            what: "iomap buffered writes (iomap_file_buffered_write)",
+            required: false,
+            hooks: &[
+                h("nio_fx_get", Kind::Exit, FOLIO_GET),
+                h("nio_fx_iomapwr", Kind::Exit, &["iomap_file_buffered_write"]),
+                h("nio_fe_iomapwr", Kind::Entry, &["iomap_file_buffered_write"]),
+            ],
+        },
+        Group {
+            what: "page faults on file mappings (filemap_fault)",
+            required: false,
+            hooks: &[h("nio_fx_fault", Kind::Exit, &["filemap_fault"])],
+        },
+        Group {
+            what: "page faults on tmpfs mappings (shmem_fault)",
+            required: false,
+            hooks: &[h("nio_fx_shfault", Kind::Exit, &["shmem_fault"])],
+        },
+        CACHE,
+    ];
+
+    const KPROBE_GROUPS: &[Group] = &[
+        Group {
+            what: "buffered reads (filemap_read)",
+            required: true,
+            hooks: &[
+                h("nio_kr_batch", Kind::Kretprobe, &["filemap_get_pages"]),
+                h("nio_kp_batch", Kind::Kprobe, &["filemap_get_pages"]),
+                h("nio_kr_op", Kind::Kretprobe, &["filemap_read"]),
+                h("nio_kp_rd", Kind::Kprobe, &["filemap_read"]),
+            ],
+        },
+        Group {
+            what: "splice and sendfile reads (filemap_splice_read; older kernels read through filemap_read)",
+            required: false,
+            hooks: &[
+                h("nio_kr_op", Kind::Kretprobe, &["filemap_splice_read"]),
+                h("nio_kp_splice", Kind::Kprobe, &["filemap_splice_read"]),
+            ],
+        },
+        CACHE,
+    ];
+
+    /// An error with its causes, on one line.
+    fn chain(e: &dyn std::error::Error) -> String {
+        let mut s = e.to_string();
+        let mut src = e.source();
+        while let Some(c) = src {
+            s.push_str(": ");
+            s.push_str(&c.to_string());
+            src = c.source();
+        }
+        s
+    }
+
+    fn preflight() -> Result<(), Unavailable> {
+        if !std::path::Path::new(BTF_PATH).exists() {
+            return Err(unavailable(format!(
+                "no {BTF_PATH}: the kernel was built without BTF (CONFIG_DEBUG_INFO_BTF)"
+            )));
+        }
+        if let Ok(l) = std::fs::read_to_string("/sys/kernel/security/lockdown") {
+            if l.contains("[confidentiality]") {
+                return Err(unavailable(
+                    "the kernel is locked down (confidentiality): BPF may not read kernel memory",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The names of the kernel's functions, for probing which hooks exist.
+    fn kernel_functions() -> Result<HashSet<String>, Unavailable> {
+        let text = std::fs::read_to_string("/proc/kallsyms").map_err(|e| {
+            unavailable(format!(
+                "cannot read /proc/kallsyms to find the kernel's functions: {e}"
+            ))
+        })?;
+        Ok(text
+            .lines()
+            .filter_map(|l| {
+                let mut f = l.split_whitespace();
+                let (_addr, ty, name) = (f.next()?, f.next()?, f.next()?);
+                matches!(ty, "t" | "T").then(|| name.to_string())
+            })
+            .collect())
+    }
+
+    fn privilege_hint(e: &str) -> String {
+        if e.contains("Operation not permitted") || e.contains("EPERM") {
+            format!("{e}: run as root, or with CAP_BPF and CAP_PERFMON")
+        } else {
+            e.to_string()
+        }
+    }
+
+    pub(super) fn start(opts: &CollectorOptions) -> Result<Collector, Unavailable> {
+        preflight()?;
+        let btf = Btf::from_sys_fs()
+            .map_err(|e| unavailable(format!("cannot parse {BTF_PATH}: {}", chain(&e))))?;
+        let funcs = kernel_functions()?;
+        if opts.kprobe_only {
+            return load(opts, &btf, &funcs, Mode::Kprobe);
+        }
+        match load(opts, &btf, &funcs, Mode::Fentry) {
+            Ok(c) => Ok(c),
+            Err(fentry) => load(opts, &btf, &funcs, Mode::Kprobe).map_err(|kprobe| {
+                unavailable(format!("{} (fentry: {})", kprobe.reason, fentry.reason))
+            }),
+        }
+    }
+
+    fn load(
+        opts: &CollectorOptions,
+        btf: &Btf,
+        funcs: &HashSet<String>,
+        mode: Mode,
+    ) -> Result<Collector, Unavailable> {
+        let nr_nodes = u32::try_from(numaio_sys::mask::possible_nodes()).unwrap_or(u32::MAX);
+        let filter_pids = u32::from(!opts.pids.is_empty());
+        let mut ebpf = EbpfLoader::new()
+            .btf(Some(btf))
+            .override_global("nr_nodes", &nr_nodes, true)
+            .override_global("filter_pids", &filter_pids, true)
+            .load(OBJECT)
+            .map_err(|e| {
+                unavailable(format!(
+                    "loading the BPF maps failed: {}",
+                    privilege_hint(&chain(&e))
+                ))
+            })?;
+        if !opts.pids.is_empty() {
+            let map = ebpf
+                .map_mut("nio_pids")
+                .ok_or_else(|| unavailable("the BPF object has no map nio_pids"))?;
+            let mut pids: HashMap<_, u32, u8> = HashMap::try_from(map)
+                .map_err(|e| unavailable(format!("map nio_pids: {}", chain(&e))))?;
+            for &p in &opts.pids {
+                let p = u32::try_from(p).unwrap_or(0);
+                pids.insert(p, 1, 0).map_err(|e| {
+                    unavailable(format!("adding pid {p} to the filter: {}", chain(&e)))
+                })?;
+            }
+        }
+        let groups = match mode {
+            Mode::Fentry => FENTRY_GROUPS,
+            Mode::Kprobe => KPROBE_GROUPS,
+        };
+        let mut attached = Attached {
+            mode: match mode {
+                Mode::Fentry => "fentry",
+                Mode::Kprobe => "kprobe",
+            }
+            .into(),
+            ..Default::default()
+        };
+        let mut loaded: HashSet<&str> = HashSet::new();
+        let mut fentry_targets: std::collections::HashMap<&str, &str> = Default::default();
+        for g in groups {
+            match attach_group(&mut ebpf, btf, funcs, g, &mut loaded, &mut fentry_targets) {
+                Ok(hooks) => attached.hooks.extend(hooks),
+                Err(e) if g.required => {
+                    return Err(unavailable(format!(
+                        "cannot count {}: {}",
+                        g.what,
+                        privilege_hint(&e)
+                    )))
+                }
+                Err(e) => attached.not_covered.push(format!("{}: {e}", g.what)),
+            }
+        }
+        if mode == Mode::Kprobe {
+            for what in ["tmpfs reads and writes", "page faults on file mappings"] {
+                attached.not_covered.push(format!(
+                    "{what}: counted with fentry only, which this kernel refused"
+                ));
+            }
+        }
+        Ok(Collector { ebpf, attached })
+    }
+
+    fn attach_group<'a>(
+        ebpf: &mut Ebpf,
+        btf: &Btf,
+        funcs: &HashSet<String>,
+        g: &'a Group,
+        loaded: &mut HashSet<&'a str>,
+        fentry_targets: &mut std::collections::HashMap<&'a str, &'a str>,
+    ) -> Result<Vec<String>, String> {
+        // Resolve every target first: a group whose functions are missing attaches nothing.
+        let mut plan = Vec::new();
+        for hook in g.hooks {
+            let target = match hook.kind {
+                Kind::Tracepoint => hook.targets[0],
+                _ => *hook
+                    .targets
+                    .iter()
+                    .find(|t| funcs.contains(**t))
+                    .ok_or_else(|| {
+                        format!("the kernel has no function {}", hook.targets.join(" or "))
+                    })?,
+            };
+            plan.push((hook, target));
+        }
+        let mut out = Vec::new();
+        for (hook, target) in plan {
+            let prog = ebpf
+                .program_mut(hook.prog)
+                .ok_or_else(|| format!("the BPF object has no program {}", hook.prog))?;
+            let fail = |what: &str, e: &dyn std::error::Error| {
+                format!("{what} {}@{target}: {}", hook.prog, chain(e))
+            };
+            let first = loaded.insert(hook.prog);
+            match hook.kind {
+                Kind::Entry | Kind::Exit | Kind::Tracepoint if !first => {
+                    // A trampoline program is bound to one function at load; groups that
+                    // share it (the write copy) share its one attachment.
+                    if fentry_targets.get(hook.prog) == Some(&target) {
+                        continue;
+                    }
+                    return Err(format!(
+                        "{} could not be attached to {target}: it is bound to {}",
+                        hook.prog,
+                        fentry_targets
+                            .get(hook.prog)
+                            .unwrap_or(&"nothing (its load failed)")
+                    ));
+                }
+                Kind::Entry => {
+                    let p: &mut FEntry = prog.try_into().map_err(|e| fail("loading", &e))?;
+                    p.load(target, btf).map_err(|e| fail("loading", &e))?;
+                    p.attach().map_err(|e| fail("attaching", &e))?;
+                }
+                Kind::Exit => {
+                    let p: &mut FExit = prog.try_into().map_err(|e| fail("loading", &e))?;
+                    p.load(target, btf).map_err(|e| fail("loading", &e))?;
+                    p.attach().map_err(|e| fail("attaching", &e))?;
+                }
+                Kind::Tracepoint => {
+                    let p: &mut BtfTracePoint = prog.try_into().map_err(|e| fail("loading", &e))?;
+                    p.load(target, btf).map_err(|e| fail("loading", &e))?;
+                    p.attach().map_err(|e| fail("attaching", &e))?;
+                }
+                Kind::Kprobe | Kind::Kretprobe => {
+                    let p: &mut KProbe = prog.try_into().map_err(|e| fail("loading", &e))?;
+                    if first {
+                        p.load().map_err(|e| fail("loading", &e))?;
+                    }
+                    p.attach(target, 0).map_err(|e| fail("attaching", &e))?;
+                }
+            }
+            if matches!(hook.kind, Kind::Entry | Kind::Exit | Kind::Tracepoint) {
+                fentry_targets.insert(hook.prog, target);
+            }
+            out.push(format!("{}@{target}", hook.prog));
+        }
+        Ok(out)
+    }
+
+    fn read_map<const K: usize, const V: usize, T>(
+        ebpf: &Ebpf,
+        name: &str,
+        decode: fn(&[u8], &[u8]) -> Option<T>,
+    ) -> Result<Vec<T>, Unavailable> {
+        let map = ebpf
+            .map(name)
+            .ok_or_else(|| unavailable(format!("the BPF object has no map {name}")))?;
+        let m: HashMap<&MapData, [u8; K], [u8; V]> = HashMap::try_from(map)
+            .map_err(|e| unavailable(format!("map {name}: {}", chain(&e))))?;
+        let mut out = Vec::new();
+        for item in m.iter() {
+            match item {
+                Ok((k, v)) => out.extend(decode(&k, &v)),
+                // An entry deleted while we walk the map; the walk goes on.
+                Err(aya::maps::MapError::KeyNotFound) => continue,
+                Err(e) => {
+                    return Err(unavailable(format!("reading map {name}: {}", chain(&e))));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    pub(super) fn snapshot(c: &Collector) -> Result<Snapshot, Unavailable> {
+        let mut s = Snapshot {
+            io: read_map::<IO_KEY_LEN, IO_VAL_LEN, _>(&c.ebpf, "nio_io", decode_io)?,
+            cache: read_map::<CACHE_KEY_LEN, CACHE_VAL_LEN, _>(&c.ebpf, "nio_cache", decode_cache)?,
+            faults: read_map::<FAULT_KEY_LEN, FAULT_VAL_LEN, _>(
+                &c.ebpf,
+                "nio_faults",
+                decode_fault,
+            )?,
+        };
+        s.io.sort_by_key(|r| (r.pid, r.tid, r.dev, r.ino, r.data_node, r.cpu_node));
+        s.cache.sort_by_key(|r| (r.dev, r.ino, r.node));
+        s.faults
+            .sort_by_key(|r| (r.pid, r.dev, r.ino, r.data_node, r.cpu_node));
+        Ok(s)
     }
 }

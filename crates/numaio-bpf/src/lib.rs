@@ -3,8 +3,8 @@
 //! The kernel does not account file reads and writes by NUMA node, so elsewhere numaio
 //! estimates them (residency × read rate) or counts them exactly only for its own FUSE mount.
 //! This crate attaches eBPF programs (C, compiled by clang at build time, loaded with CO-RE)
-//! to the page-cache copy paths and counts, per thread, file, node of the data's pages and
-//! node of the CPU, the bytes copied from and to the page cache; per file and node the pages
+//! to the page cache's read and write paths and counts, per thread, file, node of the data's
+//! pages and node of the CPU, the bytes copied from and to the page cache; per file and node the pages
 //! inserted into and removed from the page cache; and page faults on file mappings.
 //!
 //! * [`record`]: what the collector reports ([`Snapshot`]) and how per-thread records add up
@@ -15,5 +15,7 @@
 pub mod collector;
 pub mod record;
 
-pub use collector::{Collector, CollectorOptions, Unavailable};
-pub use record::{CacheRecord, FaultRecord, IoRecord, ProcessIo, Snapshot};
+pub use collector::{
+    loaded_programs, Attached, Collector, CollectorOptions, Unavailable, PROGRAM_PREFIX,
+};
+pub use record::{CacheRecord, FaultRecord, IoRecord, ProcessIo, Snapshot, NODE_UNKNOWN};

@@ -78,7 +78,7 @@ impl Snapshot {
                     write_bytes: r.write_bytes.saturating_sub(wb),
                     ..*r
                 };
-                (d.read_bytes + d.write_bytes > 0).then_some(d)
+                (d.read_bytes > 0 || d.write_bytes > 0).then_some(d)
             })
             .collect();
         let cache_key = |r: &CacheRecord| (r.dev, r.ino, r.node);
@@ -95,7 +95,7 @@ impl Snapshot {
                     removed_pages: r.removed_pages.saturating_sub(o),
                     ..*r
                 };
-                (d.inserted_pages + d.removed_pages > 0).then_some(d)
+                (d.inserted_pages > 0 || d.removed_pages > 0).then_some(d)
             })
             .collect();
         let fault_key = |r: &FaultRecord| (r.pid, r.dev, r.ino, r.data_node, r.cpu_node);
@@ -134,6 +134,86 @@ impl Snapshot {
     }
 }
 
+/// A node the collector could not decode from a page (outside the kernel's possible nodes).
+pub const NODE_UNKNOWN: u32 = u32::MAX;
+
+/// Sizes of the BPF maps' keys and values (`struct io_key` etc. in `bpf/numaio.bpf.c`).
+pub const IO_KEY_LEN: usize = 32;
+pub const IO_VAL_LEN: usize = 16;
+pub const CACHE_KEY_LEN: usize = 24;
+pub const CACHE_VAL_LEN: usize = 16;
+pub const FAULT_KEY_LEN: usize = 32;
+pub const FAULT_VAL_LEN: usize = 8;
+
+/// A kernel `dev_t` (`s_dev`: major << 20 | minor) in user space's `st_dev` encoding
+/// (glibc's `makedev`), so records compare with `stat(2)`.
+pub fn user_dev(kdev: u64) -> u64 {
+    let major = (kdev >> 20) & 0xfff;
+    let minor = kdev & 0xf_ffff;
+    ((major & 0xffff_f000) << 32)
+        | ((major & 0xfff) << 8)
+        | ((minor & 0xffff_ff00) << 12)
+        | (minor & 0xff)
+}
+
+fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_ne_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_ne_bytes(b.get(at..at + 8)?.try_into().ok()?))
+}
+
+fn pid_of(raw: u32) -> Option<i32> {
+    i32::try_from(raw).ok()
+}
+
+/// One entry of the `nio_io` map; `None` when the bytes do not have the map's layout.
+pub fn decode_io(key: &[u8], val: &[u8]) -> Option<IoRecord> {
+    if key.len() != IO_KEY_LEN || val.len() != IO_VAL_LEN {
+        return None;
+    }
+    Some(IoRecord {
+        pid: pid_of(u32_at(key, 0)?)?,
+        tid: pid_of(u32_at(key, 4)?)?,
+        dev: user_dev(u64_at(key, 8)?),
+        ino: u64_at(key, 16)?,
+        data_node: u32_at(key, 24)?,
+        cpu_node: u32_at(key, 28)?,
+        read_bytes: u64_at(val, 0)?,
+        write_bytes: u64_at(val, 8)?,
+    })
+}
+
+/// One entry of the `nio_cache` map.
+pub fn decode_cache(key: &[u8], val: &[u8]) -> Option<CacheRecord> {
+    if key.len() != CACHE_KEY_LEN || val.len() != CACHE_VAL_LEN {
+        return None;
+    }
+    Some(CacheRecord {
+        dev: user_dev(u64_at(key, 0)?),
+        ino: u64_at(key, 8)?,
+        node: u32_at(key, 16)?,
+        inserted_pages: u64_at(val, 0)?,
+        removed_pages: u64_at(val, 8)?,
+    })
+}
+
+/// One entry of the `nio_faults` map.
+pub fn decode_fault(key: &[u8], val: &[u8]) -> Option<FaultRecord> {
+    if key.len() != FAULT_KEY_LEN || val.len() != FAULT_VAL_LEN {
+        return None;
+    }
+    Some(FaultRecord {
+        pid: pid_of(u32_at(key, 0)?)?,
+        dev: user_dev(u64_at(key, 8)?),
+        ino: u64_at(key, 16)?,
+        data_node: u32_at(key, 24)?,
+        cpu_node: u32_at(key, 28)?,
+        faults: u64_at(val, 0)?,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -166,6 +246,80 @@ mod tests {
         assert_eq!(p[&7].local, IoBytes::new(100, 50));
         assert_eq!(p[&7].by_data_node.get(0), IoBytes::new(4096, 0));
         assert_eq!(p[&9].local, IoBytes::new(1, 0));
+    }
+
+    fn io_key(pid: u32, tid: u32, kdev: u64, ino: u64, data: u32, cpu: u32) -> Vec<u8> {
+        let mut k = Vec::new();
+        k.extend_from_slice(&pid.to_ne_bytes());
+        k.extend_from_slice(&tid.to_ne_bytes());
+        k.extend_from_slice(&kdev.to_ne_bytes());
+        k.extend_from_slice(&ino.to_ne_bytes());
+        k.extend_from_slice(&data.to_ne_bytes());
+        k.extend_from_slice(&cpu.to_ne_bytes());
+        k
+    }
+
+    #[test]
+    fn user_dev_matches_libc_makedev() {
+        for (major, minor) in [
+            (8u32, 1u32),
+            (0, 35),
+            (259, 3),
+            (4095, 0xf_ffff),
+            (253, 256),
+        ] {
+            let kdev = (u64::from(major) << 20) | u64::from(minor);
+            assert_eq!(
+                user_dev(kdev),
+                libc::makedev(major, minor),
+                "{major}:{minor}"
+            );
+        }
+    }
+
+    #[test]
+    fn decodes_io_entries_and_rejects_bad_ones() {
+        let key = io_key(7, 8, (8 << 20) | 1, 12, 0, 1);
+        let mut val = 4096u64.to_ne_bytes().to_vec();
+        val.extend_from_slice(&5u64.to_ne_bytes());
+        let r = decode_io(&key, &val).unwrap();
+        assert_eq!(
+            r,
+            IoRecord {
+                pid: 7,
+                tid: 8,
+                dev: libc::makedev(8, 1),
+                ino: 12,
+                data_node: 0,
+                cpu_node: 1,
+                read_bytes: 4096,
+                write_bytes: 5
+            }
+        );
+        assert_eq!(decode_io(&key[1..], &val), None);
+        assert_eq!(decode_io(&key, &val[..8]), None);
+        let bad_pid = io_key(u32::MAX, 8, 0, 0, 0, 0);
+        assert_eq!(decode_io(&bad_pid, &val), None);
+    }
+
+    #[test]
+    fn decodes_cache_and_fault_entries() {
+        let mut key = ((8u64 << 20) | 2).to_ne_bytes().to_vec();
+        key.extend_from_slice(&99u64.to_ne_bytes());
+        key.extend_from_slice(&1u32.to_ne_bytes());
+        key.extend_from_slice(&0u32.to_ne_bytes());
+        let mut val = 3u64.to_ne_bytes().to_vec();
+        val.extend_from_slice(&2u64.to_ne_bytes());
+        let c = decode_cache(&key, &val).unwrap();
+        assert_eq!((c.dev, c.ino, c.node), (libc::makedev(8, 2), 99, 1));
+        assert_eq!((c.inserted_pages, c.removed_pages), (3, 2));
+        let fkey = io_key(7, 0, 1 << 20, 5, 1, 0);
+        let f = decode_fault(&fkey, &9u64.to_ne_bytes()).unwrap();
+        assert_eq!(
+            (f.pid, f.ino, f.data_node, f.cpu_node, f.faults),
+            (7, 5, 1, 0, 9)
+        );
+        assert_eq!(decode_fault(&fkey, &[0; 7]), None);
     }
 
     #[test]

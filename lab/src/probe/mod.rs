@@ -4,6 +4,7 @@
 //! [`Cmd`] and a line to [`main`]'s match.
 
 pub mod bind_check;
+pub mod bpf_io;
 pub mod fs_scaling;
 pub mod pages;
 pub mod reader;
@@ -25,6 +26,8 @@ struct Cli {
 enum Cmd {
     /// Bind anonymous memory to a node with mbind, fault it in, verify with move_pages.
     BindCheck(bind_check::Args),
+    /// What the eBPF collector counts for one process over an interval (or a rewriting writer).
+    BpfIo(bpf_io::Args),
     /// One timed multi-threaded workload, each thread on its own file (read, append, create).
     FsScaling(fs_scaling::Args),
     /// Read a file once (read(2) or mmap): its checksum and the nodes of the pages touched.
@@ -38,6 +41,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.cmd {
         Cmd::BindCheck(a) => bind_check::run(a),
+        Cmd::BpfIo(a) => bpf_io::run(a),
         Cmd::FsScaling(a) => fs_scaling::run(a),
         Cmd::Pages(a) => pages::run(a),
         Cmd::Reader(a) => reader::run(a),

@@ -1,0 +1,622 @@
+// SPDX-License-Identifier: GPL-2.0 OR MIT
+/* numaio's collector: bytes copied between the page cache and user buffers, per thread,
+ * file, node of the data's pages and node of the CPU; page-cache inserts and removals per
+ * file and node; faults on file mappings.
+ *
+ * The per-page copy functions (copy_page_to_iter, ...) cannot be traced on every kernel
+ * (6.1 exempts lib/iov_iter.c from ftrace and kprobes), so bytes are attributed at the
+ * page-cache lookups that precede each copy, which are traceable everywhere:
+ * - a file operation's entry (filemap_read, filemap_splice_read, shmem_file_read_iter,
+ *   generic_perform_write, iomap_file_buffered_write) records the file for the thread;
+ * - filemap_read and filemap_splice_read take folios in batches (filemap_get_pages): each
+ *   batch's file ranges and nodes are kept, and the bytes the file position advanced over
+ *   each range are that range's node's ("position" operations);
+ * - the others look up one folio at a time (shmem_get_folio, __filemap_get_folio in the
+ *   file systems' write_begin): the bytes the iov_iter advanced between one lookup and the
+ *   next, or the operation's exit, were copied to or from the folio looked up first
+ *   ("count" operations).
+ * Lookups outside such an operation are not file I/O by a process and are ignored. */
+
+#include "kernel.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";
+
+/* Set by the loader. */
+const volatile __u32 filter_pids = 0; /* count only the tgids in `pids` */
+const volatile __u32 nr_nodes = 1;    /* nodes possible; a larger decoded node is unknown */
+
+#define NODE_UNKNOWN 0xffffffffu
+#define KIND_READ 1
+#define KIND_WRITE 2
+
+struct io_key {
+	__u32 pid;
+	__u32 tid;
+	__u64 dev; /* the kernel's s_dev; user space converts */
+	__u64 ino;
+	__u32 data_node;
+	__u32 cpu_node;
+};
+
+struct io_val {
+	__u64 read_bytes;
+	__u64 write_bytes;
+};
+
+struct cache_key {
+	__u64 dev;
+	__u64 ino;
+	__u32 node;
+	__u32 pad;
+};
+
+struct cache_val {
+	__u64 inserted_pages;
+	__u64 removed_pages;
+};
+
+struct fault_key {
+	__u32 pid;
+	__u32 pad;
+	__u64 dev;
+	__u64 ino;
+	__u32 data_node;
+	__u32 cpu_node;
+};
+
+#define MAX_RANGES 32
+
+struct range {
+	__u64 start; /* file bytes [start, end) */
+	__u64 end;
+	__u32 node;
+	__u32 pad;
+};
+
+struct op {
+	__u64 dev;
+	__u64 ino;
+	__u32 kind;
+	__u32 depth;
+	__u32 by_pos;   /* a position operation (batches), else a count operation */
+	__u32 nranges;  /* position: the ranges of the current batch */
+	__u64 iter;     /* count: the struct iov_iter * being copied to or from */
+	__u64 pos_ptr;  /* position: the loff_t * of the file position */
+	__u64 mark;     /* the iov_iter count, or the file position, at the last checkpoint */
+	__u32 cur_node; /* count: the node of the folio looked up last */
+	__u32 has_cur;
+	__u64 arg;      /* kprobe mode: an argument kept from entry for the return probe */
+	struct range ranges[MAX_RANGES];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct io_key);
+	__type(value, struct io_val);
+} nio_io SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct cache_key);
+	__type(value, struct cache_val);
+} nio_cache SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct fault_key);
+	__type(value, __u64);
+} nio_faults SEC(".maps");
+
+/* One zeroed op per CPU, to build a new entry in (too big for the stack). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct op);
+} nio_scratch SEC(".maps");
+
+/* The file operation each thread is in, by tid. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct op);
+} nio_ops SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u8);
+} nio_pids SEC(".maps");
+
+static __always_inline bool wanted(__u32 tgid)
+{
+	if (!filter_pids)
+		return true;
+	return bpf_map_lookup_elem(&nio_pids, &tgid) != 0;
+}
+
+/* The node field is the top NODES_SHIFT bits of page->flags (SPARSEMEM_VMEMMAP: no section
+ * field above it), and NODES_SHIFT = log2(MAX_NUMNODES) = log2(bits in nodemask_t). */
+static __always_inline __u32 node_of(const void *page)
+{
+	unsigned long flags = 0;
+	__u32 bits = bpf_core_type_size(nodemask_t) * 8;
+	__u32 shift = 0;
+
+	if (bpf_probe_read_kernel(&flags, sizeof(flags), page))
+		return NODE_UNKNOWN;
+	if (nr_nodes == 1)
+		return 0;
+#pragma unroll
+	for (int i = 0; i < 16; i++) {
+		if ((1u << shift) < bits)
+			shift++;
+	}
+	if (shift == 0 || shift > 16)
+		return NODE_UNKNOWN;
+	__u32 node = (__u32)(flags >> (64 - shift));
+	return node < nr_nodes ? node : NODE_UNKNOWN;
+}
+
+static __always_inline void file_id(struct file *f, __u64 *dev, __u64 *ino)
+{
+	*dev = BPF_CORE_READ(f, f_inode, i_sb, s_dev);
+	*ino = BPF_CORE_READ(f, f_inode, i_ino);
+}
+
+static __always_inline __u64 iter_count(__u64 iter)
+{
+	return BPF_CORE_READ((struct iov_iter *)iter, count);
+}
+
+static __always_inline __u64 read_pos(__u64 pos_ptr)
+{
+	long long pos = 0;
+
+	bpf_probe_read_kernel(&pos, sizeof(pos), (void *)pos_ptr);
+	return pos < 0 ? 0 : (__u64)pos;
+}
+
+/* Starts a file operation for this thread: `iter` for a count operation, `pos_ptr` for a
+ * position operation. */
+static __always_inline void op_enter(struct file *f, __u32 kind, __u64 iter, __u64 pos_ptr)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)id, zero = 0;
+	struct op *cur, *op;
+
+	if (!f || !wanted(id >> 32))
+		return;
+	cur = bpf_map_lookup_elem(&nio_ops, &tid);
+	if (cur) {
+		/* Nested: the outer operation stays. */
+		cur->depth++;
+		return;
+	}
+	op = bpf_map_lookup_elem(&nio_scratch, &zero);
+	if (!op)
+		return;
+	file_id(f, &op->dev, &op->ino);
+	op->kind = kind;
+	op->depth = 1;
+	op->nranges = 0;
+	op->has_cur = 0;
+	op->iter = iter;
+	op->pos_ptr = pos_ptr;
+	op->by_pos = pos_ptr != 0;
+	op->mark = pos_ptr ? read_pos(pos_ptr) : iter_count(iter);
+	bpf_map_update_elem(&nio_ops, &tid, op, BPF_ANY);
+}
+
+static __always_inline struct op *current_op(void)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+
+	return bpf_map_lookup_elem(&nio_ops, &tid);
+}
+
+static __always_inline void add_bytes(struct op *op, __u32 node, __u64 bytes)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	struct io_key k = {};
+	struct io_val zero = {}, *v;
+
+	if (!bytes)
+		return;
+	k.pid = id >> 32;
+	k.tid = (__u32)id;
+	k.dev = op->dev;
+	k.ino = op->ino;
+	k.data_node = node;
+	k.cpu_node = bpf_get_numa_node_id();
+	v = bpf_map_lookup_elem(&nio_io, &k);
+	if (!v) {
+		bpf_map_update_elem(&nio_io, &k, &zero, BPF_NOEXIST);
+		v = bpf_map_lookup_elem(&nio_io, &k);
+		if (!v)
+			return;
+	}
+	if (op->kind == KIND_READ)
+		__sync_fetch_and_add(&v->read_bytes, bytes);
+	else
+		__sync_fetch_and_add(&v->write_bytes, bytes);
+}
+
+/* Count operation: what the iov_iter advanced since the last checkpoint was copied with
+ * the folio looked up last. */
+static __always_inline void flush_count(struct op *op)
+{
+	__u64 now = iter_count(op->iter);
+
+	if (op->has_cur && op->mark > now)
+		add_bytes(op, op->cur_node, op->mark - now);
+	op->mark = now;
+}
+
+/* Position operation: the file bytes the position advanced over, by the batch's ranges. */
+static __always_inline void flush_pos(struct op *op)
+{
+	__u64 p0 = op->mark, p1 = read_pos(op->pos_ptr);
+	__u32 n = op->nranges;
+
+	for (int i = 0; i < MAX_RANGES; i++) {
+		if (i >= n)
+			break;
+		struct range *r = &op->ranges[i];
+		__u64 lo = r->start > p0 ? r->start : p0;
+		__u64 hi = r->end < p1 ? r->end : p1;
+		if (hi > lo)
+			add_bytes(op, r->node, hi - lo);
+	}
+	op->mark = p1;
+}
+
+static __always_inline void op_exit(void)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct op *op = bpf_map_lookup_elem(&nio_ops, &tid);
+
+	if (!op)
+		return;
+	if (op->depth > 1) {
+		op->depth--;
+		return;
+	}
+	if (op->by_pos)
+		flush_pos(op);
+	else
+		flush_count(op);
+	bpf_map_delete_elem(&nio_ops, &tid);
+}
+
+static __always_inline __u64 folio_pages(struct folio *folio)
+{
+	unsigned long flags = 0;
+	unsigned int nr = 1;
+
+	if (!bpf_core_enum_value_exists(enum pageflags, PG_head))
+		return 1;
+	if (bpf_probe_read_kernel(&flags, sizeof(flags), folio))
+		return 1;
+	if (!(flags & (1ul << bpf_core_enum_value(enum pageflags, PG_head))))
+		return 1;
+	if (bpf_core_field_exists(((struct folio___nr_new *)folio)->_nr_pages))
+		nr = BPF_CORE_READ((struct folio___nr_new *)folio, _nr_pages);
+	else if (bpf_core_field_exists(((struct folio___nr_old *)folio)->_folio_nr_pages))
+		nr = BPF_CORE_READ((struct folio___nr_old *)folio, _folio_nr_pages);
+	return nr ? nr : 1;
+}
+
+/* A count operation looked up `folio`: the bytes since the last lookup were the previous
+ * folio's. */
+static __always_inline void looked_up(struct folio *folio)
+{
+	struct op *op = current_op();
+
+	if (!op || op->by_pos)
+		return;
+	flush_count(op);
+	op->cur_node = node_of(folio);
+	op->has_cur = 1;
+}
+
+/* A position operation took a new batch of folios. */
+static __always_inline void batch(struct folio_batch *fb)
+{
+	struct op *op = current_op();
+	__u64 base = bpf_core_field_offset(struct folio_batch, folios);
+	unsigned char nr = 0;
+	__u32 n = 0;
+
+	if (!op || !op->by_pos)
+		return;
+	flush_pos(op);
+	bpf_probe_read_kernel(&nr, sizeof(nr), (void *)fb + bpf_core_field_offset(struct folio_batch, nr));
+	for (int i = 0; i < MAX_RANGES; i++) {
+		struct folio *folio = 0;
+		if (i >= nr)
+			break;
+		if (bpf_probe_read_kernel(&folio, sizeof(folio), (void *)fb + base + i * sizeof(void *)) || !folio)
+			break;
+		__u64 start = (__u64)BPF_CORE_READ(folio, index) << 12;
+		__u64 len = folio_pages(folio) << 12;
+		struct range *r = &op->ranges[i & (MAX_RANGES - 1)];
+		r->start = start;
+		r->end = start + len;
+		r->node = node_of(folio);
+		n = i + 1;
+	}
+	op->nranges = n;
+}
+
+static __always_inline bool is_err_or_null(const void *p)
+{
+	return !p || (unsigned long)p >= (unsigned long)-4095;
+}
+
+static __always_inline void cache_event(struct folio *folio, bool insert)
+{
+	struct cache_key k = {};
+	struct cache_val zero = {}, *v;
+	__u64 pages;
+
+	k.dev = BPF_CORE_READ(folio, mapping, host, i_sb, s_dev);
+	k.ino = BPF_CORE_READ(folio, mapping, host, i_ino);
+	k.node = node_of(folio);
+	pages = folio_pages(folio);
+	v = bpf_map_lookup_elem(&nio_cache, &k);
+	if (!v) {
+		bpf_map_update_elem(&nio_cache, &k, &zero, BPF_NOEXIST);
+		v = bpf_map_lookup_elem(&nio_cache, &k);
+		if (!v)
+			return;
+	}
+	if (insert)
+		__sync_fetch_and_add(&v->inserted_pages, pages);
+	else
+		__sync_fetch_and_add(&v->removed_pages, pages);
+}
+
+/* VM_FAULT_ERROR | VM_FAULT_RETRY: no page was mapped. */
+#define FAULT_NO_PAGE 0x0c73u
+
+static __always_inline void fault_done(struct vm_fault *vmf, unsigned int ret)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	struct fault_key k = {};
+	struct page *page;
+	struct file *f;
+	__u64 one = 1, *v;
+
+	if (ret & FAULT_NO_PAGE || !wanted(id >> 32))
+		return;
+	page = BPF_CORE_READ(vmf, page);
+	f = BPF_CORE_READ(vmf, vma, vm_file);
+	if (!page || !f)
+		return;
+	k.pid = id >> 32;
+	file_id(f, &k.dev, &k.ino);
+	k.data_node = node_of(page);
+	k.cpu_node = bpf_get_numa_node_id();
+	v = bpf_map_lookup_elem(&nio_faults, &k);
+	if (v)
+		__sync_fetch_and_add(v, 1);
+	else
+		bpf_map_update_elem(&nio_faults, &k, &one, BPF_NOEXIST);
+}
+
+/* ---- fentry / fexit ---- */
+
+SEC("fentry/filemap_read")
+int BPF_PROG(nio_fe_rd, struct kiocb *iocb, struct iov_iter *iter)
+{
+	op_enter(BPF_CORE_READ(iocb, ki_filp), KIND_READ, 0,
+		 (__u64)iocb + bpf_core_field_offset(struct kiocb, ki_pos));
+	return 0;
+}
+
+SEC("fexit/filemap_read")
+int BPF_PROG(nio_fx_rd)
+{
+	op_exit();
+	return 0;
+}
+
+/* filemap_splice_read(in, ppos, pipe, len, flags) */
+SEC("fentry/filemap_splice_read")
+int BPF_PROG(nio_fe_splice, struct file *in, long long *ppos)
+{
+	op_enter(in, KIND_READ, 0, (__u64)ppos);
+	return 0;
+}
+
+SEC("fexit/filemap_splice_read")
+int BPF_PROG(nio_fx_splice)
+{
+	op_exit();
+	return 0;
+}
+
+/* filemap_get_pages(iocb, iter or count, fbatch, ...): fbatch is the third argument. */
+SEC("fexit/filemap_get_pages")
+int BPF_PROG(nio_fx_batch, void *iocb, void *x, struct folio_batch *fb)
+{
+	batch(fb);
+	return 0;
+}
+
+SEC("fentry/shmem_file_read_iter")
+int BPF_PROG(nio_fe_shrd, struct kiocb *iocb, struct iov_iter *iter)
+{
+	op_enter(BPF_CORE_READ(iocb, ki_filp), KIND_READ, (__u64)iter, 0);
+	return 0;
+}
+
+SEC("fexit/shmem_file_read_iter")
+int BPF_PROG(nio_fx_shrd)
+{
+	op_exit();
+	return 0;
+}
+
+SEC("fentry/generic_perform_write")
+int BPF_PROG(nio_fe_wr, struct kiocb *iocb, struct iov_iter *iter)
+{
+	op_enter(BPF_CORE_READ(iocb, ki_filp), KIND_WRITE, (__u64)iter, 0);
+	return 0;
+}
+
+SEC("fexit/generic_perform_write")
+int BPF_PROG(nio_fx_wr)
+{
+	op_exit();
+	return 0;
+}
+
+SEC("fentry/iomap_file_buffered_write")
+int BPF_PROG(nio_fe_iomapwr, struct kiocb *iocb, struct iov_iter *iter)
+{
+	op_enter(BPF_CORE_READ(iocb, ki_filp), KIND_WRITE, (__u64)iter, 0);
+	return 0;
+}
+
+SEC("fexit/iomap_file_buffered_write")
+int BPF_PROG(nio_fx_iomapwr)
+{
+	op_exit();
+	return 0;
+}
+
+/* shmem_get_folio(inode, index, [write_end,] foliop, sgp): the folio pointer is the
+ * second-to-last argument (four arguments before 6.10, five since). */
+SEC("fexit/shmem_get_folio")
+int nio_fx_shget(unsigned long long *ctx)
+{
+	__u64 nargs = bpf_get_func_arg_cnt(ctx), foliop = 0, ret = 0;
+	struct folio *folio = 0;
+
+	if (nargs < 2 || bpf_get_func_ret(ctx, &ret) || ret)
+		return 0;
+	if (bpf_get_func_arg(ctx, (__u32)(nargs - 2), &foliop) || !foliop)
+		return 0;
+	bpf_probe_read_kernel(&folio, sizeof(folio), (void *)foliop);
+	if (!is_err_or_null(folio))
+		looked_up(folio);
+	return 0;
+}
+
+/* shmem_get_folio_gfp(inode, index, foliop, ...) before 6.10, (inode, index, write_end,
+ * foliop, ...) since: where shmem_get_folio is only a wrapper, the reads call this one. The
+ * third argument is the folio pointer's address (a kernel pointer) or a file offset. */
+SEC("fexit/shmem_get_folio_gfp")
+int nio_fx_shgetgfp(unsigned long long *ctx)
+{
+	__u64 a2 = 0, foliop = 0, ret = 0;
+	struct folio *folio = 0;
+
+	if (bpf_get_func_ret(ctx, &ret) || ret || bpf_get_func_arg(ctx, 2, &a2))
+		return 0;
+	if (a2 >= 0xffff800000000000ull)
+		foliop = a2;
+	else if (bpf_get_func_arg(ctx, 3, &foliop))
+		return 0;
+	if (!foliop)
+		return 0;
+	bpf_probe_read_kernel(&folio, sizeof(folio), (void *)foliop);
+	if (!is_err_or_null(folio))
+		looked_up(folio);
+	return 0;
+}
+
+/* __filemap_get_folio(mapping, index, fgp_flags, gfp), or since 6.16
+ * __filemap_get_folio_mpol(..., policy) -> folio (NULL or an error if none) */
+SEC("fexit/__filemap_get_folio")
+int nio_fx_get(unsigned long long *ctx)
+{
+	__u64 ret = 0;
+
+	if (!bpf_get_func_ret(ctx, &ret) && !is_err_or_null((void *)ret))
+		looked_up((struct folio *)ret);
+	return 0;
+}
+
+SEC("fexit/filemap_fault")
+int BPF_PROG(nio_fx_fault, struct vm_fault *vmf, unsigned int ret)
+{
+	fault_done(vmf, ret);
+	return 0;
+}
+
+SEC("fexit/shmem_fault")
+int BPF_PROG(nio_fx_shfault, struct vm_fault *vmf, unsigned int ret)
+{
+	fault_done(vmf, ret);
+	return 0;
+}
+
+SEC("tp_btf/mm_filemap_add_to_page_cache")
+int BPF_PROG(nio_tp_add, struct folio *folio)
+{
+	cache_event(folio, true);
+	return 0;
+}
+
+SEC("tp_btf/mm_filemap_delete_from_page_cache")
+int BPF_PROG(nio_tp_del, struct folio *folio)
+{
+	cache_event(folio, false);
+	return 0;
+}
+
+/* ---- kprobe / kretprobe: the same, where BPF trampolines are refused ---- */
+
+SEC("kprobe/filemap_read")
+int BPF_KPROBE(nio_kp_rd, struct kiocb *iocb)
+{
+	op_enter(BPF_CORE_READ(iocb, ki_filp), KIND_READ, 0,
+		 (__u64)iocb + bpf_core_field_offset(struct kiocb, ki_pos));
+	return 0;
+}
+
+SEC("kprobe/filemap_splice_read")
+int BPF_KPROBE(nio_kp_splice, struct file *in, long long *ppos)
+{
+	op_enter(in, KIND_READ, 0, (__u64)ppos);
+	return 0;
+}
+
+/* One return probe ends any of the operations above. */
+SEC("kretprobe/op")
+int BPF_KRETPROBE(nio_kr_op)
+{
+	op_exit();
+	return 0;
+}
+
+SEC("kprobe/filemap_get_pages")
+int BPF_KPROBE(nio_kp_batch, void *iocb, void *x, struct folio_batch *fb)
+{
+	struct op *op = current_op();
+
+	if (op)
+		op->arg = (__u64)fb;
+	return 0;
+}
+
+SEC("kretprobe/filemap_get_pages")
+int BPF_KRETPROBE(nio_kr_batch)
+{
+	struct op *op = current_op();
+
+	if (op && op->arg)
+		batch((struct folio_batch *)op->arg);
+	return 0;
+}

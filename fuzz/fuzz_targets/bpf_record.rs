@@ -1,0 +1,86 @@
+//! The collector's map entries (`numaio_bpf::record::decode_*`): bytes the kernel wrote into
+//! a BPF map. The first input byte picks the map, the second the key's length; the rest is
+//! key then value. An entry decodes only with the map's exact key and value sizes, every
+//! field reads back from its bytes, devices convert to the `st_dev` whose major and minor
+//! are the kernel's, and `since` never invents counts.
+#![no_main]
+use libfuzzer_sys::fuzz_target;
+use numaio_bpf::record::{
+    decode_cache, decode_fault, decode_io, Snapshot, CACHE_KEY_LEN, CACHE_VAL_LEN,
+    FAULT_KEY_LEN, FAULT_VAL_LEN, IO_KEY_LEN, IO_VAL_LEN,
+};
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_ne_bytes(b[at..at + 8].try_into().unwrap())
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_ne_bytes(b[at..at + 4].try_into().unwrap())
+}
+
+fn check_dev(kdev: u64, dev: u64) {
+    assert_eq!(u64::from(libc::major(dev)), (kdev >> 20) & 0xfff, "{kdev:#x}");
+    assert_eq!(u64::from(libc::minor(dev)), kdev & 0xf_ffff, "{kdev:#x}");
+}
+
+fuzz_target!(|data: &[u8]| {
+    let [which, klen, rest @ ..] = data else {
+        return;
+    };
+    let klen = usize::from(*klen).min(rest.len());
+    let (key, val) = rest.split_at(klen);
+    match which % 3 {
+        0 => {
+            let r = decode_io(key, val);
+            let shaped = key.len() == IO_KEY_LEN && val.len() == IO_VAL_LEN;
+            if !shaped {
+                assert!(r.is_none());
+                return;
+            }
+            let pids_ok = u32_at(key, 0) <= i32::MAX as u32 && u32_at(key, 4) <= i32::MAX as u32;
+            assert_eq!(r.is_some(), pids_ok);
+            let Some(r) = r else { return };
+            assert_eq!(r.pid as u32, u32_at(key, 0));
+            assert_eq!(r.tid as u32, u32_at(key, 4));
+            check_dev(u64_at(key, 8), r.dev);
+            assert_eq!(r.ino, u64_at(key, 16));
+            assert_eq!((r.data_node, r.cpu_node), (u32_at(key, 24), u32_at(key, 28)));
+            assert_eq!((r.read_bytes, r.write_bytes), (u64_at(val, 0), u64_at(val, 8)));
+            // Against itself and against nothing: no change, then everything.
+            let s = Snapshot {
+                io: vec![r],
+                ..Default::default()
+            };
+            assert!(s.since(&s).io.is_empty());
+            let all = s.since(&Snapshot::default());
+            assert_eq!(all.io.len(), usize::from(r.read_bytes > 0 || r.write_bytes > 0));
+            assert!(all.io.iter().all(|d| *d == r));
+        }
+        1 => {
+            let r = decode_cache(key, val);
+            if key.len() != CACHE_KEY_LEN || val.len() != CACHE_VAL_LEN {
+                assert!(r.is_none());
+                return;
+            }
+            let r = r.expect("a cache entry of the right size always decodes");
+            check_dev(u64_at(key, 0), r.dev);
+            assert_eq!((r.ino, r.node), (u64_at(key, 8), u32_at(key, 16)));
+            assert_eq!(
+                (r.inserted_pages, r.removed_pages),
+                (u64_at(val, 0), u64_at(val, 8))
+            );
+        }
+        _ => {
+            let r = decode_fault(key, val);
+            if key.len() != FAULT_KEY_LEN || val.len() != FAULT_VAL_LEN {
+                assert!(r.is_none());
+                return;
+            }
+            assert_eq!(r.is_some(), u32_at(key, 0) <= i32::MAX as u32);
+            let Some(r) = r else { return };
+            check_dev(u64_at(key, 8), r.dev);
+            assert_eq!((r.ino, r.faults), (u64_at(key, 16), u64_at(val, 0)));
+            assert_eq!((r.data_node, r.cpu_node), (u32_at(key, 24), u32_at(key, 28)));
+        }
+    }
+});
