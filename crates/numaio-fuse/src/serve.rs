@@ -25,8 +25,9 @@ pub(crate) const TTL: Duration = Duration::from_secs(60);
 /// Every open keeps the kernel's cached pages of the file: all changes to the volume pass
 /// through this mount (the volume is locked while mounted), so they cannot be stale, and
 /// dropping them at each open would send every cached read back to the server. No FLUSH
-/// at close: data reaches `Fs` on each write (no writeback cache) and durability is
-/// fsync's job, so a flush would be a round trip that does nothing.
+/// at close: without the writeback cache data reaches `Fs` on each write, and durability
+/// is fsync's job, so a flush would be a round trip that does nothing. With it the kernel
+/// still writes the file's dirty pages back at close (it ignores this flag there).
 pub(crate) const OPEN_FLAGS: u32 = FopenFlags::FOPEN_KEEP_CACHE
     .union(FopenFlags::FOPEN_NOFLUSH)
     .bits();
@@ -187,6 +188,9 @@ pub(crate) fn serve(
             Err(e) => Err(e),
         },
         Request::Getattr { ino } => fs.getattr(ino).map(|attr| Reply::Attr { attr, ttl: TTL }),
+        Request::Setattr { ino, attr } if obs.writeback_cache() => {
+            setattr_writeback(fs, ino, attr, &caller()).map(|attr| Reply::Attr { attr, ttl: TTL })
+        }
         Request::Setattr { ino, attr } => fs
             .setattr(ino, &attr, &caller())
             .map(|attr| Reply::Attr { attr, ttl: TTL }),
@@ -373,6 +377,43 @@ pub(crate) fn serve(
         }
     };
     r.map_err(|e| e.errno())
+}
+
+/// A SETATTR under the kernel's writeback cache. The kernel keeps the file's mtime and
+/// sends it as a chosen time: when it writes cached times back (at fsync, close, or
+/// before another SETATTR, with the credentials of whoever triggered it) and for a
+/// `touch` it turned into "now" itself. Only its permission checks (which the mount's
+/// default permissions make it do) tell those from a user's chosen time, so the times
+/// are applied as root would; the rest of the change is checked as ever, first, so a
+/// refused change sets no times.
+fn setattr_writeback(
+    fs: &Fs,
+    ino: u64,
+    attr: numaio_fs::SetAttr,
+    c: &Caller,
+) -> Result<FileAttr, FsError> {
+    if attr.atime.is_none() && attr.mtime.is_none() {
+        return fs.setattr(ino, &attr, c);
+    }
+    let times = numaio_fs::SetAttr {
+        atime: attr.atime,
+        mtime: attr.mtime,
+        atime_now: attr.atime_now,
+        mtime_now: attr.mtime_now,
+        ..Default::default()
+    };
+    let rest = numaio_fs::SetAttr {
+        atime: None,
+        mtime: None,
+        atime_now: false,
+        mtime_now: false,
+        ..attr
+    };
+    if rest.mode.is_some() || rest.uid.is_some() || rest.gid.is_some() || rest.size.is_some() {
+        fs.setattr(ino, &rest, c)?;
+    }
+    let root = Caller { uid: 0, ..*c };
+    fs.setattr(ino, &times, &root)
 }
 
 fn empty(_: ()) -> Reply {
