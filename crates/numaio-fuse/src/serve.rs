@@ -365,6 +365,11 @@ pub(crate) fn serve(
         } => fs
             .fallocate(ino, offset, length, mode, &caller())
             .map(empty),
+        // Under the writeback cache the kernel sends LSEEK without writing dirty pages back
+        // first, so the volume may not know the file's end yet (SEEK_DATA/SEEK_HOLE past it
+        // answered ENXIO). ENOSYS has the kernel answer itself from its own size, as for a
+        // file without holes (bindfs's answer too).
+        Request::Lseek { .. } if obs.writeback_cache() => return Err(libc::ENOSYS),
         Request::Lseek {
             ino,
             offset,

@@ -4,7 +4,8 @@
 //! READ the page; O_APPEND appends at the kernel's size; truncates over dirty pages shrink
 //! and extend as on ext4; fsync'd data and the kernel's mtime are on the volume's
 //! power-cut image; another user's write and fsync through a writable file succeed (the
-//! kernel sends its cached times with that user's credentials). Needs root and /dev/fuse
+//! kernel sends its cached times with that user's credentials); SEEK_DATA/SEEK_HOLE see
+//! data not yet written back. Needs root and /dev/fuse
 //! (io_uring mode also a kernel with FUSE over io_uring); skips visibly otherwise.
 
 mod common;
@@ -143,6 +144,24 @@ fn writeback(mode: FuseMode) {
     .unwrap();
     assert_eq!(after_cut(&store, b"shared").0, b"by another user");
     assert_eq!(std::fs::metadata(&p).unwrap().uid(), 0);
+
+    // SEEK_DATA/SEEK_HOLE over data not yet written back: the file is data up to the size
+    // the kernel keeps.
+    {
+        let f = std::fs::File::create(mnt.join("seek")).unwrap();
+        f.write_all_at(&[b's'; 10000], 0).unwrap();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&f);
+        // SAFETY: lseek on an open descriptor.
+        let seek = |off, whence| unsafe { libc::lseek(fd, off, whence) };
+        assert_eq!(seek(0, libc::SEEK_DATA), 0, "{mode:?}");
+        assert_eq!(seek(5000, libc::SEEK_DATA), 5000, "{mode:?}");
+        assert_eq!(seek(0, libc::SEEK_HOLE), 10000, "{mode:?}");
+        assert_eq!(seek(10000, libc::SEEK_DATA), -1, "{mode:?}");
+        assert_eq!(
+            std::io::Error::last_os_error().raw_os_error(),
+            Some(libc::ENXIO)
+        );
+    }
 
     // What fsync did not cover is written back by the unmount.
     {
