@@ -414,11 +414,34 @@ fn setattr_writeback(
         mtime_now: false,
         ..attr
     };
-    if rest.mode.is_some() || rest.uid.is_some() || rest.gid.is_some() || rest.size.is_some() {
+    let only_times =
+        rest.mode.is_none() && rest.uid.is_none() && rest.gid.is_none() && rest.size.is_none();
+    if !only_times {
         fs.setattr(ino, &rest, c)?;
     }
     let root = Caller { uid: 0, ..*c };
-    fs.setattr(ino, &times, &root)
+    match fs.setattr(ino, &times, &root) {
+        // The kernel flushes the cached times of a file it has just seen unlinked after
+        // the volume freed it (at its last release): nothing is left to set. Any other
+        // SETATTR reaches an inode that a name or an open descriptor keeps.
+        Err(FsError::NotFound) if only_times => Ok(FileAttr {
+            ino,
+            kind: Kind::File,
+            mode: 0,
+            uid: 0,
+            gid: 0,
+            nlink: 0,
+            size: 0,
+            blocks: 0,
+            atime: times.atime.unwrap_or(0),
+            mtime: times.mtime.unwrap_or(0),
+            ctime: times.mtime.unwrap_or(0),
+            policy: numaio_fs::PlacementPolicy::WriterLocal,
+            home: None,
+            meta_node: 0,
+        }),
+        r => r,
+    }
 }
 
 fn empty(_: ()) -> Reply {
