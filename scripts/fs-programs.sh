@@ -8,8 +8,9 @@
 # to stdout, raw logs to the scratch directory; numbers belong in docs/fs.md.
 #
 # usage: scripts/fs-programs.sh [options]
-#   --targets LIST     comma list of ext4, bindfs, numaio-classic, numaio-uring
-#                      (default: all four; io_uring needs enable_uring, see --fuse-uring)
+#   --targets LIST     comma list of ext4, bindfs, numaio-classic, numaio-uring, and
+#                      numaio-classic-wb, numaio-uring-wb (mounted -o writeback_cache)
+#                      (default: the first four; io_uring needs enable_uring, see --fuse-uring)
 #   --rounds N         rounds, targets in alternating order (default 3); median and min-max
 #   --quick            small sizes, 1 round, 1 s per stressor: every program runs and is checked
 #   --files N          files for the one-directory rows (default 200000)
@@ -23,7 +24,7 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 say() { printf '[fs-programs] %s\n' "$*" >&2; }
 die() { printf '[fs-programs] ERROR: %s\n' "$*" >&2; exit 2; }
-usage() { sed -n '10,22p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '10,23p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 TARGETS="ext4,bindfs,numaio-classic,numaio-uring" ROUNDS=3 QUICK=0 FILES=200000 ROWS=200000
 STRESS=10 NUMAIO="$ROOT/target/release/numaio" URING=0 JSON="" KEEP=0
@@ -48,7 +49,7 @@ for n in "$ROUNDS" "$FILES" "$ROWS" "$STRESS"; do
     [[ "$n" =~ ^[1-9][0-9]*$ ]] || die "--rounds, --files, --rows and --stress take whole numbers > 0 (got '$n')"
 done
 for t in ${TARGETS//,/ }; do
-    case "$t" in ext4|bindfs|numaio-classic|numaio-uring) ;; *) die "unknown target '$t'" ;; esac
+    case "$t" in ext4|bindfs|numaio-classic|numaio-uring|numaio-classic-wb|numaio-uring-wb) ;; *) die "unknown target '$t'" ;; esac
 done
 [ "$(id -u)" -eq 0 ] || die "run as root: the targets are mounted"
 [ -x "$NUMAIO" ] || die "no numaio binary at $NUMAIO (cargo build --release)"
@@ -104,14 +105,15 @@ mount_target() {
             bindfs "$EXT4/under-bindfs" "$d" || die "bindfs failed"
             mounted+=("$d") ;;
         numaio-*)
-            local img="$EXT4/$t-vol0.img" mode=classic
-            [ "$t" = numaio-uring ] && mode=io-uring
+            local img="$EXT4/$t-vol0.img" mode=classic opts=rw
+            [[ "$t" == numaio-uring* ]] && mode=io-uring
+            [[ "$t" == *-wb ]] && opts=writeback_cache
             if [ ! -e "$img" ]; then
                 "$NUMAIO" mkfs --size 6G --node-of "$img=0" "$img" > "$LOGS/$t-mkfs.log" 2>&1 \
                     || die "numaio mkfs failed: $(tail -3 "$LOGS/$t-mkfs.log")"
             fi
-            "$NUMAIO" mount --fuse-mode "$mode" "$img" "$d" >> "$LOGS/$t-mount.log" 2>&1 \
-                || die "numaio mount --fuse-mode $mode failed: $(tail -3 "$LOGS/$t-mount.log")"
+            "$NUMAIO" mount --fuse-mode "$mode" -o "$opts" "$img" "$d" >> "$LOGS/$t-mount.log" 2>&1 \
+                || die "numaio mount --fuse-mode $mode -o $opts failed: $(tail -3 "$LOGS/$t-mount.log")"
             mounted+=("$d") ;;
     esac
 }

@@ -292,6 +292,15 @@ impl Filesystem for Classic {
         // for attributes only in a listing's first reply, so a large directory listed before
         // it is stat'ed (as `ls -l` does) still costs a LOOKUP per later entry.
         let _ = config.add_capabilities(fuser::InitFlags::FUSE_DO_READDIRPLUS);
+        // Asked for by the mount only: buffered writes then stay in the kernel's page
+        // cache until written back. A kernel without it leaves every write a request.
+        if self.obs.writeback_cache()
+            && config
+                .add_capabilities(fuser::InitFlags::FUSE_WRITEBACK_CACHE)
+                .is_err()
+        {
+            self.obs.set_writeback_cache(false);
+        }
         let uring = self.transport.wants_uring()
             && config
                 .add_capabilities(fuser::InitFlags::FUSE_OVER_IO_URING)

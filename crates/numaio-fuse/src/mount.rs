@@ -38,6 +38,7 @@ pub struct MountConfig {
     fs_name: String,
     subtype: String,
     move_work: Option<(MoveWork, bool)>,
+    writeback_cache: bool,
 }
 
 impl Default for MountConfig {
@@ -67,6 +68,7 @@ impl MountConfig {
             fs_name: "numaio".into(),
             subtype: "numaio".into(),
             move_work: None,
+            writeback_cache: false,
         }
     }
 
@@ -142,6 +144,17 @@ impl MountConfig {
         self
     }
 
+    /// Asks the kernel for its writeback cache (`FUSE_WRITEBACK_CACHE`): buffered writes
+    /// stay in the mount's page cache and reach the volume as the kernel writes pages back
+    /// (at the latest by fsync, close or unmount), and the kernel keeps the file's size,
+    /// mtime and ctime, sending them in SETATTR. Needs default permissions: the kernel
+    /// sends the times it keeps as chosen times, which only its own permission checks tell
+    /// apart from a user's.
+    pub fn with_writeback_cache(mut self, on: bool) -> MountConfig {
+        self.writeback_cache = on;
+        self
+    }
+
     pub fn transport(&self) -> TransportChoice {
         self.transport
     }
@@ -162,6 +175,9 @@ impl MountConfig {
     }
     pub fn fs_name(&self) -> &str {
         &self.fs_name
+    }
+    pub fn writeback_cache(&self) -> bool {
+        self.writeback_cache
     }
 }
 
@@ -260,12 +276,20 @@ pub struct Mount {
 /// (`Fs::unmount`), so what was written is durable.
 pub fn mount(fs: Fs, mountpoint: &Path, cfg: &MountConfig) -> Result<Mount, MountError> {
     let explicit = cfg.transport == TransportChoice::IoUring;
+    if cfg.writeback_cache && !cfg.default_permissions {
+        return Err(MountError::Config(
+            "writeback_cache needs default_permissions: the kernel sends the times it keeps \
+             as chosen times, which only its own permission checks tell apart from a user's"
+                .into(),
+        ));
+    }
     let want = resolve(cfg.transport)?;
     let shown = std::fs::canonicalize(mountpoint).unwrap_or_else(|_| mountpoint.to_path_buf());
     let fs = Arc::new(fs);
     let obs = Arc::new(Observer::new());
     obs.set_mountpoint(&shown.display().to_string());
     obs.set_server_checks(cfg.allow_other && !cfg.default_permissions);
+    obs.set_writeback_cache(cfg.writeback_cache);
     if let Some((mode, over)) = cfg.move_work {
         obs.set_move_work(mode, over);
     }

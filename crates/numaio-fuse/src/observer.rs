@@ -15,6 +15,7 @@ pub struct Observer {
     mover: OnceLock<move_work::ThreadMover>,
     mountpoint: OnceLock<String>,
     server_checks: AtomicBool,
+    writeback_cache: AtomicBool,
     /// READDIR and READDIRPLUS requests served, in either transport.
     listings: AtomicU64,
     /// The largest reply buffer such a request asked for, where the transport says.
@@ -47,6 +48,7 @@ impl Observer {
             mover: OnceLock::new(),
             mountpoint: OnceLock::new(),
             server_checks: AtomicBool::new(false),
+            writeback_cache: AtomicBool::new(false),
             listings: AtomicU64::new(0),
             listing_size: AtomicU64::new(0),
             in_flight: AtomicU64::new(0),
@@ -76,6 +78,17 @@ impl Observer {
     /// Whether the server checks permissions ([`Observer::set_server_checks`]).
     pub fn server_checks(&self) -> bool {
         self.server_checks.load(Ordering::Relaxed)
+    }
+
+    /// Says that INIT is to ask for the kernel's writeback cache; set before serving.
+    pub fn set_writeback_cache(&self, on: bool) {
+        self.writeback_cache.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether the mount asks for the kernel's writeback cache
+    /// ([`Observer::set_writeback_cache`]).
+    pub fn writeback_cache(&self) -> bool {
+        self.writeback_cache.load(Ordering::Relaxed)
     }
 
     /// How long the kernel may keep a name (and the attributes that come with it). When the

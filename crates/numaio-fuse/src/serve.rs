@@ -25,8 +25,9 @@ pub(crate) const TTL: Duration = Duration::from_secs(60);
 /// Every open keeps the kernel's cached pages of the file: all changes to the volume pass
 /// through this mount (the volume is locked while mounted), so they cannot be stale, and
 /// dropping them at each open would send every cached read back to the server. No FLUSH
-/// at close: data reaches `Fs` on each write (no writeback cache) and durability is
-/// fsync's job, so a flush would be a round trip that does nothing.
+/// at close: without the writeback cache data reaches `Fs` on each write, and durability
+/// is fsync's job, so a flush would be a round trip that does nothing. With it the kernel
+/// still writes the file's dirty pages back at close (it ignores this flag there).
 pub(crate) const OPEN_FLAGS: u32 = FopenFlags::FOPEN_KEEP_CACHE
     .union(FopenFlags::FOPEN_NOFLUSH)
     .bits();
@@ -187,6 +188,9 @@ pub(crate) fn serve(
             Err(e) => Err(e),
         },
         Request::Getattr { ino } => fs.getattr(ino).map(|attr| Reply::Attr { attr, ttl: TTL }),
+        Request::Setattr { ino, attr } if obs.writeback_cache() => {
+            setattr_writeback(fs, ino, attr, &caller()).map(|attr| Reply::Attr { attr, ttl: TTL })
+        }
         Request::Setattr { ino, attr } => fs
             .setattr(ino, &attr, &caller())
             .map(|attr| Reply::Attr { attr, ttl: TTL }),
@@ -361,6 +365,11 @@ pub(crate) fn serve(
         } => fs
             .fallocate(ino, offset, length, mode, &caller())
             .map(empty),
+        // Under the writeback cache the kernel sends LSEEK without writing dirty pages back
+        // first, so the volume may not know the file's end yet (SEEK_DATA/SEEK_HOLE past it
+        // answered ENXIO). ENOSYS has the kernel answer itself from its own size, as for a
+        // file without holes (bindfs's answer too).
+        Request::Lseek { .. } if obs.writeback_cache() => return Err(libc::ENOSYS),
         Request::Lseek {
             ino,
             offset,
@@ -373,6 +382,66 @@ pub(crate) fn serve(
         }
     };
     r.map_err(|e| e.errno())
+}
+
+/// A SETATTR under the kernel's writeback cache. The kernel keeps the file's mtime and
+/// sends it as a chosen time: when it writes cached times back (at fsync, close, or
+/// before another SETATTR, with the credentials of whoever triggered it) and for a
+/// `touch` it turned into "now" itself. Only its permission checks (which the mount's
+/// default permissions make it do) tell those from a user's chosen time, so the times
+/// are applied as root would; the rest of the change is checked as ever, first, so a
+/// refused change sets no times.
+fn setattr_writeback(
+    fs: &Fs,
+    ino: u64,
+    attr: numaio_fs::SetAttr,
+    c: &Caller,
+) -> Result<FileAttr, FsError> {
+    if attr.atime.is_none() && attr.mtime.is_none() {
+        return fs.setattr(ino, &attr, c);
+    }
+    let times = numaio_fs::SetAttr {
+        atime: attr.atime,
+        mtime: attr.mtime,
+        atime_now: attr.atime_now,
+        mtime_now: attr.mtime_now,
+        ..Default::default()
+    };
+    let rest = numaio_fs::SetAttr {
+        atime: None,
+        mtime: None,
+        atime_now: false,
+        mtime_now: false,
+        ..attr
+    };
+    let only_times =
+        rest.mode.is_none() && rest.uid.is_none() && rest.gid.is_none() && rest.size.is_none();
+    if !only_times {
+        fs.setattr(ino, &rest, c)?;
+    }
+    let root = Caller { uid: 0, ..*c };
+    match fs.setattr(ino, &times, &root) {
+        // The kernel flushes the cached times of a file it has just seen unlinked after
+        // the volume freed it (at its last release): nothing is left to set. Any other
+        // SETATTR reaches an inode that a name or an open descriptor keeps.
+        Err(FsError::NotFound) if only_times => Ok(FileAttr {
+            ino,
+            kind: Kind::File,
+            mode: 0,
+            uid: 0,
+            gid: 0,
+            nlink: 0,
+            size: 0,
+            blocks: 0,
+            atime: times.atime.unwrap_or(0),
+            mtime: times.mtime.unwrap_or(0),
+            ctime: times.mtime.unwrap_or(0),
+            policy: numaio_fs::PlacementPolicy::WriterLocal,
+            home: None,
+            meta_node: 0,
+        }),
+        r => r,
+    }
 }
 
 fn empty(_: ()) -> Reply {

@@ -98,6 +98,23 @@ enum Cmd {
         #[arg(long)]
         acked: u64,
     },
+    /// Runs the seeded workload on files in DIR (a mounted file system) with buffered
+    /// writes through the kernel, printing `ACK <n> <file>` after each fsync.
+    WriteDir {
+        dir: PathBuf,
+        #[command(flatten)]
+        w: Workload,
+    },
+    /// Checks the files in DIR against the workload: every file fsync'd by the
+    /// acknowledged fsync `acked` holds what that fsync made durable, or later data.
+    CheckDir {
+        dir: PathBuf,
+        #[command(flatten)]
+        w: Workload,
+        /// The last ACK the host saw (0: none).
+        #[arg(long)]
+        acked: u64,
+    },
     /// Mounts (recovery), prints the files and fsck's verdict.
     Check {
         #[command(flatten)]
@@ -279,6 +296,146 @@ fn write(vol: &Volume, w: Workload) -> Result<(), FsError> {
     }
     out(format_args!("WRITER-DONE {acks}"));
     fs.unmount()
+}
+
+fn write_dir(dir: &std::path::Path, w: Workload) -> Result<(), FsError> {
+    use std::os::unix::fs::FileExt;
+    let io = |e| FsError::io(dir, "the workload's buffered writes", e);
+    let mut plan = Plan::new(w.seed, w.files);
+    let mut model: Vec<Option<Vec<u8>>> = vec![None; plan.files];
+    let mut files: Vec<Option<std::fs::File>> = (0..plan.files).map(|_| None).collect();
+    let mut acks = 0u64;
+    for _ in 0..w.steps {
+        let s = plan.next();
+        let len = model[s.file].as_ref().map_or(0, Vec::len) as u64;
+        match &s.op {
+            Op::Create => {
+                files[s.file] = Some(std::fs::File::create(dir.join(name(s.file))).map_err(io)?)
+            }
+            Op::Append(d) => files[s.file]
+                .as_ref()
+                .expect("created")
+                .write_all_at(d, len)
+                .map_err(io)?,
+            Op::Overwrite(off, d) => files[s.file]
+                .as_ref()
+                .expect("created")
+                .write_all_at(d, *off as u64)
+                .map_err(io)?,
+        }
+        apply(&mut model, &s);
+        if s.sync {
+            files[s.file]
+                .as_ref()
+                .expect("created")
+                .sync_all()
+                .map_err(io)?;
+            acks += 1;
+            out(format_args!("ACK {acks} {}", name(s.file)));
+        }
+    }
+    out(format_args!("WRITER-DONE {acks}"));
+    Ok(())
+}
+
+/// What a file may hold after a cut, per byte: its content at its last acknowledged
+/// fsync, or any byte a later step wrote there (or zero past that fsync's length).
+struct Allowed {
+    /// Length and content at the file's last acknowledged fsync; `None`: never fsync'd.
+    synced: Option<Vec<u8>>,
+    /// Per byte, a 256-bit set of the values later steps wrote.
+    later: Vec<[u64; 4]>,
+    max_len: usize,
+}
+
+fn check_dir(dir: &std::path::Path, w: Workload, acked: u64) -> Result<bool, FsError> {
+    let io = |e| FsError::io(dir, "reading the workload's files", e);
+    let mut plan = Plan::new(w.seed, w.files);
+    let mut model: Vec<Option<Vec<u8>>> = vec![None; plan.files];
+    let mut allowed: Vec<Allowed> = (0..plan.files)
+        .map(|_| Allowed {
+            synced: None,
+            later: Vec::new(),
+            max_len: 0,
+        })
+        .collect();
+    let mut acks = 0u64;
+    for _ in 0..w.steps {
+        let s = plan.next();
+        let before = model[s.file].as_ref().map_or(0, Vec::len);
+        apply(&mut model, &s);
+        let a = &mut allowed[s.file];
+        let (off, d): (usize, &[u8]) = match &s.op {
+            Op::Create => (0, &[]),
+            Op::Append(d) => (before, d),
+            Op::Overwrite(off, d) => (*off, d),
+        };
+        if a.later.len() < off + d.len() {
+            a.later.resize(off + d.len(), [0; 4]);
+        }
+        for (i, &b) in d.iter().enumerate() {
+            a.later[off + i][b as usize / 64] |= 1 << (b % 64);
+        }
+        a.max_len = a.max_len.max(model[s.file].as_ref().map_or(0, Vec::len));
+        // An acknowledged fsync: what the file held then is durable, and only what comes
+        // after it may differ.
+        if s.sync && acks < acked {
+            acks += 1;
+            a.synced = model[s.file].clone();
+            a.later.clear();
+        }
+    }
+    let mut ok = true;
+    for (f, a) in allowed.iter().enumerate() {
+        let found = match std::fs::read(dir.join(name(f))) {
+            Ok(v) => Some(v),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(io(e)),
+        };
+        let verdict = match (&a.synced, &found) {
+            (None, _) => Ok("not-synced"),
+            (Some(_), None) => Err("missing".to_string()),
+            (Some(want), Some(got)) if got.len() < want.len() || got.len() > a.max_len => {
+                Err(format!(
+                    "length {} outside {}..={}",
+                    got.len(),
+                    want.len(),
+                    a.max_len
+                ))
+            }
+            (Some(want), Some(got)) => got
+                .iter()
+                .enumerate()
+                .find(|&(i, &b)| {
+                    let later = a
+                        .later
+                        .get(i)
+                        .is_some_and(|m| m[b as usize / 64] & (1 << (b % 64)) != 0);
+                    let synced = match want.get(i) {
+                        Some(&w) => w == b,
+                        None => b == 0,
+                    };
+                    !synced && !later
+                })
+                .map_or(Ok("durable"), |(i, &b)| {
+                    Err(format!(
+                        "byte {i} is {b:#04x}, neither fsync'd nor written later"
+                    ))
+                }),
+        };
+        match verdict {
+            Ok(v) => out(format_args!(
+                "FILE {} {} {v}",
+                name(f),
+                found.as_ref().map_or(0, Vec::len)
+            )),
+            Err(why) => {
+                ok = false;
+                out(format_args!("FILE {} LOST {why}", name(f)));
+            }
+        }
+    }
+    Ok(ok)
 }
 
 /// Round `i`'s content for `r`: 1 to 20,000 bytes, a pure function of `i`.
@@ -676,6 +833,8 @@ fn main() -> ExitCode {
         Cmd::Write { vol, w } => write(&vol, w).map(|_| true),
         Cmd::Replace { vol, rounds } => replace(&vol, rounds).map(|_| true),
         Cmd::CheckReplace { vol, acked } => check_replace(&vol, acked),
+        Cmd::WriteDir { dir, w } => write_dir(&dir, w).map(|_| true),
+        Cmd::CheckDir { dir, w, acked } => check_dir(&dir, w, acked),
         Cmd::Check {
             vol,
             seed,

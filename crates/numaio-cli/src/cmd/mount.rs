@@ -48,7 +48,11 @@ pub struct MountArgs {
     /// or a directory commits everything at once (`numaio fs sync MOUNTPOINT` or `sync
     /// MOUNTPOINT` do that). A plain `sync` or syncfs(2) cannot: Linux sends FUSE's SYNCFS
     /// only to virtiofs, never to a /dev/fuse server, so after `sync` everything older than
-    /// SECS is durable, not more (docs/fs.md, Durability).
+    /// SECS is durable, not more (docs/fs.md, Durability). writeback_cache keeps buffered
+    /// writes in the kernel's page cache until written back (fsync, close, memory pressure
+    /// or about 30 s later) instead of one request per write; it brings
+    /// default_permissions, and per-node write accounting then names the serving thread's
+    /// node for most writes (docs/fs.md, Writeback cache). Off by default.
     #[arg(short = 'o', value_name = "OPTS")]
     options: Vec<String>,
     /// How the kernel hands requests over: auto (the default: io-uring where the kernel has
@@ -152,6 +156,7 @@ struct Opts {
     read_only: bool,
     allow_other: bool,
     default_permissions: bool,
+    writeback_cache: bool,
     /// The volume's mount options, the commit interval validated.
     mount: MountOptions,
     /// How FUSE serves it: serving threads and ring depth validated.
@@ -167,6 +172,9 @@ impl Opts {
         }
         if self.default_permissions {
             v.push("default_permissions");
+        }
+        if self.writeback_cache {
+            v.push("writeback_cache");
         }
         v
     }
@@ -191,10 +199,12 @@ fn parse_opts(list: &[String], as_root: bool) -> anyhow::Result<Opts> {
         read_only: false,
         allow_other: as_root,
         default_permissions: as_root,
+        writeback_cache: false,
         mount: MountOptions::default(),
         fuse: MountConfig::new(),
     };
     let mut commit = numaio_fs::DEFAULT_COMMIT_SECS;
+    let mut permissions_named = false;
     let number = |opt: &str, v: &str, what: &str| -> anyhow::Result<usize> {
         v.parse().map_err(|_| {
             anyhow::anyhow!(
@@ -210,8 +220,16 @@ fn parse_opts(list: &[String], as_root: bool) -> anyhow::Result<Opts> {
             "rw" => o.read_only = false,
             "allow_other" => o.allow_other = true,
             "noallow_other" => o.allow_other = false,
-            "default_permissions" => o.default_permissions = true,
-            "nodefault_permissions" => o.default_permissions = false,
+            "default_permissions" => {
+                o.default_permissions = true;
+                permissions_named = true;
+            }
+            "nodefault_permissions" => {
+                o.default_permissions = false;
+                permissions_named = true;
+            }
+            "writeback_cache" => o.writeback_cache = true,
+            "nowriteback_cache" => o.writeback_cache = false,
             _ if opt.starts_with("threads=") => {
                 let n = number(opt, &opt["threads=".len()..], "serving threads per node")?;
                 o.fuse = o
@@ -237,10 +255,20 @@ fn parse_opts(list: &[String], as_root: bool) -> anyhow::Result<Opts> {
             }
             other => bail!(
                 "unknown mount option {other:?}: use ro, rw, allow_other, noallow_other, \
-                 default_permissions, nodefault_permissions, threads=N, uring_depth=N, commit=SECS"
+                 default_permissions, nodefault_permissions, writeback_cache, nowriteback_cache, \
+                 threads=N, uring_depth=N, commit=SECS"
             ),
         }
     }
+    // The writeback cache needs the kernel to check permissions (see
+    // MountConfig::with_writeback_cache): it brings default_permissions unless turned off.
+    if o.writeback_cache && !o.default_permissions {
+        if permissions_named {
+            bail!("mount option writeback_cache needs default_permissions");
+        }
+        o.default_permissions = true;
+    }
+    o.fuse = o.fuse.with_writeback_cache(o.writeback_cache);
     o.mount = MountOptions {
         read_only: o.read_only,
         ..Default::default()
@@ -717,5 +745,22 @@ mod tests {
             parse("threads=2").unwrap().names(),
             ["rw", "allow_other", "default_permissions"]
         );
+    }
+
+    #[test]
+    fn writeback_cache_is_asked_for_and_brings_default_permissions() {
+        let parse = |o: &str, root| parse_opts(&[o.to_string()], root);
+        assert!(!parse("", true).unwrap().fuse.writeback_cache());
+        let o = parse("writeback_cache", false).unwrap();
+        assert!(o.fuse.writeback_cache());
+        assert_eq!(o.names(), ["rw", "default_permissions", "writeback_cache"]);
+        assert!(!parse("writeback_cache,nowriteback_cache", true)
+            .unwrap()
+            .fuse
+            .writeback_cache());
+        let e = parse("writeback_cache,nodefault_permissions", true)
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("default_permissions"), "{e}");
     }
 }
