@@ -6,6 +6,10 @@
 //! The reader is `numaio-probe reader`: it loops over a file with read(2) and appends its
 //! own `getcpu` (`... cpu=C node=N ...`) to a report file every 100 ms.
 //!
+//! The eBPF collector stays off here (`--no-ebpf`, `ps --source estimate`): attaching it
+//! while readers run soft-locks these TCG guests (docs/bpf.md); `lab/tests/bpf.rs` tests it
+//! with the measured process stopped while it attaches. These tests are about the decisions.
+//!
 //! Needs `cargo build --release` first (the guest runs `target/release` binaries); run with
 //! `cargo test -p numaio-lab --release --test daemon -- --ignored` (`NUMAIO_LAB_SHOW=1` and
 //! `--nocapture` print the guests' output).
@@ -95,21 +99,21 @@ numactl --cpunodebind=0 numaio-probe reader --file $F --report /tmp/r1 --interva
 R=$!
 sleep 1
 echo "READER $R"
-echo "PS $(numaio ps --json --interval 0.5 $R)"
+echo "PS $(numaio ps --source estimate --json --interval 0.5 $R)"
 echo "WHEREG $(numaio where --json $F)"
 # The reader is pinned by numactl: without --manage-pinned it is left alone.
-numaio daemon --policy follow-data --interval 0.5 --iterations 2 --json --include-pid $R | sed 's/^/DP /'
+numaio daemon --no-ebpf --policy follow-data --interval 0.5 --iterations 2 --json --include-pid $R | sed 's/^/DP /'
 # (d) dry run
-numaio daemon --policy follow-data --interval 0.5 --iterations 3 --json --manage-pinned --dry-run --include-pid $R | sed 's/^/DD /'
+numaio daemon --no-ebpf --policy follow-data --interval 0.5 --iterations 3 --json --manage-pinned --dry-run --include-pid $R | sed 's/^/DD /'
 echo "AFF_D $(grep Cpus_allowed_list /proc/$R/status)"
 echo "NODE_D $(tail -n 1 /tmp/r1)"
 echo "WHERED $(numaio where --json $F)"
 # (e) excluded
-numaio daemon --policy follow-data --interval 0.5 --iterations 3 --json --manage-pinned --exclude-pid $R | sed 's/^/DE /'
+numaio daemon --no-ebpf --policy follow-data --interval 0.5 --iterations 3 --json --manage-pinned --exclude-pid $R | sed 's/^/DE /'
 echo "AFF_E $(grep Cpus_allowed_list /proc/$R/status)"
 echo "NODE_E $(tail -n 1 /tmp/r1)"
 # (a) follow-data
-numaio daemon --policy follow-data --interval 0.5 --iterations 2 --json --manage-pinned --include-pid $R | sed 's/^/DA /'
+numaio daemon --no-ebpf --policy follow-data --interval 0.5 --iterations 2 --json --manage-pinned --include-pid $R | sed 's/^/DA /'
 sleep 0.5
 echo "NODE_A $(tail -n 1 /tmp/r1)"
 echo "AFF_A $(grep Cpus_allowed_list /proc/$R/status)"
@@ -120,7 +124,7 @@ numactl --cpunodebind=0 numaio-probe reader --file $F --report /tmp/r2 --interva
 R2=$!
 sleep 1
 echo "WHEREB0 $(numaio where --json $F)"
-numaio daemon --policy pull-data --interval 0.5 --iterations 2 --json --manage-pinned --include-pid $R2 | sed 's/^/DB /'
+numaio daemon --no-ebpf --policy pull-data --interval 0.5 --iterations 2 --json --manage-pinned --include-pid $R2 | sed 's/^/DB /'
 echo "WHEREB $(numaio where --json $F)"
 echo "NODE_B $(tail -n 1 /tmp/r2)"
 kill $R2
@@ -133,7 +137,7 @@ numactl --cpunodebind=1 numaio-probe reader --file $F --block-size 4K --report /
 R4=$!
 sleep 1
 echo "AUTOPIDS $R3 $R4"
-numaio daemon --policy auto --interval 0.5 --iterations 2 --json --manage-pinned --include-pid $R3 --include-pid $R4 | sed 's/^/DU /'
+numaio daemon --no-ebpf --policy auto --interval 0.5 --iterations 2 --json --manage-pinned --include-pid $R3 --include-pid $R4 | sed 's/^/DU /'
 echo "NODE_U3 $(tail -n 1 /tmp/r3)"
 echo "NODE_U4 $(tail -n 1 /tmp/r4)"
 kill $R3 $R4
@@ -338,16 +342,16 @@ numactl --cpunodebind=1 numaio-probe reader --file $F --report /tmp/cb --interva
 B=$!
 sleep 1
 echo "CPIDS $A $B"
-numaio daemon --policy pull-data --interval 0.5 --iterations 10 --json --manage-pinned --include-pid $A --include-pid $B | sed 's/^/CP /'
+numaio daemon --no-ebpf --policy pull-data --interval 0.5 --iterations 10 --json --manage-pinned --include-pid $A --include-pid $B | sed 's/^/CP /'
 echo "WHEREC $(numaio where --json $F)"
-numaio daemon --policy follow-data --interval 0.5 --iterations 10 --json --manage-pinned --include-pid $A --include-pid $B | sed 's/^/CF /'
+numaio daemon --no-ebpf --policy follow-data --interval 0.5 --iterations 10 --json --manage-pinned --include-pid $A --include-pid $B | sed 's/^/CF /'
 echo "NODE_CA $(tail -n 1 /tmp/ca)"
 echo "NODE_CB $(tail -n 1 /tmp/cb)"
 kill $A $B
 wait $A $B 2>/dev/null
 # (f) a process that exits while the daemon acts on it: each action waits 1.5 s after
 # checking the process, and the short reader exits 1.5 s after it starts.
-NUMAIO_DAEMON_ACT_DELAY_MS=1500 numaio daemon --policy follow-data --interval 0.5 --iterations 14 --json --manage-pinned --exclude-comm sh > /tmp/df.log &
+NUMAIO_DAEMON_ACT_DELAY_MS=1500 numaio daemon --no-ebpf --policy follow-data --interval 0.5 --iterations 14 --json --manage-pinned --exclude-comm sh > /tmp/df.log &
 D=$!
 sleep 1
 numactl --cpunodebind=0 numaio-probe reader --file $G --report /tmp/fs --duration 1.5 &
@@ -363,7 +367,7 @@ sed 's/^/DF /' /tmp/df.log
 echo "NODE_FL $(tail -n 1 /tmp/fl)"
 kill $L
 # ps as an unprivileged user: other users' processes are unreadable, not an error.
-as-nobody numaio ps --json --interval 0.2 > /tmp/psn
+as-nobody numaio ps --source estimate --json --interval 0.2 > /tmp/psn
 echo "PSN_RC $?"
 echo "PSN $(cat /tmp/psn)"
 echo DONE

@@ -1,7 +1,8 @@
 //! Lab test of `numaio top` in a 2-node guest: a reader pinned to node 1 loops over a file
 //! cached on node 0, so node 0's bytes, the reader's and the file's are all remote; after
-//! `numaio move` puts the file on node 1 they are local. Checks `--json --once` (whatever the
-//! source: the estimate, or eBPF where the collector attaches) and the `--once` text.
+//! `numaio move` puts the file on node 1 they are local. Checks `--json --once` and the
+//! `--once` text with the estimate as source: attaching the eBPF collector while the reader
+//! runs soft-locks these TCG guests (docs/bpf.md; `lab/tests/bpf.rs` tests the collector).
 //!
 //! Needs `cargo build --release` first (the guest runs `target/release` binaries); run with
 //! `cargo test -p numaio-lab --release --test top -- --ignored` (`NUMAIO_LAB_SHOW=1` and
@@ -20,10 +21,10 @@ numactl --cpunodebind=1 --membind=1 numaio-probe reader --file $F --report /tmp/
 R=$!
 sleep 1
 echo "READER $R"
-echo "TOP1 $(numaio top --json --once --interval 1)"
-numaio top --once --interval 0.5 | sed 's/^/ONCE /'
+echo "TOP1 $(numaio top --source estimate --json --once --interval 1)"
+numaio top --source estimate --once --interval 0.5 | sed 's/^/ONCE /'
 numaio move $F --to 1 > /dev/null
-echo "TOP2 $(numaio top --json --once --interval 1)"
+echo "TOP2 $(numaio top --source estimate --json --once --interval 1)"
 kill $R
 wait $R 2>/dev/null
 true
