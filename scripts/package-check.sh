@@ -16,7 +16,7 @@ target="${CARGO_TARGET_DIR:-$PWD/target}"
 # it builds against a temporary registry, and cargo takes registry crates as immutable, so
 # in a reused target directory it links a build of an earlier run's package of the same
 # version. The packages unpacked below are path dependencies, rebuilt from what they hold.
-libs=(numaio-testkit numaio-sys numaio-numa numaio-procfs numaio-engine numaio-proc numaio-pagecache numaio-model numaio-cli-support numaio-fs numaio-fuse)
+libs=(numaio-testkit numaio-sys numaio-numa numaio-procfs numaio-bpf numaio-engine numaio-proc numaio-pagecache numaio-model numaio-cli-support numaio-fs numaio-fuse)
 say "cargo package ${libs[*]}"
 cargo package --quiet --allow-dirty --no-verify "${libs[@]/#/-p}"
 version="$(cargo pkgid -p numaio-engine | sed 's/.*[#@]//')"
