@@ -200,15 +200,16 @@ fn header_line(f: &Frame, st: &TopState, interval: Option<f64>) -> String {
         interval.unwrap_or(f.interval_secs),
         f.numa_io_source
     );
-    if let Some(r) = &f.numa_io_fallback_reason {
-        s += &format!(" (eBPF not used: {})", crate::output::escape_message(r));
-    }
     s += &format!("  sort {}", st.sort.as_str());
     if !st.filter.is_empty() {
         s += &format!("  filter {}", quote(&st.filter));
     }
     if st.paused {
         s += "  [paused]";
+    }
+    // Last: the reason can be long, and a narrow terminal cuts the line's end.
+    if let Some(r) = &f.numa_io_fallback_reason {
+        s += &format!("  (eBPF not used: {})", crate::output::escape_message(r));
     }
     s
 }
@@ -633,7 +634,7 @@ mod tests {
         let lines: Vec<&str> = out.lines().collect();
         assert_eq!(
             lines[0],
-            "numaio top  interval 1.0 s  source estimate (eBPF not used: no BTF)  sort total"
+            "numaio top  interval 1.0 s  source estimate  sort total  (eBPF not used: no BTF)"
         );
         assert_eq!(
             lines[2], "NODE  PAGE CACHE   READ/s  WRITE/s  REMOTE",
