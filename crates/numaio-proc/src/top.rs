@@ -333,17 +333,11 @@ impl Frame {
             })
             .collect();
         v.sort_by(|a, b| {
-            let o = match key {
-                SortKey::Total => cmp_f(b.rate.total(), a.rate.total()),
-                SortKey::Read => cmp_f(b.rate.read_bytes_per_sec, a.rate.read_bytes_per_sec),
-                SortKey::Write => cmp_f(b.rate.write_bytes_per_sec, a.rate.write_bytes_per_sec),
-                SortKey::Remote => cmp_f(
-                    b.remote_share.unwrap_or(-1.0),
-                    a.remote_share.unwrap_or(-1.0),
-                ),
-                SortKey::Name => a.comm.cmp(&b.comm),
-                SortKey::Id => a.pid.cmp(&b.pid),
-            };
+            let o = by_numbers(key, (&a.rate, a.remote_share), (&b.rate, b.remote_share))
+                .unwrap_or_else(|| match key {
+                    SortKey::Name => a.comm.cmp(&b.comm),
+                    _ => a.pid.cmp(&b.pid),
+                });
             o.then(a.pid.cmp(&b.pid))
         });
         v
@@ -358,17 +352,11 @@ impl Frame {
             .filter(|f| filter.is_empty() || f.path.contains(filter))
             .collect();
         v.sort_by(|a, b| {
-            let o = match key {
-                SortKey::Total => cmp_f(b.rate.total(), a.rate.total()),
-                SortKey::Read => cmp_f(b.rate.read_bytes_per_sec, a.rate.read_bytes_per_sec),
-                SortKey::Write => cmp_f(b.rate.write_bytes_per_sec, a.rate.write_bytes_per_sec),
-                SortKey::Remote => cmp_f(
-                    b.remote_share.unwrap_or(-1.0),
-                    a.remote_share.unwrap_or(-1.0),
-                ),
-                SortKey::Name => a.path.cmp(&b.path),
-                SortKey::Id => (a.dev, a.ino).cmp(&(b.dev, b.ino)),
-            };
+            let o = by_numbers(key, (&a.rate, a.remote_share), (&b.rate, b.remote_share))
+                .unwrap_or_else(|| match key {
+                    SortKey::Name => a.path.cmp(&b.path),
+                    _ => (a.dev, a.ino).cmp(&(b.dev, b.ino)),
+                });
             o.then((a.dev, a.ino).cmp(&(b.dev, b.ino)))
         });
         v
@@ -413,6 +401,22 @@ fn estimate_files(v: &ProcessView, run: &[u32], files: &mut FileAcc) {
         }
         e.2.insert(v.pid);
     }
+}
+
+/// Two rows by a numeric key, largest first (a row without a remote share last); `None`
+/// for name and id, which each table orders by its own columns.
+fn by_numbers(
+    key: SortKey,
+    (ar, ashare): (&Rate, Option<f64>),
+    (br, bshare): (&Rate, Option<f64>),
+) -> Option<std::cmp::Ordering> {
+    Some(match key {
+        SortKey::Total => cmp_f(br.total(), ar.total()),
+        SortKey::Read => cmp_f(br.read_bytes_per_sec, ar.read_bytes_per_sec),
+        SortKey::Write => cmp_f(br.write_bytes_per_sec, ar.write_bytes_per_sec),
+        SortKey::Remote => cmp_f(bshare.unwrap_or(-1.0), ashare.unwrap_or(-1.0)),
+        SortKey::Name | SortKey::Id => return None,
+    })
 }
 
 fn cmp_f(a: f64, b: f64) -> std::cmp::Ordering {
