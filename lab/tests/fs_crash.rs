@@ -243,14 +243,23 @@ fn check_run(out: &str, run: &Run, ctx: &str) -> BTreeMap<String, usize> {
     verdicts
 }
 
-fn crash_cycles(v: Variant) {
+/// The seed (`NUMAIO_FS_CRASH_SEED`, else the clock) and the number of cuts
+/// (`NUMAIO_FS_CRASH_CUTS`, default 3) of a crash test.
+fn seed_and_cuts() -> (u64, u64) {
     let seed = numaio_testkit::env_u64("NUMAIO_FS_CRASH_SEED", {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(1)
     });
-    let cuts = numaio_testkit::env_u64("NUMAIO_FS_CRASH_CUTS", 3).max(1);
+    (
+        seed,
+        numaio_testkit::env_u64("NUMAIO_FS_CRASH_CUTS", 3).max(1),
+    )
+}
+
+fn crash_cycles(v: Variant) {
+    let (seed, cuts) = seed_and_cuts();
     eprintln!(
         "fs crash test ({v:?}): seed {seed} (NUMAIO_FS_CRASH_SEED={seed} repeats it), {cuts} cuts"
     );
@@ -344,13 +353,7 @@ fn fs_on_pmem_zone_recovers_acknowledged_files_after_power_cuts() {
 /// acknowledged round on (or at the next round's `r.tmp` fsync), never back at an earlier
 /// `r` with `r.tmp` beside it.
 fn replace_cycles(v: Variant) {
-    let seed = numaio_testkit::env_u64("NUMAIO_FS_CRASH_SEED", {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(1)
-    });
-    let cuts = numaio_testkit::env_u64("NUMAIO_FS_CRASH_CUTS", 3).max(1);
+    let (seed, cuts) = seed_and_cuts();
     eprintln!(
         "fs replace test ({v:?}): seed {seed} (NUMAIO_FS_CRASH_SEED={seed} repeats it), {cuts} cuts"
     );
@@ -467,13 +470,7 @@ fn fs_rename_over_with_directory_fsync_survives_power_cuts() {
 /// journal, which SQLite rolls back when it opens the database).
 fn sqlite_cycles(opts: &str) {
     let v = Variant::NodeDisks;
-    let seed = numaio_testkit::env_u64("NUMAIO_FS_CRASH_SEED", {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(1)
-    });
-    let cuts = numaio_testkit::env_u64("NUMAIO_FS_CRASH_CUTS", 3).max(1);
+    let (seed, cuts) = seed_and_cuts();
     eprintln!(
         "fs sqlite test (mount -o commit=3600{opts}): seed {seed} (NUMAIO_FS_CRASH_SEED={seed} repeats it), {cuts} cuts"
     );
@@ -618,13 +615,7 @@ fn fs_sqlite_through_a_writeback_cache_mount_survives_power_cuts() {
 /// what was ever written (a page the kernel had not written back may be old or new).
 fn writeback_cycles() {
     let v = Variant::NodeDisks;
-    let seed = numaio_testkit::env_u64("NUMAIO_FS_CRASH_SEED", {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(1)
-    });
-    let cuts = numaio_testkit::env_u64("NUMAIO_FS_CRASH_CUTS", 3).max(1);
+    let (seed, cuts) = seed_and_cuts();
     eprintln!(
         "fs writeback-cache test: seed {seed} (NUMAIO_FS_CRASH_SEED={seed} repeats it), {cuts} cuts"
     );
