@@ -779,7 +779,7 @@ fn plan_auto(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::config::Filter;
     use crate::sample::FileView;
@@ -787,7 +787,8 @@ mod tests {
     const GB: u64 = 1 << 30;
     const MB: u64 = 1 << 20;
 
-    fn world() -> World {
+    /// Two nodes of two CPUs, 8 GiB free and 20 % busy each.
+    pub(crate) fn world() -> World {
         World {
             nodes: vec![
                 NodeState {

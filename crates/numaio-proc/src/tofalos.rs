@@ -470,32 +470,12 @@ fn finish(
 mod tests {
     use super::*;
     use crate::io_source::{ExactIo, NumaIoSource};
-    use crate::policy::{Action, NodeState};
+    use crate::policy::tests::world;
+    use crate::policy::Action;
     use numaio_numa::IoBytes;
 
     const MB: u64 = 1 << 20;
     const GB: u64 = 1 << 30;
-
-    fn world() -> World {
-        World {
-            nodes: vec![
-                NodeState {
-                    id: 0,
-                    cpus: vec![0, 1],
-                    free_bytes: 8 * GB,
-                    cpu_util: 0.2,
-                },
-                NodeState {
-                    id: 1,
-                    cpus: vec![2, 3],
-                    free_bytes: 8 * GB,
-                    cpu_util: 0.2,
-                },
-            ],
-            now: 100.0,
-            costs: None,
-        }
-    }
 
     fn cfg() -> Config {
         Config {
