@@ -14,13 +14,21 @@ if [ "$(id -u)" -ne 0 ]; then
     SUDO="sudo"
 fi
 export DEBIAN_FRONTEND=noninteractive
-# NUMAIO_SETUP_KERNELS: 1 (default) all of it; 0 all but the lab's guest kernels; only: the
-# guest kernels alone (scripts/test.sh fetches them in the background while it compiles).
-kernels="${NUMAIO_SETUP_KERNELS:-1}"
-case "$kernels" in 0 | 1 | only) ;; *) die "NUMAIO_SETUP_KERNELS must be 0, 1 or only (got '$kernels')" ;; esac
+# NUMAIO_SETUP_PARTS: which parts to set up, a comma list (default all three):
+#   base     apt packages and the Rust toolchain check
+#   tools    tools built with `cargo install` (cargo-fuzz; with NUMAIO_CONFORMANCE=1 also
+#            pjdfstest and fsx): minutes of compiling on a fresh machine
+#   kernels  the lab's guest kernels (downloads)
+# scripts/test.sh sets up `base` first and the other two in the background while it compiles.
+parts="${NUMAIO_SETUP_PARTS:-base,tools,kernels}"
+want() { [[ ",$parts," == *",$1,"* ]]; }
+IFS=, read -ra _parts <<< "$parts"
+for p in "${_parts[@]}"; do
+    case "$p" in base | tools | kernels) ;; *) die "NUMAIO_SETUP_PARTS: unknown part '$p' (known: base, tools, kernels)" ;; esac
+done
 apt_updated=0
 
-if [ "$kernels" != only ]; then
+if want base; then
 
 # qemu: the lab's VM; busybox-static: guest userland; numactl: guest + host tool;
 # e2fsprogs: mkfs.ext4 -d for lab disks; dmsetup: ext4 over dm-linear baseline in the lab; cpio; fio/vmtouch: comparison peers;
@@ -66,6 +74,11 @@ if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 
 fi
 say "rust: $(cargo --version)"
 
+fi # base
+
+if want tools; then
+[ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
+
 # File-system conformance suites (scripts/fs-conformance.sh): pinned versions, installed only
 # when missing or different, and only when asked (NUMAIO_CONFORMANCE=1): the test suite does not
 # run them, and building them costs minutes on a fresh machine.
@@ -94,9 +107,9 @@ else
     say "note: no nightly toolchain; the fuzz and AddressSanitizer steps need one (rustup toolchain install nightly)"
 fi
 
-fi # NUMAIO_SETUP_KERNELS != only
+fi # tools
 
-if [ "$kernels" != 0 ]; then
+if want kernels; then
 # Guest kernel: the package linux-image-cloud-amd64 depends on, extracted once.
 CACHE="${NUMAIO_LAB_CACHE:-lab/cache}"
 meta=linux-image-cloud-amd64
@@ -174,7 +187,7 @@ if [ "${NUMAIO_LAB_KERNEL73:-1}" != 0 ]; then
         say "guest kernel 7.3: $CACHE/kernel/linux-image-$ver/usr/lib/modules/$ver/vmlinuz"
     fi
 fi
-fi # NUMAIO_SETUP_KERNELS != 0
+fi # kernels
 if [ -e /dev/kvm ]; then
     say "note: the lab uses TCG by default (NUMAIO_LAB_ACCEL=kvm tries KVM first)"
 fi

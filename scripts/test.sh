@@ -7,8 +7,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-# The lab's guest kernels download in the background (below): only the lab step needs them.
-NUMAIO_SETUP_KERNELS=0 bash scripts/setup.sh || { echo "[test] setup failed"; exit 1; }
+# Only the base (apt packages, Rust) is set up first: the lab's guest kernels download and the
+# cargo-installed tools (pjdfstest, fsx, cargo-fuzz) build in the background (below), since only
+# later steps need them.
+NUMAIO_SETUP_PARTS=base bash scripts/setup.sh || { echo "[test] setup failed"; exit 1; }
 [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
 
 # Tests that cannot run on a machine skip visibly (numaio-testkit): each skip is logged here
@@ -19,7 +21,7 @@ export NUMAIO_SKIP_LOG="$PWD/target/test-skips.log"
 rm -f "$NUMAIO_SKIP_LOG"
 if [ -n "${CI:-}" ]; then export NUMAIO_REQUIRE="${NUMAIO_REQUIRE:-all}"; fi
 
-names=(); results=(); times=()
+names=(); results=(); times=(); busy=()
 # The test executables of numaio-lab as `cargo test --workspace` built them (cargo prints the
 # same artifacts, fresh, when nothing changed), run as `cargo test -p numaio-lab` runs them:
 # in its directory, library first, then binaries, then tests/*.rs by name, every one even
@@ -51,13 +53,18 @@ for _, _, exe, src in sorted(found):
     echo "lab: $ran test executables, $fail failed"
     [ $fail -eq 0 ]
 }
+# CPU time spent so far, busy and all, in clock ticks (the first line of /proc/stat): a step's
+# share of busy cores says whether making it wait less or compute less would shorten CI.
+cpu_ticks() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9; exit}' /proc/stat; }
 step() {
     local name="$1"; shift
     echo
     echo "== [$name] $*"
-    local t0=$SECONDS
+    local t0=$SECONDS b0 a0 b1 a1
+    read -r b0 a0 < <(cpu_ticks)
     if "$@"; then results+=(PASS); else results+=(FAIL); fi
-    names+=("$name"); times+=($((SECONDS - t0)))
+    read -r b1 a1 < <(cpu_ticks)
+    names+=("$name"); times+=($((SECONDS - t0))); busy+=($(( (a1 > a0) ? 100 * (b1 - b0) / (a1 - a0) : 0 )))
 }
 
 # Set-up work that mostly waits on the network runs in the background while the compiles keep
@@ -75,8 +82,38 @@ bg_wait() {
     cat "target/$1.log"
     return $rc
 }
-bg_start kernels env NUMAIO_SETUP_KERNELS=only bash scripts/setup.sh
+bg_start kernels env NUMAIO_SETUP_PARTS=kernels bash scripts/setup.sh
 bg_start pysetup bash scripts/setup-python.sh
+rm -f target/tools.rc
+# One background job at idle priority (SCHED_IDLE: only on a core that nothing else wants)
+# fills the gaps the compiles and the waiting tests leave: first the cargo-installed tools
+# (setup's `tools` part; target/tools.rc holds its exit status, which the fsconf step waits
+# for), then the builds of loom, ASan and fuzzing, each the engine (and more) again with their
+# own flags in their own target directories. Each of those three steps later runs the same
+# cargo command as before, after the background build: it finds the build done (or finishes a
+# failed one in the foreground and shows its errors).
+have_nightly() { rustup toolchain list 2>/dev/null | grep -q '^nightly'; }
+loom_cmd=(env RUSTFLAGS="--cfg numaio_loom" CARGO_TARGET_DIR=target/loom cargo test -p numaio-engine --release --test loom_slot --test loom_writeback)
+asan_cmd=(env RUSTFLAGS=-Zsanitizer=address CARGO_TARGET_DIR=target/asan cargo +nightly test -p numaio-engine --test stress --test miss_path --target x86_64-unknown-linux-gnu)
+prebuild() {
+    # This background shell and all it starts: SCHED_IDLE (nice 19 where that is refused).
+    chrt --idle -p 0 "$BASHPID" || renice -n 19 -p "$BASHPID"
+    local rc=0
+    NUMAIO_SETUP_PARTS=tools bash scripts/setup.sh > target/tools.log 2>&1 || rc=$?
+    echo "$rc" > target/tools.rc
+    "${loom_cmd[@]}" --no-run
+    if have_nightly; then
+        "${asan_cmd[@]}" --no-run
+        FUZZ_BUILD_ONLY=1 bash scripts/fuzz.sh
+    fi
+}
+bg_start prebuild prebuild
+# The tools step: waits for the background job's first part and shows its output.
+tools_wait() {
+    while [ ! -e target/tools.rc ] && kill -0 "${bg_pids[prebuild]}" 2>/dev/null; do sleep 2; done
+    cat target/tools.log
+    [ "$(cat target/tools.rc 2>/dev/null)" = 0 ]
+}
 
 step fmt      cargo fmt --all -- --check
 step clippy   cargo clippy --workspace --all-targets --keep-going -- -D warnings
@@ -95,36 +132,18 @@ step package  bash scripts/package-check.sh
 # beside fsconf (which mostly waits on FUSE round trips and fsync); the pytest step below
 # collects them.
 bg_start pytest .venv/bin/python -m pytest -q -rs python/tests
-# loom, ASan and fuzzing each build the engine (and more) again with their own flags in their
-# own target directories; nothing else needs those builds. They compile in the background at
-# idle priority (SCHED_IDLE: only on a core that nothing else wants) while fsconf and lab wait
-# on FUSE round trips, fsync and QEMU guests; each of those three steps then runs the same
-# cargo command as before, after the background build: it finds the build done (or finishes
-# a failed one in the foreground and shows its errors).
-have_nightly() { rustup toolchain list 2>/dev/null | grep -q '^nightly'; }
-loom_cmd=(env RUSTFLAGS="--cfg numaio_loom" CARGO_TARGET_DIR=target/loom cargo test -p numaio-engine --release --test loom_slot --test loom_writeback)
-asan_cmd=(env RUSTFLAGS=-Zsanitizer=address CARGO_TARGET_DIR=target/asan cargo +nightly test -p numaio-engine --test stress --test miss_path --target x86_64-unknown-linux-gnu)
-prebuild() {
-    # This background shell and all it starts: SCHED_IDLE (nice 19 where that is refused).
-    chrt --idle -p 0 "$BASHPID" || renice -n 19 -p "$BASHPID"
-    "${loom_cmd[@]}" --no-run
-    if have_nightly; then
-        "${asan_cmd[@]}" --no-run
-        FUZZ_BUILD_ONLY=1 bash scripts/fuzz.sh
-    fi
-}
-bg_start prebuild prebuild
 
 # External file-system suites through `numaio mount` (pjdfstest with the kernel's and with the
 # server's permission checks, fsx plain/mmap/O_DIRECT, fio verify across a remount, and
 # stress-ng's 18 file-system stressors for 6 s each, two at a time), bounded; the long run is
 # documented in docs/fs-conformance.md.
 # Needs root, /dev/fuse and NUMAIO_CONFORMANCE=1 bash scripts/setup.sh (.ci/run sets it).
+step tools    tools_wait
 if command -v pjdfstest >/dev/null || [ -x "$HOME/.cargo/bin/pjdfstest" ]; then
     step fsconf   bash scripts/fs-conformance.sh --target numaio --fsx-ops 20000 --fsx-seeds 1,2 --verify-size 16m --steps pjdfstest,fsx,fio-verify,stress-ng --stress-jobs 2 --stress-secs 6
 else
     echo "SKIPPED: fsconf step: needs pjdfstest and fsx (NUMAIO_CONFORMANCE=1 bash scripts/setup.sh)" | tee -a "$NUMAIO_SKIP_LOG"
-    [ -n "${CI:-}" ] && { names+=(fsconf); results+=(FAIL); times+=(0); }
+    [ -n "${CI:-}" ] && { names+=(fsconf); results+=(FAIL); times+=(0); busy+=(0); }
 fi
 step pytest   bg_wait pytest
 # The lab tests are `#[ignore]`d tests of numaio-lab that the unit step already built: run those
@@ -141,7 +160,7 @@ if have_nightly; then
     step asan "${asan_cmd[@]}"
 else
     echo "SKIPPED: asan step: needs the nightly toolchain (rustup toolchain install nightly)" | tee -a "$NUMAIO_SKIP_LOG"
-    [ -n "${CI:-}" ] && { names+=(asan); results+=(FAIL); times+=(0); }
+    [ -n "${CI:-}" ] && { names+=(asan); results+=(FAIL); times+=(0); busy+=(0); }
 fi
 # Every fuzz target for a fixed number of inputs with a fixed seed, from the seed corpus, so
 # the gate is the same run every time (nightly + cargo-fuzz; see
@@ -149,10 +168,10 @@ fi
 step fuzz     env FUZZ_REQUIRED=1 FUZZ_SEED=1 FUZZ_RUNS=50000 FUZZ_JOBS=2 bash scripts/fuzz.sh 60
 
 echo
-echo "== summary"
+echo "== summary (${SECONDS}s in all)"
 fail=0
 for i in "${!names[@]}"; do
-    printf '%-8s %s  (%ss)\n' "${names[$i]}" "${results[$i]}" "${times[$i]}"
+    printf '%-8s %s  (%ss, cores %s%% busy)\n' "${names[$i]}" "${results[$i]}" "${times[$i]}" "${busy[$i]:-0}"
     [ "${results[$i]}" = PASS ] || fail=1
 done
 if [ -s "$NUMAIO_SKIP_LOG" ]; then

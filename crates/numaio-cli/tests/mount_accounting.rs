@@ -290,12 +290,14 @@ fn accounting_is_exact_per_process_thread_and_node() {
     // the bytes written while ps sampled and none of those before.
     let _open = std::fs::File::open(&file).unwrap();
     let ps = std::process::Command::new(common::BIN)
-        .args(["ps", &pid, "--interval", "3", "--json"])
+        .args(["ps", &pid, "--interval", "4", "--json"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1000));
+    // ps takes its first sample after it has started and scanned /proc: on a loaded machine
+    // that took over a second, so the write waits 1.5 s and still has 2.5 s to finish.
+    std::thread::sleep(Duration::from_millis(1500));
     let mut w = std::fs::OpenOptions::new().write(true).open(&file).unwrap();
     w.write_all(&vec![0xa5u8; MIB]).unwrap();
     w.sync_all().unwrap();
