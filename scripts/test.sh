@@ -45,9 +45,13 @@ for _, _, exe, src in sorted(found):
     print(exe, src)
 ')" || { echo "lab: cargo test --workspace --no-run failed"; return 1; }
     [ -n "$list" ] || { echo "lab: no numaio-lab test executables"; return 1; }
+    local t0 b0 a0 b1 a1
     while read -r exe name; do
         echo "     Running $name (${exe#"$PWD"/})"
+        t0=$SECONDS; read -r b0 a0 < <(cpu_ticks)
         (cd lab && CARGO_MANIFEST_DIR="$PWD" CARGO_PKG_NAME=numaio-lab "$exe" "$@") || fail=$((fail + 1))
+        read -r b1 a1 < <(cpu_ticks)
+        echo "lab: $name: $((SECONDS - t0)) s, cores $(( (a1 > a0) ? 100 * (b1 - b0) / (a1 - a0) : 0 ))% busy"
         ran=$((ran + 1))
     done <<< "$list"
     echo "lab: $ran test executables, $fail failed"
