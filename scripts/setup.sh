@@ -57,6 +57,13 @@ else
     say "apt packages present"
 fi
 
+# The real programs of scripts/fs-programs.sh (its --ci mode is a test step): dbench,
+# PostgreSQL (initdb, pg_ctl, pgbench; installed without a "main" cluster), sqlite3,
+# stress-ng, gcc and make, and zlib's source for its C build (apt-get source through a private
+# apt state in lab/cache/src). A failure here is not fatal: that run says SKIPPED, and fails
+# in CI.
+$SUDO bash scripts/fs-programs.sh --setup || say "warning: scripts/fs-programs.sh --setup failed; its rows will be skipped"
+
 # Rust toolchain (stable, with rustfmt and clippy)
 if ! command -v cargo >/dev/null && [ -x "$HOME/.cargo/bin/cargo" ]; then
     export PATH="$HOME/.cargo/bin:$PATH"
