@@ -18,13 +18,15 @@ export DEBIAN_FRONTEND=noninteractive
 #   base     apt packages and the Rust toolchain check
 #   tools    tools built with `cargo install` (cargo-fuzz; with NUMAIO_CONFORMANCE=1 also
 #            pjdfstest and fsx): minutes of compiling on a fresh machine
+#   programs the real programs of scripts/fs-programs.sh (apt: dbench, PostgreSQL, ...; zlib's
+#            source)
 #   kernels  the lab's guest kernels (downloads)
-# scripts/test.sh sets up `base` first and the other two in the background while it compiles.
-parts="${NUMAIO_SETUP_PARTS:-base,tools,kernels}"
+# scripts/test.sh sets up `base` first and the others in the background while it compiles.
+parts="${NUMAIO_SETUP_PARTS:-base,tools,programs,kernels}"
 want() { [[ ",$parts," == *",$1,"* ]]; }
 IFS=, read -ra _parts <<< "$parts"
 for p in "${_parts[@]}"; do
-    case "$p" in base | tools | kernels) ;; *) die "NUMAIO_SETUP_PARTS: unknown part '$p' (known: base, tools, kernels)" ;; esac
+    case "$p" in base | tools | programs | kernels) ;; *) die "NUMAIO_SETUP_PARTS: unknown part '$p' (known: base, tools, programs, kernels)" ;; esac
 done
 apt_updated=0
 
@@ -56,13 +58,6 @@ if [ ${#missing[@]} -gt 0 ]; then
 else
     say "apt packages present"
 fi
-
-# The real programs of scripts/fs-programs.sh (its --ci mode is a test step): dbench,
-# PostgreSQL (initdb, pg_ctl, pgbench; installed without a "main" cluster), sqlite3,
-# stress-ng, gcc and make, and zlib's source for its C build (apt-get source through a private
-# apt state in lab/cache/src). A failure here is not fatal: that run says SKIPPED, and fails
-# in CI.
-$SUDO bash scripts/fs-programs.sh --setup || say "warning: scripts/fs-programs.sh --setup failed; its rows will be skipped"
 
 # Rust toolchain (stable, with rustfmt and clippy)
 if ! command -v cargo >/dev/null && [ -x "$HOME/.cargo/bin/cargo" ]; then
@@ -115,6 +110,15 @@ else
 fi
 
 fi # tools
+
+if want programs; then
+# The real programs of scripts/fs-programs.sh (its --ci mode is a test step): dbench,
+# PostgreSQL (initdb, pg_ctl, pgbench; installed without a "main" cluster), sqlite3,
+# stress-ng, gcc and make, and zlib's source for its C build (apt-get source through a private
+# apt state in lab/cache/src). A failure here is not fatal: that run says SKIPPED, and fails
+# in CI.
+$SUDO bash scripts/fs-programs.sh --setup || say "warning: scripts/fs-programs.sh --setup failed; its rows will be skipped"
+fi # programs
 
 if want kernels; then
 # Guest kernel: the package linux-image-cloud-amd64 depends on, extracted once.

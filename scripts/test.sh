@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Everything CI checks: setup, formatting, clippy, release build, .deb, unit tests, package
-# check, pytest, file-system conformance, the lab tests (QEMU guests; every file in
+# check, pytest, file-system conformance, real programs on a mount, the lab tests (QEMU guests; every file in
 # lab/tests/), loom, ASan and fuzzing. Prints a summary with each step's time; exits non-zero
 # if any step failed. Work that waits (downloads) or builds for a later step runs in the
 # background where the cores would otherwise idle; every step still checks what it did.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-# Only the base (apt packages, Rust) is set up first: the lab's guest kernels download and the
-# cargo-installed tools (pjdfstest, fsx, cargo-fuzz) build in the background (below), since only
-# later steps need them.
+# Only the base (apt packages, Rust) is set up first: the real programs of fs-programs.sh and
+# the lab's guest kernels download, and the cargo-installed tools (pjdfstest, fsx, cargo-fuzz)
+# build, in the background (below), since only later steps need them.
 NUMAIO_SETUP_PARTS=base bash scripts/setup.sh || { echo "[test] setup failed"; exit 1; }
 [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
 
@@ -86,7 +86,8 @@ bg_wait() {
     cat "target/$1.log"
     return $rc
 }
-bg_start kernels env NUMAIO_SETUP_PARTS=kernels bash scripts/setup.sh
+# One job, so its apt commands never wait on each other's locks.
+bg_start kernels env NUMAIO_SETUP_PARTS=programs,kernels bash scripts/setup.sh
 bg_start pysetup bash scripts/setup-python.sh
 rm -f target/tools.rc
 # One background job at idle priority (SCHED_IDLE: only on a core that nothing else wants)
@@ -154,6 +155,11 @@ step pytest   bg_wait pytest
 # binaries (`cargo test -p numaio-lab` would resolve features for numaio-lab alone and rebuild
 # about 50 units, the workspace crates and every lab test binary included).
 step kernels  bg_wait kernels
+# The real programs of the speed issue's table (tar, git, SQLite, PostgreSQL with a kill -9,
+# dbench, a C build, stress-ng) on numaio, classic and io_uring with the writeback cache, at
+# quick sizes, each checking its data (integrity_check, git fsck, diff -r, pgbench's rows and
+# pg_amcheck): correctness only, never speed. Its programs come with the job above.
+step fsprog   bash scripts/fs-programs.sh --ci --targets numaio-classic,numaio-uring-wb
 step lab      lab_tests --ignored --test-threads=2
 # loom models (the real index, and write-back + fsync + pwrite on one block) need --cfg numaio_loom,
 # so they build in their own target directory and leave the main build cache alone.
