@@ -282,6 +282,18 @@ impl Sources {
         self.fallback_reason.as_deref()
     }
 
+    /// A reader of the collector's per-file page-cache counts, or why there is none.
+    pub fn cache_reader(&self) -> Result<numaio_bpf::CacheReader, String> {
+        match &self.counter {
+            Some(Counter::Bpf(c)) => Ok(c.cache_reader()),
+            Some(Counter::Given(_)) => Err("counts are replayed, not counted".into()),
+            None => Err(self
+                .fallback_reason
+                .clone()
+                .unwrap_or_else(|| "the eBPF collector does not run".into())),
+        }
+    }
+
     /// Whether the eBPF collector is attached.
     pub fn ebpf(&self) -> bool {
         self.counter.is_some()
