@@ -22,7 +22,7 @@
 //! or the daemon's own user), which a loopback TCP port cannot do.
 
 use numaio_bpf::{CacheReader, NetPages, NODE_UNKNOWN};
-use numaio_pagecache::{open_regular, residency_of, WhereOptions};
+use numaio_pagecache::{open_regular, residency_of, FileResidency, OpenFile, WhereOptions};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -485,6 +485,108 @@ pub fn query(
         ));
     }
     Ok(r)
+}
+
+/// Where an answer of `numaio where` came from (`source` in its JSON).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    /// The daemon's collector counts (a baseline scan once, then counted changes).
+    Collector,
+    /// mincore and the pages' nodes, scanned by the asker.
+    Scan,
+}
+
+impl Source {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Collector => "collector",
+            Source::Scan => "scan",
+        }
+    }
+}
+
+/// A file's residency from the collector's counts.
+#[derive(Debug, Clone)]
+pub struct CountedResidency {
+    pub residency: FileResidency,
+    /// Whether this question took the file's baseline (so the answer is a fresh scan by
+    /// the daemon rather than counted changes).
+    pub baseline_new: bool,
+}
+
+/// Asks the daemon on `socket` about `files`: per file, its residency from the collector's
+/// counts, or why it must be scanned. The outer error says why the daemon answers nothing.
+pub fn ask_daemon(
+    socket: &Path,
+    files: &[&OpenFile],
+    timeout: Duration,
+) -> Result<Vec<Result<CountedResidency, String>>, String> {
+    let mut out: Vec<Option<Result<CountedResidency, String>>> = vec![None; files.len()];
+    let mut asked = Vec::new();
+    let mut queries = Vec::new();
+    for (i, f) in files.iter().enumerate() {
+        let abs = std::fs::canonicalize(&f.path)
+            .map_err(|e| format!("cannot resolve {}: {e}", f.path.display()))
+            .and_then(|p| {
+                p.into_os_string()
+                    .into_string()
+                    .map_err(|_| "its path is not UTF-8, which the daemon's protocol needs".into())
+            });
+        match abs {
+            Ok(path) => {
+                asked.push(i);
+                queries.push(FileQuery {
+                    path,
+                    dev: f.meta.dev(),
+                    ino: f.meta.ino(),
+                });
+            }
+            Err(why) => out[i] = Some(Err(why)),
+        }
+    }
+    for (idx, q) in asked
+        .chunks(MAX_FILES_PER_REQUEST)
+        .zip(queries.chunks(MAX_FILES_PER_REQUEST))
+    {
+        let r = query(socket, q, timeout).map_err(|e| e.to_string())?;
+        if let Some(why) = r.unavailable {
+            return Err(format!("the daemon's collector cannot answer: {why}"));
+        }
+        for (&i, a) in idx.iter().zip(r.files) {
+            out[i] = Some(match a {
+                FileAnswer::Counted(c) => Ok(CountedResidency {
+                    residency: counted_residency(files[i], &c),
+                    baseline_new: c.baseline_new,
+                }),
+                FileAnswer::Scan(why) => Err(why),
+            });
+        }
+    }
+    Ok(out
+        .into_iter()
+        .map(|a| a.unwrap_or_else(|| Err("not answered".into())))
+        .collect())
+}
+
+/// A counted answer in `numaio where`'s terms, for the file as the asker opened it.
+pub fn counted_residency(f: &OpenFile, c: &Counted) -> FileResidency {
+    let ps = numaio_sys::page_size() as u64;
+    let (first, end) = numaio_pagecache::page_span(f.size, None, ps);
+    FileResidency {
+        path: f.path.clone(),
+        size_bytes: f.size,
+        pages: end - first,
+        resident_pages: c.nodes.values().sum::<u64>() + c.unknown_node_pages,
+        nodes: c.nodes.clone(),
+        range: None,
+        page_size: ps,
+        evicted_during_query: 0,
+        read_in_during_query: 0,
+        unknown_node_pages: c.unknown_node_pages,
+        mincore_truthful: true,
+        map: None,
+    }
 }
 
 #[cfg(test)]

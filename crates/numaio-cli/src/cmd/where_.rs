@@ -273,6 +273,10 @@ struct JsonFile<'a> {
     source: Source,
     #[serde(skip_serializing_if = "Option::is_none")]
     source_note: Option<&'a str>,
+    /// With the collector: whether this answer was the daemon's baseline scan of the file
+    /// (its first question) rather than counted page-cache changes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    baseline_scanned: Option<bool>,
 }
 
 /// Files asked of the daemon at once (each keeps a descriptor open until answered).
@@ -427,7 +431,7 @@ impl Emit {
             ..Default::default()
         };
         match residency_of(f, &opts) {
-            Ok(r) => self.file(&r, Source::Scan, note),
+            Ok(r) => self.file(&r, Source::Scan, note, None),
             Err(e) => {
                 report_error(&e, a.json);
                 self.errors.push(JsonError::from(&e));
@@ -442,6 +446,7 @@ impl Emit {
         r: &FileResidency,
         source: Source,
         note: Option<&str>,
+        baseline_scanned: Option<bool>,
     ) -> anyhow::Result<()> {
         self.total.add(r);
         self.nfiles += 1;
@@ -452,6 +457,7 @@ impl Emit {
                     r,
                     source,
                     source_note: note,
+                    baseline_scanned,
                 },
             )?,
             None => {
@@ -491,7 +497,7 @@ fn answer_batch(
     };
     for (f, ans) in files.iter().zip(answers) {
         match ans {
-            Ok(r) => em.file(&r, Source::Collector, None)?,
+            Ok(c) => em.file(&c.residency, Source::Collector, None, Some(c.baseline_new))?,
             Err(why) if a.source == "auto" => em.scan(f, a, cell, Some(&why))?,
             Err(why) => {
                 let msg = format!(
