@@ -182,7 +182,7 @@ pub trait SnapshotSource: std::fmt::Debug + Send {
 
 #[derive(Debug)]
 enum Counter {
-    Bpf(numaio_bpf::Collector),
+    Bpf(Box<numaio_bpf::Collector>),
     Given(Box<dyn SnapshotSource>),
 }
 
@@ -220,7 +220,7 @@ impl Sources {
     pub fn new(ebpf: bool) -> Sources {
         let (counter, fallback_reason) = if ebpf {
             match numaio_bpf::Collector::start(&numaio_bpf::CollectorOptions::default()) {
-                Ok(c) => (Some(Counter::Bpf(c)), None),
+                Ok(c) => (Some(Counter::Bpf(Box::new(c))), None),
                 Err(e) => (None, Some(e.reason)),
             }
         } else {

@@ -147,11 +147,15 @@ pub struct Response {
     pub files: Vec<FileAnswer>,
 }
 
+/// Baselines by `(dev, ino)`, and a clock of questions for dropping the least recently
+/// asked.
+type Baselines = (HashMap<(u64, u64), Baseline>, u64);
+
 /// The daemon's side: the collector's counts and the baselines taken so far.
 #[derive(Debug)]
 pub struct Book {
     reader: Result<CacheReader, String>,
-    baselines: Mutex<(HashMap<(u64, u64), Baseline>, u64)>,
+    baselines: Mutex<Baselines>,
 }
 
 fn now_unix() -> f64 {
@@ -277,8 +281,7 @@ impl Book {
         ))
     }
 
-    #[allow(clippy::type_complexity)]
-    fn lock(&self) -> std::sync::MutexGuard<'_, (HashMap<(u64, u64), Baseline>, u64)> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Baselines> {
         self.baselines.lock().unwrap_or_else(|p| p.into_inner())
     }
 
