@@ -6,7 +6,7 @@
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use numaio_bpf::record::{
-    decode_cache, decode_fault, decode_io, Snapshot, CACHE_KEY_LEN, CACHE_VAL_LEN,
+    cache_key, decode_cache, decode_fault, decode_io, Snapshot, CACHE_KEY_LEN, CACHE_VAL_LEN,
     FAULT_KEY_LEN, FAULT_VAL_LEN, IO_KEY_LEN, IO_VAL_LEN,
 };
 
@@ -66,9 +66,25 @@ fuzz_target!(|data: &[u8]| {
             check_dev(u64_at(key, 0), r.dev);
             assert_eq!((r.ino, r.node), (u64_at(key, 8), u32_at(key, 16)));
             assert_eq!(
-                (r.inserted_pages, r.removed_pages),
-                (u64_at(val, 0), u64_at(val, 8))
+                (r.inserted_pages, r.removed_pages, r.migrated_in_pages, r.migrated_out_pages),
+                (u64_at(val, 0), u64_at(val, 8), u64_at(val, 16), u64_at(val, 24))
             );
+            // The key the residency lookups build names the same counters (the device bits
+            // the kernel's s_dev can hold, padding zero).
+            if u64_at(key, 0) >> 32 == 0 && u32_at(key, 20) == 0 {
+                assert_eq!(cache_key(r.dev, r.ino, r.node).as_slice(), key);
+            }
+            // The net change is bounded by what was gained and what was lost.
+            let net = i128::from(r.net_pages());
+            let gained = i128::from(r.inserted_pages) + i128::from(r.migrated_in_pages);
+            let lost = i128::from(r.removed_pages) + i128::from(r.migrated_out_pages);
+            assert!(net <= gained && -net <= lost, "{r:?}");
+            assert_eq!(net, (gained - lost).clamp(-i128::from(i64::MAX), i128::from(i64::MAX)));
+            let s = Snapshot {
+                cache: vec![r],
+                ..Default::default()
+            };
+            assert!(s.since(&s).cache.is_empty());
         }
         _ => {
             let r = decode_fault(key, val);

@@ -53,9 +53,13 @@ struct cache_key {
 	__u32 pad;
 };
 
+/* Pages of one file on one node: inserted into and removed from the page cache, and
+ * migrated to and from the node (the net of the four is the file's residency change there). */
 struct cache_val {
 	__u64 inserted_pages;
 	__u64 removed_pages;
+	__u64 migrated_in_pages;
+	__u64 migrated_out_pages;
 };
 
 struct fault_key {
@@ -105,6 +109,28 @@ struct {
 	__type(key, struct cache_key);
 	__type(value, struct cache_val);
 } nio_cache SEC(".maps");
+
+/* Page-cache events not counted because nio_cache was full: when not 0, per-file counts
+ * are incomplete and user space must not derive residency from them. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} nio_lost SEC(".maps");
+
+/* The folios a migration is moving, by tid, from the kprobe to its return probe. */
+struct migration {
+	__u64 dst;
+	__u64 src;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct migration);
+} nio_migr SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -362,27 +388,79 @@ static __always_inline bool is_err_or_null(const void *p)
 	return !p || (unsigned long)p >= (unsigned long)-4095;
 }
 
-static __always_inline void cache_event(struct folio *folio, bool insert)
+/* The counters of (dev, ino, node), created at 0 if new; NULL (and the loss counted) when
+ * the map is full. */
+static __always_inline struct cache_val *cache_slot(__u64 dev, __u64 ino, __u32 node)
 {
 	struct cache_key k = {};
 	struct cache_val zero = {}, *v;
-	__u64 pages;
+	__u32 z = 0;
+	__u64 *lost;
 
-	k.dev = BPF_CORE_READ(folio, mapping, host, i_sb, s_dev);
-	k.ino = BPF_CORE_READ(folio, mapping, host, i_ino);
-	k.node = node_of(folio);
-	pages = folio_pages(folio);
+	k.dev = dev;
+	k.ino = ino;
+	k.node = node;
+	v = bpf_map_lookup_elem(&nio_cache, &k);
+	if (v)
+		return v;
+	bpf_map_update_elem(&nio_cache, &k, &zero, BPF_NOEXIST);
 	v = bpf_map_lookup_elem(&nio_cache, &k);
 	if (!v) {
-		bpf_map_update_elem(&nio_cache, &k, &zero, BPF_NOEXIST);
-		v = bpf_map_lookup_elem(&nio_cache, &k);
-		if (!v)
-			return;
+		lost = bpf_map_lookup_elem(&nio_lost, &z);
+		if (lost)
+			__sync_fetch_and_add(lost, 1);
 	}
+	return v;
+}
+
+static __always_inline void cache_event(struct folio *folio, bool insert)
+{
+	struct cache_val *v;
+	__u64 pages = folio_pages(folio);
+
+	v = cache_slot(BPF_CORE_READ(folio, mapping, host, i_sb, s_dev),
+		       BPF_CORE_READ(folio, mapping, host, i_ino), node_of(folio));
+	if (!v)
+		return;
 	if (insert)
 		__sync_fetch_and_add(&v->inserted_pages, pages);
 	else
 		__sync_fetch_and_add(&v->removed_pages, pages);
+}
+
+/* PAGE_MAPPING_ANON | PAGE_MAPPING_MOVABLE: the low bits of folio->mapping that mark
+ * anonymous and driver-owned memory, which is not page cache. */
+#define MAPPING_FLAGS 3ul
+
+/* A migration moved `src`'s contents to `dst` (move_to_new_folio succeeded): where `dst`
+ * belongs to a file, its pages left src's node for dst's. At this point dst has taken src's
+ * place in the page cache (dst->mapping is the file's) and both still carry their flags. */
+static __always_inline void migrated(struct folio *dst, struct folio *src)
+{
+	struct address_space *mapping = BPF_CORE_READ(dst, mapping);
+	struct inode *host;
+	struct cache_val *from, *to;
+	__u32 n_from, n_to;
+	__u64 dev, ino, pages;
+
+	if (!mapping || ((unsigned long)mapping & MAPPING_FLAGS))
+		return;
+	host = BPF_CORE_READ(mapping, host);
+	if (!host)
+		return;
+	n_from = node_of(src);
+	n_to = node_of(dst);
+	if (n_from == n_to)
+		return;
+	dev = BPF_CORE_READ(host, i_sb, s_dev);
+	ino = BPF_CORE_READ(host, i_ino);
+	pages = folio_pages(src);
+	from = cache_slot(dev, ino, n_from);
+	to = cache_slot(dev, ino, n_to);
+	if (from)
+		__sync_fetch_and_add(&from->migrated_out_pages, pages);
+	if (to)
+		__sync_fetch_and_add(&to->migrated_in_pages, pages);
 }
 
 /* VM_FAULT_ERROR | VM_FAULT_RETRY: no page was mapped. */
@@ -576,7 +654,41 @@ int BPF_PROG(nio_tp_del, struct folio *folio)
 	return 0;
 }
 
+/* move_to_new_folio(dst, src, mode) -> 0 on success: every migration of a folio (move_pages,
+ * mbind, NUMA balancing, compaction, memory tiering) goes through it. */
+SEC("fexit/move_to_new_folio")
+int BPF_PROG(nio_fx_migrate, struct folio *dst, struct folio *src, int mode, int ret)
+{
+	if (ret == 0)
+		migrated(dst, src);
+	return 0;
+}
+
 /* ---- kprobe / kretprobe: the same, where BPF trampolines are refused ---- */
+
+SEC("kprobe/move_to_new_folio")
+int BPF_KPROBE(nio_kp_migrate, struct folio *dst, struct folio *src)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct migration m = {(__u64)dst, (__u64)src};
+
+	bpf_map_update_elem(&nio_migr, &tid, &m, BPF_ANY);
+	return 0;
+}
+
+SEC("kretprobe/move_to_new_folio")
+int BPF_KRETPROBE(nio_kr_migrate, int ret)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct migration *m = bpf_map_lookup_elem(&nio_migr, &tid);
+
+	if (!m)
+		return 0;
+	if (ret == 0)
+		migrated((struct folio *)m->dst, (struct folio *)m->src);
+	bpf_map_delete_elem(&nio_migr, &tid);
+	return 0;
+}
 
 SEC("kprobe/filemap_read")
 int BPF_KPROBE(nio_kp_rd, struct kiocb *iocb)

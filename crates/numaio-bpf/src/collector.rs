@@ -40,6 +40,9 @@ pub struct Attached {
     pub hooks: Vec<String>,
     /// What is not counted on this kernel, one line each, with the reason.
     pub not_covered: Vec<String>,
+    /// Why per-file residency cannot be kept from the collector's counts here (page-cache
+    /// inserts, removals or migrations are not all traced); `None` when it can.
+    pub residency_unavailable: Option<String>,
 }
 
 /// The attached programs. Dropping it (or the process ending, however it ends) detaches
@@ -48,6 +51,78 @@ pub struct Collector {
     #[cfg(numaio_bpf_object)]
     ebpf: aya::Ebpf,
     attached: Attached,
+    cache: CacheReader,
+}
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        // Readers handed out may outlive the programs; from here on they say so.
+        self.cache
+            .alive
+            .store(false, std::sync::atomic::Ordering::Release);
+    }
+}
+
+/// One file's page-cache changes per node since the collector started: the net of pages
+/// inserted, removed and migrated in and out. Pages whose node could not be decoded are
+/// under [`crate::NODE_UNKNOWN`].
+pub type NetPages = std::collections::BTreeMap<u32, i64>;
+
+/// Reads the collector's per-file page-cache counters from any thread, for as long as the
+/// collector runs (a clone of it after the collector is dropped answers [`Unavailable`]).
+#[derive(Clone)]
+pub struct CacheReader {
+    alive: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    residency_unavailable: Option<String>,
+    #[cfg(numaio_bpf_object)]
+    maps: Option<std::sync::Arc<imp::CacheMaps>>,
+}
+
+impl std::fmt::Debug for CacheReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CacheReader")
+            .field("alive", &self.alive)
+            .field("residency_unavailable", &self.residency_unavailable)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CacheReader {
+    fn new(residency_unavailable: Option<String>) -> CacheReader {
+        CacheReader {
+            alive: std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true)),
+            residency_unavailable,
+            #[cfg(numaio_bpf_object)]
+            maps: None,
+        }
+    }
+
+    /// Whether residency can be derived from the counts: the collector still runs, traces
+    /// every kind of page-cache change on this kernel, and has lost no event to a full map.
+    pub fn residency_ready(&self) -> Result<(), Unavailable> {
+        if !self.alive.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(unavailable("the eBPF collector has stopped"));
+        }
+        if let Some(r) = &self.residency_unavailable {
+            return Err(unavailable(r.clone()));
+        }
+        let lost = imp::lost_events(self)?;
+        if lost > 0 {
+            return Err(unavailable(format!(
+                "the collector's per-file table filled up and {lost} page-cache event(s) went \
+                 uncounted; restart the daemon to count afresh"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The net page-cache change of the file `(dev, ino)` (`st_dev`, `st_ino`) per node since
+    /// the collector started; nodes without change are left out. Counters of several nodes
+    /// are read one after the other, not at one instant.
+    pub fn net_pages(&self, dev: u64, ino: u64) -> Result<NetPages, Unavailable> {
+        self.residency_ready()?;
+        imp::net_pages(self, dev, ino)
+    }
 }
 
 impl std::fmt::Debug for Collector {
@@ -77,6 +152,11 @@ impl Collector {
     /// The hooks attached, the attach mode, and what this kernel leaves uncounted.
     pub fn attached(&self) -> &Attached {
         &self.attached
+    }
+
+    /// A reader of the per-file page-cache counters for other threads.
+    pub fn cache_reader(&self) -> CacheReader {
+        self.cache.clone()
     }
 }
 
@@ -111,16 +191,28 @@ mod imp {
     pub(super) fn snapshot(_c: &Collector) -> Result<Snapshot, Unavailable> {
         Ok(Snapshot::default())
     }
+
+    pub(super) fn lost_events(_r: &CacheReader) -> Result<u64, Unavailable> {
+        Ok(0)
+    }
+
+    pub(super) fn net_pages(
+        _r: &CacheReader,
+        _dev: u64,
+        _ino: u64,
+    ) -> Result<NetPages, Unavailable> {
+        Ok(NetPages::new())
+    }
 }
 
 #[cfg(numaio_bpf_object)]
 mod imp {
     use super::*;
     use crate::record::{
-        decode_cache, decode_fault, decode_io, CACHE_KEY_LEN, CACHE_VAL_LEN, FAULT_KEY_LEN,
-        FAULT_VAL_LEN, IO_KEY_LEN, IO_VAL_LEN,
+        cache_key, decode_cache, decode_fault, decode_io, CACHE_KEY_LEN, CACHE_VAL_LEN,
+        FAULT_KEY_LEN, FAULT_VAL_LEN, IO_KEY_LEN, IO_VAL_LEN, NODE_UNKNOWN,
     };
-    use aya::maps::{HashMap, MapData};
+    use aya::maps::{Array, HashMap, MapData};
     use aya::programs::{BtfTracePoint, FEntry, FExit, KProbe};
     use aya::{Btf, Ebpf, EbpfLoader};
     use std::collections::HashSet;
@@ -186,6 +278,30 @@ mod imp {
             ),
         ],
     };
+
+    const MIGRATION_WHAT: &str = "page-cache migrations between nodes (move_to_new_folio)";
+
+    const MIGRATION_FENTRY: Group = Group {
+        what: MIGRATION_WHAT,
+        required: false,
+        hooks: &[h("nio_fx_migrate", Kind::Exit, &["move_to_new_folio"])],
+    };
+
+    const MIGRATION_KPROBE: Group = Group {
+        what: MIGRATION_WHAT,
+        required: false,
+        hooks: &[
+            h("nio_kr_migrate", Kind::Kretprobe, &["move_to_new_folio"]),
+            h("nio_kp_migrate", Kind::Kprobe, &["move_to_new_folio"]),
+        ],
+    };
+
+    /// The per-file counters' maps, shared by the collector and its [`CacheReader`]s.
+    pub(super) struct CacheMaps {
+        cache: HashMap<MapData, [u8; CACHE_KEY_LEN], [u8; CACHE_VAL_LEN]>,
+        lost: Array<MapData, u64>,
+        nr_nodes: u32,
+    }
 
     const FENTRY_GROUPS: &[Group] = &[
         Group {
@@ -254,6 +370,7 @@ mod imp {
             hooks: &[h("nio_fx_shfault", Kind::Exit, &["shmem_fault"])],
         },
         CACHE,
+        MIGRATION_FENTRY,
     ];
 
     const KPROBE_GROUPS: &[Group] = &[
@@ -276,6 +393,7 @@ mod imp {
             ],
         },
         CACHE,
+        MIGRATION_KPROBE,
     ];
 
     /// An error with its causes, on one line.
@@ -413,7 +531,70 @@ mod imp {
                 ));
             }
         }
-        Ok(Collector { ebpf, attached })
+        // Residency is the net of every change: without one kind of event the per-node
+        // counts would drift, so none is derived.
+        attached.residency_unavailable = attached
+            .not_covered
+            .iter()
+            .find(|l| l.starts_with(CACHE.what) || l.starts_with(MIGRATION_WHAT))
+            .map(|l| format!("per-file residency is not kept on this kernel: {l}"));
+        let maps = take_cache_maps(&mut ebpf, nr_nodes)?;
+        let mut cache = CacheReader::new(attached.residency_unavailable.clone());
+        cache.maps = Some(std::sync::Arc::new(maps));
+        Ok(Collector {
+            ebpf,
+            attached,
+            cache,
+        })
+    }
+
+    fn take_cache_maps(ebpf: &mut Ebpf, nr_nodes: u32) -> Result<CacheMaps, Unavailable> {
+        let take = |ebpf: &mut Ebpf, name: &str| {
+            ebpf.take_map(name)
+                .ok_or_else(|| unavailable(format!("the BPF object has no map {name}")))
+        };
+        let cache = HashMap::try_from(take(ebpf, "nio_cache")?)
+            .map_err(|e| unavailable(format!("map nio_cache: {}", chain(&e))))?;
+        let lost = Array::try_from(take(ebpf, "nio_lost")?)
+            .map_err(|e| unavailable(format!("map nio_lost: {}", chain(&e))))?;
+        Ok(CacheMaps {
+            cache,
+            lost,
+            nr_nodes,
+        })
+    }
+
+    fn maps_of(r: &CacheReader) -> Result<&CacheMaps, Unavailable> {
+        r.maps
+            .as_deref()
+            .ok_or_else(|| unavailable("the collector's page-cache counters are not loaded"))
+    }
+
+    pub(super) fn lost_events(r: &CacheReader) -> Result<u64, Unavailable> {
+        maps_of(r)?
+            .lost
+            .get(&0, 0)
+            .map_err(|e| unavailable(format!("reading map nio_lost: {}", chain(&e))))
+    }
+
+    pub(super) fn net_pages(r: &CacheReader, dev: u64, ino: u64) -> Result<NetPages, Unavailable> {
+        let maps = maps_of(r)?;
+        let mut out = NetPages::new();
+        for node in (0..maps.nr_nodes).chain([NODE_UNKNOWN]) {
+            let key = cache_key(dev, ino, node);
+            match maps.cache.get(&key, 0) {
+                Ok(v) => {
+                    if let Some(rec) = decode_cache(&key, &v) {
+                        if rec.net_pages() != 0 {
+                            out.insert(node, rec.net_pages());
+                        }
+                    }
+                }
+                Err(aya::maps::MapError::KeyNotFound) => {}
+                Err(e) => return Err(unavailable(format!("reading map nio_cache: {}", chain(&e)))),
+            }
+        }
+        Ok(out)
     }
 
     fn attach_group<'a>(
@@ -518,10 +699,25 @@ mod imp {
         Ok(out)
     }
 
+    fn read_cache(r: &CacheReader) -> Result<Vec<crate::record::CacheRecord>, Unavailable> {
+        let mut out = Vec::new();
+        for item in maps_of(r)?.cache.iter() {
+            match item {
+                Ok((k, v)) => out.extend(decode_cache(&k, &v)),
+                // An entry deleted while we walk the map; the walk goes on.
+                Err(aya::maps::MapError::KeyNotFound) => continue,
+                Err(e) => {
+                    return Err(unavailable(format!("reading map nio_cache: {}", chain(&e))));
+                }
+            }
+        }
+        Ok(out)
+    }
+
     pub(super) fn snapshot(c: &Collector) -> Result<Snapshot, Unavailable> {
         let mut s = Snapshot {
             io: read_map::<IO_KEY_LEN, IO_VAL_LEN, _>(&c.ebpf, "nio_io", decode_io)?,
-            cache: read_map::<CACHE_KEY_LEN, CACHE_VAL_LEN, _>(&c.ebpf, "nio_cache", decode_cache)?,
+            cache: read_cache(&c.cache)?,
             faults: read_map::<FAULT_KEY_LEN, FAULT_VAL_LEN, _>(
                 &c.ebpf,
                 "nio_faults",

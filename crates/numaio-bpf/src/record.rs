@@ -20,7 +20,8 @@ pub struct IoRecord {
     pub write_bytes: u64,
 }
 
-/// Pages of one file inserted into (misses) and removed from the page cache on `node`.
+/// Pages of one file inserted into (misses) and removed from the page cache on `node`, and
+/// migrated to and from `node` while cached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct CacheRecord {
     pub dev: u64,
@@ -28,6 +29,23 @@ pub struct CacheRecord {
     pub node: u32,
     pub inserted_pages: u64,
     pub removed_pages: u64,
+    pub migrated_in_pages: u64,
+    pub migrated_out_pages: u64,
+}
+
+impl CacheRecord {
+    /// How many more of the file's pages are cached on `node` than when counting began
+    /// (negative: fewer).
+    pub fn net_pages(&self) -> i64 {
+        let gained = u128::from(self.inserted_pages) + u128::from(self.migrated_in_pages);
+        let lost = u128::from(self.removed_pages) + u128::from(self.migrated_out_pages);
+        let clamp = |v: u128| i64::try_from(v).unwrap_or(i64::MAX);
+        if gained >= lost {
+            clamp(gained - lost)
+        } else {
+            -clamp(lost - gained)
+        }
+    }
 }
 
 /// Page faults by one process on a file mapping whose page was on `data_node`.
@@ -87,15 +105,22 @@ impl Snapshot {
             .cache
             .iter()
             .filter_map(|r| {
-                let (i, o) = before
-                    .get(&cache_key(r))
-                    .map_or((0, 0), |b| (b.inserted_pages, b.removed_pages));
+                let b = before.get(&cache_key(r));
+                let sub = |now: u64, then: fn(&CacheRecord) -> u64| {
+                    now.saturating_sub(b.map_or(0, |b| then(b)))
+                };
                 let d = CacheRecord {
-                    inserted_pages: r.inserted_pages.saturating_sub(i),
-                    removed_pages: r.removed_pages.saturating_sub(o),
+                    inserted_pages: sub(r.inserted_pages, |b| b.inserted_pages),
+                    removed_pages: sub(r.removed_pages, |b| b.removed_pages),
+                    migrated_in_pages: sub(r.migrated_in_pages, |b| b.migrated_in_pages),
+                    migrated_out_pages: sub(r.migrated_out_pages, |b| b.migrated_out_pages),
                     ..*r
                 };
-                (d.inserted_pages > 0 || d.removed_pages > 0).then_some(d)
+                (d.inserted_pages > 0
+                    || d.removed_pages > 0
+                    || d.migrated_in_pages > 0
+                    || d.migrated_out_pages > 0)
+                    .then_some(d)
             })
             .collect();
         let fault_key = |r: &FaultRecord| (r.pid, r.dev, r.ino, r.data_node, r.cpu_node);
@@ -141,7 +166,7 @@ pub const NODE_UNKNOWN: u32 = u32::MAX;
 pub const IO_KEY_LEN: usize = 32;
 pub const IO_VAL_LEN: usize = 16;
 pub const CACHE_KEY_LEN: usize = 24;
-pub const CACHE_VAL_LEN: usize = 16;
+pub const CACHE_VAL_LEN: usize = 32;
 pub const FAULT_KEY_LEN: usize = 32;
 pub const FAULT_VAL_LEN: usize = 8;
 
@@ -154,6 +179,23 @@ pub fn user_dev(kdev: u64) -> u64 {
         | ((major & 0xfff) << 8)
         | ((minor & 0xffff_ff00) << 12)
         | (minor & 0xff)
+}
+
+/// The inverse of [`user_dev`]: a `st_dev` as the kernel's `s_dev` (the key the collector's
+/// maps use).
+pub fn kernel_dev(dev: u64) -> u64 {
+    let major = ((dev >> 32) & 0xffff_f000) | ((dev >> 8) & 0xfff);
+    let minor = ((dev >> 12) & 0xffff_ff00) | (dev & 0xff);
+    ((major & 0xfff) << 20) | (minor & 0xf_ffff)
+}
+
+/// The `nio_cache` key of one file's counters on one node.
+pub fn cache_key(dev: u64, ino: u64, node: u32) -> [u8; CACHE_KEY_LEN] {
+    let mut k = [0u8; CACHE_KEY_LEN];
+    k[0..8].copy_from_slice(&kernel_dev(dev).to_ne_bytes());
+    k[8..16].copy_from_slice(&ino.to_ne_bytes());
+    k[16..20].copy_from_slice(&node.to_ne_bytes());
+    k
 }
 
 fn u32_at(b: &[u8], at: usize) -> Option<u32> {
@@ -196,6 +238,8 @@ pub fn decode_cache(key: &[u8], val: &[u8]) -> Option<CacheRecord> {
         node: u32_at(key, 16)?,
         inserted_pages: u64_at(val, 0)?,
         removed_pages: u64_at(val, 8)?,
+        migrated_in_pages: u64_at(val, 16)?,
+        migrated_out_pages: u64_at(val, 24)?,
     })
 }
 
@@ -278,6 +322,45 @@ mod tests {
     }
 
     #[test]
+    fn kernel_dev_inverts_user_dev() {
+        for (major, minor) in [
+            (8u32, 1u32),
+            (0, 35),
+            (259, 3),
+            (4095, 0xf_ffff),
+            (253, 256),
+        ] {
+            let user = libc::makedev(major, minor);
+            assert_eq!(user_dev(kernel_dev(user)), user, "{major}:{minor}");
+            assert_eq!(
+                kernel_dev(user),
+                (u64::from(major) << 20) | u64::from(minor)
+            );
+        }
+    }
+
+    #[test]
+    fn net_pages_does_not_overflow() {
+        let r = CacheRecord {
+            dev: 0,
+            ino: 1,
+            node: 0,
+            inserted_pages: u64::MAX,
+            removed_pages: 0,
+            migrated_in_pages: u64::MAX,
+            migrated_out_pages: 0,
+        };
+        assert_eq!(r.net_pages(), i64::MAX);
+        let r = CacheRecord {
+            inserted_pages: 0,
+            removed_pages: u64::MAX,
+            migrated_in_pages: 0,
+            ..r
+        };
+        assert_eq!(r.net_pages(), -i64::MAX);
+    }
+
+    #[test]
     fn decodes_io_entries_and_rejects_bad_ones() {
         let key = io_key(7, 8, (8 << 20) | 1, 12, 0, 1);
         let mut val = 4096u64.to_ne_bytes().to_vec();
@@ -308,11 +391,25 @@ mod tests {
         key.extend_from_slice(&99u64.to_ne_bytes());
         key.extend_from_slice(&1u32.to_ne_bytes());
         key.extend_from_slice(&0u32.to_ne_bytes());
-        let mut val = 3u64.to_ne_bytes().to_vec();
-        val.extend_from_slice(&2u64.to_ne_bytes());
+        let mut val = Vec::new();
+        for v in [3u64, 2, 5, 9] {
+            val.extend_from_slice(&v.to_ne_bytes());
+        }
         let c = decode_cache(&key, &val).unwrap();
         assert_eq!((c.dev, c.ino, c.node), (libc::makedev(8, 2), 99, 1));
-        assert_eq!((c.inserted_pages, c.removed_pages), (3, 2));
+        assert_eq!(
+            (
+                c.inserted_pages,
+                c.removed_pages,
+                c.migrated_in_pages,
+                c.migrated_out_pages
+            ),
+            (3, 2, 5, 9)
+        );
+        // 3 in + 5 migrated in - 2 removed - 9 migrated away.
+        assert_eq!(c.net_pages(), -3);
+        assert_eq!(cache_key(c.dev, 99, 1).as_slice(), key.as_slice());
+        assert_eq!(decode_cache(&key, &val[..16]), None);
         let fkey = io_key(7, 0, 1 << 20, 5, 1, 0);
         let f = decode_fault(&fkey, &9u64.to_ne_bytes()).unwrap();
         assert_eq!(

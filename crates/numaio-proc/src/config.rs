@@ -126,11 +126,17 @@ pub struct Collector {
     /// Count each process's page-cache I/O per node exactly with the eBPF collector; where
     /// it cannot run, the daemon says why once and estimates.
     pub ebpf: bool,
+    /// The Unix socket on which the daemon answers `numaio where --source collector` from
+    /// the collector's counts (mode 0600; empty: not served).
+    pub residency_socket: String,
 }
 
 impl Default for Collector {
     fn default() -> Self {
-        Collector { ebpf: true }
+        Collector {
+            ebpf: true,
+            residency_socket: crate::residency::DEFAULT_SOCKET.into(),
+        }
     }
 }
 

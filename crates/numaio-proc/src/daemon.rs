@@ -148,6 +148,12 @@ impl<'a> Daemon<'a> {
         self.sources.ebpf()
     }
 
+    /// What answers residency queries from the collector's counts (or says why it cannot),
+    /// for [`crate::residency::serve`].
+    pub fn residency_book(&self) -> crate::residency::Book {
+        crate::residency::Book::new(self.sources.cache_reader())
+    }
+
     /// Why per-node counts are estimated rather than counted by eBPF.
     pub fn fallback_reason(&self) -> Option<&str> {
         self.sources.fallback_reason()

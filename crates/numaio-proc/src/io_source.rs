@@ -182,7 +182,7 @@ pub trait SnapshotSource: std::fmt::Debug + Send {
 
 #[derive(Debug)]
 enum Counter {
-    Bpf(numaio_bpf::Collector),
+    Bpf(Box<numaio_bpf::Collector>),
     Given(Box<dyn SnapshotSource>),
 }
 
@@ -220,7 +220,7 @@ impl Sources {
     pub fn new(ebpf: bool) -> Sources {
         let (counter, fallback_reason) = if ebpf {
             match numaio_bpf::Collector::start(&numaio_bpf::CollectorOptions::default()) {
-                Ok(c) => (Some(Counter::Bpf(c)), None),
+                Ok(c) => (Some(Counter::Bpf(Box::new(c))), None),
                 Err(e) => (None, Some(e.reason)),
             }
         } else {
@@ -280,6 +280,18 @@ impl Sources {
     /// Why counts are estimated rather than counted by eBPF (`None` when the collector runs).
     pub fn fallback_reason(&self) -> Option<&str> {
         self.fallback_reason.as_deref()
+    }
+
+    /// A reader of the collector's per-file page-cache counts, or why there is none.
+    pub fn cache_reader(&self) -> Result<numaio_bpf::CacheReader, String> {
+        match &self.counter {
+            Some(Counter::Bpf(c)) => Ok(c.cache_reader()),
+            Some(Counter::Given(_)) => Err("counts are replayed, not counted".into()),
+            None => Err(self
+                .fallback_reason
+                .clone()
+                .unwrap_or_else(|| "the eBPF collector does not run".into())),
+        }
     }
 
     /// Whether the eBPF collector is attached.

@@ -20,7 +20,9 @@
 //!   eBPF collector runs, decides, acts and logs one JSON line per decision, with
 //!   [`metrics`] for Prometheus. [`config`] reads the TOML file.
 //! * [`io_source`] chooses where per-node I/O counts come from (the eBPF collector, a numaio
-//!   mount, or the estimate); [`top`] is the data behind `numaio top`.
+//!   mount, or the estimate); [`top`] is the data behind `numaio top`. [`residency`]
+//!   answers `numaio where` from the collector's per-file counts (a baseline scan once per
+//!   file, then counted changes) on the daemon's Unix socket.
 //!
 //! Every read of another process's `/proc` files in a scan goes through
 //! `numaio_procfs::bounded`, which gives up after a time limit, so one process stuck in the
@@ -42,6 +44,7 @@ mod pagecache_glue;
 pub mod pin;
 pub mod policy;
 pub mod replicas;
+pub mod residency;
 pub mod sample;
 pub mod tofalos;
 pub mod top;

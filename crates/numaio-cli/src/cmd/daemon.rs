@@ -48,6 +48,10 @@ pub struct DaemonArgs {
     /// Estimate per-node I/O instead of counting it with the eBPF collector.
     #[arg(long)]
     no_ebpf: bool,
+    /// Answer `numaio where --source collector` on this Unix socket (mode 0600, root and
+    /// the daemon's user only; default /run/numaio/residency.sock; "off" to not serve).
+    #[arg(long, value_name = "PATH")]
+    residency_socket: Option<PathBuf>,
     /// Stop after N intervals (for tests and measurements).
     #[arg(long, value_name = "N", value_parser = crate::args::positive)]
     iterations: Option<u64>,
@@ -194,6 +198,13 @@ fn build_config(a: &DaemonArgs) -> anyhow::Result<Config> {
     }
     if a.no_ebpf {
         c.collector.ebpf = false;
+    }
+    if let Some(p) = &a.residency_socket {
+        c.collector.residency_socket = if p.as_os_str() == "off" {
+            String::new()
+        } else {
+            p.display().to_string()
+        };
     }
     // A bare port binds the loopback address only.
     if let Some(port) = c.metrics.as_deref().and_then(|m| m.parse::<u16>().ok()) {
@@ -434,10 +445,28 @@ pub fn run(a: DaemonArgs) -> anyhow::Result<ExitCode> {
     let iterations = if a.once { Some(1) } else { a.iterations };
     let cache = PageCache;
     let mut sup = Systemd::new(&a, hup);
+    let mut socket = cfg.collector.residency_socket.clone();
     let mut d = Daemon::new(cfg, &cache, metrics, sink)
         .with_mount_reader(Box::new(crate::cmd::sources::NumaioMounts));
-    d.run_supervised(iterations, &stop, &mut sup)?;
+    if !socket.is_empty() {
+        // Residency answers are an extra: a daemon that cannot serve them still places.
+        let served = numaio_proc::residency::bind(std::path::Path::new(&socket))
+            .and_then(|l| numaio_proc::residency::serve(l, Arc::new(d.residency_book())));
+        if let Err(e) = served {
+            crate::warnln!(
+                "residency queries are not served: {e} (give --residency-socket a path the \
+                 daemon may create, or \"off\")"
+            );
+            socket.clear();
+        }
+    }
+    let ran = d.run_supervised(iterations, &stop, &mut sup);
     drop(d);
+    if !socket.is_empty() {
+        // Ours, bound above; a client now finds no daemon rather than a dead socket.
+        let _ = std::fs::remove_file(&socket);
+    }
+    ran?;
     let err = out_err.lock().unwrap_or_else(|p| p.into_inner()).take();
     if let Some(e) = err {
         return Err(crate::output::StdoutError(e).into());

@@ -3,7 +3,10 @@
 use crate::output::{human_bytes, quote};
 use crate::walk::{JsonDoc, Out, WalkArgs};
 use crate::warnln;
-use numaio_pagecache::{residency_of, FileResidency, PagecacheError, Totals, WhereOptions};
+use numaio_pagecache::{
+    residency_of, FileResidency, OpenFile, PagecacheError, Totals, WhereOptions,
+};
+use numaio_proc::residency::{ask_daemon, Source, DEFAULT_SOCKET};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -13,7 +16,7 @@ use std::process::ExitCode;
 #[command(
     after_help = concat!("Columns (-o): RES (resident bytes), PAGES (resident pages), SIZE (file \
     size), FILE, NODES (resident pages per node, N:PAGES,...), PERCENT (resident share), \
-    FILEPAGES (pages examined). Default: RES,PAGES,SIZE,NODES,FILE; -o +COL,... adds to \
+    FILEPAGES (pages examined), SOURCE (collector or scan). Default: RES,PAGES,SIZE,NODES,FILE; -o +COL,... adds to \
     the default. Unlike fincore, -r walks directories (as in vmtouch); fincore's raw output \
     is --raw. A file with several hard links is counted once.\n\n", crate::exit_status_help!())
 )]
@@ -45,6 +48,15 @@ pub struct WhereArgs {
     /// Raw output: columns separated by one space, no alignment, no header, no total line.
     #[arg(long)]
     raw: bool,
+    /// Where answers come from: collector (the numaio daemon's eBPF counts: each file is
+    /// scanned once, then followed by its page-cache events; an error where the daemon
+    /// cannot answer), scan (mincore and the pages' nodes, here), or auto (the collector
+    /// where the daemon can answer, else a scan; --range and --map always scan).
+    #[arg(long, value_name = "SOURCE", default_value = "auto", value_parser = ["auto", "collector", "scan"])]
+    source: String,
+    /// The daemon's residency socket (`numaio daemon --residency-socket`).
+    #[arg(long, value_name = "PATH", default_value = DEFAULT_SOCKET)]
+    socket: PathBuf,
 }
 
 /// A column of the table.
@@ -57,6 +69,7 @@ pub(crate) enum Column {
     Nodes,
     Percent,
     FilePages,
+    Source,
 }
 
 const DEFAULT_COLUMNS: [Column; 5] = [
@@ -77,6 +90,7 @@ impl Column {
             Column::Nodes => "NODES",
             Column::Percent => "PERCENT",
             Column::FilePages => "FILEPAGES",
+            Column::Source => "SOURCE",
         }
     }
 
@@ -86,6 +100,7 @@ impl Column {
             Column::Res | Column::Size if bytes => 14,
             Column::Res | Column::Size | Column::Pages | Column::FilePages => 10,
             Column::Percent => 7,
+            Column::Source => 9,
             Column::Nodes => 16,
             Column::File => 0,
         }
@@ -115,9 +130,10 @@ pub(crate) fn parse_columns(s: &str) -> Result<Columns, String> {
             "NODES" => Column::Nodes,
             "PERCENT" => Column::Percent,
             "FILEPAGES" => Column::FilePages,
+            "SOURCE" => Column::Source,
             other => {
                 return Err(format!(
-                    "unknown column {other:?} (known: RES, PAGES, SIZE, FILE, NODES, PERCENT, FILEPAGES)"
+                    "unknown column {other:?} (known: RES, PAGES, SIZE, FILE, NODES, PERCENT, FILEPAGES, SOURCE)"
                 ))
             }
         };
@@ -145,12 +161,12 @@ impl Table {
     #[cfg(test)]
     fn row(&self, r: &FileResidency) -> String {
         let mut s = String::new();
-        self.row_into(r, &mut s);
+        self.row_into(r, Source::Scan, &mut s);
         s
     }
 
     /// Appends the row of `r` to `out` (no intermediate strings: this runs once per file).
-    fn row_into(&self, r: &FileResidency, out: &mut String) {
+    fn row_into(&self, r: &FileResidency, source: Source, out: &mut String) {
         use std::fmt::Write;
         let bytes = self.bytes;
         let size = |b: u64, out: &mut String| {
@@ -172,6 +188,7 @@ impl Table {
             Column::FilePages => {
                 let _ = write!(out, "{}", r.pages);
             }
+            Column::Source => out.push_str(source.as_str()),
         });
     }
 
@@ -247,6 +264,27 @@ impl From<&PagecacheError> for JsonError {
     }
 }
 
+/// One file in JSON: its residency, where the answer came from, and why an answer was
+/// scanned where the collector was asked for first.
+#[derive(Serialize)]
+struct JsonFile<'a> {
+    #[serde(flatten)]
+    r: &'a FileResidency,
+    source: Source,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    source_note: Option<&'a str>,
+    /// With the collector: whether this answer was the daemon's baseline scan of the file
+    /// (its first question) rather than counted page-cache changes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    baseline_scanned: Option<bool>,
+}
+
+/// Files asked of the daemon at once (each keeps a descriptor open until answered).
+const DAEMON_BATCH: usize = 128;
+
+/// How long the daemon may take to answer a batch (its first answer for a file is a scan).
+const DAEMON_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+
 #[derive(Serialize)]
 struct Rest<'a> {
     total: &'a Totals,
@@ -274,64 +312,63 @@ pub fn run(a: WhereArgs) -> anyhow::Result<ExitCode> {
     };
     let files = a.walk.files(a.batch.as_deref())?;
     let batch_failed = files.batch_failed.clone();
-    let mut out = Out::new();
-    let mut doc = if a.json {
-        Some(JsonDoc::begin(&mut out)?)
-    } else {
-        None
+    let mut ask = match a.source.as_str() {
+        "scan" => false,
+        // No daemon listening: nothing to ask, and rows stream as they are scanned.
+        "auto" if !a.socket.exists() => false,
+        _ if a.range.is_some() || a.map.is_some() => {
+            if a.source == "collector" {
+                crate::usage_bail!(
+                    "--source collector counts whole files: --range and --map need --source scan"
+                );
+            }
+            false
+        }
+        _ => true,
     };
-    // Printed with the first row, so that a run that finds no file prints only errors.
-    let mut header_due = !a.noheadings && !a.raw;
-    let mut errors = Vec::new();
-    let mut total = Totals::default();
-    let mut nfiles = 0u64;
-    let mut row = String::new();
+    let mut em = Emit {
+        out: Out::new(),
+        doc: None,
+        table,
+        header_due: !a.noheadings && !a.raw,
+        errors: Vec::new(),
+        total: Totals::default(),
+        nfiles: 0,
+        row: String::new(),
+    };
+    if a.json {
+        em.doc = Some(JsonDoc::begin(&mut em.out)?);
+    }
+    let mut pending: Vec<OpenFile> = Vec::new();
     for item in files {
         let f = match item {
             Ok(f) => f,
             Err(e) => {
                 report_error(&e, a.json);
-                errors.push(JsonError::from(&e));
+                em.errors.push(JsonError::from(&e));
                 continue;
             }
         };
-        let map_chunk = match (&a.map, cell) {
-            (None, _) => None,
-            (Some(_), Some(c)) => Some(c),
-            (Some(_), None) => Some(auto_cell(f.size, a.range)),
-        };
-        let opts = WhereOptions {
-            range: a.range,
-            map_chunk,
-            ..Default::default()
-        };
-        match residency_of(&f, &opts) {
-            Ok(r) => {
-                total.add(&r);
-                nfiles += 1;
-                match doc.as_mut() {
-                    Some(d) => d.file(&mut out, &r)?,
-                    None => {
-                        row.clear();
-                        if header_due {
-                            row += &table.header();
-                            header_due = false;
-                        }
-                        table.row_into(&r, &mut row);
-                        if r.map.is_some() {
-                            row += &render_map(&r);
-                        }
-                        out.push(&row)?;
-                    }
-                }
-                warn_file(&r);
+        if ask {
+            pending.push(f);
+            if pending.len() >= DAEMON_BATCH {
+                // A daemon that answered nothing is not asked again in this run.
+                ask = answer_batch(&a, cell, &mut em, std::mem::take(&mut pending))?
+                    || a.source == "collector";
             }
-            Err(e) => {
-                report_error(&e, a.json);
-                errors.push(JsonError::from(&e));
-            }
+            continue;
         }
+        em.scan(&f, &a, cell, None)?;
     }
+    answer_batch(&a, cell, &mut em, pending)?;
+    let Emit {
+        mut out,
+        doc,
+        errors,
+        total,
+        nfiles,
+        ..
+    } = em;
     let failed = !errors.is_empty() || batch_failed.get();
     match doc {
         Some(d) => d.end(
@@ -359,6 +396,124 @@ pub fn run(a: WhereArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// The output being written, and what it has summed so far.
+struct Emit {
+    out: Out,
+    doc: Option<JsonDoc>,
+    table: Table,
+    /// Printed with the first row, so that a run that finds no file prints only errors.
+    header_due: bool,
+    errors: Vec<JsonError>,
+    total: Totals,
+    nfiles: u64,
+    row: String,
+}
+
+impl Emit {
+    /// Scans `f` here and prints it; `note` says why the collector did not answer.
+    fn scan(
+        &mut self,
+        f: &OpenFile,
+        a: &WhereArgs,
+        cell: Option<u64>,
+        note: Option<&str>,
+    ) -> anyhow::Result<()> {
+        let map_chunk = match (&a.map, cell) {
+            (None, _) => None,
+            (Some(_), Some(c)) => Some(c),
+            (Some(_), None) => Some(auto_cell(f.size, a.range)),
+        };
+        let opts = WhereOptions {
+            range: a.range,
+            map_chunk,
+            ..Default::default()
+        };
+        match residency_of(f, &opts) {
+            Ok(r) => self.file(&r, Source::Scan, note, None),
+            Err(e) => {
+                report_error(&e, a.json);
+                self.errors.push(JsonError::from(&e));
+                Ok(())
+            }
+        }
+    }
+
+    /// Prints one file's residency.
+    fn file(
+        &mut self,
+        r: &FileResidency,
+        source: Source,
+        note: Option<&str>,
+        baseline_scanned: Option<bool>,
+    ) -> anyhow::Result<()> {
+        self.total.add(r);
+        self.nfiles += 1;
+        match self.doc.as_mut() {
+            Some(d) => d.file(
+                &mut self.out,
+                &JsonFile {
+                    r,
+                    source,
+                    source_note: note,
+                    baseline_scanned,
+                },
+            )?,
+            None => {
+                self.row.clear();
+                if self.header_due {
+                    self.row += &self.table.header();
+                    self.header_due = false;
+                }
+                self.table.row_into(r, source, &mut self.row);
+                if r.map.is_some() {
+                    self.row += &render_map(r);
+                }
+                self.out.push(&self.row)?;
+            }
+        }
+        warn_file(r);
+        Ok(())
+    }
+}
+
+/// Answers `files` from the daemon where it can: with `--source auto` the rest are scanned
+/// (the reason in `source_note`), with `--source collector` they are errors. Returns
+/// whether the daemon answered at all.
+fn answer_batch(
+    a: &WhereArgs,
+    cell: Option<u64>,
+    em: &mut Emit,
+    files: Vec<OpenFile>,
+) -> anyhow::Result<bool> {
+    if files.is_empty() {
+        return Ok(true);
+    }
+    let refs: Vec<&OpenFile> = files.iter().collect();
+    let (answers, answered) = match ask_daemon(&a.socket, &refs, DAEMON_TIMEOUT) {
+        Ok(v) => (v, true),
+        Err(why) => (vec![Err(why); files.len()], false),
+    };
+    for (f, ans) in files.iter().zip(answers) {
+        match ans {
+            Ok(c) => em.file(&c.residency, Source::Collector, None, Some(c.baseline_new))?,
+            Err(why) if a.source == "auto" => em.scan(f, a, cell, Some(&why))?,
+            Err(why) => {
+                let msg = format!(
+                    "{}: not answered from the collector: {why} (use --source scan or auto)",
+                    quote(&f.path)
+                );
+                warnln!("{msg}");
+                em.errors.push(JsonError {
+                    path: Some(f.path.to_string_lossy().into_owned()),
+                    kind: "collector",
+                    error: msg,
+                });
+            }
+        }
+    }
+    Ok(answered)
 }
 
 /// Prints an error on stderr (in JSON mode too: stdout then holds only the JSON).
