@@ -248,6 +248,7 @@ impl LabConfig {
                 kernel_args: &s.kernel_args,
                 timeout: s.timeout,
                 cut,
+                single_thread_tcg: s.single_thread_tcg,
             },
             self.accel,
         )
@@ -338,6 +339,8 @@ pub struct Scenario {
     pub kernel_modules: Vec<String>,
     /// The guest kernel this scenario needs; `None`: `NUMAIO_LAB_KERNEL`, else 6.1.
     pub kernel: Option<GuestKernel>,
+    /// Emulate the vCPUs on one host thread under TCG (see [`Scenario::single_thread_tcg`]).
+    pub single_thread_tcg: bool,
 }
 
 impl Scenario {
@@ -356,7 +359,21 @@ impl Scenario {
             node_pmem: Vec::new(),
             kernel_modules: Vec::new(),
             kernel: None,
+            single_thread_tcg: false,
         }
+    }
+
+    /// Under TCG, runs all vCPUs on one host thread (`-accel tcg,thread=single`) instead of
+    /// one thread each (multi-threaded TCG, QEMU's default). For guests that patch kernel
+    /// code while other CPUs run it (attaching BPF programs while readers run): under
+    /// multi-threaded TCG a vCPU can run into an instruction another vCPU is rewriting
+    /// (`text_poke`), which crashed 7.3 guests; single-threaded, no crash was seen, but such
+    /// an attach took 1-1.5 minutes (docs/bpf.md, lab notes). The guest's CPUs take turns,
+    /// so CPU-bound scenarios run up to as many times slower as they have vCPUs. No effect
+    /// under KVM.
+    pub fn single_thread_tcg(mut self) -> Scenario {
+        self.single_thread_tcg = true;
+        self
     }
 
     /// Boots this Debian kernel (6.1 or 7.3; see [`GuestKernel`]) whatever

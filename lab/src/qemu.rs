@@ -52,6 +52,9 @@ pub struct Launch<'a> {
     pub timeout: Duration,
     /// Kill QEMU (SIGKILL) mid-scenario when this says.
     pub cut: Option<&'a PowerCut>,
+    /// Under TCG, emulate all vCPUs on one host thread (`-accel tcg,thread=single`) instead
+    /// of one thread per vCPU: see [`crate::Scenario::single_thread_tcg`].
+    pub single_thread_tcg: bool,
 }
 
 /// What the console showed.
@@ -99,6 +102,7 @@ fn command(l: &Launch, accel: Accel) -> Command {
     ])
     .args(["-no-reboot", "-monitor", "none"]);
     match accel {
+        Accel::Tcg if l.single_thread_tcg => c.args(["-accel", "tcg,thread=single"]),
         Accel::Tcg => c.args(["-accel", "tcg"]),
         Accel::KvmOrTcg => c.args(["-accel", "kvm", "-cpu", "host"]),
     };

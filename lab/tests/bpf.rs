@@ -1,52 +1,105 @@
-//! The eBPF collector on both guest kernels (Debian 6.1 and 7.3), 2 nodes: a file cached on
-//! node 0 and read (then written) by a process pinned to node 1 is counted ≥ 99 % remote
-//! from data node 0 (of the process's own `rchar`/`wchar` delta); after `numaio move --to 1`
-//! ≥ 99 % local on node 1. On ext4 (the guest disk) and tmpfs. Also exact page-cache insert
-//! and removal counts and exact fault counts for one file.
+//! The eBPF collector through `numaio ps`, on both guest kernels (Debian 6.1 and 7.3), 2
+//! nodes: files cached on node 0 and read (and written) by processes pinned to node 1 are
+//! counted ≥ 99 % remote from data node 0 (of each process's own `rchar`/`wchar` delta over
+//! the interval); after `numaio move --to 1` ≥ 99 % local on node 1. On ext4 (the guest disk)
+//! and tmpfs. Through a numaio mount, `--source ebpf` and `--source mount` count the same
+//! reads. Also the kprobe fallback (6.1), exact page-cache insert and removal counts and
+//! exact fault counts for one file, and no program left after SIGKILL of a collector.
 //!
 //! Needs the release binaries (`cargo build --release --bins`) and both lab kernels; see
 //! lab/README.md.
 
 use numaio_lab::{DiskFile, DiskSpec, GuestKernel, LabTopology, Outcome, Scenario};
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 const MIB: u64 = 1 << 20;
 
 const SCRIPT: &str = r#"
+# Every measured worker has a CPU of node 1 to itself and `numaio ps` runs on CPU 0: workers
+# sharing a CPU lost whole reads and writes from the counts on 7.3 (a preemptible kernel),
+# most likely the kernel's per-CPU recursion guard skipping a BPF program for a task while
+# another task, preempted inside it, holds it (docs/bpf.md).
 mkdir -p /t && mount -t tmpfs t /t
-numactl -m 0 cat /mnt/f.bin > /dev/null
-numactl -m 0 cp /mnt/f.bin /t/f.bin
-# The process runs only while the collector is attached (patching a function's entry while
-# another CPU runs it crashed the 7.3 guest under TCG), so both counts cover the same reads.
-watch() { kill -STOP $1; numaio-probe bpf-io --secs 3 --pid $1 --run-while-attached; kill -CONT $1; }
+numactl -m 0 cat /mnt/f.bin /mnt/w.bin > /dev/null
+numactl -m 0 cp /mnt/f.bin /mnt/w.bin /t/
+# Waits until process $1 has stopped itself (the workers' --stopped).
+stopped() { until grep -q '^State:.T' /proc/$1/status || [ ! -e /proc/$1 ]; do sleep 0.1; done; }
 # Waits (at most 60 s) for a background collector to say it is attached.
 ready() { i=0; while [ ! -e /tmp/ready ] && [ $i -lt 300 ]; do sleep 0.2; i=$((i+1)); done; }
-for kind in disk tmpfs; do
-  if [ $kind = disk ]; then f=/mnt/f.bin; else f=/t/f.bin; fi
-  echo "@@begin $kind-where0"; numaio where --json $f
-  numactl -N 1 numaio-probe reader --file $f --block-size 64K --duration 120 > /dev/null & R=$!
-  sleep 1
-  echo "@@begin $kind-read-remote"; watch $R
-  # The kprobe fallback only on 6.1: on 7.3 under TCG, patching a function's entry for a
-  # kprobe crashed the guest twice (a CPU ran into the half-written instruction).
-  case "$(uname -r)" in 6.1.*) [ $kind = disk ] && { echo "@@begin $kind-read-remote-kprobe"; kill -STOP $R; numaio-probe bpf-io --kprobe --secs 3 --pid $R --run-while-attached; kill -CONT $R; } ;; esac
-  # Moved while the reader is stopped: a page it holds at that moment would stay behind.
-  kill -STOP $R; numaio move --to 1 $f > /dev/null || echo "move failed"
-  echo "@@begin $kind-read-local"; watch $R
-  kill $R; wait $R
-  numaio move --to 0 $f > /dev/null || echo "move failed"
-  numactl -N 1 numaio-probe bpf-io --rewrite $f --bytes 1048576 --secs 120 & W=$!
-  sleep 1
-  echo "@@begin $kind-write-remote"; watch $W
-  kill $W; wait $W
-  # Moved while no one writes: the migration of pages under write is not what is tested.
-  numaio move --to 1 $f > /dev/null || echo "move failed"
-  numactl -N 1 numaio-probe bpf-io --rewrite $f --bytes 1048576 --secs 120 & W=$!
-  sleep 1
-  echo "@@begin $kind-write-local"; watch $W
-  kill $W; wait $W
-done
+# Process $1's rchar and wchar, as one JSON line.
+chars() { awk -v p=$1 '/^rchar/{r=$2} /^wchar/{w=$2} END{printf "{\"pid\": %s, \"rchar\": %s, \"wchar\": %s}\n", p, r, w}' /proc/$1/io; }
+# measure NAME "SOURCE:SECS..." -- PIDS: one `numaio ps --watch SECS --count 2 --json PIDS`
+# per source, started one after the other; the workers (stopped) run only once every ps has
+# printed its first round, so after both of its first samples (/proc's and the collector's),
+# and their fixed I/O is done long before the second round ends: each second round covers
+# exactly the workers' I/O, as the rchar and wchar deltas around it do. A source started
+# earlier needs a longer period, for the later ones' start. The shell waits on pipes, not by
+# polling files: code that runs while the collector patches the kernel is what crashes TCG
+# guests (docs/bpf.md), and a ps started while another attaches would run such code.
+measure() {
+  name=$1; srcs=$2; shift 3
+  for p in "$@"; do stopped $p; done
+  echo "@@begin $name-before"; for p in "$@"; do chars $p; done
+  fd=3; pss=""
+  for sp in $srcs; do
+    s=${sp%:*}; rm -f /tmp/ps-$s; mkfifo /tmp/ps-$s
+    taskset 1 numaio ps --source $s --watch ${sp#*:} --count 2 --json "$@" > /tmp/ps-$s & pss="$pss $!"
+    eval "exec $fd< /tmp/ps-$s"; eval "read -r line <&$fd"; fd=$((fd+1))
+  done
+  kill -CONT "$@"
+  fd=3
+  for sp in $srcs; do
+    s=${sp%:*}; eval "read -r line <&$fd"; eval "exec $fd<&-"; fd=$((fd+1))
+    echo "@@begin $name-$s"; echo "$line"
+  done
+  wait $pss
+  echo "@@begin $name-after"; for p in "$@"; do chars $p; done
+  kill "$@"; wait "$@" 2>/dev/null
+}
+# Workers pinned to CPUs 1-4 of node 1, on ext4 and tmpfs: a reader (4 passes over 4 MiB)
+# and a writer (4 passes over the first MiB, in place).
+workers() {
+  c=1
+  for d in /mnt /t; do
+    numactl -C $c numaio-probe reader --file $d/f.bin --block-size 64K --passes 4 --stopped > /dev/null & W="$W $!"
+    numactl -C $((c+1)) numaio-probe bpf-io --rewrite $d/w.bin --bytes 1048576 --passes 4 --stopped & W="$W $!"
+    c=$((c+2))
+  done
+}
+echo "@@begin where0"; numaio where --json /mnt/f.bin
+W=""; workers; echo "@@begin remote-pids"; echo $W
+measure remote ebpf:3 -- $W
+# The kprobe fallback only on 6.1: on 7.3 under TCG, patching a function's entry for a
+# kprobe crashed the guest twice (a CPU ran into the half-written instruction). The reader
+# runs only while the collector is attached, so both counts cover the same reads.
+case "$(uname -r)" in 6.1.*)
+  numactl -N 1 numaio-probe reader --file /mnt/f.bin --block-size 64K --stopped > /dev/null & R=$!
+  stopped $R
+  echo "@@begin disk-read-remote-kprobe"; numaio-probe bpf-io --kprobe --secs 3 --pid $R --run-while-attached
+  kill $R; kill -CONT $R; wait $R ;;
+esac
+# Moved while no one reads or writes: a page in use at that moment could stay behind.
+sync
+for f in /mnt/f.bin /mnt/w.bin /t/f.bin /t/w.bin; do numaio move --to 1 $f > /dev/null || echo "move of $f failed"; done
+W=""; workers; echo "@@begin local-pids"; echo $W
+measure local ebpf:3 -- $W
+# Through a numaio mount (RAM zones, one per node): files written from node 0 are on node
+# 0's zone. The mount's page cache is dropped, so every byte read reaches the mount (which
+# does not see reads the kernel answers from its cache). Reader A's memory policy puts the
+# cached copy on node 0 too, reader B's on its own node 1; C rewrites in place.
+mkdir -p /v
+numaio mount --zone 0:32M --zone 1:32M /v > /dev/null || exit 12
+for f in a b; do numactl -N 0 -m 0 cp /mnt/f.bin /v/$f.bin; done
+numactl -N 0 -m 0 cp /mnt/w.bin /v/w.bin
+sync; echo 3 > /proc/sys/vm/drop_caches
+numactl -C 1 -m 0 numaio-probe reader --file /v/a.bin --block-size 64K --passes 1 --stopped > /dev/null & M="$!"
+numactl -C 2 numaio-probe reader --file /v/b.bin --block-size 64K --passes 1 --stopped > /dev/null & M="$M $!"
+numactl -C 3 -m 0 numaio-probe bpf-io --rewrite /v/w.bin --bytes 1048576 --passes 4 --stopped & M="$M $!"
+echo "@@begin mount-pids"; echo $M
+measure mount "ebpf:9 mount:3" -- $M
+numaio umount /v || exit 14
 # Page-cache inserts and removals of a file read once on node 1, then dropped.
 echo "@@begin cache-ino"; stat -c "%d %i" /mnt/g.bin
 rm -f /tmp/ready
@@ -85,11 +138,13 @@ echo "@@begin end"
 fn run(k: GuestKernel) -> Outcome {
     let disk = DiskSpec::new()
         .file(DiskFile::pattern("f.bin", 4 * MIB))
+        .file(DiskFile::pattern("w.bin", MIB))
         .file(DiskFile::pattern("g.bin", 2 * MIB))
         .file(DiskFile::pattern("h.bin", 64 * 4096));
-    let out = Scenario::new(LabTopology::from_nodes(&[(1, 512), (1, 512)]), SCRIPT)
+    let out = Scenario::new(LabTopology::from_nodes(&[(1, 512), (4, 512)]), SCRIPT)
         .kernel(k)
         .disk(disk)
+        .fuse()
         .timeout(Duration::from_secs(420))
         .must_run();
     assert_eq!(out.exit_code, 0, "{}", out.report());
@@ -172,19 +227,266 @@ fn file_id(out: &Outcome, section: &str) -> (u64, u64) {
     }
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Dir {
+    Read,
+    Write,
+}
+
+impl Dir {
+    /// The field of `/proc/PID/io` (and of `numaio ps`'s process) that counts it.
+    fn chars(self) -> &'static str {
+        match self {
+            Dir::Read => "rchar",
+            Dir::Write => "wchar",
+        }
+    }
+
+    fn bytes_field(self) -> &'static str {
+        match self {
+            Dir::Read => "read_bytes",
+            Dir::Write => "write_bytes",
+        }
+    }
+}
+
+/// The pids a section lists on one line.
+fn pids(out: &Outcome, section: &str) -> Vec<u64> {
+    out.section(section)
+        .split_whitespace()
+        .map(|w| {
+            w.parse()
+                .unwrap_or_else(|_| panic!("pid {w:?} in {section}\n{}", out.report()))
+        })
+        .collect()
+}
+
+/// `pid → {"rchar", "wchar"}` from a section of `chars` lines.
+fn chars_of(out: &Outcome, section: &str) -> BTreeMap<u64, Value> {
+    out.section(section)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l.trim()).ok())
+        .map(|j| (u(&j["pid"]), j))
+        .collect()
+}
+
+/// One `measure` in the guest: the workers' own byte counts around it and the second round
+/// of each `numaio ps` source.
+struct Round<'a> {
+    k: GuestKernel,
+    name: &'a str,
+    before: BTreeMap<u64, Value>,
+    after: BTreeMap<u64, Value>,
+    ps: BTreeMap<&'a str, Value>,
+    report: String,
+}
+
+/// What one source counted for one process in the round.
+struct Counted {
+    /// `numa<N>_{read,write}_bytes` of the direction, by node.
+    by_node: BTreeMap<u64, u64>,
+    local: u64,
+    remote: u64,
+    json: Value,
+}
+
+impl<'a> Round<'a> {
+    fn new(out: &Outcome, k: GuestKernel, name: &'a str, sources: &[&'a str]) -> Round<'a> {
+        Round {
+            k,
+            name,
+            before: chars_of(out, &format!("{name}-before")),
+            after: chars_of(out, &format!("{name}-after")),
+            ps: sources
+                .iter()
+                .map(|&s| (s, out.section_json(&format!("{name}-{s}"))))
+                .collect(),
+            report: out.report(),
+        }
+    }
+
+    /// The worker's own count of the round (its rchar or wchar delta), checked to be its
+    /// whole fixed amount: then no byte of it fell outside the interval.
+    fn worker_bytes(&self, pid: u64, dir: Dir, expected: u64, what: &str) -> u64 {
+        let f = dir.chars();
+        let (Some(b), Some(a)) = (self.before.get(&pid), self.after.get(&pid)) else {
+            panic!(
+                "{} {}: no {f} of {what} ({pid})\n{}",
+                self.k, self.name, self.report
+            );
+        };
+        let done = u(&a[f]) - u(&b[f]);
+        assert_eq!(
+            done, expected,
+            "{} {}: {what} ({pid}) did {done} bytes ({f} delta), not its {expected}: it did not \
+             finish inside the interval, or did other I/O\n{}",
+            self.k, self.name, self.report
+        );
+        done
+    }
+
+    /// What `source` counted for `pid` in the round; checks that it says it counted (not
+    /// estimated) and that `numaio ps`'s own /proc delta of the round is the worker's.
+    fn counted(&self, pid: u64, source: &str, dir: Dir, what: &str, done: u64) -> Counted {
+        let ps = &self.ps[source];
+        let ctx = format!("{} {} {what} ({pid}), --source {source}", self.k, self.name);
+        let p = ps["processes"]
+            .as_array()
+            .and_then(|a| a.iter().find(|p| u(&p["pid"]) == pid))
+            .unwrap_or_else(|| panic!("{ctx}: not in numaio ps's output\n{ps}"))
+            .clone();
+        assert_eq!(p["numa_io_source"], source, "{ctx}: {p}");
+        assert_eq!(p["numa_io_exact"], true, "{ctx}: {p}");
+        // ps's interval is the worker's: its own rchar/wchar delta is the whole I/O.
+        assert_eq!(u(&p[dir.bytes_field()]), done, "{ctx}: {p}");
+        let suffix = format!("_{}", dir.bytes_field());
+        let by_node: BTreeMap<u64, u64> = p["numa_io"]
+            .as_object()
+            .unwrap_or_else(|| panic!("{ctx}: no numa_io: {p}"))
+            .iter()
+            .filter_map(|(key, v)| {
+                let n = key.strip_prefix("numa")?.strip_suffix(&suffix)?;
+                Some((n.parse().ok()?, u(v)))
+            })
+            .collect();
+        let local = u(&p["local_bytes"][dir.bytes_field()]);
+        let remote = u(&p["remote_bytes"][dir.bytes_field()]);
+        eprintln!(
+            "{ctx}: {done} bytes by the process; by data node {by_node:?}, local {local}, \
+             remote {remote}"
+        );
+        Counted {
+            by_node,
+            local,
+            remote,
+            json: p,
+        }
+    }
+}
+
+impl Counted {
+    /// ≥ 99 % of the process's `done` bytes counted on data node `node`, and no more than
+    /// 101 % in all.
+    fn assert_on(&self, node: u64, done: u64, ctx: &str) {
+        let on = self.by_node.get(&node).copied().unwrap_or(0);
+        let all: u64 = self.by_node.values().sum();
+        assert!(
+            on as f64 >= 0.99 * done as f64,
+            "{ctx}: {on} of {done} bytes counted on data node {node}\n{}",
+            self.json
+        );
+        assert!(
+            all as f64 <= 1.01 * done as f64,
+            "{ctx}: {all} bytes counted, the process did {done}\n{}",
+            self.json
+        );
+    }
+
+    /// ≥ 99 % of `done` counted local (data on the CPU's node) or remote.
+    fn assert_from_cpu_node(&self, local: bool, done: u64, ctx: &str) {
+        let (got, name) = if local {
+            (self.local, "local")
+        } else {
+            (self.remote, "remote")
+        };
+        assert!(
+            got as f64 >= 0.99 * done as f64,
+            "{ctx}: {got} of {done} bytes counted {name}\n{}",
+            self.json
+        );
+    }
+}
+
+/// `a` and `b` within 1 % of `of`.
+fn agree(a: u64, b: u64, of: u64) -> bool {
+    a.abs_diff(b) as f64 <= 0.01 * of as f64
+}
+
+/// Through the numaio mount, over the same interval: the collector (`--source ebpf`) and
+/// the mount's counters (`--source mount`) both count every byte. Where the kernel's cached
+/// copy lies on the data's node (reader A), they agree node by node; reader B's copy is on
+/// its own node: the collector counts where the copy was (node 1, local), the mount where
+/// the volume holds the data (node 0, remote), each for every byte.
+fn mount_agrees(out: &Outcome, k: GuestKernel) {
+    let round = Round::new(out, k, "mount", &["ebpf", "mount"]);
+    let [a, b, c] = pids(out, "mount-pids")[..] else {
+        panic!("three pids in mount-pids\n{}", out.report())
+    };
+    let done = round.worker_bytes(a, Dir::Read, 4 * MIB, "mount reader A");
+    let e = round.counted(a, "ebpf", Dir::Read, "mount reader A", done);
+    let m = round.counted(a, "mount", Dir::Read, "mount reader A", done);
+    for (src, x) in [("ebpf", &e), ("mount", &m)] {
+        let ctx = format!("{k} mount reader A, --source {src}");
+        x.assert_on(0, done, &ctx);
+        x.assert_from_cpu_node(false, done, &ctx);
+    }
+    for n in e.by_node.keys().chain(m.by_node.keys()) {
+        let (x, y) = (e.by_node.get(n), m.by_node.get(n));
+        let (x, y) = (x.copied().unwrap_or(0), y.copied().unwrap_or(0));
+        assert!(
+            agree(x, y, done),
+            "{k} mount reader A: node {n}: ebpf {x}, mount {y}\n{}\n{}",
+            e.json,
+            m.json
+        );
+    }
+    assert!(
+        agree(e.remote, m.remote, done),
+        "{k} mount reader A remote: {} vs {}",
+        e.remote,
+        m.remote
+    );
+
+    let done = round.worker_bytes(b, Dir::Read, 4 * MIB, "mount reader B");
+    let e = round.counted(b, "ebpf", Dir::Read, "mount reader B", done);
+    let m = round.counted(b, "mount", Dir::Read, "mount reader B", done);
+    e.assert_on(1, done, &format!("{k} mount reader B, --source ebpf"));
+    e.assert_from_cpu_node(true, done, &format!("{k} mount reader B, --source ebpf"));
+    m.assert_on(0, done, &format!("{k} mount reader B, --source mount"));
+    m.assert_from_cpu_node(false, done, &format!("{k} mount reader B, --source mount"));
+
+    // Writes through the mount: the mount counts them all; the collector none, because FUSE
+    // without the writeback cache copies writes into its page cache in its own loop
+    // (`fuse_perform_write`), not in `generic_perform_write` (docs/bpf.md, Not covered).
+    // Hooking it would make this agreement instead.
+    let done = round.worker_bytes(c, Dir::Write, 4 * MIB, "mount writer C");
+    let e = round.counted(c, "ebpf", Dir::Write, "mount writer C", done);
+    let m = round.counted(c, "mount", Dir::Write, "mount writer C", done);
+    m.assert_on(0, done, &format!("{k} mount writer C, --source mount"));
+    m.assert_from_cpu_node(false, done, &format!("{k} mount writer C, --source mount"));
+    assert_eq!(
+        e.by_node.values().sum::<u64>(),
+        0,
+        "{k} mount writer C, --source ebpf: FUSE writes are counted now; assert agreement \
+         with the mount instead\n{}",
+        e.json
+    );
+}
+
 fn lab(k: GuestKernel) {
     let out = run(k);
-    for kind in ["disk", "tmpfs"] {
-        let where0 = out.section(&format!("{kind}-where0"));
-        eprintln!("{k} {kind}: before: {}", where0.trim());
-        check(&out, k, &format!("{kind}-read-remote"), 0, 1);
-        if kind == "disk" && k == GuestKernel::Debian61 {
-            check(&out, k, "disk-read-remote-kprobe", 0, 1);
+    eprintln!("{k}: f.bin before: {}", out.section("where0").trim());
+    // ext4 reader, ext4 writer, tmpfs reader, tmpfs writer: 4 × 4 MiB read, 4 × 1 MiB written.
+    let work = [
+        ("disk read", Dir::Read, 16 * MIB),
+        ("disk write", Dir::Write, 4 * MIB),
+        ("tmpfs read", Dir::Read, 16 * MIB),
+        ("tmpfs write", Dir::Write, 4 * MIB),
+    ];
+    for (phase, data) in [("remote", 0), ("local", 1)] {
+        let round = Round::new(&out, k, phase, &["ebpf"]);
+        for (pid, (what, dir, bytes)) in pids(&out, &format!("{phase}-pids")).into_iter().zip(work)
+        {
+            let done = round.worker_bytes(pid, dir, bytes, what);
+            let c = round.counted(pid, "ebpf", dir, what, done);
+            c.assert_on(data, done, &format!("{k} {phase} {what}"));
+            c.assert_from_cpu_node(data == 1, done, &format!("{k} {phase} {what}"));
         }
-        check(&out, k, &format!("{kind}-read-local"), 1, 1);
-        check(&out, k, &format!("{kind}-write-remote"), 0, 1);
-        check(&out, k, &format!("{kind}-write-local"), 1, 1);
     }
+    if k == GuestKernel::Debian61 {
+        check(&out, k, "disk-read-remote-kprobe", 0, 1);
+    }
+    mount_agrees(&out, k);
     // 2 MiB read on node 1 = 512 pages inserted there, and the same removed by drop_caches.
     let g = file_id(&out, "cache-ino");
     let cache = out.section_json("cache");

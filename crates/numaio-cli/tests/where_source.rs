@@ -58,10 +58,13 @@ fn where_asks_the_daemon_or_says_why_it_scanned() {
     .stderr(Stdio::null())
     .spawn()
     .unwrap();
+    // The socket appears once the daemon runs with its collector; a daemon without one
+    // (this host may refuse BPF tracing) serves none, and says why on its start line.
     let t0 = Instant::now();
-    while !Path::new(s).exists() && t0.elapsed() < Duration::from_secs(20) {
+    while !Path::new(s).exists() && t0.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(50));
     }
+    let served = Path::new(s).exists();
     let scan = run(&["where", "--json", "--source", "scan", f]);
     let auto = run(&["where", "--json", "--socket", s, f]);
     let only = run(&["where", "--json", "--source", "collector", "--socket", s, f]);
@@ -70,23 +73,23 @@ fn where_asks_the_daemon_or_says_why_it_scanned() {
     assert_eq!(scan.code, Some(0), "{}", scan.stderr);
     assert_eq!(file0(&scan)["source"], "scan");
     let a = file0(&auto);
-    match a["source"].as_str() {
-        // A host where the collector runs: the answer is the scan's, page for page.
-        Some("collector") => {
-            assert_eq!(a["nodes"], file0(&scan)["nodes"], "{}", auto.out());
-            assert_eq!(only.code, Some(0), "{}", only.stderr);
-            assert_eq!(file0(&only)["source"], "collector");
-            assert_eq!(file0(&only)["baseline_scanned"], false, "{}", only.out());
-        }
-        // Elsewhere: scanned, with the daemon's reason; collector only is an error.
-        Some("scan") => {
-            let note = a["source_note"].as_str().unwrap_or_default();
-            assert!(note.contains("collector cannot answer"), "{}", auto.out());
-            assert_eq!(a["nodes"], file0(&scan)["nodes"]);
-            assert_eq!(only.code, Some(1), "{}", only.out());
-            assert!(only.stderr.contains("use --source scan"), "{}", only.stderr);
-            assert_eq!(json(&only)["errors"][0]["kind"], "collector");
-        }
-        other => panic!("source {other:?}: {}", auto.out()),
+    if served {
+        // The collector runs: the answer is the scan's, page for page.
+        assert_eq!(a["source"], "collector", "{}", auto.out());
+        assert_eq!(a["nodes"], file0(&scan)["nodes"], "{}", auto.out());
+        assert_eq!(only.code, Some(0), "{}", only.stderr);
+        assert_eq!(file0(&only)["source"], "collector");
+        assert_eq!(file0(&only)["baseline_scanned"], false, "{}", only.out());
+    } else {
+        // No collector, no socket: auto scans without a word, collector only is an error.
+        eprintln!("SKIPPED (part): the daemon's collector did not attach here; checked the scan fallback only");
+        assert_eq!(a["source"], "scan", "{}", auto.out());
+        assert_eq!(a["nodes"], file0(&scan)["nodes"]);
+        assert_eq!(only.code, Some(1), "{}", only.out());
+        assert!(
+            only.stderr.contains("no numaio daemon answers on"),
+            "{}",
+            only.stderr
+        );
     }
 }

@@ -32,6 +32,14 @@ pub struct Args {
     /// Bytes per pass of --rewrite.
     #[arg(long, default_value_t = 1 << 20)]
     bytes: u64,
+    /// With --rewrite: after this many passes idle (no I/O) until killed instead of writing
+    /// for --secs.
+    #[arg(long)]
+    passes: Option<u64>,
+    /// With --rewrite: stop itself (SIGSTOP) before the first write; a test lets it run with
+    /// SIGCONT once whatever measures it has taken its first sample.
+    #[arg(long)]
+    stopped: bool,
     /// Be a faulting process: map this file privately and write one byte of each page.
     #[arg(long)]
     fault: Option<PathBuf>,
@@ -125,14 +133,23 @@ fn wait_stopped(pid: i32) -> anyhow::Result<()> {
     bail!("process {pid} did not stop within 10 s of SIGSTOP")
 }
 
-fn rewrite(path: &PathBuf, bytes: u64, secs: f64) -> anyhow::Result<ExitCode> {
+fn rewrite(a: &Args, path: &PathBuf) -> anyhow::Result<ExitCode> {
     let f = std::fs::OpenOptions::new()
         .write(true)
         .open(path)
         .with_context(|| format!("opening {} to write", path.display()))?;
     let block = vec![0xa5u8; 64 << 10];
-    let end = Instant::now() + Duration::from_secs_f64(secs);
-    while Instant::now() < end {
+    let bytes = a.bytes;
+    if a.stopped {
+        super::stop_self();
+    }
+    let end = Instant::now() + Duration::from_secs_f64(a.secs);
+    let mut passes = 0u64;
+    while a.passes.is_some() || Instant::now() < end {
+        if a.passes == Some(passes) {
+            super::idle_forever();
+        }
+        passes += 1;
         let mut off = 0u64;
         while off < bytes {
             let n = (bytes - off).min(block.len() as u64) as usize;
@@ -146,7 +163,7 @@ fn rewrite(path: &PathBuf, bytes: u64, secs: f64) -> anyhow::Result<ExitCode> {
 
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     if let Some(path) = &a.rewrite {
-        return rewrite(path, a.bytes, a.secs);
+        return rewrite(&a, path);
     }
     if let Some(path) = &a.fault {
         return fault_pages(path);

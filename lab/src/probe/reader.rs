@@ -40,6 +40,14 @@ pub struct Args {
     /// unpin it before any read, so the file system sees only an unpinned reader.
     #[arg(long)]
     wait_unpinned: bool,
+    /// Stop after this many passes over the file and idle (no I/O) until killed, so the
+    /// process stays listed with a fixed amount of I/O done.
+    #[arg(long)]
+    passes: Option<u64>,
+    /// Stop itself (SIGSTOP) before the first read: a test lets it run with SIGCONT once
+    /// whatever measures it has taken its first sample.
+    #[arg(long)]
+    stopped: bool,
 }
 
 /// How many CPUs this process may run on.
@@ -97,6 +105,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let every = Duration::from_millis(a.interval_ms.max(1));
     let mut next = start;
     let mut passes = 0u64;
+    if a.stopped {
+        super::stop_self();
+    }
     let mut pinned = if a.wait_unpinned {
         Some(allowed_cpus()?)
     } else {
@@ -133,6 +144,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         if n == 0 {
             passes += 1;
             f.seek(SeekFrom::Start(0))?;
+            if a.passes == Some(passes) {
+                super::idle_forever();
+            }
         }
         if a.pause_us > 0 {
             std::thread::sleep(Duration::from_micros(a.pause_us));

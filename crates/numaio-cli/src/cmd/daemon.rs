@@ -49,7 +49,8 @@ pub struct DaemonArgs {
     #[arg(long)]
     no_ebpf: bool,
     /// Answer `numaio where --source collector` on this Unix socket (mode 0600, root and
-    /// the daemon's user only; default /run/numaio/residency.sock; "off" to not serve).
+    /// the daemon's user only; default /run/numaio/residency.sock; "off" to not serve). Only
+    /// served while the eBPF collector runs.
     #[arg(long, value_name = "PATH")]
     residency_socket: Option<PathBuf>,
     /// Stop after N intervals (for tests and measurements).
@@ -448,6 +449,11 @@ pub fn run(a: DaemonArgs) -> anyhow::Result<ExitCode> {
     let mut socket = cfg.collector.residency_socket.clone();
     let mut d = Daemon::new(cfg, &cache, metrics, sink)
         .with_mount_reader(Box::new(crate::cmd::sources::NumaioMounts));
+    if !d.ebpf() {
+        // Only the collector's counts answer; without it `numaio where` scans by itself, and
+        // a socket would be state left on the host for nothing.
+        socket.clear();
+    }
     if !socket.is_empty() {
         // Residency answers are an extra: a daemon that cannot serve them still places.
         let served = numaio_proc::residency::bind(std::path::Path::new(&socket))
