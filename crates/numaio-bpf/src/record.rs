@@ -303,15 +303,12 @@ mod tests {
         k
     }
 
+    /// Device numbers at the edges of the kernel's 12-bit major and 20-bit minor.
+    const DEVS: [(u32, u32); 5] = [(8, 1), (0, 35), (259, 3), (4095, 0xf_ffff), (253, 256)];
+
     #[test]
     fn user_dev_matches_libc_makedev() {
-        for (major, minor) in [
-            (8u32, 1u32),
-            (0, 35),
-            (259, 3),
-            (4095, 0xf_ffff),
-            (253, 256),
-        ] {
+        for (major, minor) in DEVS {
             let kdev = (u64::from(major) << 20) | u64::from(minor);
             assert_eq!(
                 user_dev(kdev),
@@ -323,13 +320,7 @@ mod tests {
 
     #[test]
     fn kernel_dev_inverts_user_dev() {
-        for (major, minor) in [
-            (8u32, 1u32),
-            (0, 35),
-            (259, 3),
-            (4095, 0xf_ffff),
-            (253, 256),
-        ] {
+        for (major, minor) in DEVS {
             let user = libc::makedev(major, minor);
             assert_eq!(user_dev(kernel_dev(user)), user, "{major}:{minor}");
             assert_eq!(
