@@ -6,7 +6,7 @@ mod common;
 
 use common::mount::{can_mount, numaio_out, ok, Unmount, Volume};
 use std::ffi::{CString, OsStr};
-use std::io::{Read, Write};
+use std::io::{BufRead, Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -289,21 +289,25 @@ fn accounting_is_exact_per_process_thread_and_node() {
     // numaio ps: a process using the mount gets the mount's exact counts for the interval,
     // the bytes written while ps sampled and none of those before.
     let _open = std::fs::File::open(&file).unwrap();
-    let ps = std::process::Command::new(common::BIN)
-        .args(["ps", &pid, "--interval", "4", "--json"])
+    // Two rounds of `ps --watch`: the first line comes after ps's first samples (/proc's and
+    // the mount's), however long its start took; the write then falls in the second round.
+    let mut child = std::process::Command::new(common::BIN)
+        .args(["ps", &pid, "--watch", "4", "--count", "2", "--json"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // ps takes its first sample after it has started and scanned /proc: on a loaded machine
-    // that took over a second, so the write waits 1.5 s and still has 2.5 s to finish.
-    std::thread::sleep(Duration::from_millis(1500));
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().expect("ps printed no first round").unwrap();
+    serde_json::from_str::<serde_json::Value>(&first).expect("first round is JSON");
     let mut w = std::fs::OpenOptions::new().write(true).open(&file).unwrap();
     w.write_all(&vec![0xa5u8; MIB]).unwrap();
     w.sync_all().unwrap();
     drop(w);
-    let ps = ok(&ps.wait_with_output().unwrap(), "ps --json");
-    let ps: serde_json::Value = serde_json::from_str(&ps).unwrap();
+    let second = lines.next().expect("ps printed no second round").unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "ps --watch: {status}");
+    let ps: serde_json::Value = serde_json::from_str(&second).unwrap();
     let v = &ps["processes"][0];
     assert_eq!(v["numa_io_exact"], true, "{v}");
     assert_eq!(v["numa_io_source"], "mount", "{v}");
