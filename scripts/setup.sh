@@ -21,7 +21,8 @@ export DEBIAN_FRONTEND=noninteractive
 #   programs the real programs of scripts/fs-programs.sh (apt: dbench, PostgreSQL, ...; zlib's
 #            source)
 #   kernels  the lab's guest kernels (downloads)
-# scripts/test.sh sets up `base` first and the others in the background while it compiles.
+# scripts/test.sh sets up `base` and `tools` first, the others in the background while it
+# compiles.
 parts="${NUMAIO_SETUP_PARTS:-base,tools,programs,kernels}"
 want() { [[ ",$parts," == *",$1,"* ]]; }
 IFS=, read -ra _parts <<< "$parts"

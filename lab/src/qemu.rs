@@ -28,6 +28,12 @@ pub const KVM_PROBE: Duration = Duration::from_secs(5);
 /// fail ("IO-APIC + timer doesn't work!" panic).
 pub const BASE_CMDLINE: &str = "console=ttyS0 quiet panic=-1 nokaslr no_timer_check";
 
+/// How long a TCG guest may print nothing at all. With `quiet` the first output is /init's
+/// start marker, seconds after QEMU starts even for 8 nodes on a loaded host; a guest still
+/// silent after this hung in its emulated boot (seen once in a few hundred boots of the 7.3
+/// kernel) and is booted again, once, rather than waited on until the scenario's timeout.
+pub const TCG_SILENT: Duration = Duration::from_secs(150);
+
 /// The console tail of a guest that printed nothing at all.
 pub const NO_OUTPUT: &str = "(the guest printed nothing)";
 
@@ -165,6 +171,8 @@ enum Ended {
     Done(Transcript),
     /// KVM printed nothing in time.
     KvmSilent,
+    /// TCG printed nothing within [`TCG_SILENT`].
+    TcgSilent,
 }
 
 /// Kills the child on drop, so no guest outlives an error or a panic.
@@ -238,6 +246,9 @@ fn once(l: &Launch, accel: Accel) -> LabResult<Ended> {
         }
         if accel == Accel::KvmOrTcg && raw.is_empty() && now - start > KVM_PROBE {
             return Ok(Ended::KvmSilent);
+        }
+        if accel == Accel::Tcg && raw.is_empty() && now - start > TCG_SILENT && cut_due.is_none() {
+            return Ok(Ended::TcgSilent);
         }
         let limit = cut_due.map_or(limit, |d| d.max(now).min(limit));
         let wait = (limit - now).min(Duration::from_millis(200));
@@ -366,16 +377,31 @@ fn once(l: &Launch, accel: Accel) -> LabResult<Ended> {
 /// scenario starts is retried once (emulated boots under heavy host load can trip timing
 /// checks); a second panic is reported.
 pub fn launch(l: &Launch, accel: Accel) -> LabResult<Transcript> {
+    let silent = || LabError::Timeout {
+        secs: TCG_SILENT.as_secs(),
+        phase: "never started: the guest printed nothing, twice".to_string(),
+        console_tail: NO_OUTPUT.to_string(),
+    };
     match launch_once(l, accel) {
         Err(LabError::GuestDied { started: false, .. }) => {
             eprintln!("numaio-lab: the guest kernel panicked while booting; retrying once");
-            launch_once(l, accel)
+            launch_once(l, accel)?.ok_or_else(silent)
         }
-        other => other,
+        Ok(None) => {
+            eprintln!(
+                "numaio-lab: the guest printed nothing in {} s (a hung emulated boot); \
+                 retrying once",
+                TCG_SILENT.as_secs()
+            );
+            launch_once(l, accel)?.ok_or_else(silent)
+        }
+        Ok(Some(t)) => Ok(t),
+        Err(e) => Err(e),
     }
 }
 
-fn launch_once(l: &Launch, accel: Accel) -> LabResult<Transcript> {
+/// One boot (with KVM's fall back to TCG); `None`: a TCG guest that stayed silent.
+fn launch_once(l: &Launch, accel: Accel) -> LabResult<Option<Transcript>> {
     let first = match once(l, accel) {
         // KVM may also fail outright (no /dev/kvm, no permission): fall back as well
         Err(LabError::QemuFailed { console_tail, .. })
@@ -385,12 +411,15 @@ fn launch_once(l: &Launch, accel: Accel) -> LabResult<Transcript> {
         }
         other => other?,
     };
-    if let Ended::Done(t) = first {
-        return Ok(t);
+    match first {
+        Ended::Done(t) => return Ok(Some(t)),
+        Ended::TcgSilent => return Ok(None),
+        Ended::KvmSilent => {}
     }
     eprintln!("numaio-lab: the KVM guest failed or stayed silent; falling back to TCG");
     match once(l, Accel::Tcg)? {
-        Ended::Done(t) => Ok(t),
+        Ended::Done(t) => Ok(Some(t)),
+        Ended::TcgSilent => Ok(None),
         Ended::KvmSilent => unreachable!("TCG never reports KvmSilent"),
     }
 }
