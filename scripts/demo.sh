@@ -4,7 +4,8 @@
 # and page-cache locality of one file.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+# The demo needs the base packages and the guest kernels, not the test tools or programs.
+NUMAIO_SETUP_PARTS=base,kernels bash scripts/setup.sh
 [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
 
 echo
