@@ -23,41 +23,6 @@ rm -f "$NUMAIO_SKIP_LOG"
 if [ -n "${CI:-}" ]; then export NUMAIO_REQUIRE="${NUMAIO_REQUIRE:-all}"; fi
 
 names=(); results=(); times=(); busy=()
-# The test executables of numaio-lab as `cargo test --workspace` built them (cargo prints the
-# same artifacts, fresh, when nothing changed), run as `cargo test -p numaio-lab` runs them:
-# in its directory, library first, then binaries, then tests/*.rs by name, every one even
-# after a failure. Its doctest is `no_run`: the unit step compiles it.
-lab_tests() {
-    local list exe name fail=0 ran=0
-    list="$(cargo test --workspace --no-run --message-format=json-render-diagnostics | python3 -c '
-import json, os, sys
-lab = os.path.abspath("lab")
-order = {"lib": 0, "bin": 1, "test": 2}
-found = []
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") != "compiler-artifact" or not m.get("executable") or not m["profile"]["test"]:
-        continue
-    if os.path.dirname(m["manifest_path"]) != lab:
-        continue
-    kind = m["target"]["kind"][0]
-    found.append((order.get(kind, 3), m["target"]["name"], m["executable"], os.path.relpath(m["target"]["src_path"], lab)))
-for _, _, exe, src in sorted(found):
-    print(exe, src)
-')" || { echo "lab: cargo test --workspace --no-run failed"; return 1; }
-    [ -n "$list" ] || { echo "lab: no numaio-lab test executables"; return 1; }
-    local t0 b0 a0 b1 a1
-    while read -r exe name; do
-        echo "     Running $name (${exe#"$PWD"/})"
-        t0=$SECONDS; read -r b0 a0 < <(cpu_ticks)
-        (cd lab && CARGO_MANIFEST_DIR="$PWD" CARGO_PKG_NAME=numaio-lab "$exe" "$@") || fail=$((fail + 1))
-        read -r b1 a1 < <(cpu_ticks)
-        echo "lab: $name: $((SECONDS - t0)) s, cores $(( (a1 > a0) ? 100 * (b1 - b0) / (a1 - a0) : 0 ))% busy"
-        ran=$((ran + 1))
-    done <<< "$list"
-    echo "lab: $ran test executables, $fail failed"
-    [ $fail -eq 0 ]
-}
 # CPU time spent so far, busy and all, in clock ticks (the first line of /proc/stat): a step's
 # share of busy cores says whether making it wait less or compute less would shorten CI.
 # The background job below runs niced, so its time is the `nice` column, left out of busy:
@@ -102,7 +67,10 @@ step deb      bash scripts/test-deb.sh
 # The advisor's Python side (a venv in .venv/); `numaio advise`'s end-to-end test needs it.
 # It installs in the background from the start (bg_start above).
 step pysetup  bg_wait pysetup
-step unit     cargo test --workspace --no-fail-fast
+# The test executables two at a time (scripts/test-exes.sh): most of them wait on FUSE round
+# trips, fsync or child processes, so cargo's one at a time left a core idle.
+step unit     bash scripts/test-exes.sh --jobs 2
+step doc      cargo test --workspace --doc --no-fail-fast
 # Every library crate packages and compiles against the others' packages, the
 # engine's packaged tests build, and a new crate depending only on the packages builds and runs.
 step package  bash scripts/package-check.sh
@@ -146,16 +114,18 @@ else
     [ -n "${CI:-}" ] && { names+=(fsconf); results+=(FAIL); times+=(0); busy+=(0); }
 fi
 step pytest   bg_wait pytest
-# The lab tests are `#[ignore]`d tests of numaio-lab that the unit step already built: run those
-# binaries (`cargo test -p numaio-lab` would resolve features for numaio-lab alone and rebuild
-# about 50 units, the workspace crates and every lab test binary included).
 step kernels  bg_wait kernels
 # The real programs of the speed issue's table (tar, git, SQLite, PostgreSQL with a kill -9,
 # dbench, a C build, stress-ng) on numaio, classic and io_uring with the writeback cache, at
 # quick sizes, each checking its data (integrity_check, git fsck, diff -r, pgbench's rows and
 # pg_amcheck): correctness only, never speed. Its programs come with the job above.
 step fsprog   bash scripts/fs-programs.sh --ci --targets numaio-classic,numaio-uring-wb
-step lab      lab_tests --ignored --test-threads=2
+# The lab tests are `#[ignore]`d tests of numaio-lab that the unit step already built: run those
+# executables (`cargo test -p numaio-lab` would resolve features for numaio-lab alone and rebuild
+# about 50 units, the workspace crates and every lab test binary included). Two guests at a
+# time as before, but two executables of one test each rather than one executable's two
+# tests: an executable with one test no longer leaves a core idle.
+step lab      bash scripts/test-exes.sh --package lab --jobs 2 -- --ignored --test-threads=1
 # loom models (the real index, and write-back + fsync + pwrite on one block) need --cfg numaio_loom,
 # so they build in their own target directory and leave the main build cache alone.
 bg_wait prebuild > /dev/null  # its output stays in target/prebuild.log

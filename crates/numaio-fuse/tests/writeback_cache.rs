@@ -46,8 +46,9 @@ fn writeback(mode: FuseMode) {
     // the page from the server through that descriptor.
     let p = mnt.join("wronly");
     std::fs::write(&p, vec![b'a'; 6000]).unwrap();
-    // Off the kernel's page cache, so the page must be read back.
-    drop_caches();
+    // Off the kernel's page cache, so the page must be read back. This file only: dropping
+    // every cache would disturb tests running beside this one.
+    evict(&p);
     {
         let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
         f.write_all_at(b"XYZ", 4100).unwrap();
@@ -189,9 +190,15 @@ fn writeback(mode: FuseMode) {
     assert_eq!(a.size, 12345, "{mode:?}");
 }
 
-/// Drops the kernel's clean page cache (the tests' file data included).
-fn drop_caches() {
-    std::fs::write("/proc/sys/vm/drop_caches", "1").expect("drop caches");
+/// Writes `p`'s dirty pages to the server, then drops its cached pages.
+fn evict(p: &Path) {
+    let r = numaio_pagecache::evict_file(p, true).expect("evict the file's cached pages");
+    assert_eq!(
+        r.resident_after,
+        Some(0),
+        "{}: pages still cached",
+        p.display()
+    );
 }
 
 #[test]
