@@ -136,6 +136,14 @@ impl LabConfig {
 
     fn boot(&self, s: &Scenario, cut: Option<&PowerCut>) -> LabResult<qemu::Transcript> {
         s.topology.validate()?;
+        if s.icount && s.topology.total_cpus() > 1 {
+            // QEMU 7.2 under -icount never finishes bringing up a second CPU
+            return Err(LabError::BadTopology(format!(
+                "an instruction-counting guest (icount) has one CPU, this topology has {}: \
+                 use one node with one CPU (numaio-lab run --nodes 1)",
+                s.topology.total_cpus()
+            )));
+        }
         if s.disk.is_some() && s.disk_image.is_some() {
             return Err(LabError::BadDisk(
                 "a scenario takes either a disk spec or an existing disk image, not both".into(),
@@ -249,6 +257,7 @@ impl LabConfig {
                 timeout: s.timeout,
                 cut,
                 single_thread_tcg: s.single_thread_tcg,
+                icount: s.icount,
             },
             self.accel,
         )
@@ -341,6 +350,8 @@ pub struct Scenario {
     pub kernel: Option<GuestKernel>,
     /// Emulate the vCPUs on one host thread under TCG (see [`Scenario::single_thread_tcg`]).
     pub single_thread_tcg: bool,
+    /// Count guest time in instructions (see [`Scenario::icount`]).
+    pub icount: bool,
 }
 
 impl Scenario {
@@ -360,6 +371,7 @@ impl Scenario {
             kernel_modules: Vec::new(),
             kernel: None,
             single_thread_tcg: false,
+            icount: false,
         }
     }
 
@@ -372,6 +384,18 @@ impl Scenario {
     /// so CPU-bound scenarios run up to as many times slower as they have vCPUs. No effect
     /// under KVM.
     pub fn single_thread_tcg(mut self) -> Scenario {
+        self.single_thread_tcg = true;
+        self
+    }
+
+    /// Under TCG, makes the guest's clock count instructions (`-icount shift=0,sleep=off`:
+    /// one instruction is 1 ns, an idle guest skips ahead to its next timer), on one host
+    /// thread as [`Scenario::single_thread_tcg`]. Times the guest measures then count the
+    /// instructions it ran, whatever the host's speed or load: a model of cost that leaves out
+    /// caches, branch prediction and memory latency, to be reported as modelled. One CPU
+    /// only: QEMU 7.2 hangs bringing up a second CPU under icount. No effect under KVM.
+    pub fn icount(mut self) -> Scenario {
+        self.icount = true;
         self.single_thread_tcg = true;
         self
     }
@@ -643,6 +667,17 @@ mod tests {
         let s = Scenario::new(LabTopology::from_nodes(&[(0, 256)]), "true");
         let err = config_with_kernel("/nonexistent").run(&s).unwrap_err();
         assert!(matches!(err, LabError::BadTopology(_)), "{err}");
+    }
+
+    #[test]
+    fn icount_takes_one_cpu_and_says_so_before_booting() {
+        let s = Scenario::new(LabTopology::from_nodes(&[(1, 256), (1, 256)]), "true").icount();
+        assert!(s.single_thread_tcg);
+        let err = config_with_kernel("/nonexistent").run(&s).unwrap_err();
+        assert!(
+            matches!(&err, LabError::BadTopology(m) if m.contains("--nodes 1")),
+            "{err}"
+        );
     }
 
     #[test]

@@ -61,6 +61,8 @@ pub struct Launch<'a> {
     /// Under TCG, emulate all vCPUs on one host thread (`-accel tcg,thread=single`) instead
     /// of one thread per vCPU: see [`crate::Scenario::single_thread_tcg`].
     pub single_thread_tcg: bool,
+    /// Under TCG, guest time counts instructions (`-icount`): see [`crate::Scenario::icount`].
+    pub icount: bool,
 }
 
 /// What the console showed.
@@ -108,6 +110,13 @@ fn command(l: &Launch, accel: Accel) -> Command {
     ])
     .args(["-no-reboot", "-monitor", "none"]);
     match accel {
+        // one instruction = 1 ns of guest time; an idle guest jumps to its next timer
+        Accel::Tcg if l.icount => c.args([
+            "-accel",
+            "tcg,thread=single",
+            "-icount",
+            "shift=0,sleep=off",
+        ]),
         Accel::Tcg if l.single_thread_tcg => c.args(["-accel", "tcg,thread=single"]),
         Accel::Tcg => c.args(["-accel", "tcg"]),
         Accel::KvmOrTcg => c.args(["-accel", "kvm", "-cpu", "host"]),

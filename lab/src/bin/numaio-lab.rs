@@ -81,6 +81,10 @@ struct RunArgs {
     /// Try KVM first and fall back to TCG if the guest stays silent.
     #[arg(long)]
     kvm: bool,
+    /// Count guest time in instructions (QEMU -icount, one host thread): times measured in
+    /// the guest then model instruction counts, not the host's speed.
+    #[arg(long, conflicts_with = "kvm")]
+    icount: bool,
     /// Copy a host executable (with its libraries) into the guest at the same path.
     #[arg(long = "host-binary", value_name = "PATH")]
     host_binaries: Vec<PathBuf>,
@@ -181,6 +185,9 @@ fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     }
     for b in a.host_binaries {
         s = s.host_binary(b);
+    }
+    if a.icount {
+        s = s.icount();
     }
     let mut cfg = LabConfig::from_env();
     match a
