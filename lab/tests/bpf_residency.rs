@@ -156,8 +156,15 @@ fn lab(k: GuestKernel) {
         inos.len() == 2 && inos[0] == inos[1]
     );
     assert_eq!((c.0.as_str(), c.3), ("collector", Some(true)), "{k}: {c:?}");
-    assert_eq!((c.1, &c.2), (s.1, &s.2), "{k} remade a.bin: collector vs scan");
-    assert_eq!(c.1, 512, "{k}: the remade a.bin is 2 MiB, all cached: {c:?}");
+    assert_eq!(
+        (c.1, &c.2),
+        (s.1, &s.2),
+        "{k} remade a.bin: collector vs scan"
+    );
+    assert_eq!(
+        c.1, 512,
+        "{k}: the remade a.bin is 2 MiB, all cached: {c:?}"
+    );
     let after = out.section_json("progs-after");
     assert_eq!(
         after["programs"], 0,

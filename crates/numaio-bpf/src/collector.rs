@@ -755,11 +755,28 @@ mod imp {
         };
         let mut loaded: HashSet<&str> = HashSet::new();
         let mut fentry_targets: std::collections::HashMap<&str, &str> = Default::default();
+        let mut kprobe_links: HashSet<(&str, &str)> = HashSet::new();
         for g in groups {
-            let mut res = attach_group(&mut ebpf, btf, funcs, g, &mut loaded, &mut fentry_targets);
+            let mut res = attach_group(
+                &mut ebpf,
+                btf,
+                funcs,
+                g,
+                &mut loaded,
+                &mut fentry_targets,
+                &mut kprobe_links,
+            );
             if let (Err(first), Some(alt)) = (&res, g.fallback) {
-                res = attach_group(&mut ebpf, btf, funcs, alt, &mut loaded, &mut fentry_targets)
-                    .map_err(|e| format!("{e} (fentry: {first})"));
+                res = attach_group(
+                    &mut ebpf,
+                    btf,
+                    funcs,
+                    alt,
+                    &mut loaded,
+                    &mut fentry_targets,
+                    &mut kprobe_links,
+                )
+                .map_err(|e| format!("{e} (fentry: {first})"));
             }
             match res {
                 Ok(hooks) => attached.hooks.extend(hooks),
@@ -991,6 +1008,7 @@ mod imp {
         g: &'a Group,
         loaded: &mut HashSet<&'a str>,
         fentry_targets: &mut std::collections::HashMap<&'a str, &'a str>,
+        kprobe_links: &mut HashSet<(&'a str, &'a str)>,
     ) -> Result<Vec<String>, String> {
         // Resolve every target first: a group whose functions are missing attaches nothing.
         let mut plan = Vec::new();
@@ -1046,12 +1064,17 @@ mod imp {
                     p.load(target, btf).map_err(|e| fail("loading", &e))?;
                     p.attach().map_err(|e| fail("attaching", &e))?;
                 }
+                // Groups that share a probe (the write lookups) share its one link.
+                Kind::Kprobe | Kind::Kretprobe if kprobe_links.contains(&(hook.prog, target)) => {
+                    continue
+                }
                 Kind::Kprobe | Kind::Kretprobe => {
                     let p: &mut KProbe = prog.try_into().map_err(|e| fail("loading", &e))?;
                     if first {
                         p.load().map_err(|e| fail("loading", &e))?;
                     }
                     p.attach(target, 0).map_err(|e| fail("attaching", &e))?;
+                    kprobe_links.insert((hook.prog, target));
                 }
             }
             if matches!(hook.kind, Kind::Entry | Kind::Exit | Kind::Tracepoint) {
