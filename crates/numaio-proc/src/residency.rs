@@ -474,7 +474,7 @@ pub fn serve(listener: UnixListener, book: std::sync::Arc<Book>) -> std::io::Res
                 Err(e) => tracing::warn!("residency: taking the collector's freed records: {e}"),
             }
         })?;
-    serve_bounded(listener, book, MAX_CONNECTIONS, CONNECTION_TIMEOUT)
+    serve_bounded(listener, book, MAX_CONNECTIONS, CONNECTION_TIMEOUT).map(|_| ())
 }
 
 /// Releases a connection's place when its thread ends, however it ends.
@@ -486,14 +486,16 @@ impl Drop for Slot {
     }
 }
 
+/// Returns the number of connections being answered, for tests.
 fn serve_bounded(
     listener: UnixListener,
     book: std::sync::Arc<Book>,
     max: usize,
     timeout: Duration,
-) -> std::io::Result<()> {
+) -> std::io::Result<std::sync::Arc<std::sync::atomic::AtomicUsize>> {
     use std::sync::atomic::Ordering;
     let active = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let answering = active.clone();
     std::thread::Builder::new()
         .name("numaio-residency".into())
         .spawn(move || {
@@ -533,7 +535,7 @@ fn serve_bounded(
                 }
             }
         })
-        .map(|_| ())
+        .map(|_| answering)
 }
 
 fn serve_one(s: UnixStream, book: &Book, timeout: Duration) -> std::io::Result<()> {
@@ -823,7 +825,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("residency.sock");
         let book = std::sync::Arc::new(Book::new(Err("no collector here".into())));
-        serve_bounded(bind(&path).unwrap(), book, 2, Duration::from_secs(30)).unwrap();
+        let active = serve_bounded(bind(&path).unwrap(), book, 2, Duration::from_secs(30)).unwrap();
         // Connects and never sends its request.
         let stalled = UnixStream::connect(&path).unwrap();
         let q = |what| {
@@ -839,7 +841,15 @@ mod tests {
         assert!(took < Duration::from_secs(5), "answered after {took:?}");
         // With every place taken, a client is told so at once instead of waiting.
         let stalled2 = UnixStream::connect(&path).unwrap();
-        std::thread::sleep(Duration::from_millis(200));
+        let end = std::time::Instant::now() + Duration::from_secs(10);
+        while active.load(std::sync::atomic::Ordering::Acquire) < 2 {
+            assert!(
+                std::time::Instant::now() < end,
+                "the daemon holds {} of the 2 stalled clients",
+                active.load(std::sync::atomic::Ordering::Acquire)
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let (why, took) = q("with every place taken");
         assert!(why.contains("answering 2 other connections"), "{why}");
         assert!(took < Duration::from_secs(5), "answered after {took:?}");
