@@ -34,7 +34,7 @@ fuzz_target!(|data: &[u8]| {
     let (key, val) = rest.split_at(klen);
     if which % 4 == 3 {
         // The kernel reports how much of `struct bpf_prog_info` it filled, in bytes.
-        let filled = usize::from(*klen) * 2;
+        let filled = usize::from(data[1]) * 2;
         let r = recursion_misses_of(rest, filled);
         assert_eq!(r.is_some(), filled >= 216 && rest.len() >= 216);
         let Some(n) = r else { return };

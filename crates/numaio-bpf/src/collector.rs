@@ -88,6 +88,8 @@ impl std::fmt::Debug for CacheReader {
 }
 
 impl CacheReader {
+    // Made only where the programs are built in.
+    #[cfg_attr(not(numaio_bpf_object), allow(dead_code))]
     fn new(residency_unavailable: Option<String>) -> CacheReader {
         CacheReader {
             alive: std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true)),
@@ -232,50 +234,6 @@ pub fn prog_recursion_misses(fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result
         return Err(std::io::Error::last_os_error());
     }
     Ok(recursion_misses_of(&info.0, attr.info_len as usize))
-}
-
-/// Reads and deletes the `u64` value of `key` in the hash map `fd` in one step
-/// (`BPF_MAP_LOOKUP_AND_DELETE_ELEM`, hash maps since 5.14); `None` when there is none.
-fn map_lookup_and_delete(
-    fd: std::os::fd::BorrowedFd<'_>,
-    key: &[u8],
-) -> std::io::Result<Option<u64>> {
-    use std::os::fd::AsRawFd;
-    const BPF_MAP_LOOKUP_AND_DELETE_ELEM: libc::c_long = 21;
-    #[repr(C)]
-    struct Attr {
-        map_fd: u32,
-        pad: u32,
-        key: u64,
-        value: u64,
-        flags: u64,
-    }
-    let mut value = 0u64;
-    let mut attr = Attr {
-        map_fd: u32::try_from(fd.as_raw_fd()).map_err(|_| std::io::ErrorKind::InvalidInput)?,
-        pad: 0,
-        key: key.as_ptr() as u64,
-        value: std::ptr::addr_of_mut!(value) as u64,
-        flags: 0,
-    };
-    // SAFETY: key and value point at live buffers of the map's key and value sizes (the
-    // caller passes the map's key; the value is one u64), attr is passed with its size.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_MAP_LOOKUP_AND_DELETE_ELEM,
-            std::ptr::addr_of_mut!(attr),
-            std::mem::size_of::<Attr>(),
-        )
-    };
-    if rc < 0 {
-        let e = std::io::Error::last_os_error();
-        return match e.raw_os_error() {
-            Some(libc::ENOENT) => Ok(None),
-            _ => Err(e),
-        };
-    }
-    Ok(Some(value))
 }
 
 /// `CLOCK_MONOTONIC` in nanoseconds: the clock of the collector's records
@@ -453,8 +411,7 @@ mod imp {
     const FREE_WHAT: &str = "freeing the per-file counters of destroyed inodes (__destroy_inode; \
          without it they stay until the map fills)";
 
-    const FUSE_WHAT: &str =
-        "writes through FUSE without the writeback cache (fuse_file_write_iter)";
+    const FUSE_WHAT: &str = "buffered writes through FUSE (fuse_file_write_iter)";
 
     /// Where `fuse_file_write_iter` is in a module (`fuse.ko`): kprobes, with the folio
     /// lookups still traced by the fentry group's program.
@@ -917,6 +874,50 @@ mod imp {
         })
     }
 
+    /// Reads and deletes the `u64` value of `key` in the hash map `fd` in one step
+    /// (`BPF_MAP_LOOKUP_AND_DELETE_ELEM`, hash maps since 5.14); `None` when there is none.
+    fn map_lookup_and_delete(
+        fd: std::os::fd::BorrowedFd<'_>,
+        key: &[u8],
+    ) -> std::io::Result<Option<u64>> {
+        use std::os::fd::AsRawFd;
+        const BPF_MAP_LOOKUP_AND_DELETE_ELEM: libc::c_long = 21;
+        #[repr(C)]
+        struct Attr {
+            map_fd: u32,
+            pad: u32,
+            key: u64,
+            value: u64,
+            flags: u64,
+        }
+        let mut value = 0u64;
+        let mut attr = Attr {
+            map_fd: u32::try_from(fd.as_raw_fd()).map_err(|_| std::io::ErrorKind::InvalidInput)?,
+            pad: 0,
+            key: key.as_ptr() as u64,
+            value: std::ptr::addr_of_mut!(value) as u64,
+            flags: 0,
+        };
+        // SAFETY: key and value point at live buffers of the map's key and value sizes (the
+        // caller passes the map's key; the value is one u64), attr is passed with its size.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_MAP_LOOKUP_AND_DELETE_ELEM,
+                std::ptr::addr_of_mut!(attr),
+                std::mem::size_of::<Attr>(),
+            )
+        };
+        if rc < 0 {
+            let e = std::io::Error::last_os_error();
+            return match e.raw_os_error() {
+                Some(libc::ENOENT) => Ok(None),
+                _ => Err(e),
+            };
+        }
+        Ok(Some(value))
+    }
+
     /// The slots of `nio_lost` (`LOST_CACHE`, `LOST_IO` in the BPF program).
     const LOST_CACHE: u32 = 0;
     const LOST_IO: u32 = 1;
@@ -965,7 +966,7 @@ mod imp {
         let fd = aya::maps::IterableMap::map(&maps.freed).fd().as_fd();
         for k in keys {
             // Read and deleted in one step: a freeing recorded in between is not lost.
-            let t = match super::map_lookup_and_delete(fd, &k) {
+            let t = match map_lookup_and_delete(fd, &k) {
                 Ok(Some(t)) => t,
                 Ok(None) => continue,
                 Err(e) => {
