@@ -2,12 +2,15 @@
 //! a BPF map. The first input byte picks the map, the second the key's length; the rest is
 //! key then value. An entry decodes only with the map's exact key and value sizes, every
 //! field reads back from its bytes, devices convert to the `st_dev` whose major and minor
-//! are the kernel's, and `since` never invents counts.
+//! are the kernel's, and `since` never invents counts. Also the program statistics the
+//! kernel fills (`recursion_misses_of`: the first byte's fourth choice, the second byte the
+//! length the kernel says it filled) and the misses' interval arithmetic.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
+use numaio_bpf::collector::recursion_misses_of;
 use numaio_bpf::record::{
-    cache_key, decode_cache, decode_fault, decode_io, Snapshot, CACHE_KEY_LEN, CACHE_VAL_LEN,
-    FAULT_KEY_LEN, FAULT_VAL_LEN, IO_KEY_LEN, IO_VAL_LEN,
+    cache_key, decode_cache, decode_fault, decode_io, Missed, Snapshot, CACHE_KEY_LEN,
+    CACHE_VAL_LEN, FAULT_KEY_LEN, FAULT_VAL_LEN, IO_KEY_LEN, IO_VAL_LEN,
 };
 
 fn u64_at(b: &[u8], at: usize) -> u64 {
@@ -29,7 +32,31 @@ fuzz_target!(|data: &[u8]| {
     };
     let klen = usize::from(*klen).min(rest.len());
     let (key, val) = rest.split_at(klen);
-    match which % 3 {
+    if which % 4 == 3 {
+        // The kernel reports how much of `struct bpf_prog_info` it filled, in bytes.
+        let filled = usize::from(data[1]) * 2;
+        let r = recursion_misses_of(rest, filled);
+        assert_eq!(r.is_some(), filled >= 216 && rest.len() >= 216);
+        let Some(n) = r else { return };
+        assert_eq!(n, u64_at(rest, 208));
+        let then = Missed {
+            counted_runs: true,
+            program_runs: [("p".to_string(), n / 2)].into_iter().collect(),
+            io_events: n / 3,
+            cache_events: 0,
+        };
+        let now = Missed {
+            program_runs: [("p".to_string(), n)].into_iter().collect(),
+            io_events: n,
+            ..then.clone()
+        };
+        let d = now.since(&then);
+        assert_eq!(d.runs(), n - n / 2);
+        assert_eq!(d.io_reason().is_some(), n > 0);
+        assert_eq!(now.since(&now).io_reason(), None);
+        return;
+    }
+    match which % 4 {
         0 => {
             let r = decode_io(key, val);
             let shaped = key.len() == IO_KEY_LEN && val.len() == IO_VAL_LEN;

@@ -42,6 +42,19 @@ pub fn first_json(text: &str) -> Option<serde_json::Value> {
         .find_map(|l| serde_json::from_str(l.trim()).ok())
 }
 
+/// A shell function for scenarios that run the eBPF collector: `no_nio_programs` waits
+/// until no program of the collector is loaded (at most 10 s: the kernel frees a dead
+/// process's programs after an RCU grace period) and prints `numaio-probe bpf-io
+/// --count-programs`'s last answer (`{"programs": 0}` when none is left).
+pub const BPF_PRELUDE: &str = r#"
+no_nio_programs() {
+  for i in 1 2 3 4 5 6 7 8 9 10; do
+    n=$(numaio-probe bpf-io --count-programs); [ "$n" = '{"programs": 0}' ] && break; sleep 1
+  done
+  echo "$n"
+}
+"#;
+
 /// Shell lines that set `$devs` (the `k`-th disk of each listed guest node, in the order
 /// given, space-separated) and `$dargs` (`-d DEV` for each, for `numaio fs`), and print
 /// `$devs` as section `devs`. The scenario exits with 10 if a node has no such disk.

@@ -3,12 +3,15 @@
 //! moved (`numaio move`), part of another evicted (`numaio evict --range`), and one was
 //! cached before the daemon started (unknown to the collector until its baseline scan).
 //! `numaio where --source collector --json` must then equal `numaio where --source scan
-//! --json` page for page on every node, and be counted changes, not fresh scans. SIGKILL of
-//! the daemon leaves none of its programs loaded.
+//! --json` page for page on every node, and be counted changes, not fresh scans. A file
+//! deleted and made again at the same path (its inode destroyed, its counters freed, the
+//! number usually reused) gets a fresh baseline equal to the scan. SIGKILL of the daemon
+//! leaves none of its programs loaded.
 //!
 //! Needs the release binaries (`cargo build --release --bins`) and both lab kernels; see
 //! lab/README.md.
 
+use numaio_lab::guest_script::BPF_PRELUDE;
 use numaio_lab::{DiskFile, DiskSpec, GuestKernel, LabTopology, Outcome, Scenario};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -35,13 +38,17 @@ echo "@@begin collector"; numaio where --source collector --json $A $B $P
 echo "@@begin scan"; numaio where --source scan --json $A $B $P
 echo "@@begin auto"; numaio where --json $A
 echo "@@begin daemon"; grep -m 1 '"start"' /tmp/daemon.log
-# SIGKILL of the daemon leaves none of its programs loaded (the kernel frees them after an
-# RCU grace period: allow it 10 s).
+# a.bin deleted (the kernel destroys its inode and the collector frees its counters) and a
+# new file made at its path, on ext4 usually under the same inode number: the answer must
+# not build on a.bin's baseline.
+echo "@@begin reused-ino"; stat -c %i $A
+rm $A; cp $P $A; sync; stat -c %i $A
+numactl -m 0 cat $A > /dev/null
+echo "@@begin reused-collector"; numaio where --source collector --json $A
+echo "@@begin reused-scan"; numaio where --source scan --json $A
+# SIGKILL of the daemon leaves none of its programs loaded.
 kill -9 $D; wait $D
-for i in 1 2 3 4 5 6 7 8 9 10; do
-  n=$(numaio-probe bpf-io --count-programs); [ "$n" = '{"programs": 0}' ] && break; sleep 1
-done
-echo "@@begin progs-after"; echo "$n"
+echo "@@begin progs-after"; no_nio_programs
 echo "@@begin end"
 "#;
 
@@ -50,7 +57,8 @@ fn run(k: GuestKernel) -> Outcome {
         .file(DiskFile::pattern("a.bin", 4 * MIB))
         .file(DiskFile::pattern("b.bin", 4 * MIB))
         .file(DiskFile::pattern("p.bin", 2 * MIB));
-    let out = Scenario::new(LabTopology::from_nodes(&[(1, 512), (1, 512)]), SCRIPT)
+    let script = format!("{BPF_PRELUDE}{SCRIPT}");
+    let out = Scenario::new(LabTopology::from_nodes(&[(1, 512), (1, 512)]), script)
         .kernel(k)
         .disk(disk)
         .timeout(Duration::from_secs(180))
@@ -138,6 +146,25 @@ fn lab(k: GuestKernel) {
     let auto = answers(&out, k, "auto");
     assert_eq!(auto["a.bin"].0, "collector", "{k}: {auto:?}");
     assert_eq!(auto["a.bin"].2, nodes(&[("1", 1024)]), "{k}");
+    // A new file at a.bin's path (and, usually, inode number): a fresh baseline, equal to
+    // the scan.
+    let inos: Vec<&str> = out.section("reused-ino").split_whitespace().collect();
+    let c = &answers(&out, k, "reused-collector")["a.bin"];
+    let s = &answers(&out, k, "reused-scan")["a.bin"];
+    eprintln!(
+        "{k} a.bin remade (inode {inos:?}, reused: {}): collector {c:?}, scan {s:?}",
+        inos.len() == 2 && inos[0] == inos[1]
+    );
+    assert_eq!((c.0.as_str(), c.3), ("collector", Some(true)), "{k}: {c:?}");
+    assert_eq!(
+        (c.1, &c.2),
+        (s.1, &s.2),
+        "{k} remade a.bin: collector vs scan"
+    );
+    assert_eq!(
+        c.1, 512,
+        "{k}: the remade a.bin is 2 MiB, all cached: {c:?}"
+    );
     let after = out.section_json("progs-after");
     assert_eq!(
         after["programs"], 0,

@@ -110,14 +110,34 @@ struct {
 	__type(value, struct cache_val);
 } nio_cache SEC(".maps");
 
-/* Page-cache events not counted because nio_cache was full: when not 0, per-file counts
- * are incomplete and user space must not derive residency from them. */
+/* Events not counted because a map was full. [LOST_CACHE]: page-cache events (nio_cache
+ * full): when not 0, per-file counts are incomplete and user space must not derive
+ * residency from them. [LOST_IO]: I/O operations and faults (nio_ops, nio_io or nio_faults
+ * full): the interval's byte or fault counts are short. */
+#define LOST_CACHE 0
+#define LOST_IO 1
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2);
 	__type(key, __u32);
 	__type(value, __u64);
 } nio_lost SEC(".maps");
+
+/* Files whose nio_cache entries were freed when the kernel destroyed their inode, with when
+ * (bpf_ktime_get_ns: CLOCK_MONOTONIC): a residency baseline of that (dev, ino) taken before
+ * is of a dead inode, and counts under the key start again from zero. User space deletes
+ * the records it has seen; while the map is full, entries are not freed (never unrecorded). */
+struct freed_key {
+	__u64 dev;
+	__u64 ino;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct freed_key);
+	__type(value, __u64);
+} nio_freed SEC(".maps");
 
 /* The folios a migration is moving, by tid, from the kprobe to its return probe. */
 struct migration {
@@ -161,6 +181,14 @@ struct {
 	__type(key, __u32);
 	__type(value, __u8);
 } nio_pids SEC(".maps");
+
+static __always_inline void count_lost(__u32 slot)
+{
+	__u64 *lost = bpf_map_lookup_elem(&nio_lost, &slot);
+
+	if (lost)
+		__sync_fetch_and_add(lost, 1);
+}
 
 static __always_inline bool wanted(__u32 tgid)
 {
@@ -239,7 +267,8 @@ static __always_inline void op_enter(struct file *f, __u32 kind, __u64 iter, __u
 	op->pos_ptr = pos_ptr;
 	op->by_pos = pos_ptr != 0;
 	op->mark = pos_ptr ? read_pos(pos_ptr) : iter_count(iter);
-	bpf_map_update_elem(&nio_ops, &tid, op, BPF_ANY);
+	if (bpf_map_update_elem(&nio_ops, &tid, op, BPF_ANY))
+		count_lost(LOST_IO);
 }
 
 static __always_inline struct op *current_op(void)
@@ -267,8 +296,10 @@ static __always_inline void add_bytes(struct op *op, __u32 node, __u64 bytes)
 	if (!v) {
 		bpf_map_update_elem(&nio_io, &k, &zero, BPF_NOEXIST);
 		v = bpf_map_lookup_elem(&nio_io, &k);
-		if (!v)
+		if (!v) {
+			count_lost(LOST_IO);
 			return;
+		}
 	}
 	if (op->kind == KIND_READ)
 		__sync_fetch_and_add(&v->read_bytes, bytes);
@@ -394,8 +425,6 @@ static __always_inline struct cache_val *cache_slot(__u64 dev, __u64 ino, __u32 
 {
 	struct cache_key k = {};
 	struct cache_val zero = {}, *v;
-	__u32 z = 0;
-	__u64 *lost;
 
 	k.dev = dev;
 	k.ino = ino;
@@ -405,11 +434,8 @@ static __always_inline struct cache_val *cache_slot(__u64 dev, __u64 ino, __u32 
 		return v;
 	bpf_map_update_elem(&nio_cache, &k, &zero, BPF_NOEXIST);
 	v = bpf_map_lookup_elem(&nio_cache, &k);
-	if (!v) {
-		lost = bpf_map_lookup_elem(&nio_lost, &z);
-		if (lost)
-			__sync_fetch_and_add(lost, 1);
-	}
+	if (!v)
+		count_lost(LOST_CACHE);
 	return v;
 }
 
@@ -463,6 +489,46 @@ static __always_inline void migrated(struct folio *dst, struct folio *src)
 		__sync_fetch_and_add(&to->migrated_in_pages, pages);
 }
 
+/* Nodes whose entries an inode's destruction frees; a larger machine's entries above it stay
+ * (its baselines are still dropped, so answers stay right). */
+#define MAX_FREED_NODES 64
+
+/* The kernel destroys an inode: its pages have left the page cache (each removal counted),
+ * so its counters are of no further use; free them, once the freeing is recorded. */
+static __always_inline void inode_gone(struct inode *inode)
+{
+	struct cache_key k = {};
+	struct freed_key fk = {};
+	__u64 now;
+	bool any = false;
+
+	k.dev = BPF_CORE_READ(inode, i_sb, s_dev);
+	k.ino = BPF_CORE_READ(inode, i_ino);
+	k.node = NODE_UNKNOWN;
+	any = bpf_map_lookup_elem(&nio_cache, &k) != 0;
+	for (__u32 n = 0; n < MAX_FREED_NODES && !any; n++) {
+		if (n >= nr_nodes)
+			break;
+		k.node = n;
+		any = bpf_map_lookup_elem(&nio_cache, &k) != 0;
+	}
+	if (!any)
+		return;
+	fk.dev = k.dev;
+	fk.ino = k.ino;
+	now = bpf_ktime_get_ns();
+	if (bpf_map_update_elem(&nio_freed, &fk, &now, BPF_ANY))
+		return;
+	k.node = NODE_UNKNOWN;
+	bpf_map_delete_elem(&nio_cache, &k);
+	for (__u32 n = 0; n < MAX_FREED_NODES; n++) {
+		if (n >= nr_nodes)
+			break;
+		k.node = n;
+		bpf_map_delete_elem(&nio_cache, &k);
+	}
+}
+
 /* VM_FAULT_ERROR | VM_FAULT_RETRY: no page was mapped. */
 #define FAULT_NO_PAGE 0x0c73u
 
@@ -487,8 +553,14 @@ static __always_inline void fault_done(struct vm_fault *vmf, unsigned int ret)
 	v = bpf_map_lookup_elem(&nio_faults, &k);
 	if (v)
 		__sync_fetch_and_add(v, 1);
-	else
-		bpf_map_update_elem(&nio_faults, &k, &one, BPF_NOEXIST);
+	else if (bpf_map_update_elem(&nio_faults, &k, &one, BPF_NOEXIST)) {
+		/* Another CPU may have created it meanwhile. */
+		v = bpf_map_lookup_elem(&nio_faults, &k);
+		if (v)
+			__sync_fetch_and_add(v, 1);
+		else
+			count_lost(LOST_IO);
+	}
 }
 
 /* ---- fentry / fexit ---- */
@@ -568,6 +640,24 @@ int BPF_PROG(nio_fe_iomapwr, struct kiocb *iocb, struct iov_iter *iter)
 
 SEC("fexit/iomap_file_buffered_write")
 int BPF_PROG(nio_fx_iomapwr)
+{
+	op_exit();
+	return 0;
+}
+
+/* FUSE's write_iter: without the writeback cache FUSE copies writes into its page cache in
+ * its own loop (fuse_perform_write, static and inlined on some builds) with folios from
+ * __filemap_get_folio; with it, through generic_perform_write, which nests (the outer
+ * operation stays). Direct I/O looks up no folio and so counts nothing. */
+SEC("fentry/fuse_file_write_iter")
+int BPF_PROG(nio_fe_fusewr, struct kiocb *iocb, struct iov_iter *from)
+{
+	op_enter(BPF_CORE_READ(iocb, ki_filp), KIND_WRITE, (__u64)from, 0);
+	return 0;
+}
+
+SEC("fexit/fuse_file_write_iter")
+int BPF_PROG(nio_fx_fusewr)
 {
 	op_exit();
 	return 0;
@@ -654,6 +744,21 @@ int BPF_PROG(nio_tp_del, struct folio *folio)
 	return 0;
 }
 
+/* __destroy_inode(inode): every inode's end (after evict() truncated its pages). */
+SEC("fentry/__destroy_inode")
+int BPF_PROG(nio_fe_destroy, struct inode *inode)
+{
+	inode_gone(inode);
+	return 0;
+}
+
+SEC("kprobe/__destroy_inode")
+int BPF_KPROBE(nio_kp_destroy, struct inode *inode)
+{
+	inode_gone(inode);
+	return 0;
+}
+
 /* move_to_new_folio(dst, src, mode) -> 0 on success: every migration of a folio (move_pages,
  * mbind, NUMA balancing, compaction, memory tiering) goes through it. */
 SEC("fexit/move_to_new_folio")
@@ -702,6 +807,24 @@ SEC("kprobe/filemap_splice_read")
 int BPF_KPROBE(nio_kp_splice, struct file *in, long long *ppos)
 {
 	op_enter(in, KIND_READ, 0, (__u64)ppos);
+	return 0;
+}
+
+/* generic_perform_write(iocb, from), iomap_file_buffered_write(iocb, from, ...) and
+ * fuse_file_write_iter(iocb, from): a write from `from`, a count operation. */
+SEC("kprobe/write")
+int BPF_KPROBE(nio_kp_wr, struct kiocb *iocb, struct iov_iter *from)
+{
+	op_enter(BPF_CORE_READ(iocb, ki_filp), KIND_WRITE, (__u64)from, 0);
+	return 0;
+}
+
+/* __filemap_get_folio[_mpol](...) -> folio (NULL or an error if none) */
+SEC("kretprobe/__filemap_get_folio")
+int BPF_KRETPROBE(nio_kr_get, void *ret)
+{
+	if (!is_err_or_null(ret))
+		looked_up((struct folio *)ret);
 	return 0;
 }
 

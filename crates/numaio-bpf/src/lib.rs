@@ -21,4 +21,4 @@ pub use collector::{
     loaded_programs, Attached, CacheReader, Collector, CollectorOptions, NetPages, Unavailable,
     PROGRAM_PREFIX,
 };
-pub use record::{CacheRecord, FaultRecord, IoRecord, ProcessIo, Snapshot, NODE_UNKNOWN};
+pub use record::{CacheRecord, FaultRecord, IoRecord, Missed, ProcessIo, Snapshot, NODE_UNKNOWN};

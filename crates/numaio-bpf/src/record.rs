@@ -59,12 +59,84 @@ pub struct FaultRecord {
     pub faults: u64,
 }
 
+/// What the collector could not count, cumulative since it started.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Missed {
+    /// Whether the kernel counts skipped runs (`recursion_misses`, since 5.12); without it
+    /// `program_runs` is empty and says nothing.
+    pub counted_runs: bool,
+    /// Runs of each program the kernel skipped (programs without any left out): a program
+    /// runs at most once at a time per CPU, so a task that hits a hook while another task,
+    /// preempted inside the same program on that CPU, holds it is not counted.
+    pub program_runs: BTreeMap<String, u64>,
+    /// File operations, byte records and faults dropped because a map was full.
+    pub io_events: u64,
+    /// Page-cache inserts, removals and migrations dropped because `nio_cache` was full.
+    pub cache_events: u64,
+}
+
+impl Missed {
+    /// What was missed after `earlier`.
+    pub fn since(&self, earlier: &Missed) -> Missed {
+        Missed {
+            counted_runs: self.counted_runs,
+            program_runs: self
+                .program_runs
+                .iter()
+                .filter_map(|(name, &n)| {
+                    let d = n.saturating_sub(earlier.program_runs.get(name).copied().unwrap_or(0));
+                    (d > 0).then(|| (name.clone(), d))
+                })
+                .collect(),
+            io_events: self.io_events.saturating_sub(earlier.io_events),
+            cache_events: self.cache_events.saturating_sub(earlier.cache_events),
+        }
+    }
+
+    /// Skipped program runs in all.
+    pub fn runs(&self) -> u64 {
+        self.program_runs
+            .values()
+            .fold(0u64, |a, &b| a.saturating_add(b))
+    }
+
+    /// Why byte and fault counts with these misses are short, in one line; `None` when
+    /// nothing I/O counting depends on was missed. (Page-cache events alone do not make
+    /// byte counts short: residency answers refuse them separately.)
+    pub fn io_reason(&self) -> Option<String> {
+        let runs = self.runs();
+        let mut parts = Vec::new();
+        if runs > 0 {
+            let by: Vec<String> = self
+                .program_runs
+                .iter()
+                .map(|(n, c)| format!("{n} {c}"))
+                .collect();
+            parts.push(format!(
+                "the kernel skipped {runs} run(s) of the collector's programs ({}): another task \
+                 was inside the same program on that CPU",
+                by.join(", ")
+            ));
+        }
+        if self.io_events > 0 {
+            parts.push(format!(
+                "{} I/O event(s) were dropped because the collector's tables are full \
+                 (65,536 entries each): restart it to count afresh",
+                self.io_events
+            ));
+        }
+        (!parts.is_empty()).then(|| format!("counts are short: {}", parts.join("; ")))
+    }
+}
+
 /// Everything the collector counted, cumulative since it started.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Snapshot {
     pub io: Vec<IoRecord>,
     pub cache: Vec<CacheRecord>,
     pub faults: Vec<FaultRecord>,
+    /// What it could not count.
+    pub missed: Missed,
 }
 
 /// One process's file I/O summed over its threads and files.
@@ -137,7 +209,12 @@ impl Snapshot {
                 (d.faults > 0).then_some(d)
             })
             .collect();
-        Snapshot { io, cache, faults }
+        Snapshot {
+            io,
+            cache,
+            faults,
+            missed: self.missed.since(&earlier.missed),
+        }
     }
 
     /// The I/O records summed per process.
@@ -422,5 +499,55 @@ mod tests {
         };
         let d = b.since(&a);
         assert_eq!(d.io, vec![io(7, 0, 1, 4096, 0), io(9, 1, 1, 5, 0)]);
+    }
+
+    #[test]
+    fn missed_runs_and_drops_make_an_interval_short() {
+        let before = Missed {
+            counted_runs: true,
+            program_runs: BTreeMap::from([("nio_fx_get".to_string(), 3)]),
+            io_events: 1,
+            cache_events: 0,
+        };
+        // Nothing new: complete, whatever was missed before the interval.
+        assert_eq!(before.since(&before).io_reason(), None);
+        let after = Missed {
+            program_runs: BTreeMap::from([
+                ("nio_fx_get".to_string(), 13),
+                ("nio_fe_wr".to_string(), 2),
+            ]),
+            ..before.clone()
+        };
+        let d = after.since(&before);
+        assert_eq!(d.runs(), 12);
+        assert_eq!(d.program_runs["nio_fx_get"], 10);
+        let why = d.io_reason().unwrap();
+        assert!(why.contains("skipped 12 run(s)"), "{why}");
+        assert!(why.contains("nio_fe_wr 2, nio_fx_get 10"), "{why}");
+        assert!(!why.contains('\n'));
+        // A rising drop counter alone makes it short too.
+        let full = Missed {
+            io_events: 5,
+            ..before.clone()
+        };
+        let why = full.since(&before).io_reason().unwrap();
+        assert!(why.contains("4 I/O event(s) were dropped"), "{why}");
+        // Page-cache drops are the residency answers' business, not the byte counts'.
+        let cache = Missed {
+            cache_events: 9,
+            ..before.clone()
+        };
+        assert_eq!(cache.since(&before).io_reason(), None);
+        // Snapshots carry it through `since`.
+        let s0 = Snapshot {
+            missed: before.clone(),
+            ..Default::default()
+        };
+        let s1 = Snapshot {
+            missed: after,
+            ..Default::default()
+        };
+        assert_eq!(s1.since(&s0).missed.runs(), 12);
+        assert_eq!(s1.since(&s1).missed.io_reason(), None);
     }
 }

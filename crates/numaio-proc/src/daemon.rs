@@ -42,6 +42,10 @@ pub struct IntervalSummary {
     /// I/O-active processes by the source of their per-node counts (`ebpf`, `mount`,
     /// `estimate`).
     pub numa_io_sources: BTreeMap<&'static str, usize>,
+    /// Why the collector's counts of the interval are short (its policies then decided from
+    /// incomplete counts); absent when complete.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub numa_io_incomplete: Option<String>,
     pub decisions: usize,
     pub actions: usize,
     pub action_errors: usize,
@@ -341,6 +345,7 @@ impl<'a> Daemon<'a> {
                 m
             }),
             decisions: decisions.len(),
+            numa_io_incomplete: self.sources.incomplete_reason().map(String::from),
             ..Default::default()
         };
         for d in &decisions {

@@ -80,6 +80,7 @@ impl ProcessView {
     /// share (the collector's local bytes where known, else the run nodes' share).
     pub fn set_exact(&mut self, source: NumaIoSource, io: &ExactIo, nodes: &[u32]) {
         self.numa_io_source = source;
+        self.numa_io_incomplete = None;
         self.numa_io = io.by_data_node.numa_io_map(nodes, Fields::ReadWrite);
         self.numa_read_bytes = io
             .by_data_node
@@ -207,6 +208,8 @@ pub struct Sources {
     last: Option<numaio_bpf::Snapshot>,
     /// What the collector counted in the last interval applied.
     delta: Option<numaio_bpf::Snapshot>,
+    /// Why the collector's counts of the last interval applied are short.
+    incomplete: Option<String>,
     mounts: Option<Box<dyn MountReader>>,
     /// The mounts' counters when last read, per mount and pid.
     mount_last: BTreeMap<(PathBuf, i32), MountProcessIo>,
@@ -231,6 +234,7 @@ impl Sources {
             fallback_reason,
             last: None,
             delta: None,
+            incomplete: None,
             mounts: None,
             mount_last: BTreeMap::new(),
             mount_of: BTreeMap::new(),
@@ -322,6 +326,13 @@ impl Sources {
         self.delta.as_ref()
     }
 
+    /// Why the collector's counts of the last interval applied are short, in one line
+    /// (`numa_io_exact` is then false for every process: a skipped run belongs to nobody
+    /// known); `None` when it missed nothing or does not run.
+    pub fn incomplete_reason(&self) -> Option<&str> {
+        self.incomplete.as_deref()
+    }
+
     /// The mounts whose counters filled the process's view in the last interval applied.
     pub fn mounts_of(&self, pid: i32) -> &[PathBuf] {
         self.mount_of.get(&pid).map_or(&[], Vec::as_slice)
@@ -348,6 +359,7 @@ impl Sources {
     /// counts; the others keep their estimates.
     pub fn apply(&mut self, views: &mut [ProcessView], nodes: &[u32]) {
         self.mount_of.clear();
+        self.incomplete = None;
         if self.counter.is_some() {
             return self.apply_ebpf(views, nodes);
         }
@@ -375,6 +387,7 @@ impl Sources {
         };
         self.last = Some(now);
         let per = delta.per_process();
+        self.incomplete = delta.missed.io_reason();
         self.delta = Some(delta);
         for v in views.iter_mut() {
             let io = per
@@ -386,6 +399,7 @@ impl Sources {
                     ..Default::default()
                 });
             v.set_exact(NumaIoSource::Ebpf, &io, nodes);
+            v.numa_io_incomplete = self.incomplete.clone();
         }
     }
 
@@ -438,6 +452,7 @@ impl Sources {
         self.counter = None;
         self.last = None;
         self.delta = None;
+        self.incomplete = None;
         self.fallback_reason = Some(format!("the eBPF collector stopped: {reason}"));
         // The mounts take over from here: their counts so far are not this interval's.
         if let Some(m) = &mut self.mounts {
@@ -568,6 +583,62 @@ mod tests {
         let d = s.last_delta().unwrap();
         assert_eq!(d.io.len(), 2);
         assert_eq!(d.io[0].read_bytes, 4 << 20);
+    }
+
+    #[test]
+    fn an_interval_with_skipped_runs_is_not_exact() {
+        let missed = |runs: u64, io_events: u64| numaio_bpf::record::Missed {
+            counted_runs: true,
+            program_runs: [("nio_fx_get".to_string(), runs)]
+                .into_iter()
+                .filter(|(_, n)| *n > 0)
+                .collect(),
+            io_events,
+            cache_events: 0,
+        };
+        let with = |m| Snapshot {
+            io: vec![rec(7, 12, 0, 1, 4096, 0)],
+            missed: m,
+            ..Default::default()
+        };
+        let replay = VecDeque::from([
+            with(missed(2, 0)),
+            with(missed(2, 0)),
+            with(missed(5, 0)),
+            with(missed(5, 1)),
+        ]);
+        let mut s = Sources::from_snapshots(Box::new(Replay(replay)));
+        s.begin_interval();
+        // Misses before the interval do not count against it.
+        let mut views = vec![estimated(7)];
+        s.apply(&mut views, &[0, 1]);
+        assert!(
+            views[0].numa_io_exact(),
+            "{:?}",
+            views[0].numa_io_incomplete
+        );
+        assert_eq!(s.incomplete_reason(), None);
+        // Three new skipped runs: every process's counts are short, and it says how many.
+        let mut views = vec![estimated(7), estimated(8)];
+        s.apply(&mut views, &[0, 1]);
+        for v in &views {
+            assert_eq!(v.numa_io_source, NumaIoSource::Ebpf);
+            assert!(!v.numa_io_exact());
+            let why = v.numa_io_incomplete.as_deref().unwrap();
+            assert!(why.contains("skipped 3 run(s)"), "{why}");
+        }
+        assert!(s.incomplete_reason().unwrap().contains("nio_fx_get 3"));
+        let j = serde_json::to_value(&views[0]).unwrap();
+        assert!(j["numa_io_incomplete"]
+            .as_str()
+            .unwrap()
+            .contains("skipped 3"));
+        // A full map dropping an event: short as well.
+        let mut views = vec![estimated(7)];
+        s.apply(&mut views, &[0, 1]);
+        let why = views[0].numa_io_incomplete.as_deref().unwrap();
+        assert!(why.contains("1 I/O event(s) were dropped"), "{why}");
+        assert!(!why.contains("skipped"), "{why}");
     }
 
     #[test]

@@ -46,6 +46,13 @@ pub const MAX_BASELINES: usize = 1 << 18;
 
 const MAX_REQUEST_BYTES: u64 = 4 << 20;
 
+/// Connections answered at once; beyond it a client is told the daemon is busy. Each holds
+/// a thread and, while a baseline is scanned, an open file.
+pub const MAX_CONNECTIONS: usize = 16;
+
+/// How long a connection may take to send its request, and the client to take the answer.
+pub const CONNECTION_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Per-node resident pages, as `numaio where` reports them.
 pub type NodePages = BTreeMap<u32, u64>;
 
@@ -58,6 +65,9 @@ pub struct Baseline {
     pub counted: NetPages,
     /// When the scan was taken (seconds since the epoch).
     pub at: f64,
+    /// When the scan was taken on the collector's clock ([`numaio_bpf::collector::clock_ns`]),
+    /// with the file open (its inode alive).
+    pub taken_ns: u64,
     /// Order of last use, for bounding the table.
     used: u64,
 }
@@ -69,8 +79,23 @@ impl Baseline {
             unknown,
             counted,
             at,
+            taken_ns: 0,
             used: 0,
         }
+    }
+
+    /// The baseline, taken at `ns` on the collector's clock.
+    pub fn taken_at(mut self, ns: u64) -> Baseline {
+        self.taken_ns = ns;
+        self
+    }
+
+    /// Whether the file's inode died after this baseline was taken (the collector freed its
+    /// counters at `freed_at`): the baseline and the counted changes are then of another
+    /// inode than the one of that number now, and must not be combined. The daemon holds
+    /// the file open while it scans, so no freeing happens between the scan and `taken_ns`.
+    pub fn outlived_by(&self, freed_at: Option<u64>) -> bool {
+        freed_at.is_some_and(|t| t > self.taken_ns)
     }
 
     /// The residency now, given the counts now: baseline + (now − counted) per node, pages of
@@ -241,17 +266,33 @@ impl Book {
         }
         let key = (q.dev, q.ino);
         let counts = |r: &CacheReader| r.net_pages(q.dev, q.ino).map_err(|e| Fatal(e.reason));
-        let known = self.lock().0.get(&key).cloned();
-        if let Some(b) = known {
-            if let Some((nodes, unknown)) = b.answer(&counts(reader)?) {
-                self.touch(key);
-                return Ok(FileAnswer::Counted(Counted {
-                    size_bytes: f.size,
-                    nodes,
-                    unknown_node_pages: unknown,
-                    baseline_at: b.at,
-                    baseline_new: false,
-                }));
+        {
+            // Under the lock: `prune` takes the collector's records of freed counters and
+            // drops the baselines they outlive in one step, so a baseline seen here either
+            // has no such record taken yet or is still checked against it.
+            let mut g = self.lock();
+            let freed = match g.0.get(&key) {
+                Some(_) => reader.freed_at(q.dev, q.ino).map_err(|e| Fatal(e.reason))?,
+                None => None,
+            };
+            if let Some(b) = g.0.get(&key) {
+                if b.outlived_by(freed) {
+                    g.0.remove(&key);
+                } else if let Some((nodes, unknown)) = b.answer(&counts(reader)?) {
+                    let at = b.at;
+                    g.1 += 1;
+                    let t = g.1;
+                    if let Some(b) = g.0.get_mut(&key) {
+                        b.used = t;
+                    }
+                    return Ok(FileAnswer::Counted(Counted {
+                        size_bytes: f.size,
+                        nodes,
+                        unknown_node_pages: unknown,
+                        baseline_at: at,
+                        baseline_new: false,
+                    }));
+                }
             }
         }
         for _ in 0..BASELINE_TRIES {
@@ -264,7 +305,8 @@ impl Book {
             if before != after || r.read_in_during_query > 0 {
                 continue;
             }
-            let b = Baseline::new(r.nodes.clone(), r.unknown_node_pages, after, now_unix());
+            let b = Baseline::new(r.nodes.clone(), r.unknown_node_pages, after, now_unix())
+                .taken_at(numaio_bpf::collector::clock_ns());
             let a = Counted {
                 size_bytes: f.size,
                 nodes: r.nodes,
@@ -285,13 +327,17 @@ impl Book {
         self.baselines.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn touch(&self, key: (u64, u64)) {
+    /// Takes the collector's records of counters it freed (inodes the kernel destroyed) and
+    /// drops the baselines they outlive; returns how many. Until the records are taken the
+    /// collector's record table fills and it frees no more counters, so this runs
+    /// periodically ([`serve`]).
+    pub fn prune(&self) -> Result<usize, String> {
+        let Ok(reader) = &self.reader else {
+            return Ok(0);
+        };
         let mut g = self.lock();
-        g.1 += 1;
-        let t = g.1;
-        if let Some(b) = g.0.get_mut(&key) {
-            b.used = t;
-        }
+        let freed = reader.take_freed().map_err(|e| e.reason)?;
+        Ok(drop_outlived(&mut g.0, &freed))
     }
 
     fn keep(&self, key: (u64, u64), mut b: Baseline) {
@@ -313,6 +359,27 @@ impl Book {
         self.lock().0.len()
     }
 }
+
+/// Drops the baselines that the freeings `(dev, ino, when)` outlive; returns how many.
+fn drop_outlived(
+    baselines: &mut HashMap<(u64, u64), Baseline>,
+    freed: &[(u64, u64, u64)],
+) -> usize {
+    let mut n = 0;
+    for &(dev, ino, at) in freed {
+        if baselines
+            .get(&(dev, ino))
+            .is_some_and(|b| b.outlived_by(Some(at)))
+        {
+            baselines.remove(&(dev, ino));
+            n += 1;
+        }
+    }
+    n
+}
+
+/// How often [`serve`] takes the collector's records of freed counters.
+const PRUNE_EVERY: Duration = Duration::from_secs(5);
 
 struct Fatal(String);
 
@@ -392,32 +459,88 @@ pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
     Ok(l)
 }
 
-/// Answers requests on `listener` on a thread of its own, one connection at a time (each
-/// bounded in time and size), until the process ends.
+/// Answers requests on `listener` until the process ends: each connection on a thread of
+/// its own, at most [`MAX_CONNECTIONS`] at once (a slow or stuck client holds only its own;
+/// each is bounded by [`CONNECTION_TIMEOUT`] and in size).
 pub fn serve(listener: UnixListener, book: std::sync::Arc<Book>) -> std::io::Result<()> {
+    let pruned = book.clone();
+    std::thread::Builder::new()
+        .name("numaio-residency-prune".into())
+        .spawn(move || loop {
+            std::thread::sleep(PRUNE_EVERY);
+            match pruned.prune() {
+                Ok(0) => {}
+                Ok(n) => tracing::debug!("residency: {n} baseline(s) of destroyed inodes dropped"),
+                Err(e) => tracing::warn!("residency: taking the collector's freed records: {e}"),
+            }
+        })?;
+    serve_bounded(listener, book, MAX_CONNECTIONS, CONNECTION_TIMEOUT).map(|_| ())
+}
+
+/// Releases a connection's place when its thread ends, however it ends.
+struct Slot(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+/// Returns the number of connections being answered, for tests.
+fn serve_bounded(
+    listener: UnixListener,
+    book: std::sync::Arc<Book>,
+    max: usize,
+    timeout: Duration,
+) -> std::io::Result<std::sync::Arc<std::sync::atomic::AtomicUsize>> {
+    use std::sync::atomic::Ordering;
+    let active = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let answering = active.clone();
     std::thread::Builder::new()
         .name("numaio-residency".into())
         .spawn(move || {
             for conn in listener.incoming() {
-                match conn {
-                    Ok(s) => {
-                        if let Err(e) = serve_one(s, &book) {
-                            tracing::debug!("residency query: {e}");
-                        }
-                    }
+                let s = match conn {
+                    Ok(s) => s,
                     Err(e) => {
                         tracing::warn!("residency socket: accept failed: {e}");
                         std::thread::sleep(Duration::from_millis(100));
+                        continue;
                     }
+                };
+                if active.fetch_add(1, Ordering::AcqRel) >= max {
+                    let _slot = Slot(active.clone());
+                    // Said without reading the request, within a short bound: the accept
+                    // loop must not wait on this client either.
+                    let _ = s.set_write_timeout(Some(Duration::from_millis(100)));
+                    let r = unavailable(format!(
+                        "the daemon is answering {max} other connections; try again"
+                    ));
+                    let _ = writeln!(&s, "{}", serde_json::to_string(&r).unwrap_or_default());
+                    continue;
+                }
+                let slot = Slot(active.clone());
+                let book = book.clone();
+                let spawned = std::thread::Builder::new()
+                    .name("numaio-residency-conn".into())
+                    .spawn(move || {
+                        let _slot = slot;
+                        if let Err(e) = serve_one(s, &book, timeout) {
+                            tracing::debug!("residency query: {e}");
+                        }
+                    });
+                if let Err(e) = spawned {
+                    // The closure (and its slot) is dropped with the error.
+                    tracing::warn!("residency socket: cannot start a thread for a query: {e}");
                 }
             }
         })
-        .map(|_| ())
+        .map(|_| answering)
 }
 
-fn serve_one(s: UnixStream, book: &Book) -> std::io::Result<()> {
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    s.set_write_timeout(Some(Duration::from_secs(5)))?;
+fn serve_one(s: UnixStream, book: &Book, timeout: Duration) -> std::io::Result<()> {
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
     // SAFETY: geteuid cannot fail.
     let me = unsafe { libc::geteuid() };
     let peer = peer_uid(&s)?;
@@ -474,7 +597,17 @@ pub fn query(
     })
     .map_err(|e| ClientError::Protocol(socket.into(), e.to_string()))?;
     let mut w = &s;
-    writeln!(w, "{req}").map_err(io)?;
+    match writeln!(w, "{req}") {
+        Ok(()) => {}
+        // A busy daemon answers without reading the request and hangs up: its answer is
+        // still there to read.
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+            ) => {}
+        Err(e) => return Err(io(e)),
+    }
     let mut line = String::new();
     BufReader::new((&s).take(64 << 20))
         .read_line(&mut line)
@@ -660,6 +793,105 @@ mod tests {
             Some("the eBPF collector was not asked for")
         );
         assert!(r.files.is_empty());
+    }
+
+    /// A file deleted after its baseline, its inode destroyed (the collector frees its
+    /// counters) and the number reused by a new file: combining the old baseline with the
+    /// new counts would be wrong, and is refused; an older freeing (of an inode before the
+    /// baseline's) is not.
+    #[test]
+    fn a_baseline_outlived_by_its_inode_is_dropped() {
+        let b = Baseline::new(pages(&[(0, 100)]), 0, NetPages::new(), 0.0).taken_at(1_000);
+        // The new file's 30 pages on node 0, counted from zero after the freeing.
+        let new_counts = net(&[(0, 30)]);
+        // Unchecked, the arithmetic goes wrong without going negative: 100 + 30.
+        assert_eq!(b.answer(&new_counts), Some((pages(&[(0, 130)]), 0)));
+        assert!(b.outlived_by(Some(2_000)));
+        assert!(!b.outlived_by(Some(999)));
+        assert!(!b.outlived_by(None));
+        let mut table = HashMap::from([((7, 11), b.clone()), ((7, 12), b.clone())]);
+        let n = drop_outlived(&mut table, &[(7, 11, 2_000), (7, 12, 500), (7, 13, 2_000)]);
+        assert_eq!(n, 1);
+        assert!(!table.contains_key(&(7, 11)));
+        assert!(table.contains_key(&(7, 12)));
+        // Without freeing (the counters kept, as where the hook is missing) the old
+        // arithmetic stays right: the deletion's removals bring the count back down.
+        let kept = net(&[(0, -100 + 30)]);
+        assert_eq!(b.answer(&kept), Some((pages(&[(0, 30)]), 0)));
+    }
+
+    #[test]
+    fn a_stalled_client_does_not_hold_up_others() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("residency.sock");
+        let book = std::sync::Arc::new(Book::new(Err("no collector here".into())));
+        let active = serve_bounded(bind(&path).unwrap(), book, 2, Duration::from_secs(30)).unwrap();
+        // Connects and never sends its request.
+        let stalled = UnixStream::connect(&path).unwrap();
+        let q = |what| {
+            let t = std::time::Instant::now();
+            let r = query(&path, &[], Duration::from_secs(10)).unwrap();
+            (
+                r.unavailable.unwrap_or_else(|| panic!("{what}: no reason")),
+                t.elapsed(),
+            )
+        };
+        let (why, took) = q("beside the stalled client");
+        assert_eq!(why, "no collector here");
+        assert!(took < Duration::from_secs(5), "answered after {took:?}");
+        // With every place taken, a client is told so at once instead of waiting.
+        let stalled2 = UnixStream::connect(&path).unwrap();
+        let end = std::time::Instant::now() + Duration::from_secs(10);
+        while active.load(std::sync::atomic::Ordering::Acquire) < 2 {
+            assert!(
+                std::time::Instant::now() < end,
+                "the daemon holds {} of the 2 stalled clients",
+                active.load(std::sync::atomic::Ordering::Acquire)
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let (why, took) = q("with every place taken");
+        assert!(why.contains("answering 2 other connections"), "{why}");
+        assert!(took < Duration::from_secs(5), "answered after {took:?}");
+        // A place comes back when its client goes away.
+        drop(stalled2);
+        let end = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let (why, _) = q("after a client left");
+            if why == "no collector here" {
+                break;
+            }
+            assert!(std::time::Instant::now() < end, "no place came back: {why}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        drop(stalled);
+    }
+
+    #[test]
+    fn a_client_that_sends_nothing_is_cut_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("residency.sock");
+        let book = std::sync::Arc::new(Book::new(Err("no collector here".into())));
+        serve_bounded(bind(&path).unwrap(), book, 1, Duration::from_millis(300)).unwrap();
+        let mut stalled = UnixStream::connect(&path).unwrap();
+        stalled
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        // The daemon gives up on it after its read timeout and closes the connection.
+        let mut rest = String::new();
+        let t = std::time::Instant::now();
+        let _ = stalled.read_to_string(&mut rest);
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        // Its place is free again.
+        let end = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let r = query(&path, &[], Duration::from_secs(5)).unwrap();
+            if r.unavailable.as_deref() == Some("no collector here") {
+                break;
+            }
+            assert!(std::time::Instant::now() < end, "{r:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     #[test]

@@ -408,6 +408,11 @@ pub struct ProcessView {
     pub numa_write_bytes: BTreeMap<u32, u64>,
     /// Which source filled `numa_io` ([`crate::io_source`]).
     pub numa_io_source: crate::io_source::NumaIoSource,
+    /// Why the counted source's numbers for this interval are short (the kernel skipped
+    /// runs of the collector's programs, or a full map dropped events); `None` when every
+    /// event was counted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub numa_io_incomplete: Option<String>,
     /// Bytes whose pages were on the node of the CPU that copied them, and on another node
     /// (an exact source that knows the CPU's node).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -419,6 +424,12 @@ pub struct ProcessView {
 }
 
 impl ProcessView {
+    /// Whether `numa_io` is counted and complete (`numa_io_exact`): an exact source that
+    /// missed nothing during the interval.
+    pub fn numa_io_exact(&self) -> bool {
+        self.numa_io_source.is_exact() && self.numa_io_incomplete.is_none()
+    }
+
     /// Nodes where threads ran.
     pub fn run_nodes(&self) -> Vec<u32> {
         self.thread_nodes.keys().copied().collect()

@@ -93,6 +93,9 @@ pub struct Frame {
     pub numa_io_source: NumaIoSource,
     /// Why eBPF is not counting; `null` when it is.
     pub numa_io_fallback_reason: Option<String>,
+    /// Why the collector's counts of this interval are short (skipped program runs, events
+    /// dropped for a full map); `null` when complete.
+    pub numa_io_incomplete: Option<String>,
     pub nodes: Vec<NodeRow>,
     pub processes: Vec<ProcessRow>,
     pub files: Vec<FileRow>,
@@ -311,6 +314,7 @@ impl Frame {
             interval_secs: secs,
             numa_io_source: source,
             numa_io_fallback_reason: fallback_reason.map(str::to_owned),
+            numa_io_incomplete: delta.and_then(|d| d.missed.io_reason()),
             nodes,
             processes,
             files,

@@ -210,6 +210,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         "io": d.io,
         "cache": d.cache,
         "faults": d.faults,
+        "missed": d.missed,
     });
     println!("{out}");
     Ok(ExitCode::SUCCESS)

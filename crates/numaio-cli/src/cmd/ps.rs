@@ -44,7 +44,11 @@ pub struct PsArgs {
     /// estimated from residency and read rate (reads only). local_bytes and remote_bytes
     /// ({read_bytes,write_bytes}) split the counted bytes by whether the data's node was the
     /// node of the CPU that asked. The top-level numa_io_source is the best source in use,
-    /// numa_io_fallback_reason why eBPF is not. Processes whose /proc files did not answer
+    /// numa_io_fallback_reason why eBPF is not. numa_io_exact is false, with the reason in
+    /// numa_io_incomplete (per process and at the top), for an interval in which the kernel
+    /// skipped runs of the collector's programs or a full map dropped events; numa_io_missed
+    /// ({counted_runs,program_runs:{prog:n},io_events,cache_events}, null without eBPF) has
+    /// the interval's counts. Processes whose /proc files did not answer
     /// within --read-timeout are left out of processes and listed in
     /// unresponsive:[{pid,comm?,file,error}].
     #[arg(long)]
@@ -130,10 +134,7 @@ pub fn run(a: PsArgs) -> anyhow::Result<ExitCode> {
                 .map(|v| -> anyhow::Result<serde_json::Value> {
                     let mut j = serde_json::to_value(v)?;
                     if let Some(o) = j.as_object_mut() {
-                        o.insert(
-                            "numa_io_exact".into(),
-                            serde_json::json!(v.numa_io_source.is_exact()),
-                        );
+                        o.insert("numa_io_exact".into(), serde_json::json!(v.numa_io_exact()));
                         if let Some(mp) = exact.get(&v.pid) {
                             o.insert("numa_io_mount".into(), serde_json::json!(mp));
                         }
@@ -160,6 +161,8 @@ pub fn run(a: PsArgs) -> anyhow::Result<ExitCode> {
                 "interval_secs": period,
                 "numa_io_source": sources.primary(),
                 "numa_io_fallback_reason": sources.fallback_reason(),
+                "numa_io_incomplete": sources.incomplete_reason(),
+                "numa_io_missed": sources.last_delta().map(|d| &d.missed),
                 "scanned": res.scanned,
                 "unreadable": res.unreadable,
                 "unresponsive": res.unresponsive,
@@ -170,6 +173,9 @@ pub fn run(a: PsArgs) -> anyhow::Result<ExitCode> {
                 "{}",
                 render_with(&views, &topo, period, res.unreadable, &exact)
             )?;
+            if let Some(r) = sources.incomplete_reason() {
+                crate::outln!("not exact: {r}")?;
+            }
         }
         if a.watch.is_none() || a.count.is_some_and(|c| round >= c) {
             break;

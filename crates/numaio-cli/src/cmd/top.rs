@@ -170,6 +170,7 @@ fn json_frame(f: &Frame, st: &TopState) -> serde_json::Value {
         "interval_secs": f.interval_secs,
         "numa_io_source": f.numa_io_source,
         "numa_io_fallback_reason": f.numa_io_fallback_reason,
+        "numa_io_incomplete": f.numa_io_incomplete,
         "sort": st.sort,
         "filter": st.filter,
         "nodes": f.nodes,
@@ -210,6 +211,9 @@ fn header_line(f: &Frame, st: &TopState, interval: Option<f64>) -> String {
     // Last: the reason can be long, and a narrow terminal cuts the line's end.
     if let Some(r) = &f.numa_io_fallback_reason {
         s += &format!("  (eBPF not used: {})", crate::output::escape_message(r));
+    }
+    if let Some(r) = &f.numa_io_incomplete {
+        s += &format!("  (not exact: {})", crate::output::escape_message(r));
     }
     s
 }
