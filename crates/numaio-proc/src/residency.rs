@@ -839,6 +839,17 @@ mod tests {
         let (why, took) = q("beside the stalled client");
         assert_eq!(why, "no collector here");
         assert!(took < Duration::from_secs(5), "answered after {took:?}");
+        // The answered client's place is given back after it read its answer: wait for it,
+        // or the next client could find both places taken and be turned away itself.
+        let end = std::time::Instant::now() + Duration::from_secs(10);
+        while active.load(std::sync::atomic::Ordering::Acquire) != 1 {
+            assert!(
+                std::time::Instant::now() < end,
+                "the daemon holds {} connections, want only the stalled one",
+                active.load(std::sync::atomic::Ordering::Acquire)
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
         // With every place taken, a client is told so at once instead of waiting.
         let stalled2 = UnixStream::connect(&path).unwrap();
         let end = std::time::Instant::now() + Duration::from_secs(10);
