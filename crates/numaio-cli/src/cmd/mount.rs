@@ -55,8 +55,8 @@ pub struct MountArgs {
     /// node for most writes (docs/fs.md, Writeback cache). Off by default. noseek_holes has
     /// the kernel answer SEEK_DATA/SEEK_HOLE itself, as for files without holes (all data up
     /// to the end, as lseek(2) allows): no round trip to the server per such lseek, but
-    /// `cp` and `tar` then copy holes as zeros. seek_holes (the default) reports the
-    /// volume's holes, as ext4 does.
+    /// `cp` and `tar` then read every hole through the mount to find it. seek_holes (the
+    /// default) reports the volume's holes, as ext4 does.
     #[arg(short = 'o', value_name = "OPTS")]
     options: Vec<String>,
     /// How the kernel hands requests over: auto (the default: io-uring where the kernel has
