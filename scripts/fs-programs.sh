@@ -12,8 +12,12 @@
 #   --targets LIST     comma list of ext4, bindfs, numaio-classic, numaio-uring, and
 #                      numaio-classic-wb, numaio-uring-wb (mounted -o writeback_cache)
 #                      (default: the first four; io_uring needs enable_uring, see --fuse-uring)
-#   --rounds N         rounds, targets in alternating order (default 3); median and min-max
-#   --quick            small sizes, 1 round, 1 s per stressor: every program runs and is checked
+#   --rounds N         rounds, targets in alternating order (default 3, 1 with --quick);
+#                      median and min-max
+#   --quick            small sizes, 1 s per stressor: every program runs and is checked
+#   --only ROWS        comma list of rows to run (and the rows they need: git-gc runs after
+#                      git-clone, pgbench after pgbench-init, ls-f and stat after create)
+#   --numaio-opts LIST more -o options for every numaio target (e.g. noseek_holes)
 #   --ci               correctness only, for CI: quick sizes, numaio-classic, numaio-uring and
 #                      numaio-uring-wb, no install (setup.sh's job); a program that cannot run
 #                      is SKIPPED (and a failure where $CI or NUMAIO_REQUIRE is set)
@@ -31,14 +35,17 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 say() { printf '[fs-programs] %s\n' "$*" >&2; }
 die() { printf '[fs-programs] ERROR: %s\n' "$*" >&2; exit 2; }
-usage() { sed -n '11,30p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '11,33p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 TARGETS="" ROUNDS=3 QUICK=0 CI_MODE=0 FILES=200000 ROWS=200000 STRESS=10 PG_SCALE=20
+ONLY="" NUMAIO_OPTS="" ROUNDS_GIVEN=0
 NUMAIO="$ROOT/target/release/numaio" URING=0 INSTALL=1 SETUP_ONLY=0 JSON="" KEEP=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --targets) TARGETS="${2:-}"; shift 2 ;;
-        --rounds) ROUNDS="${2:-}"; shift 2 ;;
+        --rounds) ROUNDS="${2:-}"; ROUNDS_GIVEN=1; shift 2 ;;
+        --only) ONLY="${2:-}"; shift 2 ;;
+        --numaio-opts) NUMAIO_OPTS="${2:-}"; shift 2 ;;
         --quick) QUICK=1; shift ;;
         --ci) CI_MODE=1; shift ;;
         --files) FILES="${2:-}"; shift 2 ;;
@@ -63,7 +70,9 @@ if [ $CI_MODE -eq 1 ]; then
     [ -n "$TARGETS" ] || TARGETS="numaio-classic,numaio-uring,numaio-uring-wb"
 fi
 [ -n "$TARGETS" ] || TARGETS="ext4,bindfs,numaio-classic,numaio-uring"
-if [ $QUICK -eq 1 ]; then ROUNDS=1 FILES=2000 ROWS=5000 STRESS=1 PG_SCALE=1; fi
+if [ $QUICK -eq 1 ]; then
+    [ $ROUNDS_GIVEN -eq 1 ] || ROUNDS=1
+    FILES=2000 ROWS=5000 STRESS=1 PG_SCALE=1; fi
 # zlib: both libraries and the test programs, then both libraries' tests
 GC_OPTS=(--aggressive) ZLIB_CONFIGURE=() ZLIB_MAKE=() ZLIB_TEST=test ZLIB_OKS=2 ZLIB_CFLAGS="-O3"
 if [ $CI_MODE -eq 1 ]; then
@@ -254,6 +263,7 @@ mount_target() {
             local img="$EXT4/$t-vol0.img" mode=classic opts=rw
             [[ "$t" == numaio-uring* ]] && mode=io-uring
             [[ "$t" == *-wb ]] && opts=writeback_cache
+            [ -z "$NUMAIO_OPTS" ] || opts="$opts,$NUMAIO_OPTS"
             if [ ! -e "$img" ]; then
                 "$NUMAIO" mkfs --size 6G --node-of "$img=0" "$img" > "$LOGS/$t-mkfs.log" 2>&1 \
                     || die "numaio mkfs failed: $(tail -3 "$LOGS/$t-mkfs.log")"
@@ -325,6 +335,22 @@ if have stress-ng; then
     for s in "${STRESSORS[@]}"; do ROWS_ALL+=("stress-$s"); done
 else
     skip stress-ng "stress-ng is not installed (apt-get install stress-ng)"
+fi
+if [ -n "$ONLY" ]; then
+    # The rows asked for, in the table's order, with the rows whose files they use.
+    want=",$ONLY,"
+    for r in ${ONLY//,/ }; do
+        case " tar git-clone git-gc dbench sqlite-wal sqlite-rollback pgbench-init pgbench compile create ls-f stat ${STRESSORS[*]/#/stress-} " in
+            *" $r "*) ;; *) die "--only: unknown row '$r'" ;;
+        esac
+    done
+    [[ "$want" == *,git-gc,* ]] && want+="git-clone,"
+    [[ "$want" == *,pgbench,* ]] && want+="pgbench-init,"
+    [[ "$want" == *,ls-f,* || "$want" == *,stat,* ]] && want+="create,"
+    kept=()
+    for r in "${ROWS_ALL[@]}"; do [[ "$want" == *,"$r",* ]] && kept+=("$r"); done
+    [ ${#kept[@]} -gt 0 ] || die "--only $ONLY: none of these rows can run here (see SKIPPED above)"
+    ROWS_ALL=("${kept[@]}")
 fi
 declare -A UNIT
 for r in tar git-clone git-gc sqlite-wal sqlite-rollback pgbench-init compile create ls-f stat; do UNIT[$r]=s; done

@@ -278,3 +278,47 @@ fn seek_zero_range_and_sparse_copy_io_uring() {
         let _ = std::fs::write(switch, "N");
     }
 }
+
+/// `-o noseek_holes`: the kernel answers SEEK_DATA/SEEK_HOLE from the file's size (all data,
+/// as lseek(2) allows), with no request to the server; the data, the holes the volume keeps
+/// and everything else stay as they are.
+#[test]
+fn noseek_holes_has_the_kernel_answer_seeks_as_data() {
+    if !can_mount("noseek_holes_has_the_kernel_answer_seeks_as_data") {
+        return;
+    }
+    let v = Volume::new("1G");
+    let o = v.mount(&["--fuse-mode", "classic", "-o", "noseek_holes"]);
+    assert!(
+        o.status.success(),
+        "mount -o noseek_holes: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let g = Unmount(&v.mnt);
+    let p = v.mnt.join("sparse");
+    let data: Vec<u8> = (0..MIB).map(|i| (i % 251) as u8 + 1).collect();
+    {
+        let f = File::create(&p).unwrap();
+        f.write_all_at(&data, 64 * MIB).unwrap();
+        f.sync_all().unwrap();
+    }
+    let f = File::open(&p).unwrap();
+    let size = 65 * MIB;
+    assert_eq!(f.metadata().unwrap().len(), size);
+    // The volume still allocates only the written MiB.
+    assert!(f.metadata().unwrap().blocks() * 512 <= 2 * MIB);
+    for _ in 0..2 {
+        assert_eq!(lseek(&f, 0, libc::SEEK_DATA), Ok(0));
+        assert_eq!(lseek(&f, 4096, libc::SEEK_HOLE), Ok(size));
+        assert_eq!(lseek(&f, size - 1, libc::SEEK_DATA), Ok(size - 1));
+        assert_eq!(lseek(&f, size, libc::SEEK_DATA), Err(libc::ENXIO));
+        assert_eq!(lseek(&f, size, libc::SEEK_HOLE), Err(libc::ENXIO));
+    }
+    let mut back = vec![0u8; MIB as usize];
+    f.read_exact_at(&mut back, 64 * MIB).unwrap();
+    assert!(back == data);
+    f.read_exact_at(&mut back, 0).unwrap();
+    assert!(back.iter().all(|&b| b == 0));
+    drop(f);
+    unmount_and_check(&v, g);
+}

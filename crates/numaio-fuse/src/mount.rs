@@ -39,6 +39,7 @@ pub struct MountConfig {
     subtype: String,
     move_work: Option<(MoveWork, bool)>,
     writeback_cache: bool,
+    seek_holes: bool,
 }
 
 impl Default for MountConfig {
@@ -69,6 +70,7 @@ impl MountConfig {
             subtype: "numaio".into(),
             move_work: None,
             writeback_cache: false,
+            seek_holes: true,
         }
     }
 
@@ -155,6 +157,16 @@ impl MountConfig {
         self
     }
 
+    /// Whether SEEK_DATA/SEEK_HOLE report the volume's holes (on unless turned off). Each
+    /// such lseek is then a round trip to the server, as the kernel cannot know the holes.
+    /// Off, the server answers LSEEK with ENOSYS once and the kernel answers every later
+    /// one itself, from the file's size (all data, no holes, as lseek(2) allows), for the
+    /// whole mount: it remembers ENOSYS per connection.
+    pub fn with_seek_holes(mut self, on: bool) -> MountConfig {
+        self.seek_holes = on;
+        self
+    }
+
     pub fn transport(&self) -> TransportChoice {
         self.transport
     }
@@ -178,6 +190,9 @@ impl MountConfig {
     }
     pub fn writeback_cache(&self) -> bool {
         self.writeback_cache
+    }
+    pub fn seek_holes(&self) -> bool {
+        self.seek_holes
     }
 }
 
@@ -290,6 +305,7 @@ pub fn mount(fs: Fs, mountpoint: &Path, cfg: &MountConfig) -> Result<Mount, Moun
     obs.set_mountpoint(&shown.display().to_string());
     obs.set_server_checks(cfg.allow_other && !cfg.default_permissions);
     obs.set_writeback_cache(cfg.writeback_cache);
+    obs.set_seek_holes(cfg.seek_holes);
     if let Some((mode, over)) = cfg.move_work {
         obs.set_move_work(mode, over);
     }

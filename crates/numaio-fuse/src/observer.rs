@@ -16,6 +16,7 @@ pub struct Observer {
     mountpoint: OnceLock<String>,
     server_checks: AtomicBool,
     writeback_cache: AtomicBool,
+    seek_holes: AtomicBool,
     /// READDIR and READDIRPLUS requests served, in either transport.
     listings: AtomicU64,
     /// The largest reply buffer such a request asked for, where the transport says.
@@ -49,6 +50,7 @@ impl Observer {
             mountpoint: OnceLock::new(),
             server_checks: AtomicBool::new(false),
             writeback_cache: AtomicBool::new(false),
+            seek_holes: AtomicBool::new(true),
             listings: AtomicU64::new(0),
             listing_size: AtomicU64::new(0),
             in_flight: AtomicU64::new(0),
@@ -89,6 +91,19 @@ impl Observer {
     /// ([`Observer::set_writeback_cache`]).
     pub fn writeback_cache(&self) -> bool {
         self.writeback_cache.load(Ordering::Relaxed)
+    }
+
+    /// Says whether LSEEK reports the volume's holes ([`MountConfig::with_seek_holes`]);
+    /// set before serving.
+    ///
+    /// [`MountConfig::with_seek_holes`]: crate::MountConfig::with_seek_holes
+    pub fn set_seek_holes(&self, on: bool) {
+        self.seek_holes.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether LSEEK reports the volume's holes ([`Observer::set_seek_holes`]).
+    pub fn seek_holes(&self) -> bool {
+        self.seek_holes.load(Ordering::Relaxed)
     }
 
     /// How long the kernel may keep a name (and the attributes that come with it). When the

@@ -365,11 +365,14 @@ pub(crate) fn serve(
         } => fs
             .fallocate(ino, offset, length, mode, &caller())
             .map(empty),
-        // Under the writeback cache the kernel sends LSEEK without writing dirty pages back
-        // first, so the volume may not know the file's end yet (SEEK_DATA/SEEK_HOLE past it
-        // answered ENXIO). ENOSYS has the kernel answer itself from its own size, as for a
-        // file without holes (bindfs's answer too).
-        Request::Lseek { .. } if obs.writeback_cache() => return Err(libc::ENOSYS),
+        // ENOSYS has the kernel answer this and every later SEEK_DATA/SEEK_HOLE of the mount
+        // itself, from its own size, as for a file without holes (bindfs's answer too): where
+        // the mount turned hole reporting off, and under the writeback cache, where the
+        // kernel sends LSEEK without writing dirty pages back first, so the volume may not
+        // know the file's end yet (SEEK_DATA/SEEK_HOLE past it answered ENXIO).
+        Request::Lseek { .. } if obs.writeback_cache() || !obs.seek_holes() => {
+            return Err(libc::ENOSYS)
+        }
         Request::Lseek {
             ino,
             offset,

@@ -52,7 +52,11 @@ pub struct MountArgs {
     /// writes in the kernel's page cache until written back (fsync, close, memory pressure
     /// or about 30 s later) instead of one request per write; it brings
     /// default_permissions, and per-node write accounting then names the serving thread's
-    /// node for most writes (docs/fs.md, Writeback cache). Off by default.
+    /// node for most writes (docs/fs.md, Writeback cache). Off by default. noseek_holes has
+    /// the kernel answer SEEK_DATA/SEEK_HOLE itself, as for files without holes (all data up
+    /// to the end, as lseek(2) allows): no round trip to the server per such lseek, but
+    /// `cp` and `tar` then read every hole through the mount to find it. seek_holes (the
+    /// default) reports the volume's holes, as ext4 does.
     #[arg(short = 'o', value_name = "OPTS")]
     options: Vec<String>,
     /// How the kernel hands requests over: auto (the default: io-uring where the kernel has
@@ -157,6 +161,7 @@ struct Opts {
     allow_other: bool,
     default_permissions: bool,
     writeback_cache: bool,
+    seek_holes: bool,
     /// The volume's mount options, the commit interval validated.
     mount: MountOptions,
     /// How FUSE serves it: serving threads and ring depth validated.
@@ -175,6 +180,9 @@ impl Opts {
         }
         if self.writeback_cache {
             v.push("writeback_cache");
+        }
+        if !self.seek_holes {
+            v.push("noseek_holes");
         }
         v
     }
@@ -200,6 +208,7 @@ fn parse_opts(list: &[String], as_root: bool) -> anyhow::Result<Opts> {
         allow_other: as_root,
         default_permissions: as_root,
         writeback_cache: false,
+        seek_holes: true,
         mount: MountOptions::default(),
         fuse: MountConfig::new(),
     };
@@ -230,6 +239,8 @@ fn parse_opts(list: &[String], as_root: bool) -> anyhow::Result<Opts> {
             }
             "writeback_cache" => o.writeback_cache = true,
             "nowriteback_cache" => o.writeback_cache = false,
+            "seek_holes" => o.seek_holes = true,
+            "noseek_holes" => o.seek_holes = false,
             _ if opt.starts_with("threads=") => {
                 let n = number(opt, &opt["threads=".len()..], "serving threads per node")?;
                 o.fuse = o
@@ -256,7 +267,7 @@ fn parse_opts(list: &[String], as_root: bool) -> anyhow::Result<Opts> {
             other => bail!(
                 "unknown mount option {other:?}: use ro, rw, allow_other, noallow_other, \
                  default_permissions, nodefault_permissions, writeback_cache, nowriteback_cache, \
-                 threads=N, uring_depth=N, commit=SECS"
+                 seek_holes, noseek_holes, threads=N, uring_depth=N, commit=SECS"
             ),
         }
     }
@@ -268,7 +279,10 @@ fn parse_opts(list: &[String], as_root: bool) -> anyhow::Result<Opts> {
         }
         o.default_permissions = true;
     }
-    o.fuse = o.fuse.with_writeback_cache(o.writeback_cache);
+    o.fuse = o
+        .fuse
+        .with_writeback_cache(o.writeback_cache)
+        .with_seek_holes(o.seek_holes);
     o.mount = MountOptions {
         read_only: o.read_only,
         ..Default::default()
@@ -762,5 +776,16 @@ mod tests {
             .err()
             .unwrap();
         assert!(e.to_string().contains("default_permissions"), "{e}");
+    }
+
+    #[test]
+    fn seek_holes_is_on_unless_turned_off() {
+        let parse = |o: &str| parse_opts(&[o.to_string()], false).unwrap();
+        assert!(parse("").fuse.seek_holes());
+        assert!(parse("seek_holes").fuse.seek_holes());
+        let o = parse("noseek_holes");
+        assert!(!o.fuse.seek_holes());
+        assert_eq!(o.names(), ["rw", "noseek_holes"]);
+        assert!(parse("noseek_holes,seek_holes").fuse.seek_holes());
     }
 }

@@ -31,6 +31,11 @@ pub(super) fn access(a: &Attr, c: &Caller, want: u32) -> Result<(), FsError> {
 }
 
 pub(super) fn to_attr(ino: u64, i: &Inode) -> FileAttr {
+    debug_assert_eq!(
+        i.blocks(),
+        i.extents.values().map(|e| e.len).sum::<u64>(),
+        "inode {ino}: block count kept with the extent map"
+    );
     let a = &i.attr;
     FileAttr {
         ino,
@@ -40,10 +45,7 @@ pub(super) fn to_attr(ino: u64, i: &Inode) -> FileAttr {
         gid: a.gid,
         nlink: a.nlink,
         size: a.size,
-        blocks: i
-            .extents
-            .values()
-            .fold(0u64, |n, e| n.saturating_add(e.len)),
+        blocks: i.blocks(),
         atime: a.atime,
         mtime: a.mtime,
         ctime: a.ctime,

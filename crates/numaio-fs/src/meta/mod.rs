@@ -152,9 +152,19 @@ pub struct Inode {
     /// (fallocate, zero range): they read as zeros and are holes to SEEK_DATA/SEEK_HOLE.
     /// Disjoint, never adjacent, and always inside `extents`.
     pub unwritten: BTreeMap<u64, u64>,
+    /// Blocks mapped by `extents`, kept with them so `st_blocks` (every GETATTR, LOOKUP and
+    /// listed entry) costs no walk of a fragmented file's map. Not encoded:
+    /// [`Meta::after_decode`] counts it.
+    #[serde(skip)]
+    blocks: u64,
 }
 
 impl Inode {
+    /// Blocks mapped by the extent map (allocated, written or not).
+    pub fn blocks(&self) -> u64 {
+        self.blocks
+    }
+
     /// The physical block holding logical block `lb`, if mapped.
     pub fn lookup_block(&self, lb: u64) -> Option<(u16, u64)> {
         let (&l, e) = self.extents.range(..=lb).next_back()?;
@@ -321,6 +331,7 @@ impl Meta {
                     ..Dir::default()
                 })),
                 unwritten: BTreeMap::new(),
+                blocks: 0,
             },
         );
         Meta {
@@ -330,9 +341,13 @@ impl Meta {
         }
     }
 
-    /// Rebuilds what a checkpoint does not store (the cookie indexes).
+    /// Rebuilds what a checkpoint does not store (the cookie indexes, block counts).
     pub fn after_decode(&mut self) {
         for i in self.inodes.values_mut() {
+            i.blocks = i
+                .extents
+                .values()
+                .fold(0u64, |n, e| n.saturating_add(e.len));
             if let Some(d) = &mut i.dir {
                 d.by_cookie = d
                     .entries
@@ -421,6 +436,7 @@ impl Meta {
                         target: target.clone(),
                         dir,
                         unwritten: BTreeMap::new(),
+                        blocks: 0,
                     },
                 );
                 self.next_ino = self.next_ino.max(ino + 1);
@@ -461,7 +477,9 @@ impl Meta {
             Record::Unmap { ino, from, to } => {
                 let i = self.inode_mut(*ino)?;
                 clear(&mut i.unwritten, *from, *to);
-                Ok(unmap(&mut i.extents, *from, *to))
+                let freed = unmap(&mut i.extents, *from, *to);
+                i.blocks = i.blocks.saturating_sub(freed.iter().map(|e| e.len).sum());
+                Ok(freed)
             }
             Record::DelInode { ino } => {
                 if *ino == ROOT_INO {
@@ -555,10 +573,12 @@ fn map(i: &mut Inode, ino: u64, lblock: u64, ext: &Extent) -> Result<(), String>
                 ..*e
             };
             i.extents.insert(l, merged);
+            i.blocks += ext.len;
             return Ok(());
         }
     }
     i.extents.insert(lblock, *ext);
+    i.blocks += ext.len;
     Ok(())
 }
 
@@ -758,6 +778,66 @@ mod tests {
         })
         .unwrap();
         assert_eq!(m.inodes[&2].unwritten, BTreeMap::from([(4, 1), (6, 1)]));
+    }
+
+    #[test]
+    fn block_counts_follow_maps_unmaps_and_decoding() {
+        let mut m = Meta::new(Attr::root_owned_dir(
+            0o755,
+            PlacementPolicy::WriterLocal,
+            ROOT_INO,
+            0,
+            0,
+        ));
+        let mut file = m.inodes[&ROOT_INO].attr.clone();
+        file.kind = Kind::File;
+        m.apply(&Record::NewInode {
+            ino: 2,
+            attr: file,
+            target: None,
+        })
+        .unwrap();
+        let ext = |start, len| Extent { dev: 0, start, len };
+        for (lblock, e) in [(0, ext(100, 4)), (4, ext(104, 4)), (20, ext(300, 10))] {
+            m.apply(&Record::Map {
+                ino: 2,
+                lblock,
+                ext: e,
+            })
+            .unwrap();
+        }
+        m.apply(&Record::MapUnwritten {
+            ino: 2,
+            lblock: 40,
+            ext: ext(500, 8),
+        })
+        .unwrap();
+        assert_eq!(m.inodes[&2].blocks(), 26);
+        // A hole punched across two extents, and past the end.
+        m.apply(&Record::Unmap {
+            ino: 2,
+            from: 6,
+            to: 25,
+        })
+        .unwrap();
+        m.apply(&Record::Unmap {
+            ino: 2,
+            from: 44,
+            to: 1000,
+        })
+        .unwrap();
+        let count = |m: &Meta| m.inodes[&2].extents.values().map(|e| e.len).sum::<u64>();
+        assert_eq!((m.inodes[&2].blocks(), count(&m)), (15, 15));
+        // Not encoded: counted again after decoding.
+        let mut back = m.clone();
+        for i in back.inodes.values_mut() {
+            let bytes = crate::format::encode(&*i);
+            *i = crate::format::decode_payload(&bytes, std::path::Path::new("t"), "inode")
+                .expect("decodes");
+        }
+        assert_eq!(back.inodes[&2].blocks(), 0);
+        back.after_decode();
+        assert_eq!(back.inodes[&2].blocks(), 15);
     }
 
     #[test]

@@ -64,6 +64,8 @@ impl From<ShardV3> for Shard {
                     target: i.target,
                     dir: i.dir.map(Box::new),
                     unwritten: BTreeMap::new(),
+                    // Counted by `Meta::after_decode`, as for every decoded inode.
+                    blocks: 0,
                 };
                 (ino, i)
             })
