@@ -194,22 +194,33 @@ static __always_inline bool wanted(__u32 tgid)
 
 /* The node field is the top NODES_SHIFT bits of page->flags (SPARSEMEM_VMEMMAP: no section
  * field above it), and NODES_SHIFT = log2(MAX_NUMNODES) = log2(bits in nodemask_t). */
-static __always_inline __u32 node_in(unsigned long flags)
+static __always_inline __u32 node_shift(void)
 {
 	__u32 bits = bpf_core_type_size(nodemask_t) * 8;
 	__u32 shift = 0;
 
-	if (nr_nodes == 1)
-		return 0;
 #pragma unroll
 	for (int i = 0; i < 16; i++) {
 		if ((1u << shift) < bits)
 			shift++;
 	}
+	return shift;
+}
+
+/* The node in a flags word, with `shift` from node_shift(). */
+static __always_inline __u32 node_in_shift(unsigned long flags, __u32 shift)
+{
+	if (nr_nodes == 1)
+		return 0;
 	if (shift == 0 || shift > 16)
 		return NODE_UNKNOWN;
 	__u32 node = (__u32)(flags >> (64 - shift));
 	return node < nr_nodes ? node : NODE_UNKNOWN;
+}
+
+static __always_inline __u32 node_in(unsigned long flags)
+{
+	return nr_nodes == 1 ? 0 : node_in_shift(flags, node_shift());
 }
 
 static __always_inline __u32 node_of(const void *page)
@@ -461,6 +472,49 @@ static __always_inline void batch(struct folio_batch *fb, __u64 known_ptr, __u64
 	op->nranges = n;
 }
 
+/* batch() for a typed `fb` (fexit): the same, with the batch and its folios read directly
+ * (plain loads, where each probe read is a helper call). The verifier wants constant offsets
+ * into the batch, hence the unrolled loop, bounded by the running kernel's batch size. */
+static __always_inline void batch_btf(struct folio_batch *fb, __u64 known_ptr, __u64 known)
+{
+	struct op *op = current_op();
+	__u64 base = bpf_core_field_offset(struct folio_batch, folios);
+	__u32 cap = bpf_core_field_size(struct folio_batch, folios) / sizeof(void *);
+	__u32 n = 0, nr, shift;
+
+	if (!op || !op->by_pos)
+		return;
+	flush_pos(op, pos_now(op, known_ptr, known));
+	nr = fb->nr;
+	shift = nr_nodes == 1 ? 0 : node_shift();
+#pragma unroll
+	for (int i = 0; i < MAX_RANGES; i++) {
+		if (i >= nr || i >= cap)
+			break;
+		struct folio *folio = *(struct folio **)((void *)fb + base + i * sizeof(void *));
+		if (!folio)
+			break;
+		unsigned long flags = *(unsigned long *)folio;
+		unsigned int pages = 1;
+		if (bpf_core_enum_value_exists(enum pageflags, PG_head) &&
+		    (flags & (1ul << bpf_core_enum_value(enum pageflags, PG_head)))) {
+			if (bpf_core_field_exists(((struct folio___nr_new *)folio)->_nr_pages))
+				pages = ((struct folio___nr_new *)folio)->_nr_pages;
+			else if (bpf_core_field_exists(((struct folio___nr_old *)folio)->_folio_nr_pages))
+				pages = ((struct folio___nr_old *)folio)->_folio_nr_pages;
+			if (!pages)
+				pages = 1;
+		}
+		__u64 start = (__u64)folio->index << 12;
+		struct range *r = &op->ranges[i];
+		r->start = start;
+		r->end = start + ((__u64)pages << 12);
+		r->node = node_in_shift(flags, shift);
+		n = i + 1;
+	}
+	op->nranges = n;
+}
+
 static __always_inline bool is_err_or_null(const void *p)
 {
 	return !p || (unsigned long)p >= (unsigned long)-4095;
@@ -656,7 +710,7 @@ int BPF_PROG(nio_fx_splice)
 SEC("fexit/filemap_get_pages")
 int BPF_PROG(nio_fx_batch, struct kiocb *iocb, void *x, struct folio_batch *fb)
 {
-	batch(fb, (__u64)iocb + bpf_core_field_offset(struct kiocb, ki_pos), pos_value(iocb->ki_pos));
+	batch_btf(fb, (__u64)iocb + bpf_core_field_offset(struct kiocb, ki_pos), pos_value(iocb->ki_pos));
 	return 0;
 }
 
