@@ -481,17 +481,22 @@ static __always_inline void batch_btf(struct folio_batch *fb, __u64 known_ptr, _
 	__u64 base = bpf_core_field_offset(struct folio_batch, folios);
 	__u32 cap = bpf_core_field_size(struct folio_batch, folios) / sizeof(void *);
 	__u32 n = 0, nr, shift;
+	void *slots;
 
 	if (!op || !op->by_pos)
 		return;
 	flush_pos(op, pos_now(op, known_ptr, known));
+	/* The offset stays in a register: folded into the loads, its relocation would be checked
+	 * against the array's size, which differs between kernels. */
+	asm volatile("" : "+r"(base));
+	slots = (void *)fb + base;
 	nr = fb->nr;
 	shift = nr_nodes == 1 ? 0 : node_shift();
 #pragma unroll
 	for (int i = 0; i < MAX_RANGES; i++) {
 		if (i >= nr || i >= cap)
 			break;
-		struct folio *folio = *(struct folio **)((void *)fb + base + i * sizeof(void *));
+		struct folio *folio = *(struct folio **)(slots + i * sizeof(void *));
 		if (!folio)
 			break;
 		unsigned long flags = *(unsigned long *)folio;
