@@ -84,7 +84,7 @@ struct op {
 	__u64 dev;
 	__u64 ino;
 	__u32 kind;
-	__u32 depth;
+	__u32 depth;    /* nesting of the operation's functions; 0: the thread is in none */
 	__u32 by_pos;   /* a position operation (batches), else a count operation */
 	__u32 nranges;  /* position: the ranges of the current batch */
 	__u64 iter;     /* count: the struct iov_iter * being copied to or from */
@@ -112,8 +112,8 @@ struct {
 
 /* Events not counted because a map was full. [LOST_CACHE]: page-cache events (nio_cache
  * full): when not 0, per-file counts are incomplete and user space must not derive
- * residency from them. [LOST_IO]: I/O operations and faults (nio_ops, nio_io or nio_faults
- * full): the interval's byte or fault counts are short. */
+ * residency from them. [LOST_IO]: I/O operations and faults (a thread's nio_ops state not
+ * created, nio_io or nio_faults full): the interval's byte or fault counts are short. */
 #define LOST_CACHE 0
 #define LOST_IO 1
 struct {
@@ -159,19 +159,14 @@ struct {
 	__type(value, __u64);
 } nio_faults SEC(".maps");
 
-/* One zeroed op per CPU, to build a new entry in (too big for the stack). */
+/* The file operation each thread is in, kept with the thread (created at its first
+ * operation, freed with it): reaching it costs a pointer walk, where a tid-keyed hash cost a
+ * hashed lookup in every program and an update copying the whole op plus a delete per
+ * operation. Between operations it stays, with depth 0. */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct op);
-} nio_scratch SEC(".maps");
-
-/* The file operation each thread is in, by tid. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u32);
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
 	__type(value, struct op);
 } nio_ops SEC(".maps");
 
@@ -199,31 +194,50 @@ static __always_inline bool wanted(__u32 tgid)
 
 /* The node field is the top NODES_SHIFT bits of page->flags (SPARSEMEM_VMEMMAP: no section
  * field above it), and NODES_SHIFT = log2(MAX_NUMNODES) = log2(bits in nodemask_t). */
-static __always_inline __u32 node_of(const void *page)
+static __always_inline __u32 node_shift(void)
 {
-	unsigned long flags = 0;
 	__u32 bits = bpf_core_type_size(nodemask_t) * 8;
 	__u32 shift = 0;
 
-	if (bpf_probe_read_kernel(&flags, sizeof(flags), page))
-		return NODE_UNKNOWN;
-	if (nr_nodes == 1)
-		return 0;
 #pragma unroll
 	for (int i = 0; i < 16; i++) {
 		if ((1u << shift) < bits)
 			shift++;
 	}
+	return shift;
+}
+
+/* The node in a flags word, with `shift` from node_shift(). */
+static __always_inline __u32 node_in_shift(unsigned long flags, __u32 shift)
+{
+	if (nr_nodes == 1)
+		return 0;
 	if (shift == 0 || shift > 16)
 		return NODE_UNKNOWN;
 	__u32 node = (__u32)(flags >> (64 - shift));
 	return node < nr_nodes ? node : NODE_UNKNOWN;
 }
 
+static __always_inline __u32 node_in(unsigned long flags)
+{
+	return nr_nodes == 1 ? 0 : node_in_shift(flags, node_shift());
+}
+
+static __always_inline __u32 node_of(const void *page)
+{
+	unsigned long flags = 0;
+
+	if (bpf_probe_read_kernel(&flags, sizeof(flags), page))
+		return NODE_UNKNOWN;
+	return node_in(flags);
+}
+
 static __always_inline void file_id(struct file *f, __u64 *dev, __u64 *ino)
 {
-	*dev = BPF_CORE_READ(f, f_inode, i_sb, s_dev);
-	*ino = BPF_CORE_READ(f, f_inode, i_ino);
+	struct inode *inode = BPF_CORE_READ(f, f_inode);
+
+	*dev = BPF_CORE_READ(inode, i_sb, s_dev);
+	*ino = BPF_CORE_READ(inode, i_ino);
 }
 
 static __always_inline __u64 iter_count(__u64 iter)
@@ -239,26 +253,37 @@ static __always_inline __u64 read_pos(__u64 pos_ptr)
 	return pos < 0 ? 0 : (__u64)pos;
 }
 
-/* Starts a file operation for this thread: `iter` for a count operation, `pos_ptr` for a
- * position operation. */
-static __always_inline void op_enter(struct file *f, __u32 kind, __u64 iter, __u64 pos_ptr)
+static __always_inline __u64 pos_value(long long pos)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tid = (__u32)id, zero = 0;
-	struct op *cur, *op;
+	return pos < 0 ? 0 : (__u64)pos;
+}
 
-	if (!f || !wanted(id >> 32))
-		return;
-	cur = bpf_map_lookup_elem(&nio_ops, &tid);
-	if (cur) {
-		/* Nested: the outer operation stays. */
-		cur->depth++;
+/* The thread's operation state, created if `create` (NULL where it cannot be). */
+static __always_inline struct op *task_op(bool create)
+{
+	return bpf_task_storage_get(&nio_ops, bpf_get_current_task_btf(), 0,
+				    create ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
+}
+
+/* Starts a file operation on (dev, ino) for this thread: `iter` for a count operation,
+ * `pos_ptr` for a position operation; `mark` is the iov_iter count or the file position now.
+ * Only the fields an operation uses are written (the ranges when a batch comes). */
+static __always_inline void op_start(__u64 dev, __u64 ino, __u32 kind, __u64 iter, __u64 pos_ptr,
+				     __u64 mark)
+{
+	struct op *op = task_op(true);
+
+	if (!op) {
+		count_lost(LOST_IO);
 		return;
 	}
-	op = bpf_map_lookup_elem(&nio_scratch, &zero);
-	if (!op)
+	if (op->depth) {
+		/* Nested: the outer operation stays. */
+		op->depth++;
 		return;
-	file_id(f, &op->dev, &op->ino);
+	}
+	op->dev = dev;
+	op->ino = ino;
 	op->kind = kind;
 	op->depth = 1;
 	op->nranges = 0;
@@ -266,16 +291,27 @@ static __always_inline void op_enter(struct file *f, __u32 kind, __u64 iter, __u
 	op->iter = iter;
 	op->pos_ptr = pos_ptr;
 	op->by_pos = pos_ptr != 0;
-	op->mark = pos_ptr ? read_pos(pos_ptr) : iter_count(iter);
-	if (bpf_map_update_elem(&nio_ops, &tid, op, BPF_ANY))
-		count_lost(LOST_IO);
+	op->mark = mark;
+	op->arg = 0;
 }
 
+/* op_start for `f`, read with probe reads (pointers that are not typed arguments). */
+static __always_inline void op_enter(struct file *f, __u32 kind, __u64 iter, __u64 pos_ptr)
+{
+	__u64 dev, ino;
+
+	if (!f || !wanted(bpf_get_current_pid_tgid() >> 32))
+		return;
+	file_id(f, &dev, &ino);
+	op_start(dev, ino, kind, iter, pos_ptr, pos_ptr ? read_pos(pos_ptr) : iter_count(iter));
+}
+
+/* The operation the thread is in, or NULL. */
 static __always_inline struct op *current_op(void)
 {
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct op *op = task_op(false);
 
-	return bpf_map_lookup_elem(&nio_ops, &tid);
+	return op && op->depth ? op : 0;
 }
 
 static __always_inline void add_bytes(struct op *op, __u32 node, __u64 bytes)
@@ -319,9 +355,9 @@ static __always_inline void flush_count(struct op *op)
 }
 
 /* Position operation: the file bytes the position advanced over, by the batch's ranges. */
-static __always_inline void flush_pos(struct op *op)
+static __always_inline void flush_pos(struct op *op, __u64 p1)
 {
-	__u64 p0 = op->mark, p1 = read_pos(op->pos_ptr);
+	__u64 p0 = op->mark;
 	__u32 n = op->nranges;
 
 	for (int i = 0; i < MAX_RANGES; i++) {
@@ -336,10 +372,16 @@ static __always_inline void flush_pos(struct op *op)
 	op->mark = p1;
 }
 
-static __always_inline void op_exit(void)
+/* A position operation's file position now: `known` where its pointer is `known_ptr` (read
+ * by the caller from a typed argument, no probe read), else read. */
+static __always_inline __u64 pos_now(struct op *op, __u64 known_ptr, __u64 known)
 {
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	struct op *op = bpf_map_lookup_elem(&nio_ops, &tid);
+	return op->pos_ptr == known_ptr ? known : read_pos(op->pos_ptr);
+}
+
+static __always_inline void op_exit_at(__u64 known_ptr, __u64 known)
+{
+	struct op *op = current_op();
 
 	if (!op)
 		return;
@@ -348,20 +390,23 @@ static __always_inline void op_exit(void)
 		return;
 	}
 	if (op->by_pos)
-		flush_pos(op);
+		flush_pos(op, pos_now(op, known_ptr, known));
 	else
 		flush_count(op);
-	bpf_map_delete_elem(&nio_ops, &tid);
+	op->depth = 0;
 }
 
-static __always_inline __u64 folio_pages(struct folio *folio)
+static __always_inline void op_exit(void)
 {
-	unsigned long flags = 0;
+	op_exit_at(0, 0);
+}
+
+/* The pages of `folio`, whose flags word is `flags`. */
+static __always_inline __u64 folio_pages_in(struct folio *folio, unsigned long flags)
+{
 	unsigned int nr = 1;
 
 	if (!bpf_core_enum_value_exists(enum pageflags, PG_head))
-		return 1;
-	if (bpf_probe_read_kernel(&flags, sizeof(flags), folio))
 		return 1;
 	if (!(flags & (1ul << bpf_core_enum_value(enum pageflags, PG_head))))
 		return 1;
@@ -370,6 +415,15 @@ static __always_inline __u64 folio_pages(struct folio *folio)
 	else if (bpf_core_field_exists(((struct folio___nr_old *)folio)->_folio_nr_pages))
 		nr = BPF_CORE_READ((struct folio___nr_old *)folio, _folio_nr_pages);
 	return nr ? nr : 1;
+}
+
+static __always_inline __u64 folio_pages(struct folio *folio)
+{
+	unsigned long flags = 0;
+
+	if (bpf_probe_read_kernel(&flags, sizeof(flags), folio))
+		return 1;
+	return folio_pages_in(folio, flags);
 }
 
 /* A count operation looked up `folio`: the bytes since the last lookup were the previous
@@ -386,7 +440,7 @@ static __always_inline void looked_up(struct folio *folio)
 }
 
 /* A position operation took a new batch of folios. */
-static __always_inline void batch(struct folio_batch *fb)
+static __always_inline void batch(struct folio_batch *fb, __u64 known_ptr, __u64 known)
 {
 	struct op *op = current_op();
 	__u64 base = bpf_core_field_offset(struct folio_batch, folios);
@@ -395,7 +449,7 @@ static __always_inline void batch(struct folio_batch *fb)
 
 	if (!op || !op->by_pos)
 		return;
-	flush_pos(op);
+	flush_pos(op, pos_now(op, known_ptr, known));
 	bpf_probe_read_kernel(&nr, sizeof(nr), (void *)fb + bpf_core_field_offset(struct folio_batch, nr));
 	for (int i = 0; i < MAX_RANGES; i++) {
 		struct folio *folio = 0;
@@ -403,12 +457,64 @@ static __always_inline void batch(struct folio_batch *fb)
 			break;
 		if (bpf_probe_read_kernel(&folio, sizeof(folio), (void *)fb + base + i * sizeof(void *)) || !folio)
 			break;
+		unsigned long flags = 0;
+		/* One read of the flags word serves the page count and the node. */
+		if (bpf_probe_read_kernel(&flags, sizeof(flags), folio))
+			break;
 		__u64 start = (__u64)BPF_CORE_READ(folio, index) << 12;
-		__u64 len = folio_pages(folio) << 12;
+		__u64 len = folio_pages_in(folio, flags) << 12;
 		struct range *r = &op->ranges[i & (MAX_RANGES - 1)];
 		r->start = start;
 		r->end = start + len;
-		r->node = node_of(folio);
+		r->node = node_in(flags);
+		n = i + 1;
+	}
+	op->nranges = n;
+}
+
+/* batch() for a typed `fb` (fexit): the same, with the batch and its folios read directly
+ * (plain loads, where each probe read is a helper call). The verifier wants constant offsets
+ * into the batch, hence the unrolled loop, bounded by the running kernel's batch size. */
+static __always_inline void batch_btf(struct folio_batch *fb, __u64 known_ptr, __u64 known)
+{
+	struct op *op = current_op();
+	__u64 base = bpf_core_field_offset(struct folio_batch, folios);
+	__u32 cap = bpf_core_field_size(struct folio_batch, folios) / sizeof(void *);
+	__u32 n = 0, nr, shift;
+	void *slots;
+
+	if (!op || !op->by_pos)
+		return;
+	flush_pos(op, pos_now(op, known_ptr, known));
+	/* The offset stays in a register: folded into the loads, its relocation would be checked
+	 * against the array's size, which differs between kernels. */
+	asm volatile("" : "+r"(base));
+	slots = (void *)fb + base;
+	nr = fb->nr;
+	shift = nr_nodes == 1 ? 0 : node_shift();
+#pragma unroll
+	for (int i = 0; i < MAX_RANGES; i++) {
+		if (i >= nr || i >= cap)
+			break;
+		struct folio *folio = *(struct folio **)(slots + i * sizeof(void *));
+		if (!folio)
+			break;
+		unsigned long flags = *(unsigned long *)folio;
+		unsigned int pages = 1;
+		if (bpf_core_enum_value_exists(enum pageflags, PG_head) &&
+		    (flags & (1ul << bpf_core_enum_value(enum pageflags, PG_head)))) {
+			if (bpf_core_field_exists(((struct folio___nr_new *)folio)->_nr_pages))
+				pages = ((struct folio___nr_new *)folio)->_nr_pages;
+			else if (bpf_core_field_exists(((struct folio___nr_old *)folio)->_folio_nr_pages))
+				pages = ((struct folio___nr_old *)folio)->_folio_nr_pages;
+			if (!pages)
+				pages = 1;
+		}
+		__u64 start = (__u64)folio->index << 12;
+		struct range *r = &op->ranges[i];
+		r->start = start;
+		r->end = start + ((__u64)pages << 12);
+		r->node = node_in_shift(flags, shift);
 		n = i + 1;
 	}
 	op->nranges = n;
@@ -565,18 +671,28 @@ static __always_inline void fault_done(struct vm_fault *vmf, unsigned int ret)
 
 /* ---- fentry / fexit ---- */
 
+/* The cached-read path, taken once or more per read(2): the typed arguments are read
+ * directly (the verifier makes these plain loads), not with probe-read helper calls. */
 SEC("fentry/filemap_read")
 int BPF_PROG(nio_fe_rd, struct kiocb *iocb, struct iov_iter *iter)
 {
-	op_enter(BPF_CORE_READ(iocb, ki_filp), KIND_READ, 0,
-		 (__u64)iocb + bpf_core_field_offset(struct kiocb, ki_pos));
+	struct file *f = iocb->ki_filp;
+	struct inode *inode;
+
+	if (!f || !wanted(bpf_get_current_pid_tgid() >> 32))
+		return 0;
+	inode = f->f_inode;
+	if (!inode)
+		return 0;
+	op_start(inode->i_sb->s_dev, inode->i_ino, KIND_READ, 0,
+		 (__u64)iocb + bpf_core_field_offset(struct kiocb, ki_pos), pos_value(iocb->ki_pos));
 	return 0;
 }
 
 SEC("fexit/filemap_read")
-int BPF_PROG(nio_fx_rd)
+int BPF_PROG(nio_fx_rd, struct kiocb *iocb)
 {
-	op_exit();
+	op_exit_at((__u64)iocb + bpf_core_field_offset(struct kiocb, ki_pos), pos_value(iocb->ki_pos));
 	return 0;
 }
 
@@ -597,9 +713,9 @@ int BPF_PROG(nio_fx_splice)
 
 /* filemap_get_pages(iocb, iter or count, fbatch, ...): fbatch is the third argument. */
 SEC("fexit/filemap_get_pages")
-int BPF_PROG(nio_fx_batch, void *iocb, void *x, struct folio_batch *fb)
+int BPF_PROG(nio_fx_batch, struct kiocb *iocb, void *x, struct folio_batch *fb)
 {
-	batch(fb);
+	batch_btf(fb, (__u64)iocb + bpf_core_field_offset(struct kiocb, ki_pos), pos_value(iocb->ki_pos));
 	return 0;
 }
 
@@ -852,6 +968,6 @@ int BPF_KRETPROBE(nio_kr_batch)
 	struct op *op = current_op();
 
 	if (op && op->arg)
-		batch((struct folio_batch *)op->arg);
+		batch((struct folio_batch *)op->arg, 0, 0);
 	return 0;
 }

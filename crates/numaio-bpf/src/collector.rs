@@ -678,6 +678,8 @@ mod imp {
             .btf(Some(btf))
             .override_global("nr_nodes", &nr_nodes, true)
             .override_global("filter_pids", &filter_pids, true)
+            // nio_ops is task storage, which aya has no type for; only the programs use it.
+            .allow_unsupported_maps()
             .load(OBJECT)
             .map_err(|e| {
                 unavailable(format!(
