@@ -50,6 +50,16 @@ struct super_block {
 	dev_t s_dev;
 };
 
+/* CONFIG_TASK_XACCT: the read and write system calls a task made. */
+struct task_io_accounting {
+	__u64 syscr;
+	__u64 syscw;
+};
+
+struct task_struct {
+	struct task_io_accounting ioac;
+};
+
 struct inode {
 	unsigned long i_ino;
 	struct super_block *i_sb;

@@ -93,6 +93,7 @@ struct op {
 	__u32 cur_node; /* count: the node of the folio looked up last */
 	__u32 has_cur;
 	__u64 arg;      /* kprobe mode: an argument kept from entry for the return probe */
+	__u64 sysc;     /* the thread's read + write system calls when the operation started */
 	struct range ranges[MAX_RANGES];
 };
 
@@ -259,6 +260,19 @@ static __always_inline __u64 pos_value(long long pos)
 }
 
 /* The thread's operation state, created if `create` (NULL where it cannot be). */
+/* The thread's read and write system calls so far (0 without CONFIG_TASK_XACCT). The kernel
+ * counts a call after its I/O, so within one call the number stays: an operation found
+ * with another number belongs to an earlier call. Calls the kernel does not count (io_uring,
+ * splice, the kernel's own reads) keep the number, and are taken as nested as before. */
+static __always_inline __u64 task_syscalls(void)
+{
+	struct task_struct *t = bpf_get_current_task_btf();
+
+	if (!bpf_core_field_exists(t->ioac))
+		return 0;
+	return BPF_CORE_READ(t, ioac.syscr) + BPF_CORE_READ(t, ioac.syscw);
+}
+
 static __always_inline struct op *task_op(bool create)
 {
 	return bpf_task_storage_get(&nio_ops, bpf_get_current_task_btf(), 0,
@@ -272,16 +286,20 @@ static __always_inline void op_start(__u64 dev, __u64 ino, __u32 kind, __u64 ite
 				     __u64 mark)
 {
 	struct op *op = task_op(true);
+	__u64 sysc = task_syscalls();
 
 	if (!op) {
 		count_lost(LOST_IO);
 		return;
 	}
-	if (op->depth) {
+	if (op->depth && op->sysc == sysc) {
 		/* Nested: the outer operation stays. */
 		op->depth++;
 		return;
 	}
+	/* Not in an operation, or in one left by an earlier system call whose exit was skipped:
+	 * start afresh (the skipped run is counted by the kernel, so the interval is not exact). */
+	op->sysc = sysc;
 	op->dev = dev;
 	op->ino = ino;
 	op->kind = kind;
@@ -385,6 +403,12 @@ static __always_inline void op_exit_at(__u64 known_ptr, __u64 known)
 
 	if (!op)
 		return;
+	if (op->sysc != task_syscalls()) {
+		/* Left by an earlier system call (its exit was skipped) and this call's entry was
+		 * skipped too: its marks describe another call's iterator or position, drop it. */
+		op->depth = 0;
+		return;
+	}
 	if (op->depth > 1) {
 		op->depth--;
 		return;
