@@ -690,6 +690,26 @@ fn unmap(map: &mut BTreeMap<u64, Extent>, from: u64, to: u64) -> Vec<Extent> {
 mod tests {
     use super::*;
 
+    /// A volume's metadata with the root and one empty regular file, inode 2.
+    fn meta_with_a_file() -> Meta {
+        let mut m = Meta::new(Attr::root_owned_dir(
+            0o755,
+            PlacementPolicy::WriterLocal,
+            ROOT_INO,
+            0,
+            0,
+        ));
+        let mut file = m.inodes[&ROOT_INO].attr.clone();
+        file.kind = Kind::File;
+        m.apply(&Record::NewInode {
+            ino: 2,
+            attr: file,
+            target: None,
+        })
+        .unwrap();
+        m
+    }
+
     #[test]
     fn unwritten_runs_merge_split_and_guide_seeks() {
         let mut r = BTreeMap::new();
@@ -703,22 +723,8 @@ mod tests {
         assert_eq!(r, BTreeMap::from([(5, 25)]));
         clear(&mut r, 0, 100);
         assert!(r.is_empty());
-        let mut m = Meta::new(Attr::root_owned_dir(
-            0o755,
-            PlacementPolicy::WriterLocal,
-            ROOT_INO,
-            0,
-            0,
-        ));
+        let mut m = meta_with_a_file();
         let ext = |start, len| Extent { dev: 0, start, len };
-        let mut file = m.inodes[&ROOT_INO].attr.clone();
-        file.kind = Kind::File;
-        m.apply(&Record::NewInode {
-            ino: 2,
-            attr: file,
-            target: None,
-        })
-        .unwrap();
         // Blocks 0..4 data, 4..8 unwritten (one extent 0..8), 8..10 a hole, 10..12 data.
         m.apply(&Record::Map {
             ino: 2,
@@ -782,21 +788,7 @@ mod tests {
 
     #[test]
     fn block_counts_follow_maps_unmaps_and_decoding() {
-        let mut m = Meta::new(Attr::root_owned_dir(
-            0o755,
-            PlacementPolicy::WriterLocal,
-            ROOT_INO,
-            0,
-            0,
-        ));
-        let mut file = m.inodes[&ROOT_INO].attr.clone();
-        file.kind = Kind::File;
-        m.apply(&Record::NewInode {
-            ino: 2,
-            attr: file,
-            target: None,
-        })
-        .unwrap();
+        let mut m = meta_with_a_file();
         let ext = |start, len| Extent { dev: 0, start, len };
         for (lblock, e) in [(0, ext(100, 4)), (4, ext(104, 4)), (20, ext(300, 10))] {
             m.apply(&Record::Map {
