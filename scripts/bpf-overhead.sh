@@ -23,7 +23,10 @@
 set -eu
 secs=10 rounds=3 threads=1,2 size=256 dir=/var/tmp file="" numaio="" attach_timeout=60
 die() { echo "bpf-overhead: $*" >&2; exit 2; }
-num() { case "$2" in '' | *[!0-9]*) die "$1 wants a positive whole number, not '$2'" ;; esac; [ "$2" -gt 0 ] || die "$1 wants a positive number"; }
+num() {
+    case "$2" in '' | *[!0-9]* | ??????????*) die "$1 wants a positive whole number below 10^9, not '$2'" ;; esac
+    [ "$2" -gt 0 ] || die "$1 wants a positive number"
+}
 while [ $# -gt 0 ]; do
     case "$1" in
         --secs) num "$1" "${2:-}"; secs="$2"; shift 2 ;;

@@ -21,7 +21,9 @@ only=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --jobs) jobs="${2:?--jobs needs a number}"; shift 2 ;;
-        --package) only="$(realpath "${2:?--package needs a directory}")"; shift 2 ;;
+        --package)
+            [ -f "${2:?--package needs a directory}/Cargo.toml" ] || { echo "test-exes: --package $2: no Cargo.toml there" >&2; exit 2; }
+            only="$(realpath "$2")"; shift 2 ;;
         --) shift; break ;;
         -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "test-exes: unknown argument $1 (see --help)" >&2; exit 2 ;;
