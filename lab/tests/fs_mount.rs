@@ -269,7 +269,16 @@ echo "@@begin remount"; numaio mount --move-work migrate-thread $devs /v || exit
 numactl --cpunodebind=0 numaio-probe reader --file /v/f --direct --block-size 64K --duration 40 --interval-ms 500 --report /tmp/r --wait-unpinned &
 p=$!
 i=0; while [ ! -s /tmp/r ] && [ $i -lt 100 ]; do usleep 100000; i=$((i+1)); done
+# Keep node 1's CPU busy until the mount has moved the reader: with it idle the scheduler
+# may itself wake the reader there (the server's threads run on both CPUs), and then the
+# mount has nothing to move. The spinner ends once the reader is restricted to CPU 1.
+taskset -c 1 sh -c 'while :; do :; done' &
+spin=$!
 echo "@@begin cpus-before"; taskset -p 3 $p || exit 23
+( i=0; while [ $i -lt 300 ]; do
+    grep -q 'Cpus_allowed_list:[[:space:]]*1$' /proc/$p/status 2>/dev/null && break
+    usleep 100000; i=$((i+1))
+  done; kill $spin ) &
 echo "@@begin acct0"; numaio fs stat /v --json
 echo "@@begin pid"; echo $p
 i=0
@@ -282,6 +291,7 @@ echo "@@begin cpus-after"; grep Cpus_allowed_list /proc/$p/status
 echo "@@begin acct"; numaio fs stat /v --json
 echo "@@begin reports"; cat /tmp/r
 kill $p; wait $p
+kill $spin 2>/dev/null; wait
 {umount}"#,
         prelude = node_disks_prelude(&[0, 1], 0),
         mount = MOUNT,
