@@ -6,10 +6,12 @@
 # cores idle. Each executable's output is printed whole when it ends (never interleaved), with
 # its time.
 #
-#   scripts/test-exes.sh [--jobs N] [--package DIR] [-- ARGS...]
+#   scripts/test-exes.sh [--jobs N] [--package DIR] [--first NAMES] [-- ARGS...]
 #
 #   --jobs N       executables running at once (default 2)
 #   --package DIR  only the executables of the package in DIR (e.g. lab)
+#   --first NAMES  start these targets first, in this order (comma-separated target names,
+#                  e.g. fs_crash,bpf): the longest first, so that none starts last alone
 #   ARGS           passed to every executable (e.g. --ignored --test-threads=1)
 #
 # Exits 0 when every executable passed. Doc tests are not executables: run
@@ -18,24 +20,27 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 jobs=2
 only=""
+first=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --jobs) jobs="${2:?--jobs needs a number}"; shift 2 ;;
         --package)
             [ -f "${2:?--package needs a directory}/Cargo.toml" ] || { echo "test-exes: --package $2: no Cargo.toml there" >&2; exit 2; }
             only="$(realpath "$2")"; shift 2 ;;
+        --first) first="${2:?--first needs target names}"; shift 2 ;;
         --) shift; break ;;
-        -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "test-exes: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
 case "$jobs" in ''|*[!0-9]*|0) echo "test-exes: --jobs wants a positive number, not $jobs" >&2; exit 2 ;; esac
 
-# exe, source (relative to the package), package directory, package name; in cargo's order:
-# packages by name, then library, binaries, tests/*.rs by name.
+# exe, source (relative to the package), package directory, package name; the --first targets,
+# then cargo's order: packages by name, then library, binaries, tests/*.rs by name.
 list="$(cargo test --workspace --no-run --message-format=json-render-diagnostics | python3 -c '
 import json, os, sys, tomllib
 only = sys.argv[1]
+first = [n for n in sys.argv[2].split(",") if n]
 order = {"lib": 0, "bin": 1, "test": 2}
 found = []
 names = {}
@@ -51,10 +56,12 @@ for line in sys.stdin:
             names[pkg] = tomllib.load(f)["package"]["name"]
     kind = m["target"]["kind"][0]
     src = os.path.relpath(m["target"]["src_path"], pkg)
-    found.append((names[pkg], order.get(kind, 3), m["target"]["name"], m["executable"], src, pkg))
-for name, _, _, exe, src, pkg in sorted(found):
+    t = m["target"]["name"]
+    rank = first.index(t) if t in first else len(first)
+    found.append((rank, names[pkg], order.get(kind, 3), t, m["executable"], src, pkg))
+for _, name, _, _, exe, src, pkg in sorted(found):
     print(exe, src, pkg, name, sep="\t")
-' "$only")" || { echo "test-exes: cargo test --workspace --no-run failed"; exit 1; }
+' "$only" "$first")" || { echo "test-exes: cargo test --workspace --no-run failed"; exit 1; }
 [ -n "$list" ] || { echo "test-exes: no test executables${only:+ in $only}"; exit 1; }
 
 out="$(mktemp -d)"

@@ -68,8 +68,9 @@ step deb      bash scripts/test-deb.sh
 # It installs in the background from the start (bg_start above).
 step pysetup  bg_wait pysetup
 # The test executables two at a time (scripts/test-exes.sh): most of them wait on FUSE round
-# trips, fsync or child processes, so cargo's one at a time left a core idle.
-step unit     bash scripts/test-exes.sh --jobs 2
+# trips, fsync or child processes, so cargo's one at a time left a core idle. The longest
+# start first (--first), so that no long one starts last, alone.
+step unit     bash scripts/test-exes.sh --jobs 2 --first power_loss,mount_posix,advise
 step doc      cargo test --workspace --doc --no-fail-fast
 # Every library crate packages and compiles against the others' packages, the
 # engine's packaged tests build, and a new crate depending only on the packages builds and runs.
@@ -125,7 +126,8 @@ step fsprog   bash scripts/fs-programs.sh --ci --targets numaio-classic,numaio-u
 # about 50 units, the workspace crates and every lab test binary included). Two guests at a
 # time as before, but two executables of one test each rather than one executable's two
 # tests: an executable with one test no longer leaves a core idle.
-step lab      bash scripts/test-exes.sh --package lab --jobs 2 -- --ignored --test-threads=1
+# The longest first, as in the unit step (each took 2–10 minutes in CI's lab step).
+step lab      bash scripts/test-exes.sh --package lab --jobs 2 --first fs_crash,bpf,fs_mount,probe,powercut,fs,replica,nodedev -- --ignored --test-threads=1
 # loom models (the real index, and write-back + fsync + pwrite on one block) need --cfg numaio_loom,
 # so they build in their own target directory and leave the main build cache alone.
 bg_wait prebuild > /dev/null  # its output stays in target/prebuild.log
