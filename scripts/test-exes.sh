@@ -27,7 +27,9 @@ while [ $# -gt 0 ]; do
         --package)
             [ -f "${2:?--package needs a directory}/Cargo.toml" ] || { echo "test-exes: --package $2: no Cargo.toml there" >&2; exit 2; }
             only="$(realpath "$2")"; shift 2 ;;
-        --first) first="${2:?--first needs target names}"; shift 2 ;;
+        --first)
+            [ -n "${2:-}" ] || { echo "test-exes: --first needs target names (e.g. fs_crash,bpf)" >&2; exit 2; }
+            first="$2"; shift 2 ;;
         --) shift; break ;;
         -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "test-exes: unknown argument $1 (see --help)" >&2; exit 2 ;;
@@ -59,6 +61,9 @@ for line in sys.stdin:
     t = m["target"]["name"]
     rank = first.index(t) if t in first else len(first)
     found.append((rank, names[pkg], order.get(kind, 3), t, m["executable"], src, pkg))
+for n in first:
+    if not any(f[3] == n for f in found):
+        print(f"test-exes: --first {n}: no such test executable (ignored)", file=sys.stderr)
 for _, name, _, _, exe, src, pkg in sorted(found):
     print(exe, src, pkg, name, sep="\t")
 ' "$only" "$first")" || { echo "test-exes: cargo test --workspace --no-run failed"; exit 1; }

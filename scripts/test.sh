@@ -126,7 +126,7 @@ step fsprog   bash scripts/fs-programs.sh --ci --targets numaio-classic,numaio-u
 # about 50 units, the workspace crates and every lab test binary included). Two guests at a
 # time as before, but two executables of one test each rather than one executable's two
 # tests: an executable with one test no longer leaves a core idle.
-# The longest first, as in the unit step (each took 2–10 minutes in CI's lab step).
+# The longest first, as in the unit step (about 1 to 5 minutes each in CI's lab step).
 step lab      bash scripts/test-exes.sh --package lab --jobs 2 --first fs_crash,bpf,fs_mount,probe,powercut,fs,replica,nodedev -- --ignored --test-threads=1
 # loom models (the real index, and write-back + fsync + pwrite on one block) need --cfg numaio_loom,
 # so they build in their own target directory and leave the main build cache alone.
