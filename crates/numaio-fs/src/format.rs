@@ -25,11 +25,12 @@ use std::path::{Path, PathBuf};
 
 /// Version of the on-device format written by this code. Version 4 added unwritten
 /// (preallocated) extents: an inode's `unwritten` runs in checkpoints and three journal
-/// records.
-pub const FORMAT_VERSION: u32 = 4;
-/// Oldest format version this code reads. A volume of version 3 is upgraded in place by
-/// its first read-write mount or by `numaio fsck --repair` (its checkpoint is rewritten in
-/// the current layout, then its labels and header): nothing else changed in between.
+/// records. Version 5 added data in journal records (`Record::Data`), which recovery
+/// writes back.
+pub const FORMAT_VERSION: u32 = 5;
+/// Oldest format version this code reads. A volume of version 3 or 4 is upgraded in place
+/// by its first read-write mount or by `numaio fsck --repair` (its checkpoint is rewritten
+/// in the current layout, then its labels and header): nothing else changed in between.
 pub const OLDEST_VERSION: u32 = 3;
 /// Magic of a device label.
 pub const LABEL_MAGIC: &[u8; 8] = b"NUMAIOFS";

@@ -130,6 +130,15 @@ pub fn fsck(store: &dyn BlockStore, o: &FsckOptions) -> Result<FsckReport, FsErr
     let mut again = Vec::new();
     let mut fixes2 = Vec::new();
     check(&header, &meta, &mut again, &mut fixes2);
+    // The checkpoint below retires the journal: the data of its newest record goes back
+    // where it belongs first, as mount would write it.
+    if !rec.data.is_empty() {
+        journal::write_back(store, &rec.data)?;
+        r.repaired.push(format!(
+            "data of the newest journal record written back ({} runs)",
+            rec.data.len()
+        ));
+    }
     let mut j = rec.journal;
     let seq = j.seq + 1;
     j.checkpoint(store, &meta, seq)?;

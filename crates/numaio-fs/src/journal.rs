@@ -19,6 +19,20 @@
 //! (a checkpoint cut short between shards is never used), then the journal records from the
 //! journal's start as long as each is whole, checks out and carries the next sequence
 //! number.
+//!
+//! **Data in the record.** A commit that maps new blocks (or grows a file over a zeroed
+//! tail) needs their data durable no later than the record. Flushing the data first and
+//! the record after costs two device flushes; a commit may instead carry the contents of
+//! those blocks in its record ([`Record::Data`]) and issue one flush for the record and
+//! every device written, at once, as ZFS's intent log does with small writes. Only the
+//! newest record can have been written without a completed flush after it (each commit
+//! ends with one), so recovery writes back the data of the newest record only
+//! ([`Recovered::data`], [`write_back`]): whatever of the in-place writes the cut lost is
+//! restored from the record. The rule that makes that safe: once the newest record
+//! carries data, nothing may make a later overwrite of those blocks durable without a
+//! newer record, or a recovery would put the older contents back over data a sync had
+//! acknowledged. So a sync that would flush data devices alone (a data-only `fdatasync`)
+//! writes an empty record first when the newest one carries data ([`Journal::newest_data`]).
 
 use crate::format::{self, Header, CHECKPOINT_MAGIC, FRAME_HEADER, RECORD_HEADER};
 use crate::meta::shard::{self, Shard};
@@ -43,6 +57,9 @@ pub struct Journal {
     /// Encoded size of the newest checkpoint, for the space estimate.
     pub checkpoint_bytes: u64,
     pub device: PathBuf,
+    /// Whether the newest durable record carries data ([`Record::Data`]): until a newer
+    /// record is durable, a recovery would write that data back.
+    pub newest_data: bool,
 }
 
 /// One commit's journal blocks, ready to write at `offset` of device 0.
@@ -53,6 +70,7 @@ pub struct JournalWrite {
     seq: u64,
     first_block: u64,
     rec_len: u64,
+    data: bool,
 }
 
 /// What recovery found.
@@ -64,6 +82,9 @@ pub struct Recovered {
     pub checkpoint_seq: u64,
     /// Journal records replayed on top of it.
     pub replayed: u64,
+    /// The [`Record::Data`] of the newest record replayed, checked to lie in the volume's
+    /// data areas: to be written back ([`write_back`]) before anything else is written.
+    pub data: Vec<Record>,
 }
 
 fn corrupt(device: &Path, what: String) -> FsError {
@@ -95,7 +116,7 @@ impl Journal {
         seq: u64,
         payload: &[u8],
     ) -> Result<(), FsError> {
-        let w = self.prepare(seq, payload);
+        let w = self.prepare(seq, payload, false);
         store.write_at(0, w.offset, &w.buf)?;
         store.sync(0)?;
         self.finish(w);
@@ -104,8 +125,9 @@ impl Journal {
 
     /// The blocks to write for commit `seq` of `payload`, without changing the journal: a
     /// group commit writes and syncs them outside the file system's lock, then calls
-    /// [`Journal::finish`]. Nothing else may be appended in between.
-    pub fn prepare(&self, seq: u64, payload: &[u8]) -> JournalWrite {
+    /// [`Journal::finish`]. Nothing else may be appended in between. `data`: whether the
+    /// records carry data ([`Record::Data`]).
+    pub fn prepare(&self, seq: u64, payload: &[u8], data: bool) -> JournalWrite {
         let rec = format::record(&self.uuid, seq, payload);
         let bs = BLOCK_SIZE as usize;
         let first_block = self.pos / BLOCK_SIZE;
@@ -123,6 +145,7 @@ impl Journal {
             seq,
             first_block,
             rec_len: rec.len() as u64,
+            data,
         }
     }
 
@@ -137,6 +160,7 @@ impl Journal {
             vec![0; bs]
         };
         self.seq = w.seq;
+        self.newest_data = w.data;
     }
 
     /// Writes `meta` as checkpoint `seq` to the inactive slot of every node's shard device,
@@ -186,6 +210,7 @@ impl Journal {
         self.tail = vec![0; BLOCK_SIZE as usize];
         self.seq = w.seq;
         self.checkpoint_bytes = w.bytes;
+        self.newest_data = false;
     }
 }
 
@@ -393,13 +418,20 @@ pub fn recover(store: &dyn BlockStore, header: &Header) -> Result<Recovered, FsE
     let mut pos = 0usize;
     let mut seq = cp_seq;
     let mut replayed = 0;
+    let mut data = Vec::new();
     while let Some((s, payload, len)) = format::read_record(&header.uuid, &j[pos..]) {
         if s != seq + 1 {
             break;
         }
         let records: Vec<Record> =
             format::decode_payload(payload, &device, &format!("journal record {s}"))?;
+        data.clear();
         for r in &records {
+            if let Record::Data { dev, start, bytes } = r {
+                check_data(header, *dev, *start, bytes.len())
+                    .map_err(|e| corrupt(&device, format!("journal record {s}: {e}")))?;
+                data.push(r.clone());
+            }
             meta.apply(r).map_err(|e| {
                 corrupt(
                     &device,
@@ -421,6 +453,7 @@ pub fn recover(store: &dyn BlockStore, header: &Header) -> Result<Recovered, FsE
         checkpoint_seq: cp_seq,
         replayed,
         journal: Journal {
+            newest_data: !data.is_empty(),
             uuid: header.uuid,
             header: header.clone(),
             pos: pos as u64,
@@ -430,5 +463,43 @@ pub fn recover(store: &dyn BlockStore, header: &Header) -> Result<Recovered, FsE
             checkpoint_bytes: cp_bytes,
             device,
         },
+        data,
     })
+}
+
+/// Why `len` bytes of data for blocks `start..` of device `dev` cannot be written back, if
+/// they cannot: whole blocks, inside the device's data area.
+fn check_data(header: &Header, dev: u16, start: u64, len: usize) -> Result<(), String> {
+    let d = header
+        .devices
+        .get(dev as usize)
+        .ok_or_else(|| format!("data for device {dev}, which the volume lacks"))?;
+    let bs = BLOCK_SIZE as usize;
+    if len == 0 || !len.is_multiple_of(bs) {
+        return Err(format!("data of {len} bytes, not whole blocks"));
+    }
+    let end = start.checked_add((len / bs) as u64);
+    if start < header.data_start(dev as usize) || end.is_none_or(|e| e > d.bytes / BLOCK_SIZE) {
+        return Err(format!(
+            "data for blocks {start}.. of device {dev}, outside its data area"
+        ));
+    }
+    Ok(())
+}
+
+/// Writes back the data of the newest journal record ([`Recovered::data`]) and syncs the
+/// devices written: the blocks then hold what that record made durable, whatever of the
+/// in-place writes a power cut lost. Writing it again is harmless.
+pub fn write_back(store: &dyn BlockStore, data: &[Record]) -> Result<(), FsError> {
+    let mut devs = std::collections::BTreeSet::new();
+    for r in data {
+        if let Record::Data { dev, start, bytes } = r {
+            store.write_at(*dev, start * BLOCK_SIZE, bytes)?;
+            devs.insert(*dev);
+        }
+    }
+    for d in devs {
+        store.sync(d)?;
+    }
+    Ok(())
 }

@@ -4,6 +4,50 @@ use std::time::Instant;
 /// The longest a commit waits for more syncs to join it (ext4's `max_batch_time`).
 const MAX_BATCH_WAIT: Duration = Duration::from_millis(15);
 
+/// The most data a commit carries in its record in place of a device flush before the
+/// record ([`crate::journal`], "Data in the record"): the small appends of a log or a
+/// database's write-ahead file, which sync often. Larger writes flush first: the flush is
+/// then a small part of their cost, and data in the journal fills it towards the next
+/// checkpoint.
+const INLINE_MAX: u64 = 256 * 1024;
+
+/// What carrying data in records may cost in checkpoints, per commit on average: a
+/// checkpoint (the whole metadata) comes once half the journal is used, so a record of
+/// `d` bytes costs `d / (capacity / 2)` of one. Beyond this, a commit flushes first.
+const INLINE_CHECKPOINT_SHARE: u64 = 64 * 1024;
+
+/// A bound on what the data records of `runs` add to an encoded record list: each run's
+/// bytes plus its variant, device, block and length prefix (postcard varints), and what
+/// the list's own length prefix may grow by.
+fn inline_bound(runs: &[(u16, u64, u64)]) -> u64 {
+    5 + runs
+        .iter()
+        .map(|&(_, _, len)| len * BLOCK_SIZE + 1 + 3 + 10 + 5)
+        .sum::<u64>()
+}
+
+/// Whether a commit whose data is `runs` carries it in its record: small enough
+/// ([`INLINE_MAX`]) and, with the journal's checkpoints as they are, cheap enough
+/// ([`INLINE_CHECKPOINT_SHARE`]).
+fn worth_inlining(journal: &Journal, runs: &[(u16, u64, u64)]) -> bool {
+    let bytes: u64 = runs.iter().map(|r| r.2 * BLOCK_SIZE).sum();
+    let checkpoint = u128::from(journal.checkpoint_bytes.max(BLOCK_SIZE));
+    bytes > 0
+        && bytes <= INLINE_MAX
+        && checkpoint * u128::from(bytes) * 2
+            <= u128::from(INLINE_CHECKPOINT_SHARE) * u128::from(journal.capacity())
+}
+
+/// Records and the data records after them, encoded as one list (as
+/// `crate::format::encode` encodes a `Vec<Record>`).
+struct WithData<'a>(&'a [Record], &'a [Record]);
+
+impl serde::Serialize for WithData<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().chain(self.1))
+    }
+}
+
 /// The pace of recent commits, for group-commit batching (as ext4's journal batches
 /// syncs). When syncs come from several threads, the threads a commit answered ask again
 /// soon after it ends, while the next commit may already start with only the syncs that
@@ -162,6 +206,14 @@ impl Fs {
         if datasync && !self.read_only {
             let need = g.datasync_gen.get(&ino).copied().unwrap_or(0);
             if need <= self.durable_gen.load(Ordering::Acquire) {
+                if g.journal.newest_data {
+                    // Syncing the data alone could make an overwrite of blocks whose
+                    // older contents the newest record carries durable: a record must
+                    // come with it ("Data in the record").
+                    let ticket = g.gen;
+                    drop(g);
+                    return self.commit_as(ticket, true);
+                }
                 let devs: BTreeSet<u16> = i.extents.values().map(|e| e.dev).collect();
                 drop(g);
                 self.sync_devices(&devs.into_iter().collect::<Vec<_>>())?;
@@ -215,7 +267,8 @@ impl shared::FsCore {
         let devs: Vec<u16> = g.data_dirty.iter().copied().collect();
         self.sync_devices(&devs)?;
         g.data_dirty.clear();
-        if !g.pending.is_empty() {
+        g.ordered_runs.clear();
+        if !g.pending.is_empty() || (g.journal.newest_data && !devs.is_empty()) {
             let seq = g.journal.seq + 1;
             let payload = crate::format::encode(&g.pending);
             if g.journal.fits(payload.len()) {
@@ -259,11 +312,20 @@ impl shared::FsCore {
     /// operation holding the gate could wait for (none does: the gate is taken after the
     /// inode lock) and not the gate itself.
     pub(super) fn commit_upto(&self, ticket: u64) -> Result<(), FsError> {
+        self.commit_as(ticket, false)
+    }
+
+    /// [`FsCore::commit_upto`]; with `retire`, also when everything is durable, if the
+    /// newest record carries data: a record (empty if nothing is queued) then goes with the
+    /// devices' sync, so no later overwrite of that data becomes durable without one.
+    pub(super) fn commit_as(&self, ticket: u64, retire: bool) -> Result<(), FsError> {
         if self.read_only {
             return Ok(());
         }
         let mut pace = self.commit_lock.lock();
-        if self.durable_gen.load(Ordering::Acquire) >= ticket {
+        if self.durable_gen.load(Ordering::Acquire) >= ticket
+            && !(retire && self.inner.lock().journal.newest_data)
+        {
             return Ok(());
         }
         // Other threads are syncing too: give those about to ask a moment to join this
@@ -277,15 +339,33 @@ impl shared::FsCore {
         let gen = g.gen;
         let mut journal_write = None;
         let mut checkpoint = None;
-        if !g.pending.is_empty() {
+        // The data to carry in the record, if it is carried.
+        let mut inline = Vec::new();
+        let record = !g.pending.is_empty()
+            || (g.journal.newest_data && (retire || !g.data_dirty.is_empty()));
+        if record {
             let payload = crate::format::encode(&g.pending);
             let seq = g.journal.seq + 1;
-            let after = g.journal.pos + (crate::format::RECORD_HEADER + payload.len()) as u64;
-            if !g.journal.fits(payload.len()) {
+            if g.ordered {
+                let runs = super::inner::merge_runs(g.ordered_runs.clone());
+                let bound = payload.len() as u64 + inline_bound(&runs);
+                if worth_inlining(&g.journal, &runs) && g.journal.fits(bound as usize) {
+                    inline = runs;
+                }
+            }
+            let size = if inline.is_empty() {
+                payload.len()
+            } else {
+                payload.len() + inline_bound(&inline) as usize
+            };
+            let after = g.journal.pos + (crate::format::RECORD_HEADER + size) as u64;
+            if !g.journal.fits(size) {
                 // The record does not fit: a checkpoint takes its place.
                 checkpoint = Some(g.journal.prepare_checkpoint(&g.meta, seq)?);
             } else {
-                journal_write = Some(g.journal.prepare(seq, &payload));
+                if inline.is_empty() {
+                    journal_write = Some(g.journal.prepare(seq, &payload, false));
+                }
                 if after > g.journal.capacity() / 2 {
                     // Empties the journal once the record is durable; one that does not fit
                     // is tried again at the next commit (which fails with NoSpace only if
@@ -299,12 +379,38 @@ impl shared::FsCore {
             }
         }
         let devs: Vec<u16> = std::mem::take(&mut g.data_dirty).into_iter().collect();
-        let ordered = std::mem::take(&mut g.ordered);
+        let mut ordered = std::mem::take(&mut g.ordered);
+        let runs = std::mem::take(&mut g.ordered_runs);
         let records = std::mem::take(&mut g.pending);
         g.last_setattr.clear();
         g.alloc.seal_frees();
         drop(g);
         drop(gate);
+        if !inline.is_empty() {
+            // The record carries the data: read back now (a later overwrite read in part
+            // is one no sync acknowledged), and one flush covers record and data.
+            let w = self.data_records(&inline).map(|data| {
+                let payload = crate::format::encode(&WithData(&records, &data));
+                let g = self.inner.lock();
+                g.journal.prepare(g.journal.seq + 1, &payload, true)
+            });
+            match w {
+                Ok(w) => {
+                    journal_write = Some(w);
+                    ordered = false;
+                }
+                Err(e) => {
+                    let mut g = self.inner.lock();
+                    let later = std::mem::replace(&mut g.pending, records);
+                    g.pending.extend(later);
+                    g.last_setattr.clear();
+                    g.data_dirty.extend(devs);
+                    g.ordered = true;
+                    g.ordered_runs.extend(runs);
+                    return Err(e);
+                }
+            }
+        }
         // A checkpoint in place of the record: the data it maps goes first.
         let instead = journal_write.is_none() && checkpoint.is_some();
         let r = match (&journal_write, &checkpoint) {
@@ -338,7 +444,8 @@ impl shared::FsCore {
                 g.pending.extend(later);
                 g.last_setattr.clear();
                 g.data_dirty.extend(devs);
-                g.ordered |= ordered;
+                g.ordered |= ordered || !inline.is_empty();
+                g.ordered_runs.extend(runs);
                 return Err(e);
             }
         }
@@ -353,6 +460,17 @@ impl shared::FsCore {
             self.inner.lock().journal.finish_checkpoint(c);
         }
         r
+    }
+
+    /// The data records carrying what device blocks `runs` hold now.
+    fn data_records(&self, runs: &[(u16, u64, u64)]) -> Result<Vec<Record>, FsError> {
+        runs.iter()
+            .map(|&(dev, start, len)| {
+                let mut bytes = vec![0u8; (len * BLOCK_SIZE) as usize];
+                self.store.read_at(dev, start * BLOCK_SIZE, &mut bytes)?;
+                Ok(Record::Data { dev, start, bytes })
+            })
+            .collect()
     }
 
     /// The device writes of one commit. Ordered data (new blocks, zeroed tails) is synced

@@ -257,6 +257,9 @@ impl Fs {
         let r = zeros.iter().try_for_each(|z| self.zero(z, &mut dirty));
         let mut g = self.inner.lock();
         g.data_dirty.extend(dirty);
+        for z in zeros {
+            g.order_run(z.dev, z.block, 1);
+        }
         r.map(|()| g)
     }
 
@@ -526,6 +529,9 @@ impl Fs {
             .and_then(|()| self.write_runs(&runs, offset, data, blank, &mut dirty));
         let mut g = self.inner.lock();
         g.data_dirty.extend(dirty);
+        if let Some(z) = &tail {
+            g.order_run(z.dev, z.block, 1);
+        }
         if let Err(e) = r {
             // The new blocks may hold part of the data or none: they go, so the file
             // reads zeros there (a hole), never what the device held before. The gate

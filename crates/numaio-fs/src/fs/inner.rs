@@ -22,6 +22,10 @@ pub(super) struct Inner {
     /// Whether a queued record needs the data written before it durable first: blocks
     /// newly mapped, a file grown over a zeroed tail, blocks unmapped around zeroed edges.
     pub(super) ordered: bool,
+    /// The device blocks `(dev, start, count)` whose data the queued records need durable
+    /// first (new and converted blocks, zeroed tails and edges): what a commit may carry in
+    /// its record instead of flushing them first ([`crate::journal`], "Data in the record").
+    pub(super) ordered_runs: Vec<(u16, u64, u64)>,
     /// The generation of each inode's newest queued change that `fdatasync` must commit
     /// (new inode, mapping, size); inodes absent have none pending.
     pub(super) datasync_gen: HashMap<u64, u64>,
@@ -34,6 +38,36 @@ pub(super) struct Inner {
     /// their records and released this lock before queuing them (an allocation): counted
     /// by [`Inner::fits_on`], so operations meanwhile cannot take that room.
     pub(super) meta_claimed: BTreeMap<u32, u64>,
+}
+
+/// The device blocks `(dev, start, count)` that logical blocks `from..to` of a file with
+/// `extents` are mapped to.
+fn device_runs(extents: &BTreeMap<u64, Extent>, from: u64, to: u64) -> Vec<(u16, u64, u64)> {
+    let mut out = Vec::new();
+    let first = extents.range(..=from).next_back().map_or(from, |(&l, _)| l);
+    for (&l, e) in extents.range(first..to) {
+        let (a, b) = (l.max(from), (l + e.len).min(to));
+        if a < b {
+            out.push((e.dev, e.start + (a - l), b - a));
+        }
+    }
+    out
+}
+
+/// `runs` of device blocks `(dev, start, count)` sorted and merged where they overlap or
+/// touch.
+pub(super) fn merge_runs(mut runs: Vec<(u16, u64, u64)>) -> Vec<(u16, u64, u64)> {
+    runs.sort_unstable();
+    let mut out: Vec<(u16, u64, u64)> = Vec::with_capacity(runs.len());
+    for (dev, start, len) in runs {
+        match out.last_mut() {
+            Some((d, s, l)) if *d == dev && start <= *s + *l => {
+                *l = (*l).max(start + len - *s);
+            }
+            _ => out.push((dev, start, len)),
+        }
+    }
+    out
 }
 
 pub(super) fn bug(e: String) -> FsError {
@@ -140,6 +174,31 @@ impl Inner {
         self.drop_link(e.ino, now)
     }
 
+    /// Notes device blocks `start..start + len` of `dev` as data the queued records need
+    /// durable first ([`Inner::ordered_runs`]). Many small appends note the same blocks
+    /// again and again: the list is kept merged.
+    pub(super) fn order_run(&mut self, dev: u16, start: u64, len: u64) {
+        if self.ordered_runs.last() == Some(&(dev, start, len)) {
+            return;
+        }
+        self.ordered_runs.push((dev, start, len));
+        if self.ordered_runs.len() >= 4096 && self.ordered_runs.len().is_power_of_two() {
+            self.ordered_runs = merge_runs(std::mem::take(&mut self.ordered_runs));
+        }
+    }
+
+    /// [`Inner::order_run`] for the device blocks of logical blocks `from..to` of `ino`.
+    fn order_blocks(&mut self, ino: u64, from: u64, to: u64) {
+        let runs = self
+            .meta
+            .get(ino)
+            .map(|i| device_runs(&i.extents, from, to))
+            .unwrap_or_default();
+        for (dev, start, len) in runs {
+            self.order_run(dev, start, len);
+        }
+    }
+
     /// Applies `r` and queues it for the next commit; freed blocks wait for that commit.
     pub(super) fn rec(&mut self, r: Record) -> Result<(), FsError> {
         let old_size = match &r {
@@ -193,10 +252,19 @@ impl Inner {
         self.gen += 1;
         let gen = self.gen;
         match &r {
-            // Blocks that show data (newly mapped or converted) need it durable first.
-            Record::Map { ino, .. }
-            | Record::Unmap { ino, .. }
-            | Record::MarkWritten { ino, .. } => {
+            Record::Map { ino, ext, .. } => {
+                self.order_run(ext.dev, ext.start, ext.len);
+                self.ordered = true;
+                self.datasync_gen.insert(*ino, gen);
+            }
+            Record::MarkWritten { ino, from, to } => {
+                self.order_blocks(*ino, *from, *to);
+                self.ordered = true;
+                self.datasync_gen.insert(*ino, gen);
+            }
+            // Blocks that show data (newly mapped or converted) need it durable first; an
+            // unmap's zeroed edges are in `ordered_runs` already (`Fs::zero_unlocked`).
+            Record::Unmap { ino, .. } => {
                 self.ordered = true;
                 self.datasync_gen.insert(*ino, gen);
             }
@@ -206,7 +274,14 @@ impl Inner {
             }
             Record::SetAttr { ino, attr } => {
                 if let Some(old) = old_size.filter(|&o| o != attr.size) {
-                    self.ordered |= attr.size > old;
+                    if attr.size > old {
+                        // The bytes written past the old end in its block show now.
+                        if !old.is_multiple_of(BLOCK_SIZE) {
+                            let lb = old / BLOCK_SIZE;
+                            self.order_blocks(*ino, lb, lb + 1);
+                        }
+                        self.ordered = true;
+                    }
                     self.datasync_gen.insert(*ino, gen);
                 }
             }

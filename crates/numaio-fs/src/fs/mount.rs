@@ -188,6 +188,22 @@ impl Fs {
             ));
         }
         let (header, rec, alloc) = Fs::load(&*store)?;
+        // The data the newest journal record carries goes back first, on a read-only
+        // mount too (as ext4 replays its journal there): without it, blocks the metadata
+        // maps could read what a power cut left of their in-place writes.
+        if !rec.data.is_empty() {
+            journal::write_back(&*store, &rec.data).map_err(|e| match e {
+                FsError::Io { device, what, err } => FsError::Io {
+                    device,
+                    what: format!(
+                        "{what}; the volume's newest commit carries data that recovery must write \
+                         back: mount it read-write once (or run `numaio fsck --repair`)"
+                    ),
+                    err,
+                },
+                e => e,
+            })?;
+        }
         let alloc = Arc::new(alloc);
         let nodes = alloc.nodes();
         let info = MountInfo {
@@ -212,6 +228,7 @@ impl Fs {
             nodes,
             gen: 0,
             ordered: false,
+            ordered_runs: Vec::new(),
             datasync_gen: HashMap::new(),
             last_setattr: HashMap::new(),
             pending_bytes: 0,

@@ -313,6 +313,16 @@ pub enum Record {
         from: u64,
         to: u64,
     },
+    // Format version 5: appended, so version 3 and 4 journals decode unchanged.
+    /// The contents of whole blocks `start..` of device `dev`, carried by a journal record
+    /// so that one device flush makes the record and its new data durable together
+    /// (`crate::journal`, "Data in the record"). It changes no metadata: recovery writes
+    /// the data of the newest record back where it belongs.
+    Data {
+        dev: u16,
+        start: u64,
+        bytes: Vec<u8>,
+    },
 }
 
 impl Meta {
@@ -474,6 +484,7 @@ impl Meta {
                 clear(&mut i.unwritten, *from, *to);
                 Ok(Vec::new())
             }
+            Record::Data { .. } => Ok(Vec::new()),
             Record::Unmap { ino, from, to } => {
                 let i = self.inode_mut(*ino)?;
                 clear(&mut i.unwritten, *from, *to);
