@@ -49,6 +49,9 @@ pub struct FsckReport {
     pub free_blocks: u64,
     pub checkpoint_seq: u64,
     pub journal_records_replayed: u64,
+    /// Blocks of data the newest journal record carries: mount writes them back where they
+    /// belong (a repair does, before its checkpoint).
+    pub journal_data_blocks: u64,
 }
 
 impl FsckReport {
@@ -86,6 +89,14 @@ pub fn fsck(store: &dyn BlockStore, o: &FsckOptions) -> Result<FsckReport, FsErr
     };
     r.checkpoint_seq = rec.checkpoint_seq;
     r.journal_records_replayed = rec.replayed;
+    r.journal_data_blocks = rec
+        .data
+        .iter()
+        .map(|d| match d {
+            Record::Data { bytes, .. } => bytes.len() as u64 / crate::BLOCK_SIZE,
+            _ => 0,
+        })
+        .sum();
     let mut meta = rec.meta;
     let mut fixes: Vec<Record> = Vec::new();
     let mut found: Vec<String> = Vec::new();

@@ -383,6 +383,12 @@ fn a_record_carrying_data_restores_what_a_cut_lost_of_its_blocks() {
             .unwrap();
     }
     let copy = Arc::new(cut.crash(CrashMode::KeepAll));
+    let look = fsck::fsck(&*copy, &fsck::FsckOptions { repair: false }).unwrap();
+    assert_eq!(
+        (look.journal_data_blocks, look.exit_code()),
+        (3, 0),
+        "a plain fsck reports the file's three blocks to write back and writes nothing"
+    );
     let cut = Arc::new(cut);
     let after = Fs::mount(cut.clone(), MountOptions::default()).unwrap();
     assert!(read_all(&after, f.ino) == want, "mount wrote the data back");
@@ -393,6 +399,11 @@ fn a_record_carrying_data_restores_what_a_cut_lost_of_its_blocks() {
         r.repaired.iter().any(|x| x.contains("written back")),
         "{:?}",
         r.repaired
+    );
+    let again = fsck::fsck(&*copy, &fsck::FsckOptions { repair: false }).unwrap();
+    assert_eq!(
+        again.journal_data_blocks, 0,
+        "the repair's checkpoint retired it"
     );
     let fixed = Fs::mount(copy, MountOptions::default()).unwrap();
     assert_eq!(

@@ -47,7 +47,8 @@ pub struct FsckArgs {
     repair: bool,
     /// Print JSON: {"schema_version":1,"devices":[PATH...],"uuid","exit_code","errors":[..],
     /// "repaired":[..],"inodes","files","directories","symlinks","orphans","total_blocks",
-    /// "used_blocks","free_blocks","checkpoint_seq","journal_records_replayed"} (an
+    /// "used_blocks","free_blocks","checkpoint_seq","journal_records_replayed",
+    /// "journal_data_blocks"} (an
     /// operational error: {"schema_version":1,"devices","exit_code":8,"error"})
     #[arg(long)]
     json: bool,
@@ -131,6 +132,12 @@ pub fn run(a: FsckArgs) -> anyhow::Result<ExitCode> {
             r.checkpoint_seq,
             r.journal_records_replayed
         )?;
+        if r.journal_data_blocks > 0 && !a.repair {
+            outln!(
+                "  journal: the newest record carries {} blocks of data, written back at mount",
+                r.journal_data_blocks
+            )?;
+        }
         for f in &r.repaired {
             outln!("  repaired: {f}")?;
         }
