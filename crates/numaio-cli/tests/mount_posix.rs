@@ -1215,3 +1215,93 @@ fn rename_storm_keeps_every_file_exactly_once() {
     check(&v.mnt);
     m.umount();
 }
+
+/// The server clears set-user-id and set-group-id itself (`FUSE_HANDLE_KILLPRIV_V2`: the
+/// kernel sends no mode for it), as ext4 does: chown drops them, by root too, and so does
+/// `chown(f, -1, -1)`; a write or truncate by anyone but root drops them; set-group-id
+/// without group execute stays for root and for a member of the file's group; a directory
+/// keeps its set-group-id.
+#[test]
+fn set_ids_drop_on_write_truncate_and_chown_as_on_ext4() {
+    if !can_mount() {
+        return;
+    }
+    use std::os::unix::fs::MetadataExt;
+    let v = Vol::new();
+    for mode in fuse_modes() {
+        let o = run(mount_cmd(&v.dev, &v.mnt, &["--fuse-mode", mode]));
+        assert!(o.status.success(), "mount ({mode}): {}", stderr(&o));
+        let m = Mounted(&v.mnt);
+        std::fs::set_permissions(&v.mnt, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let file = |name: &str, perm: u32| {
+            let p = v.mnt.join(format!("{name}-{mode}"));
+            std::fs::write(&p, vec![b'x'; 100]).unwrap();
+            std::os::unix::fs::chown(&p, Some(65534), Some(65534)).unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(perm)).unwrap();
+            p
+        };
+        let perm = |p: &Path| std::fs::metadata(p).unwrap().mode() & 0o7777;
+        let cpath = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+        // SAFETY (the closures below): NUL-terminated paths; only system calls in the child.
+        let write = |c: &std::ffi::CString| unsafe {
+            let fd = libc::open(c.as_ptr(), libc::O_WRONLY);
+            if fd < 0 || libc::pwrite(fd, b"y".as_ptr().cast(), 1, 10) != 1 {
+                return errno();
+            }
+            libc::close(fd);
+            0
+        };
+        let truncate = |c: &std::ffi::CString| unsafe {
+            if libc::truncate(c.as_ptr(), 50) != 0 {
+                return errno();
+            }
+            0
+        };
+        let chown_none = |c: &std::ffi::CString| unsafe {
+            if libc::chown(c.as_ptr(), u32::MAX, u32::MAX) != 0 {
+                return errno();
+            }
+            0
+        };
+        let p = file("root-chown", 0o6755);
+        std::os::unix::fs::chown(&p, Some(1000), Some(1000)).unwrap();
+        assert_eq!(perm(&p), 0o755, "{mode}: root's chown");
+        let p = file("root-chown-none", 0o6755);
+        assert_eq!(chown_none(&cpath(&p)), 0);
+        assert_eq!(perm(&p), 0o755, "{mode}: root's chown(-1, -1)");
+        let p = file("root-chown-none-nogx", 0o6745);
+        assert_eq!(chown_none(&cpath(&p)), 0);
+        assert_eq!(
+            perm(&p),
+            0o2745,
+            "{mode}: set-group-id without group execute"
+        );
+        let p = file("root-write", 0o6755);
+        assert_eq!(write(&cpath(&p)), 0);
+        assert_eq!(truncate(&cpath(&p)), 0);
+        assert_eq!(perm(&p), 0o6755, "{mode}: root's write and truncate");
+        for (name, before, f, after) in [
+            ("nobody-write", 0o6777, 0, 0o777),
+            ("nobody-write-nogx", 0o6767, 0, 0o2767),
+            ("nobody-truncate", 0o6777, 1, 0o777),
+            ("nobody-chown-none", 0o6755, 2, 0o755),
+        ] {
+            let p = file(name, before);
+            let c = cpath(&p);
+            let e = errno_as_nobody(|| match f {
+                0 => write(&c),
+                1 => truncate(&c),
+                _ => chown_none(&c),
+            });
+            assert_eq!(e, 0, "{mode}: {name}");
+            assert_eq!(perm(&p), after, "{mode}: {name}");
+        }
+        let d = v.mnt.join(format!("dir-{mode}"));
+        std::fs::create_dir(&d).unwrap();
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o2775)).unwrap();
+        std::os::unix::fs::chown(&d, Some(1000), Some(1000)).unwrap();
+        assert_eq!(perm(&d), 0o2775, "{mode}: a directory's chown");
+        m.umount();
+    }
+    v.fsck_clean();
+}

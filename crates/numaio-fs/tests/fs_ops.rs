@@ -1293,3 +1293,68 @@ fn a_sticky_directory_keeps_others_entries() {
     fs.unlink(st.ino, b"mine", &user(1000)).unwrap();
     fs.unlink(st.ino, b"roots", &root()).unwrap();
 }
+
+/// Set-user-id and set-group-id drop as the VFS drops them for a local file system: on a
+/// change of owner or group (by root too), on a change of nothing (how the kernel passes on
+/// `chown(f, -1, -1)` to a server that handles the bits itself), and on a write or size
+/// change by anyone but root; set-group-id without group execute stays for a member of the
+/// file's group; directories keep theirs.
+#[test]
+fn set_ids_drop_on_chown_write_and_truncate() {
+    let (_s, fs) = vol();
+    let mode_of = |ino| fs.getattr(ino).unwrap().mode & 0o7777;
+    let file = |name: &[u8], mode: u32| {
+        let f = fs.create(ROOT, name, 0o644, &root()).unwrap().ino;
+        fs.write(f, 0, &[1u8; 100], &root()).unwrap();
+        let s = SetAttr {
+            uid: Some(1000),
+            gid: Some(1000),
+            ..Default::default()
+        };
+        fs.setattr(f, &s, &root()).unwrap();
+        let m = SetAttr {
+            mode: Some(mode),
+            ..Default::default()
+        };
+        fs.setattr(f, &m, &root()).unwrap();
+        assert_eq!(mode_of(f), mode);
+        f
+    };
+    let chown = SetAttr {
+        uid: Some(7),
+        ..Default::default()
+    };
+    let f = file(b"a", 0o6755);
+    fs.setattr(f, &chown, &root()).unwrap();
+    assert_eq!(mode_of(f), 0o755, "root's chown");
+    let f = file(b"b", 0o6745);
+    fs.setattr(f, &SetAttr::default(), &root()).unwrap();
+    assert_eq!(mode_of(f), 0o2745, "chown(-1, -1): no group execute, root");
+    let f = file(b"c", 0o6755);
+    fs.write(f, 0, b"x", &root()).unwrap();
+    let t = SetAttr {
+        size: Some(10),
+        ..Default::default()
+    };
+    fs.setattr(f, &t, &root()).unwrap();
+    assert_eq!(mode_of(f), 0o6755, "root's write and truncate");
+    let f = file(b"d", 0o6777);
+    fs.write(f, 0, b"x", &user(1000)).unwrap();
+    assert_eq!(mode_of(f), 0o777, "the owner's write");
+    let f = file(b"e", 0o6767);
+    fs.write(f, 0, b"x", &user(1000)).unwrap();
+    assert_eq!(
+        mode_of(f),
+        0o2767,
+        "a group member's write, no group execute"
+    );
+    let f = file(b"g", 0o6767);
+    fs.write(f, 0, b"x", &user(2000)).unwrap();
+    assert_eq!(mode_of(f), 0o767, "a write from outside the group");
+    let f = file(b"h", 0o6777);
+    fs.setattr(f, &t, &user(1000)).unwrap();
+    assert_eq!(mode_of(f), 0o777, "the owner's truncate");
+    let d = fs.mkdir(ROOT, b"dir", 0o2775, &root()).unwrap().ino;
+    fs.setattr(d, &chown, &root()).unwrap();
+    assert_eq!(mode_of(d), 0o2775, "a directory's chown");
+}

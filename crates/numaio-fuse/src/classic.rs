@@ -292,6 +292,11 @@ impl Filesystem for Classic {
         // for attributes only in a listing's first reply, so a large directory listed before
         // it is stat'ed (as `ls -l` does) still costs a LOOKUP per later entry.
         let _ = config.add_capabilities(fuser::InitFlags::FUSE_DO_READDIRPLUS);
+        // The server clears set-user-id and set-group-id itself on write, truncate and chown
+        // (`Fs::write`, `Fs::setattr`). Without this the kernel never marks an inode as
+        // having none to clear (no `SB_NOSEC`), so every write(2) first asks for the file's
+        // `security.capability`: one GETXATTR round trip per write.
+        let _ = config.add_capabilities(fuser::InitFlags::FUSE_HANDLE_KILLPRIV_V2);
         // Asked for by the mount only: buffered writes then stay in the kernel's page
         // cache until written back. A kernel without it leaves every write a request.
         if self.obs.writeback_cache()

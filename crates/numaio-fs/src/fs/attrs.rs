@@ -55,6 +55,32 @@ pub(super) fn to_attr(ino: u64, i: &Inode) -> FileAttr {
     }
 }
 
+/// Whether change `s` by `c` clears set-user-id (and set-group-id where group execute is
+/// set, or the caller is outside the file's group) on a file that is not a directory, as
+/// the VFS does for a local file system: a change of owner or group, by root too; a size
+/// change by anyone but root; and a change of nothing, which is how the kernel passes on
+/// `chown(f, -1, -1)` and a write's privilege drop once the server handles them itself
+/// (`FUSE_HANDLE_KILLPRIV_V2`: the kernel then sends no mode).
+fn kills_set_ids(s: &SetAttr, c: &Caller) -> bool {
+    let nothing = s.mode.is_none()
+        && s.uid.is_none()
+        && s.gid.is_none()
+        && s.size.is_none()
+        && s.atime.is_none()
+        && s.mtime.is_none();
+    s.uid.is_some() || s.gid.is_some() || (s.size.is_some() && c.uid != 0) || nothing
+}
+
+/// Clears set-user-id from `a`, and set-group-id where group execute is set or `c` is
+/// neither root nor in the file's group (the VFS's `setattr_should_drop_sgid`): what a
+/// write, truncate or chown drops.
+pub(super) fn drop_set_ids(a: &mut Attr, c: &Caller) {
+    a.mode &= !0o4000;
+    if a.mode & 0o2010 == 0o2010 || (c.uid != 0 && !c.in_group(a.gid)) {
+        a.mode &= !0o2000;
+    }
+}
+
 impl Fs {
     pub fn getattr(&self, ino: u64) -> Result<FileAttr, FsError> {
         let g = self.inner.lock();
@@ -143,6 +169,9 @@ impl Fs {
             if a.mode & 0o2000 != 0 && c.uid != 0 && !c.in_group(s.gid.unwrap_or(a.gid)) {
                 a.mode &= !0o2000;
             }
+        }
+        if kills_set_ids(s, c) && a.kind != Kind::Dir {
+            drop_set_ids(&mut a, c);
         }
         if let Some(u) = s.uid {
             a.uid = u;

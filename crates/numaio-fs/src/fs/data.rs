@@ -551,9 +551,10 @@ impl Fs {
         a.size = a.size.max(end);
         a.mtime = now;
         a.ctime = now;
-        // A write by someone else than root clears set-user-id and set-group-id.
+        // A write by someone else than root clears set-user-id and set-group-id (as the VFS
+        // rules it: set-group-id without group execute stays for a member of the group).
         if c.uid != 0 {
-            a.mode &= !0o6000;
+            super::attrs::drop_set_ids(&mut a, c);
         }
         g.set_attr(ino, a)?;
         Ok(data.len())
