@@ -40,20 +40,6 @@ pub(super) struct Inner {
     pub(super) meta_claimed: BTreeMap<u32, u64>,
 }
 
-/// The device blocks `(dev, start, count)` that logical blocks `from..to` of a file with
-/// `extents` are mapped to.
-fn device_runs(extents: &BTreeMap<u64, Extent>, from: u64, to: u64) -> Vec<(u16, u64, u64)> {
-    let mut out = Vec::new();
-    let first = extents.range(..=from).next_back().map_or(from, |(&l, _)| l);
-    for (&l, e) in extents.range(first..to) {
-        let (a, b) = (l.max(from), (l + e.len).min(to));
-        if a < b {
-            out.push((e.dev, e.start + (a - l), b - a));
-        }
-    }
-    out
-}
-
 /// `runs` of device blocks `(dev, start, count)` sorted and merged where they overlap or
 /// touch.
 pub(super) fn merge_runs(mut runs: Vec<(u16, u64, u64)>) -> Vec<(u16, u64, u64)> {
@@ -192,7 +178,7 @@ impl Inner {
         let runs = self
             .meta
             .get(ino)
-            .map(|i| device_runs(&i.extents, from, to))
+            .map(|i| crate::meta::device_runs(&i.extents, from, to))
             .unwrap_or_default();
         for (dev, start, len) in runs {
             self.order_run(dev, start, len);

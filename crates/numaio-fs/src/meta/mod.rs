@@ -593,19 +593,35 @@ fn map(i: &mut Inode, ino: u64, lblock: u64, ext: &Extent) -> Result<(), String>
     Ok(())
 }
 
-/// The logical runs `(from, to)` of `from..to` that `map` maps.
-fn mapped_runs(map: &BTreeMap<u64, Extent>, from: u64, to: u64) -> Vec<(u64, u64)> {
-    if from >= to {
-        return Vec::new();
-    }
+/// The parts of `from..to` that `map` maps: `(first, end, extent's first logical block,
+/// extent)`, in order.
+fn mapped_parts(
+    map: &BTreeMap<u64, Extent>,
+    from: u64,
+    to: u64,
+) -> impl Iterator<Item = (u64, u64, u64, &Extent)> {
     let start = map
         .range(..from)
         .next_back()
         .filter(|(&l, e)| l + e.len > from)
         .map_or(from, |(&l, _)| l);
-    map.range(start..to)
-        .map(|(&l, e)| (l.max(from), (l + e.len).min(to)))
-        .filter(|(a, b)| a < b)
+    map.range(start..to.max(start))
+        .map(move |(&l, e)| (l.max(from), (l + e.len).min(to), l, e))
+        .filter(|(a, b, _, _)| a < b)
+}
+
+/// The logical runs `(from, to)` of `from..to` that `map` maps.
+fn mapped_runs(map: &BTreeMap<u64, Extent>, from: u64, to: u64) -> Vec<(u64, u64)> {
+    mapped_parts(map, from, to)
+        .map(|(a, b, _, _)| (a, b))
+        .collect()
+}
+
+/// The device blocks `(dev, start, count)` that logical blocks `from..to` of a file with
+/// extent map `map` are mapped to.
+pub(crate) fn device_runs(map: &BTreeMap<u64, Extent>, from: u64, to: u64) -> Vec<(u16, u64, u64)> {
+    mapped_parts(map, from, to)
+        .map(|(a, b, l, e)| (e.dev, e.start + (a - l), b - a))
         .collect()
 }
 
