@@ -244,6 +244,26 @@ impl Fs {
     }
 }
 
+impl Inner {
+    /// Queues a failed commit's records again, ahead of what came since, with the data
+    /// devices and blocks it would have synced: nothing of it is known durable, so the
+    /// next commit writes it.
+    fn requeue(
+        &mut self,
+        records: Vec<Record>,
+        devs: Vec<u16>,
+        ordered: bool,
+        runs: Vec<(u16, u64, u64)>,
+    ) {
+        let later = std::mem::replace(&mut self.pending, records);
+        self.pending.extend(later);
+        self.last_setattr.clear();
+        self.data_dirty.extend(devs);
+        self.ordered |= ordered;
+        self.ordered_runs.extend(runs);
+    }
+}
+
 impl shared::FsCore {
     /// Commits everything queued unless it is durable already (the periodic commit);
     /// whether a commit was needed.
@@ -252,8 +272,9 @@ impl shared::FsCore {
         if self.durable_gen.load(Ordering::Acquire) >= ticket {
             return Ok(false);
         }
-        self.periodic_commits.fetch_add(1, Ordering::Relaxed);
         self.commit_upto(ticket)?;
+        // Counted once made: a count seen means its commit is durable.
+        self.periodic_commits.fetch_add(1, Ordering::Relaxed);
         Ok(true)
     }
 
@@ -346,18 +367,15 @@ impl shared::FsCore {
         if record {
             let payload = crate::format::encode(&g.pending);
             let seq = g.journal.seq + 1;
+            let mut size = payload.len();
             if g.ordered {
                 let runs = super::inner::merge_runs(g.ordered_runs.clone());
-                let bound = payload.len() as u64 + inline_bound(&runs);
-                if worth_inlining(&g.journal, &runs) && g.journal.fits(bound as usize) {
+                let with_data = size + inline_bound(&runs) as usize;
+                if worth_inlining(&g.journal, &runs) && g.journal.fits(with_data) {
                     inline = runs;
+                    size = with_data;
                 }
             }
-            let size = if inline.is_empty() {
-                payload.len()
-            } else {
-                payload.len() + inline_bound(&inline) as usize
-            };
             let after = g.journal.pos + (crate::format::RECORD_HEADER + size) as u64;
             if !g.journal.fits(size) {
                 // The record does not fit: a checkpoint takes its place.
@@ -400,13 +418,7 @@ impl shared::FsCore {
                     ordered = false;
                 }
                 Err(e) => {
-                    let mut g = self.inner.lock();
-                    let later = std::mem::replace(&mut g.pending, records);
-                    g.pending.extend(later);
-                    g.last_setattr.clear();
-                    g.data_dirty.extend(devs);
-                    g.ordered = true;
-                    g.ordered_runs.extend(runs);
+                    self.inner.lock().requeue(records, devs, true, runs);
                     return Err(e);
                 }
             }
@@ -438,14 +450,7 @@ impl shared::FsCore {
                 pace.written(self.sync_requests.load(Ordering::Relaxed));
             }
             Err(e) => {
-                // Nothing of this commit is known durable: queue it again ahead of what
-                // came since, so the next commit writes it.
-                let later = std::mem::replace(&mut g.pending, records);
-                g.pending.extend(later);
-                g.last_setattr.clear();
-                g.data_dirty.extend(devs);
-                g.ordered |= ordered || !inline.is_empty();
-                g.ordered_runs.extend(runs);
+                g.requeue(records, devs, ordered || !inline.is_empty(), runs);
                 return Err(e);
             }
         }
