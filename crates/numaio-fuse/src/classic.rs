@@ -297,6 +297,16 @@ impl Filesystem for Classic {
         // having none to clear (no `SB_NOSEC`), so every write(2) first asks for the file's
         // `security.capability`: one GETXATTR round trip per write.
         let _ = config.add_capabilities(fuser::InitFlags::FUSE_HANDLE_KILLPRIV_V2);
+        // Opens need nothing of the server where the kernel checks permissions (the
+        // kernel's lookup count keeps an unlinked file, crate::lookups): OPEN and OPENDIR are
+        // answered ENOSYS, and the kernel opens every later file and directory itself, with
+        // no OPEN, RELEASE, OPENDIR or RELEASEDIR round trip. These flags are the kernel's
+        // offer, not a request.
+        let offered = config.capabilities();
+        self.obs.negotiate_no_open(
+            offered.contains(fuser::InitFlags::FUSE_NO_OPEN_SUPPORT),
+            offered.contains(fuser::InitFlags::FUSE_NO_OPENDIR_SUPPORT),
+        );
         // Asked for by the mount only: buffered writes then stay in the kernel's page
         // cache until written back. A kernel without it leaves every write a request.
         if self.obs.writeback_cache()
@@ -324,6 +334,7 @@ impl Filesystem for Classic {
         // The ring and serving threads hold the volume too: stop them before the final flush.
         self.transport.stop();
         if let Some(fs) = self.fs.take() {
+            self.obs.lookups().forget_all(&fs);
             crate::mount::unmount_volume(fs);
         }
     }
@@ -786,6 +797,15 @@ impl Filesystem for Classic {
         _lock_owner: fuser::LockOwner,
         reply: ReplyEmpty,
     ) {
-        reply_empty(reply, self.call(req, Request::Nothing))
+        reply_empty(reply, self.call(req, Request::Flush))
     }
+
+    fn forget(&self, _req: &fuser::Request, ino: INodeNo, nlookup: u64) {
+        if let Some(fs) = self.fs.as_deref() {
+            self.obs.lookups().forget(fs, ino.0, nlookup);
+        }
+    }
+
+    // BATCH_FORGET: fuser's default hands each inode to `forget` (its `ForgetOne` is not
+    // public, so the batch cannot be taken whole).
 }

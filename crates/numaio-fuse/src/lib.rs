@@ -16,6 +16,7 @@
 pub mod accounting;
 pub mod caller;
 mod classic;
+mod lookups;
 pub mod memory;
 mod mount;
 pub mod move_work;

@@ -17,6 +17,12 @@ pub struct Observer {
     server_checks: AtomicBool,
     writeback_cache: AtomicBool,
     seek_holes: AtomicBool,
+    /// The kernel's lookup counts: what keeps an unlinked inode alive.
+    lookups: crate::lookups::Lookups,
+    /// Whether OPEN (files) and OPENDIR are answered ENOSYS, so the kernel opens without
+    /// asking (`FUSE_NO_OPEN_SUPPORT`, `FUSE_NO_OPENDIR_SUPPORT`); decided at INIT.
+    no_open: AtomicBool,
+    no_opendir: AtomicBool,
     /// READDIR and READDIRPLUS requests served, in either transport.
     listings: AtomicU64,
     /// The largest reply buffer such a request asked for, where the transport says.
@@ -51,6 +57,9 @@ impl Observer {
             server_checks: AtomicBool::new(false),
             writeback_cache: AtomicBool::new(false),
             seek_holes: AtomicBool::new(true),
+            lookups: crate::lookups::Lookups::default(),
+            no_open: AtomicBool::new(false),
+            no_opendir: AtomicBool::new(false),
             listings: AtomicU64::new(0),
             listing_size: AtomicU64::new(0),
             in_flight: AtomicU64::new(0),
@@ -104,6 +113,33 @@ impl Observer {
     /// Whether LSEEK reports the volume's holes ([`Observer::set_seek_holes`]).
     pub fn seek_holes(&self) -> bool {
         self.seek_holes.load(Ordering::Relaxed)
+    }
+
+    /// The kernel's lookup counts of the volume's inodes.
+    pub(crate) fn lookups(&self) -> &crate::lookups::Lookups {
+        &self.lookups
+    }
+
+    /// Decides at INIT whether opens skip the server, from what the kernel offers
+    /// (`files`: `FUSE_NO_OPEN_SUPPORT`, `dirs`: `FUSE_NO_OPENDIR_SUPPORT`). Only where the
+    /// kernel checks permissions: where the server does, OPEN is where it checks the
+    /// access mode, and OPENDIR read permission.
+    pub(crate) fn negotiate_no_open(&self, files: bool, dirs: bool) {
+        let kernel_checks = !self.server_checks();
+        self.no_open
+            .store(files && kernel_checks, Ordering::Relaxed);
+        self.no_opendir
+            .store(dirs && kernel_checks, Ordering::Relaxed);
+    }
+
+    /// Whether OPEN of a file is answered ENOSYS ([`Observer::negotiate_no_open`]).
+    pub(crate) fn no_open(&self) -> bool {
+        self.no_open.load(Ordering::Relaxed)
+    }
+
+    /// Whether OPENDIR is answered ENOSYS ([`Observer::negotiate_no_open`]).
+    pub(crate) fn no_opendir(&self) -> bool {
+        self.no_opendir.load(Ordering::Relaxed)
     }
 
     /// How long the kernel may keep a name (and the attributes that come with it). When the

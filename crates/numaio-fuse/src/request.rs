@@ -89,9 +89,11 @@ pub enum Request<'a> {
     Release {
         ino: u64,
     },
-    /// RELEASEDIR, FLUSH and DESTROY: nothing to do (data reaches `Fs` on each write,
-    /// durability is fsync's job, directory handles hold nothing).
+    /// RELEASEDIR and DESTROY: nothing to do (directory handles hold nothing).
     Nothing,
+    /// FLUSH, at each close where the kernel sends it: nothing to do (data reaches `Fs` on
+    /// each write or at the kernel's writeback, durability is fsync's job).
+    Flush,
     Fsync {
         ino: u64,
         datasync: bool,
@@ -344,7 +346,8 @@ pub fn decode<'a>(
         }
         op::STATFS => Request::Statfs,
         op::RELEASE => Request::Release { ino },
-        op::RELEASEDIR | op::FLUSH | op::DESTROY => Request::Nothing,
+        op::RELEASEDIR | op::DESTROY => Request::Nothing,
+        op::FLUSH => Request::Flush,
         // fuse_fsync_in: fh, fsync_flags (bit 0: datasync).
         op::FSYNC => Request::Fsync {
             ino,

@@ -242,10 +242,14 @@ pub(crate) fn serve(
             let c = caller();
             entry(link_check(fs, obs, ino, &c).and_then(|()| fs.link(ino, newparent, newname, &c)))
         }
+        // ENOSYS once, and the kernel opens every later file itself, with no OPEN and no
+        // RELEASE: nothing is kept per open (the kernel's lookup count keeps an unlinked
+        // file, see crate::lookups), and the kernel has checked the access mode.
+        Request::Open { .. } if obs.no_open() => return Err(libc::ENOSYS),
         Request::Open { ino, flags } => fs
             .access(ino, open_mask(flags), &caller())
-            .and_then(|()| fs.open(ino))
             .map(|()| Reply::Opened { flags: OPEN_FLAGS }),
+        Request::Opendir { .. } if obs.no_opendir() => return Err(libc::ENOSYS),
         Request::Opendir { ino } => {
             // Where the server checks permissions, listing takes read permission on the
             // directory (the kernel checks it itself otherwise).
@@ -293,8 +297,11 @@ pub(crate) fn serve(
             Ok(Reply::Written(n as u32))
         }
         Request::Statfs => Ok(Reply::Statfs(Statfs::of(fs))),
-        Request::Release { ino } => fs.release(ino).map(empty),
-        Request::Nothing => Ok(Reply::Empty),
+        // Nothing is kept per open: the kernel's lookup count keeps the file.
+        Request::Release { .. } | Request::Nothing => Ok(Reply::Empty),
+        // Nothing to do at close (data reaches `Fs` on each write, or the kernel wrote its
+        // dirty pages back before asking); ENOSYS has the kernel stop asking for good.
+        Request::Flush => return Err(libc::ENOSYS),
         Request::Fsync { ino, datasync } => fs.fsync(ino, datasync).map(empty),
         Request::Fsyncdir { ino } => fs.fsync_dir(ino).map(empty),
         Request::Syncfs => fs.sync().map(empty),
@@ -343,7 +350,6 @@ pub(crate) fn serve(
             umask,
         } => fs
             .create(parent, name, mode & !umask, &caller())
-            .and_then(|a| fs.open(a.ino).map(|()| a))
             .map(|attr| Reply::Created {
                 attr,
                 ttl,
@@ -351,11 +357,11 @@ pub(crate) fn serve(
             }),
         Request::Readdir { ino, offset, size } => {
             obs.note_listing(size);
-            fill_readdir(fs, ino, offset, false, ttl, out).map(|()| Reply::Listed)
+            fill_readdir(fs, obs, ino, offset, false, ttl, out).map(|()| Reply::Listed)
         }
         Request::Readdirplus { ino, offset, size } => {
             obs.note_listing(size);
-            fill_readdir(fs, ino, offset, true, ttl, out).map(|()| Reply::Listed)
+            fill_readdir(fs, obs, ino, offset, true, ttl, out).map(|()| Reply::Listed)
         }
         Request::Fallocate {
             ino,
@@ -384,6 +390,12 @@ pub(crate) fn serve(
             fs.seek(ino, offset, whence).map(Reply::Offset)
         }
     };
+    // Every inode handed to the kernel is counted before the reply goes (crate::lookups).
+    if let Ok(Reply::Entry { attr, .. } | Reply::Created { attr, .. }) = &r {
+        obs.lookups()
+            .remember(fs, attr.ino)
+            .map_err(|e| e.errno())?;
+    }
     r.map_err(|e| e.errno())
 }
 
@@ -424,9 +436,9 @@ fn setattr_writeback(
     }
     let root = Caller { uid: 0, ..*c };
     match fs.setattr(ino, &times, &root) {
-        // The kernel flushes the cached times of a file it has just seen unlinked after
-        // the volume freed it (at its last release): nothing is left to set. Any other
-        // SETATTR reaches an inode that a name or an open descriptor keeps.
+        // The kernel may flush the cached times of a file it has just seen unlinked after
+        // the volume freed it: nothing is left to set. (The kernel's reference keeps an
+        // inode until it forgets it, so this is a guard, not the usual case.)
         Err(FsError::NotFound) if only_times => Ok(FileAttr {
             ino,
             kind: Kind::File,
@@ -508,6 +520,7 @@ fn link_check(fs: &Fs, obs: &Observer, ino: u64, c: &Caller) -> Result<(), FsErr
 /// request reports it.
 fn fill_readdir(
     fs: &Fs,
+    obs: &Observer,
     ino: u64,
     offset: u64,
     plus: bool,
@@ -516,6 +529,7 @@ fn fill_readdir(
 ) -> Result<(), FsError> {
     let mut cookie = offset;
     let mut first = true;
+    let mut first_entry = true;
     loop {
         let batch = if plus {
             let limit = out.dir_room();
@@ -539,9 +553,21 @@ fn fill_readdir(
         };
         let next = last.cookie;
         for (e, a) in &list {
+            // The kernel takes a reference to each entry with attributes but `.` and `..`
+            // (crate::lookups); counted before the entry can reach it.
+            let counted = a.is_some() && e.name != b"." && e.name != b"..";
+            if counted {
+                if let Err(err) = obs.lookups().remember(fs, e.ino) {
+                    return if first_entry { Err(err) } else { Ok(()) };
+                }
+            }
             if out.dir_add(e, a.as_ref().map(|a| (a, ttl))) {
+                if counted {
+                    obs.lookups().forget(fs, e.ino, 1);
+                }
                 return Ok(());
             }
+            first_entry = false;
         }
         cookie = next;
     }

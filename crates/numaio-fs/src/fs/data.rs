@@ -263,7 +263,8 @@ impl Fs {
         r.map(|()| g)
     }
 
-    /// Counts an open handle: an unlinked file keeps its blocks until the last release.
+    /// Counts a hold of `ino` (an open handle; through a mount, the kernel's reference): an
+    /// unlinked file keeps its blocks until the last hold is released.
     pub fn open(&self, ino: u64) -> Result<(), FsError> {
         let mut g = self.inner.lock();
         g.inode(ino)?;
@@ -271,7 +272,7 @@ impl Fs {
         Ok(())
     }
 
-    /// Drops an open handle of `ino`; the last one of an unlinked file frees it.
+    /// Drops a hold of `ino` ([`Fs::open`]); the last one of an unlinked file frees it.
     pub fn release(&self, ino: u64) -> Result<(), FsError> {
         // Freeing waits for the reads and writes of the file in flight (with other handles
         // or none), whose blocks it gives back.

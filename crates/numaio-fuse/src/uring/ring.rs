@@ -148,8 +148,8 @@ impl Pool {
 }
 
 /// Whether the ring thread answers requests with `opcode` itself: those that never wait for
-/// a device. A release may free an unlinked file's blocks, waiting for that file's reads in
-/// flight; it is answered inline all the same, as that wait is bounded by one read.
+/// a device. (Freeing an unlinked file, which waits for its reads in flight, happens at
+/// FORGET, which the kernel sends over /dev/fuse, not through a ring.)
 pub(crate) fn serves_inline(opcode: u32) -> bool {
     use abi::op;
     matches!(

@@ -1,0 +1,159 @@
+//! Opens without the server (`FUSE_NO_OPEN_SUPPORT`, `FUSE_NO_OPENDIR_SUPPORT`), in both
+//! transports: once the first OPEN and OPENDIR were answered ENOSYS, opening, reading and
+//! closing cached files and listing a cached directory cost no request; an unlinked file
+//! still open keeps its data (read back from the volume after its cached pages were
+//! dropped) and is freed only after the last close, when the kernel forgets it; after the
+//! unmount no orphan is left and fsck is clean. Needs root and /dev/fuse (io_uring: a kernel
+//! with FUSE over io_uring, which it turns on); skips visibly otherwise.
+
+mod common;
+use common::volume;
+use numaio_fs::fsck::{fsck, FsckOptions};
+use numaio_fs::{Fs, MountOptions};
+use numaio_fuse::{FuseMode, RequestCounts, Transport};
+use numaio_testkit::skip;
+use std::ffi::CString;
+use std::io::Read;
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const FILES: usize = 50;
+const ROUNDS: usize = 10;
+
+fn total(t: &Transport) -> u64 {
+    let RequestCounts {
+        classic, io_uring, ..
+    } = t.requests();
+    classic + io_uring
+}
+
+/// Inodes in use on the mount, from statvfs.
+fn inodes_in_use(p: &Path) -> u64 {
+    let c = CString::new(p.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a valid path and a zeroed statvfs for the call to fill.
+    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut s) }, 0, "statvfs");
+    s.f_files - s.f_ffree
+}
+
+fn within(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let t = Instant::now();
+    while !cond() {
+        if t.elapsed() > limit {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    true
+}
+
+fn opens_and_unlinked_files(mode: FuseMode) {
+    let store = volume();
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let (m, t, started) = common::mount(&store, &mnt, mode);
+    assert_eq!(started, mode);
+    let d = mnt.join("d");
+    std::fs::create_dir(&d).unwrap();
+    for i in 0..FILES {
+        std::fs::write(d.join(format!("f{i}")), format!("file {i}")).unwrap();
+    }
+    // A first round opens each file and lists the directory once: the first OPEN and
+    // OPENDIR are answered ENOSYS, the files' pages and the listing come into the cache.
+    for i in 0..FILES {
+        std::fs::read(d.join(format!("f{i}"))).unwrap();
+    }
+    assert_eq!(std::fs::read_dir(&d).unwrap().count(), FILES);
+
+    let before = total(&t);
+    for _ in 0..ROUNDS {
+        for i in 0..FILES {
+            let mut s = String::new();
+            std::fs::File::open(d.join(format!("f{i}")))
+                .unwrap()
+                .read_to_string(&mut s)
+                .unwrap();
+            assert_eq!(s, format!("file {i}"));
+        }
+        assert_eq!(std::fs::read_dir(&d).unwrap().count(), FILES);
+    }
+    let cost = total(&t) - before;
+    eprintln!(
+        "{mode:?}: {cost} requests for {} opens and {ROUNDS} listings",
+        FILES * ROUNDS
+    );
+    // With OPEN and RELEASE each open would cost two requests, each listing OPENDIR and
+    // RELEASEDIR: over a thousand. The kernel now answers them all from its caches.
+    assert!(cost < 20, "{mode:?}: {cost} requests");
+
+    // An unlinked file still open keeps its data and its inode until the last close.
+    let g = mnt.join("g");
+    let data: Vec<u8> = (0..1u32 << 20).map(|i| (i % 251) as u8).collect();
+    std::fs::write(&g, &data).unwrap();
+    let used = inodes_in_use(&mnt);
+    let mut f = std::fs::File::open(&g).unwrap();
+    std::fs::remove_file(&g).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(
+        inodes_in_use(&mnt),
+        used,
+        "{mode:?}: freed while still open"
+    );
+    // Drop the cached pages, so the read goes to the volume.
+    // SAFETY: a valid descriptor; the advice changes nothing but the cache.
+    let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    assert_eq!(r, 0);
+    let before = total(&t);
+    let mut back = Vec::new();
+    f.read_to_end(&mut back).unwrap();
+    assert!(
+        total(&t) > before,
+        "{mode:?}: the read was not served by the volume"
+    );
+    assert!(
+        back == data,
+        "{mode:?}: the unlinked file read back different data"
+    );
+    drop(f);
+    assert!(
+        within(Duration::from_secs(5), || inodes_in_use(&mnt) == used - 1),
+        "{mode:?}: {} inodes in use 5 s after the last close, not {}",
+        inodes_in_use(&mnt),
+        used - 1
+    );
+
+    // Every file still named is let go at the unmount: nothing is left to free.
+    m.unmount().expect("umount");
+    let fs = Fs::mount(store.clone(), MountOptions::default()).expect("mount volume");
+    assert_eq!(fs.mount_info().orphans_freed, 0, "{mode:?}");
+    assert_eq!(
+        std::fs::read_dir(&d).map(|r| r.count()).unwrap_or(0),
+        0,
+        "unmounted"
+    );
+    fs.unmount().unwrap();
+    let report = fsck(&*store, &FsckOptions::default()).expect("fsck");
+    assert!(report.errors.is_empty(), "{mode:?}: {:?}", report.errors);
+    assert_eq!(report.orphans, 0, "{mode:?}");
+    assert_eq!(report.files, FILES as u64, "{mode:?}");
+}
+
+#[test]
+fn opens_skip_the_server_and_unlinked_files_live_until_forgotten_classic() {
+    if !(numaio_testkit::is_root() && Path::new("/dev/fuse").exists()) {
+        skip!("root and /dev/fuse");
+    }
+    opens_and_unlinked_files(FuseMode::Classic);
+}
+
+#[test]
+fn opens_skip_the_server_and_unlinked_files_live_until_forgotten_io_uring() {
+    if let Err(why) = common::uring_ready() {
+        skip!("FUSE over io_uring", "{why}");
+    }
+    opens_and_unlinked_files(FuseMode::IoUring);
+}
