@@ -297,6 +297,10 @@ impl Filesystem for Classic {
         // having none to clear (no `SB_NOSEC`), so every write(2) first asks for the file's
         // `security.capability`: one GETXATTR round trip per write.
         let _ = config.add_capabilities(fuser::InitFlags::FUSE_HANDLE_KILLPRIV_V2);
+        // A symlink's target is kept in the kernel's page cache after its first READLINK: a
+        // symlink's target never changes (replacing one makes a new inode), and every change
+        // to the volume passes through this mount.
+        let _ = config.add_capabilities(fuser::InitFlags::FUSE_CACHE_SYMLINKS);
         // Opens need nothing of the server where the kernel checks permissions (the
         // kernel's lookup count keeps an unlinked file, crate::lookups): OPEN and OPENDIR are
         // answered ENOSYS, and the kernel opens every later file and directory itself, with

@@ -11,10 +11,15 @@
 //! when the last hold goes. With that the server needs no per-open state, and the mount can
 //! let the kernel skip OPEN and RELEASE altogether (`FUSE_NO_OPEN_SUPPORT`).
 //!
+//! Directories are not counted: a removed directory holds no data, and the volume frees it
+//! at rmdir (an open handle or a working directory inside it then finds nothing, as before
+//! the kernel's count was kept), which saves a hold and a release per directory.
+//!
 //! A reply the kernel never took (the request was interrupted) leaves its count one too
 //! high: the inode is then freed at unmount ([`Lookups::forget_all`]) or, after a crash, as
 //! an orphan at the next mount, never early.
 
+use numaio_fs::meta::Kind;
 use numaio_fs::Fs;
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -47,7 +52,10 @@ impl Lookups {
     /// Counts one more kernel reference to `ino`, about to be handed to the kernel; the
     /// first one holds the inode in `fs`. Called before the reply is sent, so a FORGET
     /// can never arrive for a count not yet made.
-    pub(crate) fn remember(&self, fs: &Fs, ino: u64) -> Result<(), numaio_fs::FsError> {
+    pub(crate) fn remember(&self, fs: &Fs, ino: u64, kind: Kind) -> Result<(), numaio_fs::FsError> {
+        if kind == Kind::Dir {
+            return Ok(());
+        }
         let mut s = self.shard(ino);
         let n = s.entry(ino).or_insert(0);
         if *n == 0 {
@@ -142,8 +150,8 @@ mod tests {
         let a = fs.create(ROOT_INO, b"f", 0o644, &c).unwrap();
         fs.write(a.ino, 0, b"kept", &c).unwrap();
         // Handed to the kernel twice (the CREATE, a LOOKUP), then unlinked.
-        l.remember(&fs, a.ino).unwrap();
-        l.remember(&fs, a.ino).unwrap();
+        l.remember(&fs, a.ino, Kind::File).unwrap();
+        l.remember(&fs, a.ino, Kind::File).unwrap();
         let used = files_in_use(&fs);
         fs.unlink(ROOT_INO, b"f", &c).unwrap();
         assert_eq!(files_in_use(&fs), used, "freed while the kernel holds it");
@@ -170,11 +178,11 @@ mod tests {
         let l = Lookups::default();
         let c = Caller::root_on(0);
         let a = fs.create(ROOT_INO, b"f", 0o644, &c).unwrap();
-        l.remember(&fs, a.ino).unwrap();
+        l.remember(&fs, a.ino, Kind::File).unwrap();
         // More than counted: ends at zero, never below.
         l.forget(&fs, a.ino, 3);
         assert_eq!(fs.getattr(a.ino).unwrap().nlink, 1);
-        l.remember(&fs, a.ino).unwrap();
+        l.remember(&fs, a.ino, Kind::File).unwrap();
         assert_eq!(l.held(), 1);
         // Unlinked while held, then the unmount lets everything go: freed.
         let used = files_in_use(&fs);
@@ -186,10 +194,25 @@ mod tests {
     }
 
     #[test]
+    fn directories_are_not_counted_and_go_at_rmdir() {
+        let fs = fs();
+        let l = Lookups::default();
+        let c = Caller::root_on(0);
+        let d = fs.mkdir(ROOT_INO, b"d", 0o755, &c).unwrap();
+        l.remember(&fs, d.ino, Kind::Dir).unwrap();
+        assert_eq!(l.held(), 0);
+        let used = files_in_use(&fs);
+        fs.rmdir(ROOT_INO, b"d", &c).unwrap();
+        assert_eq!(files_in_use(&fs), used - 1);
+        l.forget(&fs, d.ino, 1);
+        assert_eq!(files_in_use(&fs), used - 1);
+    }
+
+    #[test]
     fn remembering_an_inode_that_is_gone_fails_and_counts_nothing() {
         let fs = fs();
         let l = Lookups::default();
-        assert!(l.remember(&fs, 999_999).is_err());
+        assert!(l.remember(&fs, 999_999, Kind::File).is_err());
         assert_eq!(l.held(), 0);
     }
 }

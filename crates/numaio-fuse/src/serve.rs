@@ -393,7 +393,7 @@ pub(crate) fn serve(
     // Every inode handed to the kernel is counted before the reply goes (crate::lookups).
     if let Ok(Reply::Entry { attr, .. } | Reply::Created { attr, .. }) = &r {
         obs.lookups()
-            .remember(fs, attr.ino)
+            .remember(fs, attr.ino, attr.kind)
             .map_err(|e| e.errno())?;
     }
     r.map_err(|e| e.errno())
@@ -557,7 +557,7 @@ fn fill_readdir(
             // (crate::lookups); counted before the entry can reach it.
             let counted = a.is_some() && e.name != b"." && e.name != b"..";
             if counted {
-                if let Err(err) = obs.lookups().remember(fs, e.ino) {
+                if let Err(err) = obs.lookups().remember(fs, e.ino, e.kind) {
                     return if first_entry { Err(err) } else { Ok(()) };
                 }
             }

@@ -1,5 +1,6 @@
-//! Opens without the server (`FUSE_NO_OPEN_SUPPORT`, `FUSE_NO_OPENDIR_SUPPORT`), in both
-//! transports: once the first OPEN and OPENDIR were answered ENOSYS, opening, reading and
+//! What the kernel answers without the server, in both transports. Symlinks
+//! (`FUSE_CACHE_SYMLINKS`): a target is read from the server once, then from the kernel's
+//! cache. Opens without the server (`FUSE_NO_OPEN_SUPPORT`, `FUSE_NO_OPENDIR_SUPPORT`): once the first OPEN and OPENDIR were answered ENOSYS, opening, reading and
 //! closing cached files and listing a cached directory cost no request; an unlinked file
 //! still open keeps its data (read back from the volume after its cached pages were
 //! dropped) and is freed only after the last close, when the kernel forgets it; after the
@@ -156,4 +157,69 @@ fn opens_skip_the_server_and_unlinked_files_live_until_forgotten_io_uring() {
         skip!("FUSE over io_uring", "{why}");
     }
     opens_and_unlinked_files(FuseMode::IoUring);
+}
+
+fn symlinks_read_once(mode: FuseMode) {
+    let store = volume();
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let (m, t, started) = common::mount(&store, &mnt, mode);
+    assert_eq!(started, mode);
+    std::fs::write(mnt.join("target"), b"t").unwrap();
+    let links: Vec<_> = (0..20).map(|i| mnt.join(format!("l{i}"))).collect();
+    for (i, l) in links.iter().enumerate() {
+        std::os::unix::fs::symlink(format!("target-{i}-{}", "x".repeat(i * 7)), l).unwrap();
+        assert_eq!(
+            std::fs::read_link(l).unwrap().to_str().unwrap(),
+            format!("target-{i}-{}", "x".repeat(i * 7))
+        );
+    }
+    let before = total(&t);
+    for _ in 0..ROUNDS {
+        for (i, l) in links.iter().enumerate() {
+            let got = std::fs::read_link(l).unwrap();
+            assert_eq!(
+                got.to_str().unwrap(),
+                format!("target-{i}-{}", "x".repeat(i * 7))
+            );
+        }
+    }
+    let cost = total(&t) - before;
+    eprintln!(
+        "{mode:?}: {cost} requests for {} readlinks",
+        links.len() * ROUNDS
+    );
+    assert!(cost < 5, "{mode:?}: {cost} requests");
+    // Replaced by another symlink of the same name: the new target, never the cached one.
+    std::fs::remove_file(&links[0]).unwrap();
+    std::os::unix::fs::symlink("elsewhere", &links[0]).unwrap();
+    assert_eq!(
+        std::fs::read_link(&links[0]).unwrap().to_str(),
+        Some("elsewhere")
+    );
+    let tmp = mnt.join("tmp-link");
+    std::os::unix::fs::symlink("renamed-over", &tmp).unwrap();
+    std::fs::rename(&tmp, &links[1]).unwrap();
+    assert_eq!(
+        std::fs::read_link(&links[1]).unwrap().to_str(),
+        Some("renamed-over")
+    );
+    m.unmount().expect("umount");
+}
+
+#[test]
+fn symlink_targets_are_read_from_the_server_once_classic() {
+    if !(numaio_testkit::is_root() && Path::new("/dev/fuse").exists()) {
+        skip!("root and /dev/fuse");
+    }
+    symlinks_read_once(FuseMode::Classic);
+}
+
+#[test]
+fn symlink_targets_are_read_from_the_server_once_io_uring() {
+    if let Err(why) = common::uring_ready() {
+        skip!("FUSE over io_uring", "{why}");
+    }
+    symlinks_read_once(FuseMode::IoUring);
 }
