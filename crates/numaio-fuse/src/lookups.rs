@@ -128,12 +128,13 @@ mod tests {
 
     fn fs() -> Fs {
         let s = Arc::new(MemStore::new(&[(0, 16 << 20)]));
-        let o = MkfsOptions {
-            policy: PlacementPolicy::WriterLocal,
-            group_blocks: 64,
-            journal_blocks: 64,
-            checkpoint_blocks: 64,
-        };
+        let o = MkfsOptions::sized(
+            &[(16 << 20, 0)],
+            PlacementPolicy::WriterLocal,
+            None,
+            None,
+            None,
+        );
         Fs::mkfs(&*s, &o).unwrap();
         Fs::mount(s, MountOptions::default()).unwrap()
     }

@@ -10,6 +10,7 @@
 mod common;
 use common::volume;
 use numaio_fs::fsck::{fsck, FsckOptions};
+use numaio_fs::store::MemStore;
 use numaio_fs::{Fs, MountOptions};
 use numaio_fuse::{FuseMode, RequestCounts, Transport};
 use numaio_testkit::skip;
@@ -17,7 +18,8 @@ use std::ffi::CString;
 use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const FILES: usize = 50;
@@ -51,13 +53,39 @@ fn within(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     true
 }
 
-fn opens_and_unlinked_files(mode: FuseMode) {
+/// Why `mode` cannot be mounted here, if it cannot.
+fn unavailable(mode: FuseMode) -> Option<String> {
+    match mode {
+        FuseMode::Classic => (!(numaio_testkit::is_root() && Path::new("/dev/fuse").exists()))
+            .then(|| "root and /dev/fuse".to_string()),
+        FuseMode::IoUring => common::uring_ready()
+            .err()
+            .map(|why| format!("FUSE over io_uring ({why})")),
+    }
+}
+
+/// A fresh volume mounted in `mode`: the volume, its mount point's directory (kept while the
+/// mount lives), the mount point, the mount and its transport.
+fn mounted(
+    mode: FuseMode,
+) -> (
+    Arc<MemStore>,
+    tempfile::TempDir,
+    PathBuf,
+    numaio_fuse::Mount,
+    Transport,
+) {
     let store = volume();
     let dir = tempfile::tempdir().unwrap();
     let mnt = dir.path().join("mnt");
     std::fs::create_dir(&mnt).unwrap();
     let (m, t, started) = common::mount(&store, &mnt, mode);
     assert_eq!(started, mode);
+    (store, dir, mnt, m, t)
+}
+
+fn opens_and_unlinked_files(mode: FuseMode) {
+    let (store, _dir, mnt, m, t) = mounted(mode);
     let d = mnt.join("d");
     std::fs::create_dir(&d).unwrap();
     for i in 0..FILES {
@@ -145,27 +173,22 @@ fn opens_and_unlinked_files(mode: FuseMode) {
 
 #[test]
 fn opens_skip_the_server_and_unlinked_files_live_until_forgotten_classic() {
-    if !(numaio_testkit::is_root() && Path::new("/dev/fuse").exists()) {
-        skip!("root and /dev/fuse");
+    if let Some(why) = unavailable(FuseMode::Classic) {
+        skip!("a classic FUSE mount", "{why}");
     }
     opens_and_unlinked_files(FuseMode::Classic);
 }
 
 #[test]
 fn opens_skip_the_server_and_unlinked_files_live_until_forgotten_io_uring() {
-    if let Err(why) = common::uring_ready() {
-        skip!("FUSE over io_uring", "{why}");
+    if let Some(why) = unavailable(FuseMode::IoUring) {
+        skip!("a FUSE over io_uring mount", "{why}");
     }
     opens_and_unlinked_files(FuseMode::IoUring);
 }
 
 fn symlinks_read_once(mode: FuseMode) {
-    let store = volume();
-    let dir = tempfile::tempdir().unwrap();
-    let mnt = dir.path().join("mnt");
-    std::fs::create_dir(&mnt).unwrap();
-    let (m, t, started) = common::mount(&store, &mnt, mode);
-    assert_eq!(started, mode);
+    let (_store, _dir, mnt, m, t) = mounted(mode);
     std::fs::write(mnt.join("target"), b"t").unwrap();
     let links: Vec<_> = (0..20).map(|i| mnt.join(format!("l{i}"))).collect();
     for (i, l) in links.iter().enumerate() {
@@ -210,16 +233,16 @@ fn symlinks_read_once(mode: FuseMode) {
 
 #[test]
 fn symlink_targets_are_read_from_the_server_once_classic() {
-    if !(numaio_testkit::is_root() && Path::new("/dev/fuse").exists()) {
-        skip!("root and /dev/fuse");
+    if let Some(why) = unavailable(FuseMode::Classic) {
+        skip!("a classic FUSE mount", "{why}");
     }
     symlinks_read_once(FuseMode::Classic);
 }
 
 #[test]
 fn symlink_targets_are_read_from_the_server_once_io_uring() {
-    if let Err(why) = common::uring_ready() {
-        skip!("FUSE over io_uring", "{why}");
+    if let Some(why) = unavailable(FuseMode::IoUring) {
+        skip!("a FUSE over io_uring mount", "{why}");
     }
     symlinks_read_once(FuseMode::IoUring);
 }
