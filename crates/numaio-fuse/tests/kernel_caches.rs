@@ -4,7 +4,9 @@
 //! closing cached files and listing a cached directory cost no request; an unlinked file
 //! still open keeps its data (read back from the volume after its cached pages were
 //! dropped) and is freed only after the last close, when the kernel forgets it; after the
-//! unmount no orphan is left and fsck is clean. Needs root and /dev/fuse (io_uring: a kernel
+//! unmount no orphan is left and fsck is clean. Creates without the server's open: a new file
+//! costs LOOKUP and MKNOD, no RELEASE at its close, with O_EXCL, O_TRUNC and a read-only
+//! mode behaving as on ext4. Needs root and /dev/fuse (io_uring: a kernel
 //! with FUSE over io_uring, which it turns on); skips visibly otherwise.
 
 mod common;
@@ -245,4 +247,95 @@ fn symlink_targets_are_read_from_the_server_once_io_uring() {
         skip!("a FUSE over io_uring mount", "{why}");
     }
     symlinks_read_once(FuseMode::IoUring);
+}
+
+fn creates_without_release(mode: FuseMode) {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let (_store, _dir, mnt, m, t) = mounted(mode);
+    // The first create is answered ENOSYS and made again with MKNOD by the kernel.
+    std::fs::write(mnt.join("first"), b"1").unwrap();
+    let d = mnt.join("d");
+    std::fs::create_dir(&d).unwrap();
+    let new = |p: &Path| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o444)
+            .open(p)
+    };
+    let before = total(&t);
+    for i in 0..FILES {
+        drop(new(&d.join(format!("f{i}"))).unwrap());
+    }
+    let cost = total(&t) - before;
+    eprintln!("{mode:?}: {cost} requests for {FILES} creates");
+    // LOOKUP of the new name and MKNOD: two round trips, where CREATE costs a RELEASE at
+    // each close besides (three).
+    assert!(
+        cost <= 2 * FILES as u64 + 5,
+        "{mode:?}: {cost} requests for {FILES} creates"
+    );
+
+    // As on ext4: O_EXCL refuses an existing name; the creator writes its new read-only
+    // file; O_TRUNC without O_EXCL opens an existing file and empties it.
+    let f = d.join("f0");
+    assert_eq!(
+        new(&f).unwrap_err().raw_os_error(),
+        Some(libc::EEXIST),
+        "{mode:?}"
+    );
+    let ro = d.join("ro");
+    {
+        use std::io::Write;
+        let mut w = new(&ro).unwrap();
+        w.write_all(b"written by its creator").unwrap();
+    }
+    let md = std::fs::metadata(&ro).unwrap();
+    assert_eq!(md.permissions().mode() & 0o7777, 0o444, "{mode:?}");
+    assert_eq!(md.len(), 22, "{mode:?}");
+    std::fs::write(&f, b"some data").unwrap();
+    drop(
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&f)
+            .unwrap(),
+    );
+    assert_eq!(std::fs::metadata(&f).unwrap().len(), 0, "{mode:?}");
+    // What the creator wrote is on the volume, not only in the kernel's cache.
+    let r = std::fs::File::open(&ro).unwrap();
+    // SAFETY: a valid descriptor; the advice changes nothing but the cache.
+    assert_eq!(
+        unsafe { libc::posix_fadvise(r.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) },
+        0
+    );
+    drop(r);
+    assert_eq!(
+        std::fs::read(&ro).unwrap(),
+        b"written by its creator",
+        "{mode:?}"
+    );
+    assert_eq!(
+        std::fs::read_dir(&d).unwrap().count(),
+        FILES + 1,
+        "{mode:?}"
+    );
+    m.unmount().expect("umount");
+}
+
+#[test]
+fn creates_cost_no_release_classic() {
+    if let Some(why) = unavailable(FuseMode::Classic) {
+        skip!("a classic FUSE mount", "{why}");
+    }
+    creates_without_release(FuseMode::Classic);
+}
+
+#[test]
+fn creates_cost_no_release_io_uring() {
+    if let Some(why) = unavailable(FuseMode::IoUring) {
+        skip!("a FUSE over io_uring mount", "{why}");
+    }
+    creates_without_release(FuseMode::IoUring);
 }
