@@ -449,13 +449,34 @@ fn agree(a: u64, b: u64, of: u64) -> bool {
 /// copy lies on the data's node (reader A), they agree node by node; reader B's copy is on
 /// its own node: the collector counts where the copy was (node 1, local), the mount where
 /// the volume holds the data (node 0, remote), each for every byte.
+///
+/// The server's threads fault the RAM zones' pages themselves, in the collector's shmem
+/// program and on the readers' CPUs; where two meet in it on one CPU, the kernel's
+/// recursion guard skips a run. The collector must then say its counts are not exact (as
+/// in [`shared_cpu`]), and they are checked to 1 % as in every round; exactness is asserted
+/// where nothing was skipped.
 fn mount_agrees(out: &Outcome, k: GuestKernel) {
     let round = Round::new(out, k, "mount", &["ebpf", "mount"]);
     let [a, b, c] = pids(out, "mount-pids")[..] else {
         panic!("three pids in mount-pids\n{}", out.report())
     };
+    let (skipped, dropped) = round.missed();
+    assert_eq!(dropped, 0, "{k} mount: I/O events dropped for a full map");
+    if skipped > 0 {
+        eprintln!(
+            "{k} mount: {skipped} program run(s) skipped by the kernel's recursion guard: \
+             collector counts checked to 1 %, not for exactness"
+        );
+    }
+    let ebpf = |pid, dir, what: &str, done| {
+        if skipped == 0 {
+            round.counted(pid, "ebpf", dir, what, done)
+        } else {
+            round.counted_any(pid, "ebpf", dir, what, done)
+        }
+    };
     let done = round.worker_bytes(a, Dir::Read, 4 * MIB, "mount reader A");
-    let e = round.counted(a, "ebpf", Dir::Read, "mount reader A", done);
+    let e = ebpf(a, Dir::Read, "mount reader A", done);
     let m = round.counted(a, "mount", Dir::Read, "mount reader A", done);
     for (src, x) in [("ebpf", &e), ("mount", &m)] {
         let ctx = format!("{k} mount reader A, --source {src}");
@@ -480,7 +501,7 @@ fn mount_agrees(out: &Outcome, k: GuestKernel) {
     );
 
     let done = round.worker_bytes(b, Dir::Read, 4 * MIB, "mount reader B");
-    let e = round.counted(b, "ebpf", Dir::Read, "mount reader B", done);
+    let e = ebpf(b, Dir::Read, "mount reader B", done);
     let m = round.counted(b, "mount", Dir::Read, "mount reader B", done);
     e.assert_on(1, done, &format!("{k} mount reader B, --source ebpf"));
     e.assert_from_cpu_node(true, done, &format!("{k} mount reader B, --source ebpf"));
@@ -491,7 +512,7 @@ fn mount_agrees(out: &Outcome, k: GuestKernel) {
     // fuse_file_write_iter): C's cached copy is on node 0 (`-m 0`), where the volume holds
     // the data, so both count every byte on node 0, remote, node by node alike.
     let done = round.worker_bytes(c, Dir::Write, 4 * MIB, "mount writer C");
-    let e = round.counted(c, "ebpf", Dir::Write, "mount writer C", done);
+    let e = ebpf(c, Dir::Write, "mount writer C", done);
     let m = round.counted(c, "mount", Dir::Write, "mount writer C", done);
     for (src, x) in [("ebpf", &e), ("mount", &m)] {
         let ctx = format!("{k} mount writer C, --source {src}");
@@ -508,11 +529,6 @@ fn mount_agrees(out: &Outcome, k: GuestKernel) {
             m.json
         );
     }
-    assert_eq!(
-        round.missed(),
-        (0, 0),
-        "{k} mount: the collector missed events"
-    );
 }
 
 /// Four workers on one CPU: whatever the collector missed, `numaio ps` must say so. A
