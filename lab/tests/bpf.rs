@@ -452,9 +452,9 @@ fn agree(a: u64, b: u64, of: u64) -> bool {
 ///
 /// The server's threads fault the RAM zones' pages themselves, in the collector's shmem
 /// program and on the readers' CPUs; where two meet in it on one CPU, the kernel's
-/// recursion guard skips a run. The collector must then say its counts are not exact (as
-/// in [`shared_cpu`]), and they are checked to 1 % as in every round; exactness is asserted
-/// where nothing was skipped.
+/// recursion guard skips a run, and the collector then reports its counts as not exact (as
+/// in [`shared_cpu`]). So exactness is asserted where nothing was skipped; the counts are
+/// checked to 1 % either way.
 fn mount_agrees(out: &Outcome, k: GuestKernel) {
     let round = Round::new(out, k, "mount", &["ebpf", "mount"]);
     let [a, b, c] = pids(out, "mount-pids")[..] else {
