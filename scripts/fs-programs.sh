@@ -403,20 +403,20 @@ run_row() {
             mkdir -p "$d/tar"; t0=$(now)
             tar -C "$d/tar" -xf "$INPUT/tree.tar" || check tar "$t" "tar exited $?"
             sync -f "$d/tar"; t1=$(now)
-            diff -r --no-dereference "$INPUT/ref" "$d/tar" > "$LOGS/$t-tar-diff.log" 2>&1 \
-                || check tar "$t" "diff -r differs (see $LOGS/$t-tar-diff.log)"
+            diff -r --no-dereference "$INPUT/ref" "$d/tar" > "$LOGS/$t-tar-diff.r$round.log" 2>&1 \
+                || check tar "$t" "diff -r differs (see $LOGS/$t-tar-diff.r$round.log)"
             secs "$t0" "$t1" ;;
         git-clone)
             t0=$(now)
-            git clone -q --no-hardlinks "$ROOT" "$d/clone" > "$LOGS/$t-clone.log" 2>&1 || check git-clone "$t" "git clone failed"
+            git clone -q --no-hardlinks "$ROOT" "$d/clone" > "$LOGS/$t-clone.r$round.log" 2>&1 || check git-clone "$t" "git clone failed"
             sync -f "$d/clone"; t1=$(now)
-            git -C "$d/clone" fsck --full > "$LOGS/$t-fsck.log" 2>&1 || check git-clone "$t" "git fsck failed"
+            git -C "$d/clone" fsck --full > "$LOGS/$t-fsck.r$round.log" 2>&1 || check git-clone "$t" "git fsck failed"
             secs "$t0" "$t1" ;;
         git-gc)
             t0=$(now)
-            git -C "$d/clone" gc -q "${GC_OPTS[@]}" > "$LOGS/$t-gc.log" 2>&1 || check git-gc "$t" "git gc failed"
+            git -C "$d/clone" gc -q "${GC_OPTS[@]}" > "$LOGS/$t-gc.r$round.log" 2>&1 || check git-gc "$t" "git gc failed"
             sync -f "$d/clone"; t1=$(now)
-            git -C "$d/clone" fsck --full >> "$LOGS/$t-fsck.log" 2>&1 || check git-gc "$t" "git fsck after gc failed"
+            git -C "$d/clone" fsck --full >> "$LOGS/$t-fsck.r$round.log" 2>&1 || check git-gc "$t" "git fsck after gc failed"
             secs "$t0" "$t1" ;;
         sqlite-wal|sqlite-rollback)
             local mode=WAL db="$d/$row.db"
@@ -468,12 +468,12 @@ run_row() {
             [ -r "$load" ] && lopt=(-c "$load")
             mkdir -p "$d/dbench"
             # At least 3 s: dbench warms up first and measures nothing in 1 s
-            dbench "${lopt[@]}" -D "$d/dbench" -t "$((STRESS < 3 ? 3 : STRESS))" 4 > "$LOGS/$t-dbench.log" 2>&1 \
-                || check dbench "$t" "dbench exited non-zero (see $LOGS/$t-dbench.log)"
+            dbench "${lopt[@]}" -D "$d/dbench" -t "$((STRESS < 3 ? 3 : STRESS))" 4 > "$LOGS/$t-dbench.r$round.log" 2>&1 \
+                || check dbench "$t" "dbench exited non-zero (see $LOGS/$t-dbench.r$round.log)"
             # dbench reports an operation whose result differs from the load file's and goes on
-            ! grep -qiE 'failed|error' "$LOGS/$t-dbench.log" \
-                || check dbench "$t" "dbench reported failed operations (see $LOGS/$t-dbench.log)"
-            out="$(awk '/Throughput/ { print $2 }' "$LOGS/$t-dbench.log" | tail -1)"
+            ! grep -qiE 'failed|error' "$LOGS/$t-dbench.r$round.log" \
+                || check dbench "$t" "dbench reported failed operations: '$(grep -m1 -iE 'failed|error' "$LOGS/$t-dbench.r$round.log")' (see $LOGS/$t-dbench.r$round.log)"
+            out="$(awk '/Throughput/ { print $2 }' "$LOGS/$t-dbench.r$round.log" | tail -1)"
             awk -v x="$out" 'BEGIN { exit !(x > 0) }' || check dbench "$t" "dbench measured no throughput ('$out')"
             echo "$out" ;;
         pgbench-init)
@@ -482,13 +482,13 @@ run_row() {
             local data="$d/pg/data"
             install -d -o postgres -g postgres -m 700 "$d/pg"
             pg "$PGBIN/initdb" -D "$data" -A trust -U postgres --data-checksums -E UTF8 --locale=C \
-                --no-instructions > "$LOGS/$t-initdb.log" 2>&1 \
-                || { check pgbench-init "$t" "initdb failed (see $LOGS/$t-initdb.log)"; return; }
+                --no-instructions > "$LOGS/$t-initdb.r$round.log" 2>&1 \
+                || { check pgbench-init "$t" "initdb failed (see $LOGS/$t-initdb.r$round.log)"; return; }
             pg_start "$t" "$data" \
                 || { rm -f "$PG_RUNNING"; check pgbench-init "$t" "the server did not start (see $(pglog "$t"))"; return; }
             t0=$(now)
-            "$PGBIN/pgbench" -i -s "$PG_SCALE" -h "$PGSOCK" -U postgres postgres > "$LOGS/$t-pgbench-init.log" 2>&1 \
-                || check pgbench-init "$t" "pgbench -i failed (see $LOGS/$t-pgbench-init.log)"
+            "$PGBIN/pgbench" -i -s "$PG_SCALE" -h "$PGSOCK" -U postgres postgres > "$LOGS/$t-pgbench-init.r$round.log" 2>&1 \
+                || check pgbench-init "$t" "pgbench -i failed (see $LOGS/$t-pgbench-init.r$round.log)"
             t1=$(now)
             pg_check pgbench-init "$t" 0 exact
             secs "$t0" "$t1" ;;
@@ -496,17 +496,17 @@ run_row() {
             [ -s "$PG_RUNNING" ] || { check pgbench "$t" "no server: pgbench-init failed"; return; }
             local data n tps n2 pm kids=() p i
             data="$(cat "$PG_RUNNING")"
-            "$PGBIN/pgbench" -c 4 -j 2 -T "$STRESS" -h "$PGSOCK" -U postgres postgres > "$LOGS/$t-pgbench.log" 2>&1 \
-                || check pgbench "$t" "pgbench exited non-zero (see $LOGS/$t-pgbench.log)"
-            tps="$(awk '/^tps = / { print $3; exit }' "$LOGS/$t-pgbench.log")"
-            n="$(awk '/actually processed:/ { print $NF; exit }' "$LOGS/$t-pgbench.log")"
+            "$PGBIN/pgbench" -c 4 -j 2 -T "$STRESS" -h "$PGSOCK" -U postgres postgres > "$LOGS/$t-pgbench.r$round.log" 2>&1 \
+                || check pgbench "$t" "pgbench exited non-zero (see $LOGS/$t-pgbench.r$round.log)"
+            tps="$(awk '/^tps = / { print $3; exit }' "$LOGS/$t-pgbench.r$round.log")"
+            n="$(awk '/actually processed:/ { print $NF; exit }' "$LOGS/$t-pgbench.r$round.log")"
             n="${n%%/*}"
             # pgbench empties pgbench_history before the run, so it holds one row per transaction
             pg_check pgbench "$t" "${n:-0}" exact
             # The server killed (kill -9, its backends with it) while clients commit, and
             # started again: it must recover from its WAL on the target, and keep every
             # transaction pgbench saw committed. -n: pgbench_history is not emptied first.
-            "$PGBIN/pgbench" -n -c 4 -j 2 -T 60 -h "$PGSOCK" -U postgres postgres > "$LOGS/$t-pgbench-kill.log" 2>&1 &
+            "$PGBIN/pgbench" -n -c 4 -j 2 -T 60 -h "$PGSOCK" -U postgres postgres > "$LOGS/$t-pgbench-kill.r$round.log" 2>&1 &
             p=$!
             sleep "$((QUICK == 1 ? 1 : 2))"
             pm="$(head -1 "$data/postmaster.pid" 2>/dev/null)"
@@ -523,7 +523,7 @@ run_row() {
                 check pgbench "$t" "no postmaster.pid to kill"
             fi
             wait "$p"
-            n2="$(awk '/actually processed:/ { print $NF; exit }' "$LOGS/$t-pgbench-kill.log")"
+            n2="$(awk '/actually processed:/ { print $NF; exit }' "$LOGS/$t-pgbench-kill.r$round.log")"
             n2="${n2%%/*}"
             if pg_start "$t" "$data"; then
                 sed -n '/database system was interrupted/,$p' "$(pglog "$t")" | grep -q 'automatic recovery in progress' \
@@ -531,7 +531,7 @@ run_row() {
                 pg_check pgbench "$t" "$(( ${n:-0} + ${n2:-0} ))" at-least
                 if [ -x "$PGBIN/pg_amcheck" ]; then
                     "$PGBIN/pg_amcheck" -h "$PGSOCK" -U postgres --install-missing --heapallindexed postgres \
-                        > "$LOGS/$t-amcheck.log" 2>&1 || check pgbench "$t" "pg_amcheck after the crash failed (see $LOGS/$t-amcheck.log)"
+                        > "$LOGS/$t-amcheck.r$round.log" 2>&1 || check pgbench "$t" "pg_amcheck after the crash failed (see $LOGS/$t-amcheck.r$round.log)"
                 fi
             else
                 check pgbench "$t" "the server did not start again after kill -9 (see $(pglog "$t"))"
@@ -548,13 +548,13 @@ run_row() {
             { mkdir -p "$d/cc" && tar -C "$d/cc" -xf "$ZLIB_TAR"; } || { check compile "$t" "cannot extract $ZLIB_TAR"; return; }
             src="$(find "$d/cc" -mindepth 1 -maxdepth 1 -type d | head -1)"
             t0=$(now)
-            (cd "$src" && CFLAGS="$ZLIB_CFLAGS" ./configure "${ZLIB_CONFIGURE[@]}" && make -j2 "${ZLIB_MAKE[@]}") > "$LOGS/$t-compile.log" 2>&1 \
-                || check compile "$t" "configure or make failed (see $LOGS/$t-compile.log)"
+            (cd "$src" && CFLAGS="$ZLIB_CFLAGS" ./configure "${ZLIB_CONFIGURE[@]}" && make -j2 "${ZLIB_MAKE[@]}") > "$LOGS/$t-compile.r$round.log" 2>&1 \
+                || check compile "$t" "configure or make failed (see $LOGS/$t-compile.r$round.log)"
             sync -f "$src"; t1=$(now)
-            (cd "$src" && make "$ZLIB_TEST") > "$LOGS/$t-compile-test.log" 2>&1 \
-                || check compile "$t" "make $ZLIB_TEST failed (see $LOGS/$t-compile-test.log)"
-            [ "$(grep -c 'test OK' "$LOGS/$t-compile-test.log")" -ge "$ZLIB_OKS" ] \
-                || check compile "$t" "make test did not report its tests OK (see $LOGS/$t-compile-test.log)"
+            (cd "$src" && make "$ZLIB_TEST") > "$LOGS/$t-compile-test.r$round.log" 2>&1 \
+                || check compile "$t" "make $ZLIB_TEST failed (see $LOGS/$t-compile-test.r$round.log)"
+            [ "$(grep -c 'test OK' "$LOGS/$t-compile-test.r$round.log")" -ge "$ZLIB_OKS" ] \
+                || check compile "$t" "make test did not report its tests OK (see $LOGS/$t-compile-test.r$round.log)"
             secs "$t0" "$t1" ;;
     esac
 }
