@@ -382,30 +382,39 @@ fn once(l: &Launch, accel: Accel) -> LabResult<Ended> {
     }
 }
 
+/// Kernel panics before the scenario starts that [`launch`] boots again after.
+const BOOT_PANIC_RETRIES: u32 = 2;
+
 /// Boots the guest and waits for the scenario's end marker. A kernel panic before the
-/// scenario starts is retried once (emulated boots under heavy host load can trip timing
-/// checks); a second panic is reported.
+/// scenario starts is retried up to [`BOOT_PANIC_RETRIES`] times (emulated boots under heavy
+/// host load can trip timing checks), a silent boot once; the next failure is reported.
 pub fn launch(l: &Launch, accel: Accel) -> LabResult<Transcript> {
     let silent = || LabError::Timeout {
         secs: TCG_SILENT.as_secs(),
         phase: "never started: the guest printed nothing, twice".to_string(),
         console_tail: NO_OUTPUT.to_string(),
     };
-    match launch_once(l, accel) {
-        Err(LabError::GuestDied { started: false, .. }) => {
-            eprintln!("numaio-lab: the guest kernel panicked while booting; retrying once");
-            launch_once(l, accel)?.ok_or_else(silent)
+    let mut panics = 0;
+    loop {
+        match launch_once(l, accel) {
+            Err(LabError::GuestDied { started: false, .. }) if panics < BOOT_PANIC_RETRIES => {
+                panics += 1;
+                eprintln!(
+                    "numaio-lab: the guest kernel panicked while booting; retrying \
+                     ({panics} of {BOOT_PANIC_RETRIES})"
+                );
+            }
+            Ok(None) => {
+                eprintln!(
+                    "numaio-lab: the guest printed nothing in {} s (a hung emulated boot); \
+                     retrying once",
+                    TCG_SILENT.as_secs()
+                );
+                return launch_once(l, accel)?.ok_or_else(silent);
+            }
+            Ok(Some(t)) => return Ok(t),
+            Err(e) => return Err(e),
         }
-        Ok(None) => {
-            eprintln!(
-                "numaio-lab: the guest printed nothing in {} s (a hung emulated boot); \
-                 retrying once",
-                TCG_SILENT.as_secs()
-            );
-            launch_once(l, accel)?.ok_or_else(silent)
-        }
-        Ok(Some(t)) => Ok(t),
-        Err(e) => Err(e),
     }
 }
 
