@@ -466,14 +466,15 @@ run_row() {
             # 4 clients replaying Debian's NetBench load file (client.txt)
             local load=/usr/share/dbench/client.txt lopt=()
             [ -r "$load" ] && lopt=(-c "$load")
+            local log="$LOGS/$t-dbench.r$round.log" bad
             mkdir -p "$d/dbench"
             # At least 3 s: dbench warms up first and measures nothing in 1 s
-            dbench "${lopt[@]}" -D "$d/dbench" -t "$((STRESS < 3 ? 3 : STRESS))" 4 > "$LOGS/$t-dbench.r$round.log" 2>&1 \
-                || check dbench "$t" "dbench exited non-zero (see $LOGS/$t-dbench.r$round.log)"
+            dbench "${lopt[@]}" -D "$d/dbench" -t "$((STRESS < 3 ? 3 : STRESS))" 4 > "$log" 2>&1 \
+                || check dbench "$t" "dbench exited non-zero (see $log)"
             # dbench reports an operation whose result differs from the load file's and goes on
-            ! grep -qiE 'failed|error' "$LOGS/$t-dbench.r$round.log" \
-                || check dbench "$t" "dbench reported failed operations: '$(grep -m1 -iE 'failed|error' "$LOGS/$t-dbench.r$round.log")' (see $LOGS/$t-dbench.r$round.log)"
-            out="$(awk '/Throughput/ { print $2 }' "$LOGS/$t-dbench.r$round.log" | tail -1)"
+            bad="$(grep -m1 -iE 'failed|error' "$log")"
+            [ -z "$bad" ] || check dbench "$t" "dbench reported failed operations: '$bad' (see $log)"
+            out="$(awk '/Throughput/ { print $2 }' "$log" | tail -1)"
             awk -v x="$out" 'BEGIN { exit !(x > 0) }' || check dbench "$t" "dbench measured no throughput ('$out')"
             echo "$out" ;;
         pgbench-init)
