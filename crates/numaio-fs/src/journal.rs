@@ -23,8 +23,10 @@
 //! **Data in the record.** A commit that maps new blocks (or grows a file over a zeroed
 //! tail) needs their data durable no later than the record. Flushing the data first and
 //! the record after costs two device flushes; a commit may instead carry the contents of
-//! those blocks in its record ([`Record::Data`]) and issue one flush for the record and
-//! every device written, at once, as ZFS's intent log does with small writes. Only the
+//! those blocks in its record ([`Record::Data`]), with the blocks overwritten in place
+//! since the previous commit (the flush may make the record durable before them), and
+//! issue one flush for the record and every device written, at once, as ZFS's intent log
+//! does with small writes. Only the
 //! newest record can have been written without a completed flush after it (each commit
 //! ends with one), so recovery writes back the data of the newest record only
 //! ([`Recovered::data`], [`write_back`]): whatever of the in-place writes the cut lost is

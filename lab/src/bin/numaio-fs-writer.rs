@@ -12,7 +12,8 @@
 //!   512-byte sector holding its data at that commit or data an in-place overwrite wrote
 //!   there before the next commit. Per file: `acked` (the acknowledged state), `later` (a
 //!   later commit's state), `sector-mix` (some sectors from overwrites after the commit);
-//!   `NO-COMMIT` and `MISMATCH` when no commit fits.
+//!   `NO-COMMIT` (and `NO-COMMIT-AT <c>: why` for each commit tried) and `MISMATCH` when no
+//!   commit fits.
 //!
 //! * `replace DEV... --rounds N`: the atomic-replace pattern, round `i` = 1, 2, …: write
 //!   `r.tmp` with round `i`'s content and fsync it, rename it over `r`, `mkdir d<i>`, fsync
@@ -746,7 +747,8 @@ fn check(vol: &Volume, replay: Option<(Workload, u64)>) -> Result<bool, FsError>
         // The volume must be at one commit from the acknowledged one on, for all files at
         // once (commits are global). Files only grow and are never removed, so once a
         // commit has a file the volume lacks, or a longer one, no later commit can match.
-        let mut first_err: Option<String> = None;
+        // Why each commit tried does not fit, for the report.
+        let mut misfits: Vec<(u64, String)> = Vec::new();
         let mut matched: Option<(u64, Vec<Match>)> = None;
         for_each_commit(w, acked, |p| {
             if p.commit == acked {
@@ -769,7 +771,7 @@ fn check(vol: &Volume, replay: Option<(Workload, u64)>) -> Result<bool, FsError>
                     false
                 }
                 Err(e) => {
-                    first_err.get_or_insert(e);
+                    misfits.push((p.commit, e));
                     let beyond = p.files.iter().zip(&found).any(|(w, g)| match (w, g) {
                         (Some(_), None) => true,
                         (Some(w), Some(g)) => w.len() > g.len(),
@@ -799,9 +801,16 @@ fn check(vol: &Volume, replay: Option<(Workload, u64)>) -> Result<bool, FsError>
                 ok = false;
                 out(format_args!(
                     "NO-COMMIT acked={acked}: the files match no commit from the acknowledged \
-                     one on; at the acknowledged one: {}",
-                    first_err.unwrap_or_else(|| "the workload has no such commit".into())
+                     one on{}",
+                    if misfits.is_empty() {
+                        ": the workload has no such commit"
+                    } else {
+                        ""
+                    }
                 ));
+                for (c, e) in &misfits {
+                    out(format_args!("NO-COMMIT-AT {c}: {e}"));
+                }
                 verdicts.iter_mut().for_each(|v| *v = "MISMATCH");
             }
         }

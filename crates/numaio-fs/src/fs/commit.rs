@@ -9,7 +9,7 @@ const MAX_BATCH_WAIT: Duration = Duration::from_millis(15);
 /// database's write-ahead file, which sync often. Larger writes flush first: the flush is
 /// then a small part of their cost, and data in the journal fills it towards the next
 /// checkpoint.
-const INLINE_MAX: u64 = 256 * 1024;
+pub(super) const INLINE_MAX: u64 = 256 * 1024;
 
 /// What carrying data in records may cost in checkpoints, per commit on average: a
 /// checkpoint (the whole metadata) comes once half the journal is used, so a record of
@@ -254,13 +254,21 @@ impl Inner {
         devs: Vec<u16>,
         ordered: bool,
         runs: Vec<(u16, u64, u64)>,
+        full: bool,
     ) {
         let later = std::mem::replace(&mut self.pending, records);
         self.pending.extend(later);
         self.last_setattr.clear();
         self.data_dirty.extend(devs);
         self.ordered |= ordered;
-        self.ordered_runs.extend(runs);
+        self.ordered_full |= full;
+        if self.ordered_full {
+            self.ordered_runs = Vec::new();
+        } else {
+            for (dev, start, len) in runs {
+                self.order_run(dev, start, len);
+            }
+        }
     }
 }
 
@@ -289,6 +297,7 @@ impl shared::FsCore {
         self.sync_devices(&devs)?;
         g.data_dirty.clear();
         g.ordered_runs.clear();
+        g.ordered_full = false;
         if !g.pending.is_empty() || (g.journal.newest_data && !devs.is_empty()) {
             let seq = g.journal.seq + 1;
             let payload = crate::format::encode(&g.pending);
@@ -368,7 +377,7 @@ impl shared::FsCore {
             let payload = crate::format::encode(&g.pending);
             let seq = g.journal.seq + 1;
             let mut size = payload.len();
-            if g.ordered {
+            if g.ordered && !g.ordered_full {
                 let runs = super::inner::merge_runs(g.ordered_runs.clone());
                 let with_data = size + inline_bound(&runs) as usize;
                 if worth_inlining(&g.journal, &runs) && g.journal.fits(with_data) {
@@ -399,6 +408,7 @@ impl shared::FsCore {
         let devs: Vec<u16> = std::mem::take(&mut g.data_dirty).into_iter().collect();
         let mut ordered = std::mem::take(&mut g.ordered);
         let runs = std::mem::take(&mut g.ordered_runs);
+        let full = std::mem::take(&mut g.ordered_full);
         let records = std::mem::take(&mut g.pending);
         g.last_setattr.clear();
         g.alloc.seal_frees();
@@ -418,7 +428,7 @@ impl shared::FsCore {
                     ordered = false;
                 }
                 Err(e) => {
-                    self.inner.lock().requeue(records, devs, true, runs);
+                    self.inner.lock().requeue(records, devs, true, runs, full);
                     return Err(e);
                 }
             }
@@ -450,7 +460,7 @@ impl shared::FsCore {
                 pace.written(self.sync_requests.load(Ordering::Relaxed));
             }
             Err(e) => {
-                g.requeue(records, devs, ordered || !inline.is_empty(), runs);
+                g.requeue(records, devs, ordered || !inline.is_empty(), runs, full);
                 return Err(e);
             }
         }

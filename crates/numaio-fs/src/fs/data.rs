@@ -540,6 +540,10 @@ impl Fs {
             g.unmap_runs(ino, &fresh)?;
             return Err(e);
         }
+        // Blocks overwritten in place go with a record that carries data, as new ones do.
+        for &(_, n, dev, pb) in &runs {
+            g.order_run(dev, pb, n);
+        }
         if !unwritten.is_empty() {
             g.rec(Record::MarkWritten {
                 ino,

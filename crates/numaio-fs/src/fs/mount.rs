@@ -229,6 +229,7 @@ impl Fs {
             gen: 0,
             ordered: false,
             ordered_runs: Vec::new(),
+            ordered_full: false,
             datasync_gen: HashMap::new(),
             last_setattr: HashMap::new(),
             pending_bytes: 0,
