@@ -7,8 +7,9 @@
 //! mode") promises: the volume is at one commit, the acknowledged one or a later one, for
 //! all files at once; each file has exactly that commit's length; every 512-byte sector
 //! holds its data at that commit or data an in-place overwrite wrote there before the next
-//! commit; a file created or grown after the commit shows nothing of it (so never zeros
-//! or another file's data). Each boot checks the previous run and then starts the next one,
+//! commit (in a file the commit's fsync did not name, also data from the commit before on,
+//! as ext4 allows); a file created or grown after the commit shows nothing of it (so never
+//! zeros or another file's data). Each boot checks the previous run and then starts the next one,
 //! so N cuts take N + 1 boots.
 //!
 //! A third test cuts the power during the atomic-replace pattern (`numaio-fs-writer

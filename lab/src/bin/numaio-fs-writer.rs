@@ -10,7 +10,9 @@
 //!   workload and finds the commit the volume is at: one commit from the `N`-th fsync on, for
 //!   all files at once (`COMMIT <c>`), with exactly that commit's files and lengths, and every
 //!   512-byte sector holding its data at that commit or data an in-place overwrite wrote
-//!   there before the next commit. Per file: `acked` (the acknowledged state), `later` (a
+//!   there before the next commit (in a file that commit's fsync did not name, also data
+//!   from the commit before on: as on ext4, a commit orders only the synced file's
+//!   overwrites in place). Per file: `acked` (the acknowledged state), `later` (a
 //!   later commit's state), `sector-mix` (some sectors from overwrites after the commit);
 //!   `NO-COMMIT` (and `NO-COMMIT-AT <c>: why` for each commit tried) and `MISMATCH` when no
 //!   commit fits.
@@ -557,11 +559,18 @@ const SECTOR: usize = 512;
 /// A commit the crash may have left the volume at: every file's state at that commit
 /// (None: not created yet), and the states each file went through after it until the next
 /// commit was durable (what in-place overwrites may have put on the device meanwhile).
+/// A commit orders the overwrites in place of the file its fsync names, as ext4 does, not
+/// those of the others: an unacknowledged commit may show another file's sectors as they
+/// were at the commit before it or after a write in between (`before`).
 struct CommitPoint {
     /// The number of fsyncs done (0: the freshly made volume).
     commit: u64,
     files: Vec<Option<Vec<u8>>>,
     after: Vec<Vec<Vec<u8>>>,
+    /// Each file's states from the commit before this one up to this one.
+    before: Vec<Vec<Vec<u8>>>,
+    /// The file this commit's fsync named (None: every file's overwrites are ordered).
+    synced: Option<usize>,
 }
 
 /// Replays the workload and hands `f` each commit point from the `acked`-th fsync on, in
@@ -571,18 +580,25 @@ fn for_each_commit(w: Workload, acked: u64, mut f: impl FnMut(&CommitPoint) -> b
     let mut plan = Plan::new(w.seed, w.files);
     let n = plan.files;
     let mut model: Vec<Option<Vec<u8>>> = vec![None; n];
-    let point = |commit, model: &[Option<Vec<u8>>]| CommitPoint {
+    let point = |commit, model: &[Option<Vec<u8>>], before, synced| CommitPoint {
         commit,
         files: model.to_vec(),
         after: vec![Vec::new(); n],
+        before,
+        synced,
     };
-    let mut cur = (acked == 0).then(|| point(0, &model));
+    let mut cur = (acked == 0).then(|| point(0, &model, vec![Vec::new(); n], None));
     let mut syncs = 0u64;
+    // Each file's states since the last commit, from its state at that commit.
+    let mut since: Vec<Vec<Vec<u8>>> = vec![Vec::new(); n];
     for _ in 0..w.steps {
         let s = plan.next();
         apply(&mut model, &s);
-        if let (Some(p), Some(d)) = (&mut cur, &model[s.file]) {
-            p.after[s.file].push(d.clone());
+        if let Some(d) = &model[s.file] {
+            if let Some(p) = &mut cur {
+                p.after[s.file].push(d.clone());
+            }
+            since[s.file].push(d.clone());
         }
         if s.sync {
             syncs += 1;
@@ -591,8 +607,10 @@ fn for_each_commit(w: Workload, acked: u64, mut f: impl FnMut(&CommitPoint) -> b
                     return;
                 }
             }
+            let at: Vec<Vec<Vec<u8>>> = model.iter().map(|m| m.iter().cloned().collect()).collect();
+            let before = std::mem::replace(&mut since, at);
             if syncs >= acked {
-                cur = Some(point(syncs, &model));
+                cur = Some(point(syncs, &model, before, Some(s.file)));
             }
         }
     }
@@ -646,14 +664,19 @@ fn match_commit(p: &CommitPoint, found: &[Option<Vec<u8>>]) -> Result<Vec<Match>
         }
         for start in (0..got.len()).step_by(SECTOR) {
             let r = start..(start + SECTOR).min(got.len());
-            let ok = want[r.clone()] == got[r.clone()]
-                || p.after[f]
+            let seen = |states: &[Vec<u8>]| {
+                states
                     .iter()
-                    .any(|s| s.get(r.clone()) == Some(&got[r.clone()]));
+                    .any(|s| s.get(r.clone()) == Some(&got[r.clone()]))
+            };
+            let ok = want[r.clone()] == got[r.clone()]
+                || seen(&p.after[f])
+                || (p.synced.is_some_and(|s| s != f) && seen(&p.before[f]));
             if !ok {
                 return Err(format!(
                     "{}: bytes {}..{} are neither its data at commit {c} nor data written \
-                     there before the next commit",
+                     there before the next commit (nor, in a file the commit's fsync did not \
+                     name, data from the commit before on)",
                     name(f),
                     r.start,
                     r.end
@@ -882,10 +905,13 @@ mod tests {
     use super::*;
 
     fn point(files: Vec<Option<Vec<u8>>>, after: Vec<Vec<Vec<u8>>>) -> CommitPoint {
+        let n = files.len();
         CommitPoint {
             commit: 3,
             files,
             after,
+            before: vec![Vec::new(); n],
+            synced: None,
         }
     }
 
@@ -929,6 +955,33 @@ mod tests {
         assert!(match_commit(&p, &[None, None])
             .unwrap_err()
             .contains("f0 is missing"));
+    }
+
+    #[test]
+    fn only_a_file_the_fsync_did_not_name_may_show_overwrites_lost() {
+        let old = vec![1u8; 1024];
+        let new = vec![2u8; 1024];
+        // both files overwritten between the commit before and this one; f1 was synced
+        let mut p = point(
+            vec![Some(new.clone()), Some(new.clone())],
+            vec![vec![], vec![]],
+        );
+        p.before = vec![
+            vec![old.clone(), new.clone()],
+            vec![old.clone(), new.clone()],
+        ];
+        p.synced = Some(1);
+        let lost = Some(old.clone());
+        assert_eq!(
+            match_commit(&p, &[lost.clone(), Some(new.clone())]).unwrap()[0],
+            Match::SectorMix
+        );
+        assert!(match_commit(&p, &[Some(new.clone()), lost.clone()])
+            .unwrap_err()
+            .contains("f1: bytes 0..512"));
+        // every file's overwrites are ordered where no fsync names one
+        p.synced = None;
+        assert!(match_commit(&p, &[lost, Some(new)]).is_err());
     }
 
     #[test]

@@ -201,7 +201,9 @@ impl Fs {
     /// already durable, and fdatasync need not make the times durable.
     pub fn fsync(&self, ino: u64, datasync: bool) -> Result<(), FsError> {
         self.sync_requests.fetch_add(1, Ordering::Relaxed);
-        let g = self.inner.lock();
+        let mut g = self.inner.lock();
+        g.inode(ino)?;
+        g.overwrites.sync_of(ino);
         let i = g.inode(ino)?;
         if datasync && !self.read_only {
             let need = g.datasync_gen.get(&ino).copied().unwrap_or(0);
@@ -239,7 +241,11 @@ impl Fs {
     /// Makes everything done so far durable.
     pub fn sync(&self) -> Result<(), FsError> {
         self.sync_requests.fetch_add(1, Ordering::Relaxed);
-        let ticket = self.inner.lock().gen;
+        let ticket = {
+            let mut g = self.inner.lock();
+            g.overwrites.sync_all();
+            g.gen
+        };
         self.commit_upto(ticket)
     }
 }
@@ -255,12 +261,14 @@ impl Inner {
         ordered: bool,
         runs: Vec<(u16, u64, u64)>,
         full: bool,
+        overwrites: super::overwrites::Overwrites,
     ) {
         let later = std::mem::replace(&mut self.pending, records);
         self.pending.extend(later);
         self.last_setattr.clear();
         self.data_dirty.extend(devs);
         self.ordered |= ordered;
+        self.overwrites.merge_back(overwrites);
         self.ordered_full |= full;
         if self.ordered_full {
             self.ordered_runs = Vec::new();
@@ -298,6 +306,7 @@ impl shared::FsCore {
         g.data_dirty.clear();
         g.ordered_runs.clear();
         g.ordered_full = false;
+        g.overwrites = Default::default();
         if !g.pending.is_empty() || (g.journal.newest_data && !devs.is_empty()) {
             let seq = g.journal.seq + 1;
             let payload = crate::format::encode(&g.pending);
@@ -377,8 +386,14 @@ impl shared::FsCore {
             let payload = crate::format::encode(&g.pending);
             let seq = g.journal.seq + 1;
             let mut size = payload.len();
-            if g.ordered && !g.ordered_full {
-                let runs = super::inner::merge_runs(g.ordered_runs.clone());
+            // The synced files' overwrites in place go in the record too: its one flush
+            // may make it durable before them (see `overwrites.rs`).
+            let carried = g
+                .overwrites
+                .to_order()
+                .filter(|_| g.ordered && !g.ordered_full);
+            if let Some(over) = carried {
+                let runs = super::inner::merge_runs([g.ordered_runs.clone(), over].concat());
                 let with_data = size + inline_bound(&runs) as usize;
                 if worth_inlining(&g.journal, &runs) && g.journal.fits(with_data) {
                     inline = runs;
@@ -409,6 +424,7 @@ impl shared::FsCore {
         let mut ordered = std::mem::take(&mut g.ordered);
         let runs = std::mem::take(&mut g.ordered_runs);
         let full = std::mem::take(&mut g.ordered_full);
+        let overwrites = std::mem::take(&mut g.overwrites);
         let records = std::mem::take(&mut g.pending);
         g.last_setattr.clear();
         g.alloc.seal_frees();
@@ -428,7 +444,9 @@ impl shared::FsCore {
                     ordered = false;
                 }
                 Err(e) => {
-                    self.inner.lock().requeue(records, devs, true, runs, full);
+                    self.inner
+                        .lock()
+                        .requeue(records, devs, true, runs, full, overwrites);
                     return Err(e);
                 }
             }
@@ -460,7 +478,14 @@ impl shared::FsCore {
                 pace.written(self.sync_requests.load(Ordering::Relaxed));
             }
             Err(e) => {
-                g.requeue(records, devs, ordered || !inline.is_empty(), runs, full);
+                g.requeue(
+                    records,
+                    devs,
+                    ordered || !inline.is_empty(),
+                    runs,
+                    full,
+                    overwrites,
+                );
                 return Err(e);
             }
         }

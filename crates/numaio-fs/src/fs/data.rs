@@ -540,9 +540,9 @@ impl Fs {
             g.unmap_runs(ino, &fresh)?;
             return Err(e);
         }
-        // Blocks overwritten in place go with a record that carries data, as new ones do.
+        // (blocks written for the first time are in `ordered_runs` as well: merged away)
         for &(_, n, dev, pb) in &runs {
-            g.order_run(dev, pb, n);
+            g.overwrites.note(ino, dev, pb, n);
         }
         if !unwritten.is_empty() {
             g.rec(Record::MarkWritten {

@@ -23,16 +23,16 @@ pub(super) struct Inner {
     /// newly mapped, a file grown over a zeroed tail, blocks unmapped around zeroed edges.
     pub(super) ordered: bool,
     /// The device blocks `(dev, start, count)` whose data the queued records need durable
-    /// first (new and converted blocks, zeroed tails and edges), and those overwritten in
-    /// place since the last commit: what a commit may carry in its record instead of
-    /// flushing them first ([`crate::journal`], "Data in the record"). A record that
-    /// carries data is durable without a flush of the other blocks written before it, so
-    /// it carries the overwrites too: a cut never shows its new sizes over older data.
+    /// first (new and converted blocks, zeroed tails and edges): what a commit may carry in
+    /// its record instead of flushing them first ([`crate::journal`], "Data in the record").
     pub(super) ordered_runs: Vec<(u16, u64, u64)>,
     /// Whether `ordered_runs` grew past what any record carries
     /// ([`INLINE_MAX`](super::commit::INLINE_MAX)) and was dropped: the next commit then
     /// flushes its data first.
     pub(super) ordered_full: bool,
+    /// Blocks overwritten in place since the last commit, and the syncs the next one
+    /// serves: a commit carrying data carries the synced files' overwrites too.
+    pub(super) overwrites: super::overwrites::Overwrites,
     /// The generation of each inode's newest queued change that `fdatasync` must commit
     /// (new inode, mapping, size); inodes absent have none pending.
     pub(super) datasync_gen: HashMap<u64, u64>,
@@ -167,10 +167,10 @@ impl Inner {
         self.drop_link(e.ino, now)
     }
 
-    /// Notes device blocks `start..start + len` of `dev` as data the next commit needs
-    /// durable no later than its record ([`Inner::ordered_runs`]). Many small writes note
-    /// the same blocks again and again: the list is kept merged, and dropped once it holds
-    /// more than a record may carry.
+    /// Notes device blocks `start..start + len` of `dev` as data the queued records need
+    /// durable first ([`Inner::ordered_runs`]). Many small appends note the same blocks
+    /// again and again: the list is kept merged, and dropped once it holds more than a
+    /// record may carry.
     pub(super) fn order_run(&mut self, dev: u16, start: u64, len: u64) {
         if self.ordered_full || self.ordered_runs.last() == Some(&(dev, start, len)) {
             return;

@@ -4,7 +4,8 @@
 //! `commit.rs` (group commit, checkpoints, fsync), `names.rs` (lookup, create, link, unlink,
 //! rename, readdir), `attrs.rs` (getattr, setattr, permission checks), `data.rs` (open,
 //! release, read, write, fallocate, seek), `xattr.rs`, `stat.rs` (statfs, per-node ranges,
-//! block maps), `inner.rs` (the volume state and its change records), `locks.rs` (the
+//! block maps), `inner.rs` (the volume state and its change records), `overwrites.rs` (blocks
+//! overwritten in place, which a commit syncing their file orders), `locks.rs` (the
 //! per-inode locks).
 //!
 //! Locks, always taken in this order, none of them held across device I/O except the
@@ -67,6 +68,7 @@ mod inner;
 mod locks;
 mod mount;
 mod names;
+mod overwrites;
 mod stat;
 mod xattr;
 

@@ -230,6 +230,7 @@ impl Fs {
             ordered: false,
             ordered_runs: Vec::new(),
             ordered_full: false,
+            overwrites: Default::default(),
             datasync_gen: HashMap::new(),
             last_setattr: HashMap::new(),
             pending_bytes: 0,
