@@ -69,6 +69,17 @@ fn contract(name: &str, s: &dyn BlockStore) {
         let mut big = vec![0u8; 3 * BS];
         s.read_at(dev, 2 * BLOCK_SIZE, &mut big).unwrap();
         assert_eq!(big, multi, "{name}");
+        // A read that must not wait either fills the buffer as `read_at` would or says it
+        // would have to wait; it never gives other bytes.
+        let mut cached = vec![0u8; 3 * BS];
+        if s.read_cached(dev, 2 * BLOCK_SIZE, &mut cached).unwrap() {
+            assert_eq!(cached, multi, "{name}: read_cached");
+        }
+        assert!(
+            s.read_cached(dev, d.bytes - 10, &mut [0u8; 20]).is_err()
+                || !s.read_cached(dev, d.bytes - 10, &mut [0u8; 20]).unwrap(),
+            "{name}: read_cached past the end"
+        );
         // Empty I/O at the very end is fine; anything past it is not.
         s.read_at(dev, d.bytes, &mut []).unwrap();
         s.write_at(dev, d.bytes, &[]).unwrap();
@@ -128,7 +139,13 @@ fn file_devices(dir: &Path, n: usize) -> Vec<DeviceInfo> {
 
 #[test]
 fn mem_store_keeps_the_contract() {
-    contract("mem", &MemStore::new(&[(0, DEV_BYTES), (1, DEV_BYTES)]));
+    let s = MemStore::new(&[(0, DEV_BYTES), (1, DEV_BYTES)]);
+    contract("mem", &s);
+    // Memory never waits.
+    s.write_at(1, 5, b"abc").unwrap();
+    let mut buf = [0u8; 3];
+    assert!(s.read_cached(1, 5, &mut buf).unwrap());
+    assert_eq!(&buf, b"abc");
 }
 
 #[test]

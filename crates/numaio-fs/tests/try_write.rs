@@ -1,6 +1,7 @@
 //! `Fs::try_write` writes exactly what `Fs::write` would where nothing makes it wait, and
-//! otherwise does nothing at all: not for a block it would have to read first, not while
-//! another write holds the file, not while a commit is due, not out of space.
+//! otherwise does nothing at all: not for a partly covered block it would have to read from
+//! its device first, not while another write holds the file, not while a commit is due, not
+//! out of space.
 
 use numaio_fs::store::MemStore;
 use numaio_fs::*;
@@ -39,7 +40,8 @@ fn read_all(fs: &Fs, ino: u64) -> Vec<u8> {
 fn whole_blocks_are_written_and_partial_ones_left_to_a_waiting_write() {
     let mem = Arc::new(MemStore::new(&[(0, 4 * MIB), (1, 4 * MIB)]));
     Fs::mkfs(&*mem, &opts()).unwrap();
-    let fs = Fs::mount(mem, MountOptions::default()).unwrap();
+    // Hooked leaves `read_cached` at its default: every read might wait.
+    let fs = Fs::mount(Arc::new(Hooked::new(mem)), MountOptions::default()).unwrap();
     let f = fs.create(ROOT, b"f", 0o644, &root()).unwrap().ino;
 
     assert_eq!(
@@ -165,4 +167,91 @@ fn out_of_space_or_read_only_it_does_nothing_or_fails_as_a_write() {
         ro.try_write(f, 0, &vec![0u8; BS], &root()),
         Err(FsError::ReadOnly)
     ));
+}
+
+#[test]
+fn parts_of_blocks_in_memory_are_written_without_waiting() {
+    let mem = Arc::new(MemStore::new(&[(0, 4 * MIB), (1, 4 * MIB)]));
+    Fs::mkfs(&*mem, &opts()).unwrap();
+    let fs = Fs::mount(mem.clone(), MountOptions::default()).unwrap();
+    let f = fs.create(ROOT, b"f", 0o644, &root()).unwrap().ino;
+    let mut want = Vec::new();
+    // Appends of a WAL frame's size, an overwrite inside one block, one across a boundary,
+    // and one past the end that leaves a hole.
+    let writes: [(u64, usize); 6] = [
+        (0, 4120),
+        (4120, 4120),
+        (8240, 4120),
+        (100, 10),
+        (4000, 300),
+        (20_000, 5),
+    ];
+    for (i, (off, len)) in writes.into_iter().enumerate() {
+        let data = vec![i as u8 + 1; len];
+        assert_eq!(
+            fs.try_write(f, off, &data, &root()).unwrap(),
+            Some(len),
+            "{len} bytes at {off}"
+        );
+        let end = off as usize + len;
+        if want.len() < end {
+            want.resize(end, 0);
+        }
+        want[off as usize..end].copy_from_slice(&data);
+    }
+    assert_eq!(read_all(&fs, f), want);
+    fs.unmount().unwrap();
+    let fs = Fs::mount(mem, MountOptions::default()).unwrap();
+    assert_eq!(read_all(&fs, f), want);
+}
+
+/// The same random writes, tried first on a store whose reads never wait and written on one
+/// whose reads might: the files read the same, and as a model of the writes says.
+#[test]
+fn tried_and_waiting_partial_writes_give_the_same_file() {
+    let mut rng = fastrand::Rng::with_seed(23);
+    let stores = [
+        Arc::new(MemStore::new(&[(0, 4 * MIB), (1, 4 * MIB)])),
+        Arc::new(MemStore::new(&[(0, 4 * MIB), (1, 4 * MIB)])),
+    ];
+    let mut vols = Vec::new();
+    for (k, mem) in stores.iter().enumerate() {
+        Fs::mkfs(&**mem, &opts()).unwrap();
+        let store: Arc<dyn numaio_fs::store::BlockStore> = if k == 0 {
+            mem.clone()
+        } else {
+            Arc::new(Hooked::new(mem.clone()))
+        };
+        let fs = Fs::mount(store, MountOptions::default()).unwrap();
+        let f = fs.create(ROOT, b"f", 0o644, &root()).unwrap().ino;
+        vols.push((fs, f));
+    }
+    let mut want: Vec<u8> = Vec::new();
+    for round in 0..300u32 {
+        let off = rng.u64(0..96 * 1024);
+        let len = rng.usize(1..3 * BS);
+        let data: Vec<u8> = (0..len).map(|_| rng.u8(1..)).collect();
+        // Where the store's reads might wait, only writes whose partly covered blocks are
+        // new get through without waiting.
+        for (fs, f) in &vols {
+            match fs.try_write(*f, off, &data, &root()).unwrap() {
+                Some(n) => assert_eq!(n, len),
+                None => assert_eq!(fs.write(*f, off, &data, &root()).unwrap(), len),
+            }
+        }
+        let end = off as usize + len;
+        if want.len() < end {
+            want.resize(end, 0);
+        }
+        want[off as usize..end].copy_from_slice(&data);
+        if round % 50 == 49 {
+            for (fs, f) in &vols {
+                fs.sync().unwrap();
+                assert_eq!(read_all(fs, *f), want, "after {round} writes");
+            }
+        }
+    }
+    for (fs, f) in &vols {
+        assert_eq!(read_all(fs, *f), want);
+    }
 }

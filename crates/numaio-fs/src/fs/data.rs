@@ -437,14 +437,16 @@ impl Fs {
             self.writable()?;
             let _file = self.inodes.write(ino);
             let _gate = self.gate.read();
-            self.write_locked(ino, offset, data, c)
+            // Waiting, it never comes back without having written.
+            Ok(self.write_locked(ino, offset, data, c, true)?.unwrap_or(0))
         })
     }
 
     /// [`Fs::write`] where it cannot have to wait for anything but the volume lock and the
     /// device's page cache: `Ok(None)`, with nothing done, where it would wait for another
     /// operation on the file, for a commit (queued records due, out of space while frees
-    /// wait), or for a device read (a block only partly covered). A caller that must not
+    /// wait), or for a device read (a block only partly covered that is not in memory:
+    /// [`BlockStore::read_cached`]). A caller that must not
     /// block, such as a thread that serves other requests too, tries this first and hands
     /// the write to a thread that may wait when it gets `None`.
     pub fn try_write(
@@ -454,9 +456,7 @@ impl Fs {
         data: &[u8],
         c: &Caller,
     ) -> Result<Option<usize>, FsError> {
-        let whole =
-            offset.is_multiple_of(BLOCK_SIZE) && (data.len() as u64).is_multiple_of(BLOCK_SIZE);
-        if !whole || !self.writable_now()? {
+        if !self.writable_now()? {
             return Ok(None);
         }
         let Some(_file) = self.inodes.try_write(ino) else {
@@ -465,10 +465,10 @@ impl Fs {
         let Some(_gate) = self.gate.try_read() else {
             return Ok(None);
         };
-        match self.write_locked(ino, offset, data, c) {
+        match self.write_locked(ino, offset, data, c, false) {
             // Nothing was done: the caller's waiting write commits and tries again.
             Err(FsError::NoSpace) => Ok(None),
-            r => r.map(Some),
+            r => r,
         }
     }
 
@@ -476,13 +476,16 @@ impl Fs {
     /// caller: planned under the volume lock (new blocks taken from the allocator with it
     /// released, see [`Fs::fill_holes`], and mapped), written to the devices with it
     /// released, then its records queued under it again. Out of space, nothing is done.
+    /// Without `wait`, `None` where a partly covered block would have to be read from its
+    /// device, with nothing done but the zeroing past the old end (which the write redoes).
     fn write_locked(
         &self,
         ino: u64,
         offset: u64,
         data: &[u8],
         c: &Caller,
-    ) -> Result<usize, FsError> {
+        wait: bool,
+    ) -> Result<Option<usize>, FsError> {
         let g = self.inner.lock();
         let a = g.attr(ino)?;
         match a.kind {
@@ -494,7 +497,7 @@ impl Fs {
             _ => {}
         }
         if data.is_empty() {
-            return Ok(0);
+            return Ok(Some(0));
         }
         let end = offset
             .checked_add(data.len() as u64)
@@ -527,18 +530,26 @@ impl Fs {
         let r = tail
             .iter()
             .try_for_each(|z| self.zero(z, &mut dirty))
-            .and_then(|()| self.write_runs(&runs, offset, data, blank, &mut dirty));
+            .and_then(|()| self.write_runs(&runs, offset, data, blank, wait, &mut dirty));
         let mut g = self.inner.lock();
         g.data_dirty.extend(dirty);
         if let Some(z) = &tail {
             g.order_run(z.dev, z.block, 1);
         }
-        if let Err(e) = r {
-            // The new blocks may hold part of the data or none: they go, so the file
-            // reads zeros there (a hole), never what the device held before. The gate
-            // kept any commit from taking their mapping without this.
-            g.unmap_runs(ino, &fresh)?;
-            return Err(e);
+        match r {
+            Ok(true) => {}
+            // Nothing of the data was written: the new blocks go, for the waiting write.
+            Ok(false) => {
+                g.unmap_runs(ino, &fresh)?;
+                return Ok(None);
+            }
+            Err(e) => {
+                // The new blocks may hold part of the data or none: they go, so the file
+                // reads zeros there (a hole), never what the device held before. The gate
+                // kept any commit from taking their mapping without this.
+                g.unmap_runs(ino, &fresh)?;
+                return Err(e);
+            }
         }
         // (blocks written for the first time are in `ordered_runs` as well: merged away)
         for &(_, n, dev, pb) in &runs {
@@ -562,56 +573,78 @@ impl Fs {
             super::attrs::drop_set_ids(&mut a, c);
         }
         g.set_attr(ino, a)?;
-        Ok(data.len())
+        Ok(Some(data.len()))
     }
 
     /// The device writes of a write of `data` at `offset` into `runs` (see
-    /// [`Fs::write_locked`]); `blank(lb)` tells the blocks written for the first time.
+    /// [`Fs::write_locked`]); `blank(lb)` tells the blocks written for the first time. A
+    /// block the write covers only in part (at most its first and its last) is read and
+    /// merged, or zeroed around the data where it is blank. Without `wait`, such a block
+    /// must be in memory ([`BlockStore::read_cached`]): where one is not, nothing is written
+    /// and the answer is `false`.
     fn write_runs(
         &self,
         runs: &[(u64, u64, u16, u64)],
         offset: u64,
         data: &[u8],
         blank: impl Fn(u64) -> bool,
+        wait: bool,
         dirty: &mut BTreeSet<u16>,
-    ) -> Result<(), FsError> {
+    ) -> Result<bool, FsError> {
         let end = offset + data.len() as u64;
-        let bs = BLOCK_SIZE as usize;
-        let mut edge = vec![0u8; bs];
+        let (first, last) = (offset / BLOCK_SIZE, (end - 1) / BLOCK_SIZE);
+        let partly = |lb: u64| lb * BLOCK_SIZE < offset || (lb + 1) * BLOCK_SIZE > end;
+        let place = |lb: u64| {
+            runs.iter()
+                .find(|&&(l, n, _, _)| lb >= l && lb < l + n)
+                .map(|&(l, _, dev, pb)| (dev, (pb + lb - l) * BLOCK_SIZE))
+        };
+        // The edges first, so that a write that must not wait finds out before it changes
+        // anything.
+        let mut edges: [Option<(u16, u64, Vec<u8>)>; 2] = [None, None];
+        let ends = [first, last];
+        for (k, &lb) in ends.iter().enumerate() {
+            if !partly(lb) || (k == 1 && last == first) {
+                continue;
+            }
+            let Some((dev, at)) = place(lb) else {
+                continue;
+            };
+            let mut block = vec![0u8; BLOCK_SIZE as usize];
+            if !blank(lb) {
+                if wait {
+                    self.store.read_at(dev, at, &mut block)?;
+                } else if !self.store.read_cached(dev, at, &mut block)? {
+                    return Ok(false);
+                }
+            }
+            let boff = lb * BLOCK_SIZE;
+            let (lo, hi) = (offset.max(boff), end.min(boff + BLOCK_SIZE));
+            block[(lo - boff) as usize..(hi - boff) as usize]
+                .copy_from_slice(&data[(lo - offset) as usize..(hi - offset) as usize]);
+            edges[k] = Some((dev, at, block));
+        }
+        // In ascending order, so a store sees one run of bytes: the first block, the blocks
+        // covered whole (straight from the caller's buffer), the last block.
+        let [head, tail] = edges;
+        if let Some((dev, at, block)) = &head {
+            self.store.write_at(*dev, *at, block)?;
+        }
         for &(l, n, dev, pb) in runs {
+            dirty.insert(dev);
             let lo = offset.max(l * BLOCK_SIZE);
             let hi = end.min((l + n) * BLOCK_SIZE);
-            dirty.insert(dev);
-            // Blocks the write covers whole go straight from the caller's buffer.
             let (wa, wb) = (lo.div_ceil(BLOCK_SIZE), hi / BLOCK_SIZE);
             if wa < wb {
                 let src =
                     &data[(wa * BLOCK_SIZE - offset) as usize..(wb * BLOCK_SIZE - offset) as usize];
                 self.store.write_at(dev, (pb + wa - l) * BLOCK_SIZE, src)?;
             }
-            // At most two partly covered blocks, read (or zeroed) and merged.
-            let mut partial = Vec::with_capacity(2);
-            if !lo.is_multiple_of(BLOCK_SIZE) || wa >= wb {
-                partial.push(lo / BLOCK_SIZE);
-            }
-            if !hi.is_multiple_of(BLOCK_SIZE) && (hi - 1) / BLOCK_SIZE != lo / BLOCK_SIZE {
-                partial.push((hi - 1) / BLOCK_SIZE);
-            }
-            for b in partial {
-                let boff = b * BLOCK_SIZE;
-                let (blo, bhi) = (lo.max(boff), hi.min(boff + BLOCK_SIZE));
-                let at = (pb + b - l) * BLOCK_SIZE;
-                if blank(b) {
-                    edge.fill(0);
-                } else {
-                    self.store.read_at(dev, at, &mut edge)?;
-                }
-                edge[(blo - boff) as usize..(bhi - boff) as usize]
-                    .copy_from_slice(&data[(blo - offset) as usize..(bhi - offset) as usize]);
-                self.store.write_at(dev, at, &edge)?;
-            }
         }
-        Ok(())
+        if let Some((dev, at, block)) = &tail {
+            self.store.write_at(*dev, *at, block)?;
+        }
+        Ok(true)
     }
 
     /// Allocates (`mode` 0 or [`FALLOC_KEEP_SIZE`]: unwritten blocks, nothing is written),

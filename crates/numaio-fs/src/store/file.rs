@@ -37,8 +37,12 @@ impl Written {
             return;
         }
         if let Some(last) = self.ranges.last_mut() {
-            if last.0 + last.1 == offset {
-                last.1 += len;
+            // A range that touches or overlaps the last one joins it (an append that
+            // rewrites the end of the last block, a write just below the last one).
+            let (end, new_end) = (last.0 + last.1, offset + len);
+            if offset <= end && new_end >= last.0 {
+                let start = last.0.min(offset);
+                *last = (start, end.max(new_end) - start);
                 return;
             }
         }
@@ -262,6 +266,44 @@ impl BlockStore for FileStore {
             return Ok(());
         }
         self.drop_pages(dev, offset, len)
+    }
+
+    fn read_cached(&self, dev: u16, offset: u64, buf: &mut [u8]) -> Result<bool, FsError> {
+        let info = device(&self.infos, dev)?;
+        check_range(info, "read", offset, buf.len())?;
+        let off = libc::off_t::try_from(offset)
+            .map_err(|_| FsError::Invalid(format!("read at {offset}: offset too large")))?;
+        let iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        // SAFETY: `iov` describes `buf`, which is live and writable for the call; the file
+        // stays open for as long as `self`.
+        let n = unsafe {
+            libc::preadv2(
+                self.files[dev as usize].as_raw_fd(),
+                &iov,
+                1,
+                off,
+                libc::RWF_NOWAIT,
+            )
+        };
+        match n {
+            // All of it from the page cache; a short read means the rest is not there.
+            n if n >= 0 => Ok(n as usize == buf.len()),
+            _ => {
+                let e = std::io::Error::last_os_error();
+                match e.raw_os_error() {
+                    // Not cached, or a kernel or file without RWF_NOWAIT reads.
+                    Some(libc::EAGAIN) | Some(libc::EOPNOTSUPP) | Some(libc::EINVAL) => Ok(false),
+                    _ => Err(FsError::io(
+                        &info.path,
+                        format!("read of {} bytes at {offset} (RWF_NOWAIT)", buf.len()),
+                        e,
+                    )),
+                }
+            }
+        }
     }
 
     fn sync(&self, dev: u16) -> Result<(), FsError> {

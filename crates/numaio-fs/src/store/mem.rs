@@ -128,6 +128,10 @@ impl BlockStore for MemStore {
         Ok(())
     }
 
+    fn read_cached(&self, dev: u16, offset: u64, buf: &mut [u8]) -> Result<bool, FsError> {
+        self.read_at(dev, offset, buf).map(|()| true)
+    }
+
     fn sync(&self, dev: u16) -> Result<(), FsError> {
         self.dev(dev)?.lock().model.sync(None);
         Ok(())

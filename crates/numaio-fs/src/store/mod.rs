@@ -55,6 +55,14 @@ pub trait BlockStore: Send + Sync {
     fn write_at(&self, dev: u16, offset: u64, data: &[u8]) -> Result<(), FsError>;
     /// Makes every write to `dev` completed before the call durable.
     fn sync(&self, dev: u16) -> Result<(), FsError>;
+    /// [`BlockStore::read_at`] where it needs no wait for a device: `true` with `buf` filled
+    /// where the bytes are in memory (a page-cache hit, a memory store), `false` (and `buf`
+    /// unspecified) where they would have to be read from the device. The default always
+    /// says they would; a caller that must not wait then hands the read to one that may.
+    fn read_cached(&self, dev: u16, offset: u64, buf: &mut [u8]) -> Result<bool, FsError> {
+        let _ = (dev, offset, buf);
+        Ok(false)
+    }
     /// Drops whatever copy of `len` bytes of `dev` at `offset` is cached below the store (a
     /// kernel page cache of the device), where the store was told a cache above keeps them;
     /// the data stays on the device. The default keeps nothing to drop.

@@ -505,6 +505,10 @@ impl BlockStore for ZoneStore {
         Ok(())
     }
 
+    fn read_cached(&self, dev: u16, offset: u64, buf: &mut [u8]) -> Result<bool, FsError> {
+        self.read_at(dev, offset, buf).map(|()| true)
+    }
+
     fn sync(&self, dev: u16) -> Result<(), FsError> {
         let info = device(&self.infos, dev)?;
         let z = &self.zones[dev as usize];

@@ -8,10 +8,10 @@
 //! in memory (lookups, attributes, listings, opens and closes) are answered by the ring
 //! thread itself ([`serves_inline`]): the hand-off would cost them two thread switches,
 //! more than their work. The ring thread also tries writes and metadata changes
-//! ([`tried_inline`]): a write of whole blocks that finds nothing to wait for (its file's
-//! lock free, no commit due, no block to read first: `Fs::try_write`) only copies into the
-//! devices' page cache, and a metadata change while no commit is due only changes memory;
-//! any other goes, untouched, to a serving thread.
+//! ([`tried_inline`]): a write that finds nothing to wait for (its file's lock free, no
+//! commit due, any partly covered block new or in memory: `Fs::try_write`) only copies
+//! into the devices' page cache, and a metadata change while no commit is due only changes
+//! memory; any other goes, untouched, to a serving thread.
 
 use super::abi;
 use super::dispatch;
@@ -173,9 +173,10 @@ pub(crate) fn serves_inline(opcode: u32) -> bool {
 }
 
 /// Whether the ring thread tries requests with `opcode` itself, answering them when they
-/// find nothing to wait for (else a serving thread gets them untouched): a write of whole
-/// blocks whose file is free (`Fs::try_write`), and the metadata changes (no device I/O)
-/// while no commit is due (`Fs::change_would_wait`; a size change always goes to the pool).
+/// find nothing to wait for (else a serving thread gets them untouched): a write whose file
+/// is free and whose partly covered blocks need no device read (`Fs::try_write`), and the
+/// metadata changes (no device I/O) while no commit is due (`Fs::change_would_wait`; a size
+/// change always goes to the pool).
 pub(crate) fn tried_inline(opcode: u32) -> bool {
     use abi::op;
     matches!(
