@@ -9,7 +9,7 @@ const MAX_BATCH_WAIT: Duration = Duration::from_millis(15);
 /// database's write-ahead file, which sync often. Larger writes flush first: the flush is
 /// then a small part of their cost, and data in the journal fills it towards the next
 /// checkpoint.
-pub(super) const INLINE_MAX: u64 = 256 * 1024;
+const INLINE_MAX: u64 = 256 * 1024;
 
 /// What carrying data in records may cost in checkpoints, per commit on average: a
 /// checkpoint (the whole metadata) comes once half the journal is used, so a record of
@@ -202,7 +202,6 @@ impl Fs {
     pub fn fsync(&self, ino: u64, datasync: bool) -> Result<(), FsError> {
         self.sync_requests.fetch_add(1, Ordering::Relaxed);
         let mut g = self.inner.lock();
-        g.inode(ino)?;
         g.overwrites.sync_of(ino);
         let i = g.inode(ino)?;
         if datasync && !self.read_only {
@@ -260,7 +259,6 @@ impl Inner {
         devs: Vec<u16>,
         ordered: bool,
         runs: Vec<(u16, u64, u64)>,
-        full: bool,
         overwrites: super::overwrites::Overwrites,
     ) {
         let later = std::mem::replace(&mut self.pending, records);
@@ -268,15 +266,8 @@ impl Inner {
         self.last_setattr.clear();
         self.data_dirty.extend(devs);
         self.ordered |= ordered;
+        self.ordered_runs.extend(runs);
         self.overwrites.merge_back(overwrites);
-        self.ordered_full |= full;
-        if self.ordered_full {
-            self.ordered_runs = Vec::new();
-        } else {
-            for (dev, start, len) in runs {
-                self.order_run(dev, start, len);
-            }
-        }
     }
 }
 
@@ -305,7 +296,6 @@ impl shared::FsCore {
         self.sync_devices(&devs)?;
         g.data_dirty.clear();
         g.ordered_runs.clear();
-        g.ordered_full = false;
         g.overwrites = Default::default();
         if !g.pending.is_empty() || (g.journal.newest_data && !devs.is_empty()) {
             let seq = g.journal.seq + 1;
@@ -388,10 +378,7 @@ impl shared::FsCore {
             let mut size = payload.len();
             // The synced files' overwrites in place go in the record too: its one flush
             // may make it durable before them (see `overwrites.rs`).
-            let carried = g
-                .overwrites
-                .to_order()
-                .filter(|_| g.ordered && !g.ordered_full);
+            let carried = g.overwrites.to_order().filter(|_| g.ordered);
             if let Some(over) = carried {
                 let runs = super::inner::merge_runs([g.ordered_runs.clone(), over].concat());
                 let with_data = size + inline_bound(&runs) as usize;
@@ -423,7 +410,6 @@ impl shared::FsCore {
         let devs: Vec<u16> = std::mem::take(&mut g.data_dirty).into_iter().collect();
         let mut ordered = std::mem::take(&mut g.ordered);
         let runs = std::mem::take(&mut g.ordered_runs);
-        let full = std::mem::take(&mut g.ordered_full);
         let overwrites = std::mem::take(&mut g.overwrites);
         let records = std::mem::take(&mut g.pending);
         g.last_setattr.clear();
@@ -446,7 +432,7 @@ impl shared::FsCore {
                 Err(e) => {
                     self.inner
                         .lock()
-                        .requeue(records, devs, true, runs, full, overwrites);
+                        .requeue(records, devs, true, runs, overwrites);
                     return Err(e);
                 }
             }
@@ -483,7 +469,6 @@ impl shared::FsCore {
                     devs,
                     ordered || !inline.is_empty(),
                     runs,
-                    full,
                     overwrites,
                 );
                 return Err(e);

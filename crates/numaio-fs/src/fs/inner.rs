@@ -26,10 +26,6 @@ pub(super) struct Inner {
     /// first (new and converted blocks, zeroed tails and edges): what a commit may carry in
     /// its record instead of flushing them first ([`crate::journal`], "Data in the record").
     pub(super) ordered_runs: Vec<(u16, u64, u64)>,
-    /// Whether `ordered_runs` grew past what any record carries
-    /// ([`INLINE_MAX`](super::commit::INLINE_MAX)) and was dropped: the next commit then
-    /// flushes its data first.
-    pub(super) ordered_full: bool,
     /// Blocks overwritten in place since the last commit, and the syncs the next one
     /// serves: a commit carrying data carries the synced files' overwrites too.
     pub(super) overwrites: super::overwrites::Overwrites,
@@ -169,20 +165,14 @@ impl Inner {
 
     /// Notes device blocks `start..start + len` of `dev` as data the queued records need
     /// durable first ([`Inner::ordered_runs`]). Many small appends note the same blocks
-    /// again and again: the list is kept merged, and dropped once it holds more than a
-    /// record may carry.
+    /// again and again: the list is kept merged.
     pub(super) fn order_run(&mut self, dev: u16, start: u64, len: u64) {
-        if self.ordered_full || self.ordered_runs.last() == Some(&(dev, start, len)) {
+        if self.ordered_runs.last() == Some(&(dev, start, len)) {
             return;
         }
         self.ordered_runs.push((dev, start, len));
         if self.ordered_runs.len() >= 4096 && self.ordered_runs.len().is_power_of_two() {
             self.ordered_runs = merge_runs(std::mem::take(&mut self.ordered_runs));
-            let blocks: u64 = self.ordered_runs.iter().map(|r| r.2).sum();
-            if blocks * BLOCK_SIZE > super::commit::INLINE_MAX {
-                self.ordered_runs = Vec::new();
-                self.ordered_full = true;
-            }
         }
     }
 

@@ -229,7 +229,6 @@ impl Fs {
             gen: 0,
             ordered: false,
             ordered_runs: Vec::new(),
-            ordered_full: false,
             overwrites: Default::default(),
             datasync_gen: HashMap::new(),
             last_setattr: HashMap::new(),

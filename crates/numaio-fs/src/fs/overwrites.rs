@@ -69,12 +69,8 @@ impl Overwrites {
     /// The runs a commit taking these must make durable no later than its record: the
     /// overwrites of the inodes being synced. `None` when they were too many to note.
     pub(super) fn to_order(&self) -> Option<Vec<(u16, u64, u64)>> {
-        let wanted = self.all || self.syncing.iter().any(|i| self.by_inode.contains_key(i));
         if self.full && (self.all || !self.syncing.is_empty()) {
             return None;
-        }
-        if !wanted {
-            return Some(Vec::new());
         }
         let runs = self
             .by_inode
