@@ -1358,3 +1358,71 @@ fn set_ids_drop_on_chown_write_and_truncate() {
     fs.setattr(d, &chown, &root()).unwrap();
     assert_eq!(mode_of(d), 0o2775, "a directory's chown");
 }
+
+/// Writes `chunk`-sized pieces to `ino` until the volume is full; the bytes written.
+fn fill(fs: &Fs, ino: u64) -> u64 {
+    let chunk = vec![5u8; 64 * 1024];
+    let mut off = 0;
+    loop {
+        match fs.write(ino, off, &chunk, &root()) {
+            Ok(n) => off += n as u64,
+            Err(FsError::NoSpace) => return off,
+            Err(e) => panic!("filling inode {ino}: {e}"),
+        }
+    }
+}
+
+#[test]
+fn a_full_volume_waits_for_a_file_removed_just_before_to_be_let_go() {
+    // Through a mount, a file closed and removed is let go only after `unlink` returned
+    // (the kernel's RELEASE and FORGET come in the background): a write short of room
+    // meanwhile gets that space, as on ext4, rather than ENOSPC.
+    let (_, fs) = vol();
+    let c = root();
+    let a = fs.create(ROOT, b"a", 0o644, &c).unwrap();
+    fs.open(a.ino).unwrap();
+    let first = fill(&fs, a.ino);
+    assert!(first > 2 * MIB, "only {first} bytes fit");
+    fs.unlink(ROOT, b"a", &c).unwrap();
+    let b = fs.create(ROOT, b"b", 0o644, &c).unwrap();
+    let second = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            fs.release(a.ino).unwrap();
+        });
+        fill(&fs, b.ino)
+    });
+    assert!(
+        second + 128 * 1024 >= first,
+        "after the release only {second} of {first} bytes fit again"
+    );
+}
+
+#[test]
+fn a_file_removed_but_held_keeps_its_space_and_enospc_still_comes() {
+    let (_, fs) = vol();
+    let c = root();
+    let a = fs.create(ROOT, b"a", 0o644, &c).unwrap();
+    fs.open(a.ino).unwrap();
+    let first = fill(&fs, a.ino);
+    fs.unlink(ROOT, b"a", &c).unwrap();
+    let b = fs.create(ROOT, b"b", 0o644, &c).unwrap();
+    // Waited for no longer than the grace a removal gets, then refused.
+    let t = std::time::Instant::now();
+    let chunk = vec![5u8; 64 * 1024];
+    assert!(matches!(
+        fs.write(b.ino, 0, &chunk, &c),
+        Err(FsError::NoSpace)
+    ));
+    let waited = t.elapsed();
+    assert!(waited < std::time::Duration::from_secs(10), "{waited:?}");
+    // Once the grace is over a held file costs no wait.
+    let t = std::time::Instant::now();
+    assert!(matches!(
+        fs.write(b.ino, 0, &chunk, &c),
+        Err(FsError::NoSpace)
+    ));
+    assert!(t.elapsed() < std::time::Duration::from_millis(500));
+    fs.release(a.ino).unwrap();
+    assert!(fill(&fs, b.ino) + 128 * 1024 >= first);
+}

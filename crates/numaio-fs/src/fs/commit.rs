@@ -11,6 +11,15 @@ const MAX_BATCH_WAIT: Duration = Duration::from_millis(15);
 /// checkpoint.
 const INLINE_MAX: u64 = 256 * 1024;
 
+/// How long after an unlinked file was last left held an allocation short of room waits
+/// for such files to be let go ([`Fs::retry_for_space`]). The kernel sends their RELEASE
+/// and FORGET at once; this bounds how late a loaded machine may serve them.
+const ORPHAN_GRACE: Duration = Duration::from_secs(2);
+
+/// Commits an allocation short of room tries before it fails with ENOSPC: each frees what
+/// was removed before it, and files let go meanwhile wait for the next.
+const SPACE_RETRIES: u32 = 3;
+
 /// What carrying data in records may cost in checkpoints, per commit on average: a
 /// checkpoint (the whole metadata) comes once half the journal is used, so a record of
 /// `d` bytes costs `d / (capacity / 2)` of one. Beyond this, a commit flushes first.
@@ -132,25 +141,41 @@ impl Fs {
 
     /// Runs `op` (an operation that allocates blocks); when it fails for want of space
     /// while blocks freed by uncommitted changes wait for a commit, commits (with the
-    /// volume lock released: group commit) and runs it once more.
+    /// volume lock released: group commit) and runs it again, as ext4 retries an
+    /// allocation after a journal commit. A file removed less than [`ORPHAN_GRACE`] ago
+    /// and still held is waited for first: through a mount, the kernel lets go of a file
+    /// closed and then removed only after `unlink` returned (its RELEASE and FORGET are
+    /// sent in the background), and on ext4 that space would be free at once.
     pub(super) fn retry_for_space<T>(
         &self,
         op: impl Fn() -> Result<T, FsError>,
     ) -> Result<T, FsError> {
-        match op() {
-            Err(FsError::NoSpace) => {
-                let (waiting, ticket) = {
-                    let g = self.inner.lock();
-                    (g.alloc.frees_waiting(), g.gen)
-                };
-                if !waiting {
-                    return Err(FsError::NoSpace);
+        let mut tries = 0;
+        loop {
+            match op() {
+                Err(FsError::NoSpace) if tries < SPACE_RETRIES => {
+                    tries += 1;
+                    let (waiting, ticket) = {
+                        let mut g = self.inner.lock();
+                        let deadline = g.orphaned_at.map(|t| t + ORPHAN_GRACE);
+                        while let Some(d) = deadline {
+                            if g.alloc.frees_waiting() || !g.holds_orphans() {
+                                break;
+                            }
+                            if self.released.wait_until(&mut g, d).timed_out() {
+                                break;
+                            }
+                        }
+                        (g.alloc.frees_waiting(), g.gen)
+                    };
+                    if !waiting {
+                        return Err(FsError::NoSpace);
+                    }
+                    self.space_commits.fetch_add(1, Ordering::Relaxed);
+                    self.commit_upto(ticket)?;
                 }
-                self.space_commits.fetch_add(1, Ordering::Relaxed);
-                self.commit_upto(ticket)?;
-                op()
+                r => return r,
             }
-            r => r,
         }
     }
 

@@ -303,6 +303,7 @@ impl Fs {
             if !self.read_only && g.meta.get(ino).is_some_and(|i| i.attr.nlink == 0) {
                 g.rec(Record::DelInode { ino })?;
                 g.alloc.release_prealloc(ino);
+                self.released.notify_all();
             }
         }
         Ok(())

@@ -41,6 +41,11 @@ pub(super) struct Inner {
     /// their records and released this lock before queuing them (an allocation): counted
     /// by [`Inner::fits_on`], so operations meanwhile cannot take that room.
     pub(super) meta_claimed: BTreeMap<u32, u64>,
+    /// When a link drop last left an unlinked inode held: through a mount the kernel lets
+    /// go of a file closed and removed some time after `unlink` returns (its RELEASE and
+    /// FORGET travel on their own), so an allocation short of room soon after waits for
+    /// that space ([`Fs::retry_for_space`]).
+    pub(super) orphaned_at: Option<std::time::Instant>,
 }
 
 /// `runs` of device blocks `(dev, start, count)` sorted and merged where they overlap or
@@ -425,9 +430,20 @@ impl Inner {
             self.rec(Record::DelInode { ino })?;
             self.alloc.release_prealloc(ino);
         } else {
+            if a.nlink == 0 {
+                self.orphaned_at = Some(std::time::Instant::now());
+            }
             self.set_attr(ino, a)?;
         }
         Ok(())
+    }
+
+    /// Whether an unlinked inode is still held open (its blocks come back at its last
+    /// release).
+    pub(super) fn holds_orphans(&self) -> bool {
+        self.open
+            .keys()
+            .any(|&ino| self.meta.get(ino).is_some_and(|i| i.attr.nlink == 0))
     }
 
     pub(super) fn touch_dir(

@@ -271,6 +271,9 @@ mod shared {
         /// covered by the next single commit (group commit). Taken before `inner`, never
         /// after. It holds the pace of recent commits (see [`super::commit::Pace`]).
         pub(super) commit_lock: Mutex<super::commit::Pace>,
+        /// Notified (with `inner`) when the last hold of an unlinked inode goes and its
+        /// blocks wait for a commit: an allocation short of room waits on it.
+        pub(super) released: Condvar,
         /// Held shared by a data operation (write, truncate, fallocate) from its planning
         /// until its device writes are done and its records queued; a commit holds it
         /// exclusively while it takes what is queued, so it never makes a record durable
