@@ -36,6 +36,7 @@ pub mod fs_scaling;
 pub mod guest_script;
 pub mod initramfs;
 pub mod kernel;
+pub mod lockup;
 pub mod nodedev;
 pub mod powercut;
 pub mod powerload;
@@ -110,7 +111,7 @@ impl LabConfig {
 
     /// Runs a scenario with this configuration.
     pub fn run(&self, s: &Scenario) -> LabResult<Outcome> {
-        let t = self.boot(s, None)?;
+        let t = self.boot_retrying(s, None)?;
         Ok(Outcome {
             exit_code: t.exit_code,
             output: t.output,
@@ -123,7 +124,7 @@ impl LabConfig {
     /// Runs a scenario and cuts the guest's power (SIGKILL to QEMU) when `cut` says. The
     /// scenario may also end on its own first: then [`CutOutcome::cut_at`] is `None`.
     pub fn run_with_cut(&self, s: &Scenario, cut: &PowerCut) -> LabResult<CutOutcome> {
-        let t = self.boot(s, Some(cut))?;
+        let t = self.boot_retrying(s, Some(cut))?;
         Ok(CutOutcome {
             exit_code: t.cut_at.is_none().then_some(t.exit_code),
             cut_at: t.cut_at,
@@ -132,6 +133,34 @@ impl LabConfig {
             boot_time: t.boot,
             elapsed: t.elapsed,
         })
+    }
+
+    /// [`LabConfig::boot`], once more from the kept images as they were before it where the
+    /// scenario allows a rerun after a guest kernel lockup (see [`lockup`]).
+    fn boot_retrying(&self, s: &Scenario, cut: Option<&PowerCut>) -> LabResult<qemu::Transcript> {
+        if !s.retry_after_guest_lockup {
+            return self.boot(s, cut);
+        }
+        let saved = lockup::Snapshot::take(&lockup::kept_images(s))?;
+        match self.boot(s, cut) {
+            Err(e) if lockup::is_guest_lockup(&e) => {
+                let first = e
+                    .console_tail()
+                    .and_then(|t| t.lines().find(|l| l.contains("soft lockup")))
+                    .unwrap_or("")
+                    .trim()
+                    .to_string();
+                eprintln!(
+                    "numaio-lab: warning: the guest kernel locked up ({first}) and the run failed: {}; \
+                     running the scenario once more from its images as they were before the boot",
+                    e.to_string().lines().next().unwrap_or("")
+                );
+                saved.restore()?;
+                let again = s.clone().kernel_arg(lockup::RERUN_ARG);
+                self.boot(&again, cut)
+            }
+            r => r,
+        }
     }
 
     fn boot(&self, s: &Scenario, cut: Option<&PowerCut>) -> LabResult<qemu::Transcript> {
@@ -352,6 +381,8 @@ pub struct Scenario {
     pub single_thread_tcg: bool,
     /// Count guest time in instructions (see [`Scenario::icount`]).
     pub icount: bool,
+    /// Run once more after a guest kernel lockup (see [`Scenario::retry_after_guest_lockup`]).
+    pub retry_after_guest_lockup: bool,
 }
 
 impl Scenario {
@@ -372,7 +403,20 @@ impl Scenario {
             kernel: None,
             single_thread_tcg: false,
             icount: false,
+            retry_after_guest_lockup: false,
         }
+    }
+
+    /// When the guest kernel reports a soft lockup and the run then times out or the guest
+    /// dies, runs the scenario once more, from copies of its kept images (disk image, node
+    /// disk and pmem images) taken before the first boot, and says so on stderr. Under
+    /// multi-threaded TCG a guest CPU can stay stuck in the kernel for good, which says
+    /// nothing about the scenario (see [`lockup`]); a second lockup fails the run. Costs a
+    /// copy of the kept images per run. The rerun's kernel command line holds
+    /// [`lockup::RERUN_ARG`].
+    pub fn retry_after_guest_lockup(mut self) -> Scenario {
+        self.retry_after_guest_lockup = true;
+        self
     }
 
     /// Under TCG, runs all vCPUs on one host thread (`-accel tcg,thread=single`) instead of

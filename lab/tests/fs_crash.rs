@@ -65,7 +65,8 @@ impl Variant {
 
     fn scenario(self, dir: &Path, script: String) -> Scenario {
         let s = Scenario::new(LabTopology::from_nodes(&[(1, 256), (1, 256)]), script)
-            .timeout(Duration::from_secs(120));
+            .timeout(Duration::from_secs(120))
+            .retry_after_guest_lockup();
         match self {
             Variant::NodeDisks => s
                 .node_disk_image(0, dir.join("disk0.img"))

@@ -132,3 +132,44 @@ fn boot_panic_is_reported_with_the_panic() {
         "{err}"
     );
 }
+
+#[test]
+#[ignore = "lab: needs QEMU and the lab kernel; run by scripts/test.sh"]
+fn a_guest_lockup_is_run_once_more_from_the_images_as_they_were() {
+    // The guest prints what its disk holds and whether it is the rerun, overwrites the
+    // disk, prints the kernel's soft-lockup line and dies: the rerun must see the disk as
+    // it was before the first boot, and its own failure is the one returned.
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("disk0.img");
+    let mut before = vec![0u8; 1 << 20];
+    before[..5].copy_from_slice(b"AAAAA");
+    std::fs::write(&img, &before).unwrap();
+    let script = "d=$(node-disk 0)\n\
+        echo \"SAW $(head -c 5 $d) RERUN $(grep -c numaio_lab.rerun=1 /proc/cmdline)\"\n\
+        printf BBBBB | dd of=$d conv=fsync 2>/dev/null\n\
+        echo 'watchdog: BUG: soft lockup - CPU#1 stuck for 26s! [sh:1]'\n\
+        poweroff -f\nsleep 30\n";
+    let s = Scenario::new(LabTopology::uniform(2), script)
+        .node_disk_image(0, &img)
+        .timeout(Duration::from_secs(60));
+    let err = s
+        .clone()
+        .run()
+        .expect_err("without the rerun the first failure is returned");
+    let tail = err.console_tail().unwrap();
+    assert!(tail.contains("SAW AAAAA RERUN 0"), "{err}");
+    assert_eq!(&std::fs::read(&img).unwrap()[..5], b"BBBBB");
+
+    std::fs::write(&img, &before).unwrap();
+    let err = s
+        .retry_after_guest_lockup()
+        .run()
+        .expect_err("the rerun fails the same way");
+    assert!(matches!(err, LabError::GuestDied { .. }), "{err}");
+    let tail = err.console_tail().unwrap();
+    assert!(
+        tail.contains("SAW AAAAA RERUN 1"),
+        "the rerun must see the disk as it was before the first boot: {err}"
+    );
+    assert_eq!(&std::fs::read(&img).unwrap()[..5], b"BBBBB");
+}
