@@ -127,6 +127,7 @@ echo "@@begin acct"; numaio fs stat /v --json
     let mut s = Scenario::new(topo.clone(), script)
         .kernel(k)
         .fuse()
+        .retry_after_guest_lockup()
         .timeout(Duration::from_secs(300));
     for &n in nodes {
         s = s.node_disk(topo.qemu_node_id(n).expect("node"), 64 * MIB);
@@ -306,6 +307,7 @@ kill $spin 2>/dev/null; wait
     let out = Scenario::new(LabTopology::from_nodes(&[(1, 256), (1, 256)]), script)
         .kernel(k)
         .fuse()
+        .retry_after_guest_lockup()
         .node_disk(0, 64 * MIB)
         .node_disk(1, 64 * MIB)
         .timeout(Duration::from_secs(300))
@@ -475,6 +477,7 @@ create /v
     let s = Scenario::new(LabTopology::from_nodes(&[(1, 256), (1, 256)]), script)
         .kernel(k)
         .fuse()
+        .retry_after_guest_lockup()
         .node_disk(0, 64 * MIB)
         .node_disk(1, 64 * MIB)
         .timeout(Duration::from_secs(480));
@@ -531,6 +534,7 @@ echo "@@begin after"; ls /v | wc -l
     let out = Scenario::new(LabTopology::from_nodes(&[(1, 256), (1, 256)]), script)
         .kernel(k)
         .fuse()
+        .retry_after_guest_lockup()
         .timeout(Duration::from_secs(300))
         .must_run();
     eprintln!(
