@@ -196,16 +196,18 @@ impl Cache {
 /// past that it serves with the fallback (the thread id as process, the serving CPU's node).
 pub const RESOLVE_WAIT: Duration = Duration::from_millis(20);
 /// How long a request that places something (a new inode's metadata, new blocks) waits for
-/// a thread it has not seen before: the resolver's reads give up after
-/// [`PROC_READ_LIMIT`], so this waits for their answer instead of placing by the serving
-/// thread's node, which need not be the requester's. Such requests never come from a
-/// process stuck in exit (the case [`RESOLVE_WAIT`] is short for).
-pub const PLACE_WAIT: Duration = Duration::from_millis(250);
+/// a thread it has not seen before: the resolver's two reads of a new thread (its `stat`,
+/// then its `status`) give up after [`PROC_READ_LIMIT`] each, so this waits for both
+/// answers, with room to spare, instead of placing by the serving thread's node, which need
+/// not be the requester's. Such requests never come from a process stuck in exit (the case
+/// [`RESOLVE_WAIT`] is short for).
+pub const PLACE_WAIT: Duration = Duration::from_millis(2 * PROC_READ_LIMIT_MS + 100);
 /// Lookups queued for the resolver at most; more are dropped (served with the fallback).
 const RESOLVE_QUEUE: usize = 1024;
 /// How long the resolver waits for one `/proc/TID` file. A thread whose file does not
 /// answer costs this once; until that read returns, its lookups fail at once (fallback).
-pub const PROC_READ_LIMIT: Duration = Duration::from_millis(200);
+pub const PROC_READ_LIMIT: Duration = Duration::from_millis(PROC_READ_LIMIT_MS);
+const PROC_READ_LIMIT_MS: u64 = 200;
 
 /// The resolver's /proc readers: (CPU, start time) of a thread, and its process.
 type StatFn = fn(u32) -> Option<(u32, u64)>;
@@ -231,11 +233,20 @@ pub struct CallerNodes {
 
 impl CallerNodes {
     /// Uses the live topology; a machine without NUMA information maps every CPU to node 0.
+    /// Starts the resolver and its /proc readers at once (by looking up the calling thread),
+    /// so that the first request's lookup does not also wait for threads to start: on a
+    /// loaded machine that start-up alone could outlast [`PLACE_WAIT`].
     pub fn detect() -> CallerNodes {
         let map = numaio_sys::topology::Topology::detect()
             .map(|t| t.cpu_node_map())
             .unwrap_or_default();
-        Self::with_map(map.into_iter())
+        let c = Self::with_map(map.into_iter());
+        // SAFETY: gettid takes no arguments and cannot fail.
+        let me = unsafe { libc::syscall(libc::SYS_gettid) };
+        if let Ok(me) = u32::try_from(me) {
+            c.ask(me);
+        }
+        c
     }
 
     /// From explicit (cpu, node) pairs.
@@ -472,6 +483,27 @@ mod tests {
             c.lookup_at(tid, t0, |_| Some((0, 1)), |_| Some(1));
         }
         assert!(c.cached() <= SHARDS * SHARD_CAP);
+    }
+
+    #[test]
+    fn detect_starts_the_resolver_before_the_first_request() {
+        let c = CallerNodes::detect();
+        assert!(
+            matches!(c.resolver.get(), Some(Some(_))),
+            "resolver started"
+        );
+        let t = Instant::now();
+        while c.resolved() < 1 {
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "the warm-up lookup ends"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // SAFETY: gettid has no arguments and cannot fail.
+        let tid = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
+        let r = c.cache.cached_within(tid, Instant::now(), Duration::MAX);
+        assert!(r.is_some_and(|r| r.exact), "this thread is cached: {r:?}");
     }
 
     #[test]
