@@ -40,6 +40,7 @@ pub struct MountConfig {
     move_work: Option<(MoveWork, bool)>,
     writeback_cache: bool,
     seek_holes: bool,
+    local_wakeups: bool,
 }
 
 impl Default for MountConfig {
@@ -71,6 +72,7 @@ impl MountConfig {
             move_work: None,
             writeback_cache: false,
             seek_holes: true,
+            local_wakeups: true,
         }
     }
 
@@ -167,6 +169,17 @@ impl MountConfig {
         self
     }
 
+    /// Whether an io_uring ring thread keeps the callers it answers on its CPU (on unless
+    /// turned off; the classic transport has no such thread). The thread waits and hands
+    /// requests on under `SCHED_IDLE`, so the scheduler counts its CPU as idle and wakes
+    /// the caller there instead of on another CPU, and it serves under its normal policy.
+    /// Where the thread may not return from `SCHED_IDLE` (no `CAP_SYS_NICE` and a nice
+    /// value below what `RLIMIT_NICE` allows) it stays under its normal policy.
+    pub fn with_local_wakeups(mut self, on: bool) -> MountConfig {
+        self.local_wakeups = on;
+        self
+    }
+
     pub fn transport(&self) -> TransportChoice {
         self.transport
     }
@@ -193,6 +206,9 @@ impl MountConfig {
     }
     pub fn seek_holes(&self) -> bool {
         self.seek_holes
+    }
+    pub fn local_wakeups(&self) -> bool {
+        self.local_wakeups
     }
 }
 
@@ -306,6 +322,7 @@ pub fn mount(fs: Fs, mountpoint: &Path, cfg: &MountConfig) -> Result<Mount, Moun
     obs.set_server_checks(cfg.allow_other && !cfg.default_permissions);
     obs.set_writeback_cache(cfg.writeback_cache);
     obs.set_seek_holes(cfg.seek_holes);
+    obs.set_local_wakeups(cfg.local_wakeups);
     if let Some((mode, over)) = cfg.move_work {
         obs.set_move_work(mode, over);
     }

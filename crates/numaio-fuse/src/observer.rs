@@ -17,6 +17,7 @@ pub struct Observer {
     server_checks: AtomicBool,
     writeback_cache: AtomicBool,
     seek_holes: AtomicBool,
+    local_wakeups: AtomicBool,
     /// The kernel's lookup counts: what keeps an unlinked inode alive.
     lookups: crate::lookups::Lookups,
     /// Whether OPEN (files) and OPENDIR are answered ENOSYS, so the kernel opens without
@@ -57,6 +58,7 @@ impl Observer {
             server_checks: AtomicBool::new(false),
             writeback_cache: AtomicBool::new(false),
             seek_holes: AtomicBool::new(true),
+            local_wakeups: AtomicBool::new(true),
             lookups: crate::lookups::Lookups::default(),
             no_open: AtomicBool::new(false),
             no_opendir: AtomicBool::new(false),
@@ -113,6 +115,19 @@ impl Observer {
     /// Whether LSEEK reports the volume's holes ([`Observer::set_seek_holes`]).
     pub fn seek_holes(&self) -> bool {
         self.seek_holes.load(Ordering::Relaxed)
+    }
+
+    /// Says whether io_uring ring threads wake callers on their own CPU
+    /// ([`MountConfig::with_local_wakeups`]); set before serving.
+    ///
+    /// [`MountConfig::with_local_wakeups`]: crate::MountConfig::with_local_wakeups
+    pub fn set_local_wakeups(&self, on: bool) {
+        self.local_wakeups.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether ring threads wake callers on their own CPU ([`Observer::set_local_wakeups`]).
+    pub fn local_wakeups(&self) -> bool {
+        self.local_wakeups.load(Ordering::Relaxed)
     }
 
     /// The kernel's lookup counts of the volume's inodes.

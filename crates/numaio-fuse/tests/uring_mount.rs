@@ -226,3 +226,100 @@ fn classic_mode_serves_the_file_operations() {
     bg.unmount().expect("umount");
     check_volume(&store);
 }
+
+/// A `/proc/self/task/TID/sched` field of thread `tid`, as a number.
+fn sched_field(tid: i32, name: &str) -> i64 {
+    let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/sched")).unwrap();
+    text.lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            (k.trim() == name).then(|| v.trim().parse::<f64>().ok())?
+        })
+        .unwrap_or_else(|| panic!("no {name} in the sched file of thread {tid}")) as i64
+}
+
+/// The scheduling policy (`stat` field 41) of each of this process's ring threads.
+fn ring_policies() -> Vec<i64> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc/self/task").unwrap() {
+        let tid: i32 = e.unwrap().file_name().to_string_lossy().parse().unwrap();
+        let comm = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).unwrap_or_default();
+        if comm.trim_end().starts_with("fuse-uring-") && comm.trim_end() != "fuse-uring-try" {
+            out.push(sched_field(tid, "policy"));
+        }
+    }
+    out
+}
+
+/// `n` statfs calls from a new thread; the thread's migrations between CPUs meanwhile.
+fn statfs_migrations(mnt: &Path, n: usize) -> i64 {
+    let mnt = CString::new(mnt.as_os_str().as_bytes()).unwrap();
+    std::thread::spawn(move || {
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() };
+        // SAFETY: an all-zero statfs is a valid buffer for the call to fill.
+        let mut s: libc::statfs = unsafe { std::mem::zeroed() };
+        let before = sched_field(tid, "se.nr_migrations");
+        for _ in 0..n {
+            // SAFETY: NUL-terminated path and a live statfs buffer.
+            assert_eq!(unsafe { libc::statfs(mnt.as_ptr(), &mut s) }, 0);
+        }
+        sched_field(tid, "se.nr_migrations") - before
+    })
+    .join()
+    .unwrap()
+}
+
+/// Ring threads wait under SCHED_IDLE, so a caller they answer is woken on the ring's CPU
+/// and stays there: a serial caller hardly migrates between CPUs. With `local_wakeups`
+/// off they wait under the normal policy.
+#[test]
+fn ring_threads_wake_their_callers_on_their_own_cpu() {
+    if !can_mount() {
+        skip!("root and /dev/fuse");
+    }
+    if let Err(why) = common::uring_ready() {
+        skip!("FUSE over io_uring", "{why}");
+    }
+    const SCHED_OTHER: i64 = 0;
+    const SCHED_IDLE: i64 = 5;
+    const CALLS: usize = 4000;
+    let mut moved = Vec::new();
+    for on in [true, false] {
+        let store = volume();
+        let dir = tempfile::tempdir().unwrap();
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        let cfg = common::config(FuseMode::IoUring).with_local_wakeups(on);
+        let (bg, t, _) = common::mount_with(&store, &mnt, &cfg);
+        assert!(t.is_negotiated(), "INIT did not accept FUSE_OVER_IO_URING");
+        let migrations = statfs_migrations(&mnt, CALLS);
+        // Waiting for the next request, each ring thread is under its waiting policy.
+        let want = if on { SCHED_IDLE } else { SCHED_OTHER };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            let p = ring_policies();
+            assert!(!p.is_empty(), "no ring thread found");
+            if p.iter().all(|&x| x == want) {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "ring threads' policies {p:?}, want all {want} (local_wakeups {on})"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        bg.unmount().expect("umount");
+        moved.push(migrations);
+    }
+    eprintln!(
+        "{CALLS} statfs calls: the caller migrated {} times with local wakeups, {} without \
+         (without, it depends on whether another CPU was idle)",
+        moved[0], moved[1]
+    );
+    assert!(
+        moved[0] < (CALLS / 10) as i64,
+        "with local wakeups the caller still migrated {} times in {CALLS} calls",
+        moved[0]
+    );
+}

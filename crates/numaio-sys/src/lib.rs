@@ -11,7 +11,8 @@
 //! * **Where am I running?** [`getcpu`] returns the calling thread's CPU and node.
 //! * **Safe wrappers** with typed errors ([`SysError`]) for `get_mempolicy`, `set_mempolicy`,
 //!   `mbind`, `move_pages` (batched query and move, each page's status decoded as
-//!   [`PageStatus`]), `migrate_pages`, and `sched_{get,set}affinity` for any task id.
+//!   [`PageStatus`]), `migrate_pages`, `sched_{get,set}affinity` for any task id, and the
+//!   calling thread's scheduling policy ([`sched`]).
 //!
 //! * **Where is a device?** [`blockdev`] reads a block device's NUMA node and queue limits
 //!   from sysfs (a partition's are its disk's); [`mountinfo`] parses the mount table;
@@ -36,6 +37,7 @@ pub mod mount;
 pub mod mountinfo;
 pub mod move_pages;
 pub mod readahead;
+pub mod sched;
 pub mod topology;
 pub mod units;
 

@@ -56,7 +56,10 @@ pub struct MountArgs {
     /// the kernel answer SEEK_DATA/SEEK_HOLE itself, as for files without holes (all data up
     /// to the end, as lseek(2) allows): no round trip to the server per such lseek, but
     /// `cp` and `tar` then read every hole through the mount to find it. seek_holes (the
-    /// default) reports the volume's holes, as ext4 does.
+    /// default) reports the volume's holes, as ext4 does. local_wakeups (the default) has
+    /// each io-uring ring thread wait under SCHED_IDLE, so the scheduler wakes the caller it
+    /// answers on the ring's CPU instead of on an idle one; nolocal_wakeups turns that off
+    /// (docs/fs.md, Local wakeups).
     #[arg(short = 'o', value_name = "OPTS")]
     options: Vec<String>,
     /// How the kernel hands requests over: auto (the default: io-uring where the kernel has
@@ -162,6 +165,7 @@ struct Opts {
     default_permissions: bool,
     writeback_cache: bool,
     seek_holes: bool,
+    local_wakeups: bool,
     /// The volume's mount options, the commit interval validated.
     mount: MountOptions,
     /// How FUSE serves it: serving threads and ring depth validated.
@@ -183,6 +187,9 @@ impl Opts {
         }
         if !self.seek_holes {
             v.push("noseek_holes");
+        }
+        if !self.local_wakeups {
+            v.push("nolocal_wakeups");
         }
         v
     }
@@ -209,6 +216,7 @@ fn parse_opts(list: &[String], as_root: bool) -> anyhow::Result<Opts> {
         default_permissions: as_root,
         writeback_cache: false,
         seek_holes: true,
+        local_wakeups: true,
         mount: MountOptions::default(),
         fuse: MountConfig::new(),
     };
@@ -241,6 +249,8 @@ fn parse_opts(list: &[String], as_root: bool) -> anyhow::Result<Opts> {
             "nowriteback_cache" => o.writeback_cache = false,
             "seek_holes" => o.seek_holes = true,
             "noseek_holes" => o.seek_holes = false,
+            "local_wakeups" => o.local_wakeups = true,
+            "nolocal_wakeups" => o.local_wakeups = false,
             _ if opt.starts_with("threads=") => {
                 let n = number(opt, &opt["threads=".len()..], "serving threads per node")?;
                 o.fuse = o
@@ -267,7 +277,8 @@ fn parse_opts(list: &[String], as_root: bool) -> anyhow::Result<Opts> {
             other => bail!(
                 "unknown mount option {other:?}: use ro, rw, allow_other, noallow_other, \
                  default_permissions, nodefault_permissions, writeback_cache, nowriteback_cache, \
-                 seek_holes, noseek_holes, threads=N, uring_depth=N, commit=SECS"
+                 seek_holes, noseek_holes, local_wakeups, nolocal_wakeups, threads=N, \
+                 uring_depth=N, commit=SECS"
             ),
         }
     }
@@ -282,7 +293,8 @@ fn parse_opts(list: &[String], as_root: bool) -> anyhow::Result<Opts> {
     o.fuse = o
         .fuse
         .with_writeback_cache(o.writeback_cache)
-        .with_seek_holes(o.seek_holes);
+        .with_seek_holes(o.seek_holes)
+        .with_local_wakeups(o.local_wakeups);
     o.mount = MountOptions {
         read_only: o.read_only,
         ..Default::default()
@@ -787,5 +799,15 @@ mod tests {
         assert!(!o.fuse.seek_holes());
         assert_eq!(o.names(), ["rw", "noseek_holes"]);
         assert!(parse("noseek_holes,seek_holes").fuse.seek_holes());
+    }
+
+    #[test]
+    fn local_wakeups_are_on_unless_turned_off() {
+        let parse = |o: &str| parse_opts(&[o.to_string()], false).unwrap();
+        assert!(parse("").fuse.local_wakeups());
+        let o = parse("nolocal_wakeups");
+        assert!(!o.fuse.local_wakeups());
+        assert_eq!(o.names(), ["rw", "nolocal_wakeups"]);
+        assert!(parse("nolocal_wakeups,local_wakeups").fuse.local_wakeups());
     }
 }

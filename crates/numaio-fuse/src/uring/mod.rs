@@ -6,6 +6,7 @@
 
 pub(crate) mod abi;
 mod dispatch;
+mod local_wake;
 mod ring;
 
 use crate::Observer;

@@ -15,6 +15,7 @@
 
 use super::abi;
 use super::dispatch;
+use super::local_wake::LocalWake;
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use numaio_fs::Fs;
 use std::collections::VecDeque;
@@ -324,6 +325,8 @@ struct Worker {
     /// Per entry, the last command sent and its commit id, to resend after EINTR/EAGAIN.
     last: Vec<(u32, u64)>,
     cqes: Vec<cqueue::Entry>,
+    /// The thread's policy: idle while it wakes others or waits, normal while it serves.
+    wake: LocalWake,
 }
 
 /// Runs queue `spec.qid` until the connection ends or `stop` becomes readable. `ready` gets
@@ -416,6 +419,7 @@ impl Worker {
                 iov_len: bufs.payload_sz,
             };
         }
+        let local_wakeups = spec.obs.local_wakeups();
         let q = Arc::new(Queue {
             qid: spec.qid,
             cpu: spec.cpu,
@@ -435,6 +439,7 @@ impl Worker {
             depth,
             last: vec![(abi::CMD_REGISTER, 0); depth],
             cqes: Vec::with_capacity(2 * depth + 4),
+            wake: LocalWake::start(local_wakeups),
         };
         let poll = opcode::PollAdd::new(types::Fd(stop.as_raw_fd()), libc::POLLIN as u32)
             .build()
@@ -498,6 +503,8 @@ impl Worker {
         let mut first_err = None;
         loop {
             if self.cqes.is_empty() {
+                // The commits submitted here wake their callers on this CPU.
+                self.wake.waking();
                 match self.ring.submit_and_wait(1) {
                     Ok(_) => {}
                     Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
@@ -526,6 +533,7 @@ impl Worker {
                     0 => {
                         let op = self.q.opcode(i);
                         let here = if serves_inline(op) || tried_inline(op) {
+                            self.wake.serving();
                             self.q.serve_entry(i, false)
                         } else {
                             None
@@ -535,7 +543,11 @@ impl Worker {
                                 self.last[i] = (abi::CMD_COMMIT_AND_FETCH, commit_id);
                                 self.push(self.commit_sqe(i, commit_id))?;
                             }
-                            None => self.pool.push(self.q.clone(), i),
+                            None => {
+                                // The serving thread it wakes starts on this CPU.
+                                self.wake.waking();
+                                self.pool.push(self.q.clone(), i)
+                            }
                         }
                     }
                     libc::EINTR | libc::EAGAIN => {
