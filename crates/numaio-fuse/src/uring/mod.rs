@@ -1,8 +1,10 @@
 //! FUSE over io_uring (Linux 6.14+): after INIT accepts `FUSE_OVER_IO_URING`, one queue per
 //! possible CPU carries requests, each with a ring thread bound to its CPU and buffers on
 //! that CPU's node; the serving threads of each node answer the requests of that node's
-//! queues. `/dev/fuse` stays served by fuser for what the kernel keeps sending there
-//! (forget, interrupt), and for everything when the kernel falls back.
+//! queues. A ring thread waits and wakes others under `SCHED_IDLE` (`local_wake.rs`), so a
+//! request's caller is woken on the CPU it issued the request from. `/dev/fuse` stays
+//! served by fuser for what the kernel keeps sending there (forget, interrupt), and for
+//! everything when the kernel falls back.
 
 pub(crate) mod abi;
 mod dispatch;
