@@ -243,7 +243,8 @@ fn ring_policies() -> Vec<i64> {
     let mut out = Vec::new();
     for e in std::fs::read_dir("/proc/self/task").unwrap() {
         let tid: i32 = e.unwrap().file_name().to_string_lossy().parse().unwrap();
-        let comm = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).unwrap_or_default();
+        let comm =
+            std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).unwrap_or_default();
         if comm.trim_end().starts_with("fuse-uring-") && comm.trim_end() != "fuse-uring-try" {
             out.push(sched_field(tid, "policy"));
         }
