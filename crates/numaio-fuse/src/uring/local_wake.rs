@@ -21,30 +21,26 @@ pub(crate) struct LocalWake {
     now: SchedPolicy,
 }
 
+/// Whether this process's threads may come back from `SCHED_IDLE`: tried once on a thread
+/// of its own, since one that could not would stay there. Asked once per mount, before the
+/// ring threads start.
+pub(crate) fn may_switch() -> bool {
+    std::thread::Builder::new()
+        .name("fuse-uring-try".into())
+        .spawn(|| set_policy(SchedPolicy::Idle).and_then(|()| set_policy(SchedPolicy::Normal)))
+        .ok()
+        .and_then(|h| h.join().ok())
+        .is_some_and(|r| r.is_ok())
+}
+
 impl LocalWake {
-    /// For the calling thread: switching where `wanted` and a thread may come back from
-    /// `SCHED_IDLE`, tried once on a thread of its own (one that could not would stay
-    /// there), else never.
-    pub(crate) fn start(wanted: bool) -> LocalWake {
-        let on = wanted
-            && std::thread::Builder::new()
-                .name("fuse-uring-try".into())
-                .spawn(|| {
-                    set_policy(SchedPolicy::Idle).and_then(|()| set_policy(SchedPolicy::Normal))
-                })
-                .ok()
-                .and_then(|h| h.join().ok())
-                .is_some_and(|r| r.is_ok());
+    /// For the calling thread, under its normal policy: switching where `on` (which only
+    /// [`may_switch`] may allow), else never.
+    pub(crate) fn new(on: bool) -> LocalWake {
         LocalWake {
             on,
             now: SchedPolicy::Normal,
         }
-    }
-
-    /// Whether the thread switches policies.
-    #[cfg(test)]
-    pub(crate) fn is_on(&self) -> bool {
-        self.on
     }
 
     /// Before the thread wakes someone (a commit, a hand-off) or waits.
@@ -81,11 +77,11 @@ mod tests {
     #[test]
     fn the_thread_waits_idle_and_serves_normal() {
         std::thread::spawn(|| {
-            let mut w = LocalWake::start(true);
-            if !w.is_on() {
-                eprintln!("skipped: this thread may not return from SCHED_IDLE");
+            if !may_switch() {
+                eprintln!("skipped: this process's threads may not return from SCHED_IDLE");
                 return;
             }
+            let mut w = LocalWake::new(true);
             assert_eq!(policy().unwrap(), Some(SchedPolicy::Normal));
             w.waking();
             assert_eq!(policy().unwrap(), Some(SchedPolicy::Idle));
@@ -101,8 +97,7 @@ mod tests {
     #[test]
     fn turned_off_it_never_switches() {
         std::thread::spawn(|| {
-            let mut w = LocalWake::start(false);
-            assert!(!w.is_on());
+            let mut w = LocalWake::new(false);
             w.waking();
             assert_eq!(policy().unwrap(), Some(SchedPolicy::Normal));
         })

@@ -287,6 +287,7 @@ impl Transport {
                 .clone()
         };
         let payload_sz = self.0.payload_sz.load(Ordering::Relaxed) as usize;
+        let local_wakeups = self.0.obs.local_wakeups() && local_wake::may_switch();
         let mut result = Ok(());
         for (qid, cpu) in possible_cpus().into_iter().enumerate() {
             let (tx, rx) = std::sync::mpsc::channel();
@@ -300,6 +301,7 @@ impl Transport {
                 obs: self.0.obs.clone(),
                 served: self.0.served.clone(),
                 pool: pool_for(cpu),
+                local_wakeups,
             };
             let stop = stop.clone();
             let h = match std::thread::Builder::new()

@@ -54,6 +54,9 @@ pub struct QueueSpec {
     pub served: Arc<[Counter]>,
     /// The serving threads of the queue's node.
     pub pool: Arc<Pool>,
+    /// Whether the ring thread waits and hands requests on under `SCHED_IDLE`
+    /// (`local_wake.rs`).
+    pub local_wakeups: bool,
 }
 
 /// The serving threads of one node: they take entries the ring threads of that node's
@@ -419,7 +422,6 @@ impl Worker {
                 iov_len: bufs.payload_sz,
             };
         }
-        let local_wakeups = spec.obs.local_wakeups();
         let q = Arc::new(Queue {
             qid: spec.qid,
             cpu: spec.cpu,
@@ -439,7 +441,7 @@ impl Worker {
             depth,
             last: vec![(abi::CMD_REGISTER, 0); depth],
             cqes: Vec::with_capacity(2 * depth + 4),
-            wake: LocalWake::start(local_wakeups),
+            wake: LocalWake::new(spec.local_wakeups),
         };
         let poll = opcode::PollAdd::new(types::Fd(stop.as_raw_fd()), libc::POLLIN as u32)
             .build()
